@@ -1,0 +1,60 @@
+/**
+ * The response envelope (contract.md §3): identity facts flattened around an operation payload.
+ *
+ * @module
+ */
+import type { EngineIdentity } from "../identity/numeric_profile.ts";
+
+/** Envelope fields every inference result carries. */
+export interface Envelope {
+  /** 64-hex fingerprint of the numeric profile; persist it verbatim beside the vectors. */
+  fingerprint: string;
+  /** Alias-table epoch (u64). */
+  table_epoch: number;
+  /** Vector width; 0 for generation, 1 for rerank scores. */
+  dims: number;
+  provenance: { engine: EngineIdentity };
+  /** Incremented on every boot of the module. */
+  module_generation: number;
+  /** Fingerprints declared equivalent by live aliases. */
+  equivalent_to: string[];
+  /** The model that served the request. */
+  model_id: string;
+  /** Present and true when the model is a generated test fixture, not a real model. */
+  test_model?: true;
+}
+
+/** Inputs of {@link buildEnvelope}. */
+export interface EnvelopeFacts {
+  fingerprint: string;
+  tableEpoch: number;
+  dims: number;
+  engine: EngineIdentity;
+  moduleGeneration: number;
+  equivalentTo?: string[];
+  modelId: string;
+  testModel: boolean;
+}
+
+/**
+ * Builds the envelope. `build_flags` is omitted when empty (contract.md §3).
+ *
+ * @returns A fresh object; the caller spreads the op payload into it.
+ */
+export function buildEnvelope(f: EnvelopeFacts): Envelope {
+  const engine: EngineIdentity = { engine: f.engine.engine, version: f.engine.version };
+  if (f.engine.build_flags && Object.keys(f.engine.build_flags).length > 0) {
+    engine.build_flags = { ...f.engine.build_flags };
+  }
+  const env: Envelope = {
+    fingerprint: f.fingerprint,
+    table_epoch: f.tableEpoch,
+    dims: f.dims,
+    provenance: { engine },
+    module_generation: f.moduleGeneration,
+    equivalent_to: f.equivalentTo ?? [],
+    model_id: f.modelId,
+  };
+  if (f.testModel) env.test_model = true;
+  return env;
+}

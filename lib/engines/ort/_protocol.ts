@@ -1,0 +1,60 @@
+/**
+ * Messages between the ORT lane (main thread) and its Worker thread. Token ids and outputs cross
+ * as transferable buffers, never as JSON arrays.
+ *
+ * @module
+ */
+import type { Pooling } from "./pooling.ts";
+
+/** What a loaded session computes. */
+export type OrtTask = "embed" | "rerank";
+
+/** Main → worker. */
+export type OrtRequest =
+  | {
+    type: "load";
+    reqId: number;
+    modelRef: string;
+    path: string;
+    task: OrtTask;
+    pooling: Pooling;
+    normalize: boolean;
+    intraOpThreads: number;
+  }
+  | {
+    type: "run";
+    reqId: number;
+    modelRef: string;
+    /** Concatenated token ids of all rows. */
+    ids: Int32Array;
+    /** Concatenated segment ids, same length as ids. */
+    typeIds: Int32Array;
+    /** Tokens per row. */
+    lengths: Int32Array;
+  }
+  | { type: "unload"; reqId: number; modelRef: string }
+  | { type: "shutdown"; reqId: number };
+
+/** Worker → main. */
+export type OrtResponse =
+  | {
+    type: "loaded";
+    reqId: number;
+    dims: number;
+    inputNames: string[];
+    outputNames: string[];
+    coldLoadMs: number;
+  }
+  | {
+    type: "result";
+    reqId: number;
+    /** Row-major `[rows, dims]` (embed) or `[rows]` scores (rerank). */
+    data: Float32Array;
+    dims: number;
+    /** 1 where the row's output is non-finite. */
+    nonFinite: Uint8Array;
+    /** Milliseconds inside session.run (plus pooling). */
+    runMs: number;
+  }
+  | { type: "unloaded"; reqId: number }
+  | { type: "error"; reqId: number; code: string; message: string };

@@ -1,0 +1,190 @@
+/**
+ * Worker-thread entry of the ORT lane: owns the onnxruntime-node sessions, pads, runs, pools.
+ * `session.run` holds this thread's JavaScript for the whole run, which is why it lives here
+ * and not on the main thread (design.md, "where engines run").
+ *
+ * @module
+ */
+/// <reference lib="deno.worker" />
+import { ort } from "./_addon.ts";
+import { poolHiddenStates } from "./pooling.ts";
+import type { OrtRequest, OrtResponse, OrtTask } from "./_protocol.ts";
+import type { Pooling } from "./pooling.ts";
+
+interface Loaded {
+  session: ort.InferenceSession;
+  task: OrtTask;
+  pooling: Pooling;
+  normalize: boolean;
+  dims: number;
+  hasTypeIds: boolean;
+  hasMask: boolean;
+  output: string;
+}
+
+const sessions = new Map<string, Loaded>();
+
+function post(msg: OrtResponse, transfer: Transferable[] = []): void {
+  self.postMessage(msg, transfer);
+}
+
+async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
+  const t0 = performance.now();
+  const session = await ort.InferenceSession.create(req.path, {
+    executionProviders: ["cpu"],
+    intraOpNumThreads: req.intraOpThreads,
+    interOpNumThreads: 1,
+    graphOptimizationLevel: "all",
+    executionMode: "sequential",
+  });
+  const inputs = session.inputNames;
+  if (!inputs.includes("input_ids")) {
+    throw Object.assign(new Error(`model has no input_ids input (inputs: ${inputs.join(", ")})`), {
+      code: "artifact_invalid",
+    });
+  }
+  const output = req.task === "embed"
+    ? (session.outputNames.includes("last_hidden_state")
+      ? "last_hidden_state"
+      : session.outputNames[0]!)
+    : (session.outputNames.includes("logits") ? "logits" : session.outputNames[0]!);
+  const loaded: Loaded = {
+    session,
+    task: req.task,
+    pooling: req.pooling,
+    normalize: req.normalize,
+    dims: 0,
+    hasTypeIds: inputs.includes("token_type_ids"),
+    hasMask: inputs.includes("attention_mask"),
+    output,
+  };
+  // One-token probe run: learns the output width and warms the session.
+  const probe = await run(loaded, Int32Array.of(0), Int32Array.of(0), Int32Array.of(1));
+  loaded.dims = probe.dims;
+  sessions.set(req.modelRef, loaded);
+  post({
+    type: "loaded",
+    reqId: req.reqId,
+    dims: loaded.dims,
+    inputNames: inputs.slice(),
+    outputNames: session.outputNames.slice(),
+    coldLoadMs: performance.now() - t0,
+  });
+}
+
+async function run(
+  m: Loaded,
+  ids: Int32Array,
+  typeIds: Int32Array,
+  lengths: Int32Array,
+): Promise<{ data: Float32Array; dims: number; nonFinite: Uint8Array }> {
+  const rows = lengths.length;
+  let seq = 0;
+  for (let r = 0; r < rows; r++) seq = Math.max(seq, lengths[r]!);
+  const n = rows * seq;
+  const idT = new BigInt64Array(n);
+  const maskT = new BigInt64Array(n);
+  const typeT = new BigInt64Array(n);
+  let src = 0;
+  for (let r = 0; r < rows; r++) {
+    const len = lengths[r]!;
+    const o = r * seq;
+    for (let t = 0; t < len; t++) {
+      idT[o + t] = BigInt(ids[src]!);
+      typeT[o + t] = BigInt(typeIds[src]!);
+      maskT[o + t] = 1n;
+      src++;
+    }
+  }
+  const dims2 = [rows, seq];
+  const feeds: Record<string, ort.Tensor> = {
+    input_ids: new ort.Tensor("int64", idT, dims2),
+  };
+  if (m.hasMask) feeds.attention_mask = new ort.Tensor("int64", maskT, dims2);
+  if (m.hasTypeIds) feeds.token_type_ids = new ort.Tensor("int64", typeT, dims2);
+  const out = await m.session.run(feeds, [m.output]);
+  const tensor = out[m.output]!;
+  const values = tensor.data as Float32Array;
+  try {
+    if (m.task === "embed") {
+      const shape = tensor.dims;
+      if (shape.length === 2) {
+        // Already pooled [rows, dims] (sentence-embedding exports).
+        const dims = shape[1]!;
+        const data = new Float32Array(values);
+        const pooled = poolHiddenStates(data, new Int32Array(rows).fill(1), 1, dims, "cls", m.normalize);
+        return { data: pooled.data, dims, nonFinite: pooled.nonFinite };
+      }
+      const dims = shape[2]!;
+      const pooled = poolHiddenStates(values, lengths, seq, dims, m.pooling, m.normalize);
+      return { data: pooled.data, dims, nonFinite: pooled.nonFinite };
+    }
+    // Rerank: logits [rows, labels]; a cross-encoder with one label gives its raw score.
+    const labels = tensor.dims.length === 2 ? tensor.dims[1]! : 1;
+    const data = new Float32Array(rows);
+    const nonFinite = new Uint8Array(rows);
+    for (let r = 0; r < rows; r++) {
+      const v = values[r * labels + (labels - 1)]!;
+      data[r] = v;
+      if (!Number.isFinite(v)) nonFinite[r] = 1;
+    }
+    return { data, dims: 1, nonFinite };
+  } finally {
+    for (const t of Object.values(out)) t.dispose?.();
+  }
+}
+
+async function handle(req: OrtRequest): Promise<void> {
+  switch (req.type) {
+    case "load":
+      await load(req);
+      return;
+    case "run": {
+      const m = sessions.get(req.modelRef);
+      if (!m) {
+        post({ type: "error", reqId: req.reqId, code: "unknown_model", message: `model ${req.modelRef} is not loaded in this lane` });
+        return;
+      }
+      const t0 = performance.now();
+      const r = await run(m, req.ids, req.typeIds, req.lengths);
+      post({
+        type: "result",
+        reqId: req.reqId,
+        data: r.data,
+        dims: r.dims,
+        nonFinite: r.nonFinite,
+        runMs: performance.now() - t0,
+      }, [r.data.buffer as ArrayBuffer, r.nonFinite.buffer as ArrayBuffer]);
+      return;
+    }
+    case "unload": {
+      const m = sessions.get(req.modelRef);
+      sessions.delete(req.modelRef);
+      await m?.session.release();
+      post({ type: "unloaded", reqId: req.reqId });
+      return;
+    }
+    case "shutdown":
+      for (const m of sessions.values()) await m.session.release();
+      sessions.clear();
+      self.close();
+      return;
+    default:
+      throw new Error(`Unknown request ${(req satisfies never as OrtRequest).type}. This is a bug`);
+  }
+}
+
+// Requests are handled strictly one at a time, in arrival order.
+let chain: Promise<void> = Promise.resolve();
+self.onmessage = (ev: MessageEvent<OrtRequest>) => {
+  const req = ev.data;
+  chain = chain.then(() => handle(req)).catch((err: unknown) => {
+    const code = (err as { code?: string })?.code ?? "engine_crashed";
+    post({
+      type: "error",
+      reqId: req.reqId,
+      code: typeof code === "string" ? code : "engine_crashed",
+      message: err instanceof Error ? err.message : String(err),
+    });
+  });
+};

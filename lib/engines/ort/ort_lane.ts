@@ -1,0 +1,252 @@
+/**
+ * The ORT lane, main-thread side: a dedicated Deno Worker thread owns the onnxruntime-node
+ * sessions (design.md: `session.run` blocks its thread for the whole run), and this class sends
+ * it micro-batches as transferable buffers. The main thread only packs ids and awaits replies, so
+ * `/health`, admission and refusals stay instant while the engine is busy.
+ *
+ * @module
+ */
+import { SynapseError } from "../../contract/errors.ts";
+import type { ErrorCode } from "../../contract/errors.ts";
+import type { OrtRequest, OrtResponse, OrtTask } from "./_protocol.ts";
+import type { Pooling } from "./pooling.ts";
+import { ORT_VERSION } from "./_version.ts";
+
+/** Load parameters of one ONNX model. */
+export interface OrtLoadSpec {
+  /** Lane-local handle (the model id). */
+  modelRef: string;
+  /** Path of model.onnx. */
+  path: string;
+  task: OrtTask;
+  pooling: Pooling;
+  normalize: boolean;
+}
+
+/** One row to run: ids with specials, already truncated. */
+export interface OrtRow {
+  ids: Int32Array;
+  typeIds: Int32Array;
+}
+
+/** Output of one micro-batch. */
+export interface OrtRunResult {
+  /** Row-major `[rows, dims]` vectors (embed) or `[rows]` raw scores (rerank). */
+  data: Float32Array;
+  dims: number;
+  /** 1 where the row's output held NaN or ±Infinity. */
+  nonFinite: Uint8Array;
+  /** Engine time in ms (session.run + pooling), measured in the worker. */
+  runMs: number;
+}
+
+/** Options of {@link OrtLane}. */
+export interface OrtLaneOptions {
+  /** onnxruntime intra-op threads. @default navigator.hardwareConcurrency */
+  intraOpThreads?: number;
+}
+
+interface Pending {
+  resolve(v: OrtResponse): void;
+  reject(e: unknown): void;
+}
+
+/** Engine identity of this lane (contract.md §4 `engine`). */
+export const ORT_ENGINE = Object.freeze({
+  engine: "ort",
+  version: ORT_VERSION,
+  build_flags: Object.freeze({ ep: "cpu" }) as Readonly<Record<string, string>>,
+});
+
+/**
+ * One Worker thread running onnxruntime-node sessions. Requests run one at a time in arrival
+ * order inside the worker; callers may keep several in flight so the worker never idles while
+ * the main thread handles a reply. A dead worker rejects what was in flight with
+ * `engine_crashed`; the next call starts a fresh worker and reloads the models lazily.
+ */
+export class OrtLane {
+  #worker: Worker | undefined;
+  #pending = new Map<number, Pending>();
+  #nextId = 1;
+  #specs = new Map<string, OrtLoadSpec>();
+  #loadedInWorker = new Set<string>();
+  #loading = new Map<string, Promise<void>>();
+  #threads: number;
+  #disposed = false;
+  #inFlight = 0;
+
+  constructor(options: OrtLaneOptions = {}) {
+    this.#threads = Math.max(1, options.intraOpThreads ?? navigator.hardwareConcurrency ?? 1);
+  }
+
+  /** onnxruntime intra-op threads of this lane. */
+  get intraOpThreads(): number {
+    return this.#threads;
+  }
+
+  /** Micro-batches sent and not yet answered. */
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
+  /** True after {@link dispose}. */
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+
+  /**
+   * Loads a model into the lane's worker.
+   *
+   * @returns Output width (hidden size for embed, 1 for rerank) and cold-load time in ms.
+   * @throws {SynapseError} `artifact_invalid` when onnxruntime cannot open the file;
+   *   `engine_crashed` when the worker dies.
+   */
+  async load(spec: OrtLoadSpec): Promise<{ dims: number; coldLoadMs: number }> {
+    this.#ensureNotDisposed();
+    this.#specs.set(spec.modelRef, spec);
+    const res = await this.#send({
+      type: "load",
+      reqId: 0,
+      modelRef: spec.modelRef,
+      path: spec.path,
+      task: spec.task,
+      pooling: spec.pooling,
+      normalize: spec.normalize,
+      intraOpThreads: this.#threads,
+    }, [], "artifact_invalid");
+    if (res.type !== "loaded") throw new Error(`Unexpected ${res.type} reply to load. This is a bug`);
+    this.#loadedInWorker.add(spec.modelRef);
+    return { dims: res.dims, coldLoadMs: res.coldLoadMs };
+  }
+
+  /**
+   * Runs one micro-batch.
+   *
+   * @param modelRef A loaded model.
+   * @param rows Sequences (each ≥ 1 token).
+   * @throws {SynapseError} `engine_crashed` (transient) when the worker fails or dies.
+   */
+  async run(modelRef: string, rows: readonly OrtRow[]): Promise<OrtRunResult> {
+    this.#ensureNotDisposed();
+    await this.#ensureLoaded(modelRef);
+    let total = 0;
+    for (const r of rows) total += r.ids.length;
+    const ids = new Int32Array(total);
+    const typeIds = new Int32Array(total);
+    const lengths = new Int32Array(rows.length);
+    let o = 0;
+    for (let i = 0; i < rows.length; i++) {
+      const r = rows[i]!;
+      ids.set(r.ids, o);
+      typeIds.set(r.typeIds, o);
+      lengths[i] = r.ids.length;
+      o += r.ids.length;
+    }
+    const res = await this.#send(
+      { type: "run", reqId: 0, modelRef, ids, typeIds, lengths },
+      [ids.buffer, typeIds.buffer, lengths.buffer],
+      "engine_crashed",
+    );
+    if (res.type !== "result") throw new Error(`Unexpected ${res.type} reply to run. This is a bug`);
+    return { data: res.data, dims: res.dims, nonFinite: res.nonFinite, runMs: res.runMs };
+  }
+
+  /** Unloads a model (no-op when unknown). */
+  async unload(modelRef: string): Promise<void> {
+    this.#specs.delete(modelRef);
+    if (!this.#loadedInWorker.delete(modelRef) || !this.#worker) return;
+    await this.#send({ type: "unload", reqId: 0, modelRef }, [], "engine_crashed");
+  }
+
+  /** Stops the worker thread. Idempotent. */
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    this.#killWorker(new SynapseError("disposed", "Cannot run: the ORT lane was disposed"));
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
+  async #ensureLoaded(modelRef: string): Promise<void> {
+    if (this.#loadedInWorker.has(modelRef)) return;
+    const spec = this.#specs.get(modelRef);
+    if (!spec) {
+      throw new SynapseError("unknown_model", `Cannot run: model '${modelRef}' is not loaded`, {
+        details: { model_id: modelRef },
+      });
+    }
+    // A restarted worker reloads lazily; concurrent callers share one load.
+    let p = this.#loading.get(modelRef);
+    if (!p) {
+      p = this.load(spec).then(() => {}).finally(() => this.#loading.delete(modelRef));
+      this.#loading.set(modelRef, p);
+    }
+    await p;
+  }
+
+  #spawn(): Worker {
+    const w = new Worker(new URL("./_worker.ts", import.meta.url), { type: "module" });
+    w.onmessage = (ev: MessageEvent<OrtResponse>) => {
+      const msg = ev.data;
+      const p = this.#pending.get(msg.reqId);
+      if (!p) return;
+      this.#pending.delete(msg.reqId);
+      this.#inFlight--;
+      p.resolve(msg);
+    };
+    w.onerror = (ev: ErrorEvent) => {
+      ev.preventDefault();
+      this.#killWorker(
+        new SynapseError("engine_crashed", `ORT lane worker failed: ${ev.message}`, {
+          retryAfterMs: 250,
+        }),
+      );
+    };
+    w.onmessageerror = () => {
+      this.#killWorker(
+        new SynapseError("engine_crashed", "ORT lane worker sent an unreadable message", {
+          retryAfterMs: 250,
+        }),
+      );
+    };
+    return w;
+  }
+
+  #killWorker(reason: unknown): void {
+    const w = this.#worker;
+    this.#worker = undefined;
+    this.#loadedInWorker.clear();
+    w?.terminate();
+    const pending = [...this.#pending.values()];
+    this.#pending.clear();
+    this.#inFlight = 0;
+    for (const p of pending) p.reject(reason);
+  }
+
+  #send(req: OrtRequest, transfer: Transferable[], errCode: ErrorCode): Promise<OrtResponse> {
+    this.#worker ??= this.#spawn();
+    const reqId = this.#nextId++;
+    req.reqId = reqId;
+    return new Promise<OrtResponse>((resolve, reject) => {
+      this.#pending.set(reqId, {
+        resolve: (res) => {
+          if (res.type === "error") {
+            const code = (res.code === "artifact_invalid" || res.code === "unknown_model")
+              ? res.code
+              : errCode;
+            reject(new SynapseError(code, `ORT lane: ${res.message}`));
+          } else resolve(res);
+        },
+        reject,
+      });
+      this.#inFlight++;
+      this.#worker!.postMessage(req, transfer);
+    });
+  }
+
+  #ensureNotDisposed(): void {
+    if (this.#disposed) throw new SynapseError("disposed", "Cannot use the ORT lane: it was disposed");
+  }
+}

@@ -1,0 +1,254 @@
+/**
+ * Loaded models: their files, tokenizer, numeric profile, fingerprint and lane. A model is
+ * `loading` until its engine session is up; requests for it meanwhile get `model_loading` with a
+ * retry hint (field report F9), never an implicit wait.
+ *
+ * @module
+ */
+import { SynapseError, toSynapseError } from "../contract/errors.ts";
+import { fingerprint, numericProfileId } from "../identity/numeric_profile.ts";
+import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
+import { sha256Hex } from "../identity/sha256.ts";
+import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
+import { ORT_ENGINE, OrtLane } from "../engines/ort/ort_lane.ts";
+import type { Pooling } from "../engines/ort/pooling.ts";
+
+/** What a model computes. */
+export type ModelTask = "embed" | "rerank";
+
+/** Lifecycle of a loaded model. */
+export type ModelState = "loading" | "ready" | "failed";
+
+/** Where a model's files are and how to serve it. */
+export interface ModelSource {
+  modelId: string;
+  task: ModelTask;
+  /** model.onnx */
+  modelPath: string;
+  /** tokenizer.json */
+  tokenizerPath: string;
+  /** config.json, when there is one. */
+  configPath?: string;
+  pooling: Pooling;
+  normalize: boolean;
+  /** Largest sequence, specials included; default from config.json's max_position_embeddings. */
+  maxTokens?: number;
+  /** Labelled as a test model everywhere it appears. */
+  testModel?: boolean;
+}
+
+/** Micro-batch shape the ORT lane certifies (part of every ORT profile). */
+export const ORT_MICRO_BATCH = Object.freeze({
+  /** Padded tokens per engine call. */
+  maxMicroBatchTokens: 4096,
+  /** Rows per engine call. */
+  maxSequences: 64,
+});
+
+/** Prompt-template identity of the cross-encoder pair layout (part of rerank profiles). */
+export const RERANK_PAIR_TEMPLATE = "synapse-rerank-cls-query-sep-doc-sep-v1";
+
+/** A model known to the registry. */
+export interface LoadedModel {
+  readonly source: ModelSource;
+  readonly modelId: string;
+  readonly task: ModelTask;
+  state: ModelState;
+  /** Set when state is `failed`. */
+  error?: SynapseError;
+  tokenizer?: SanitizedTokenizer;
+  profile?: NumericProfile;
+  numericProfileId?: string;
+  fingerprint?: string;
+  /** Vector width (embed) or 1 (rerank). */
+  dims: number;
+  maxTokens: number;
+  testModel: boolean;
+  coldLoadMs?: number;
+  /** Milliseconds since the epoch when loading started. */
+  loadStartedMs: number;
+}
+
+/** Options of {@link ModelRegistry}. */
+export interface ModelRegistryOptions {
+  /** Thread policy (the config knob), part of every profile. @default "balanced" */
+  threadPolicy?: ThreadPolicy;
+  /** Aggregate token budget of one inline request (`inline.max_tokens`). @default 8192 */
+  maxBatchTokens?: number;
+  /** Wall clock in ms. @default Date.now */
+  now?: () => number;
+}
+
+/**
+ * Intra-op thread count for a knob: `performance` all cores, `balanced` all but a quarter
+ * (at least 1; 2 on a 2-core machine), `quiet` one.
+ */
+export function threadsForKnob(knob: string, cores = navigator.hardwareConcurrency ?? 1): number {
+  switch (knob) {
+    case "performance":
+      return Math.max(1, cores);
+    case "quiet":
+      return 1;
+    default:
+      return Math.max(1, cores - Math.floor(cores / 4));
+  }
+}
+
+/** The models this process serves, each on its lane. */
+export class ModelRegistry {
+  readonly lane: OrtLane;
+  #models = new Map<string, LoadedModel>();
+  #threadPolicy: ThreadPolicy;
+  #maxBatchTokens: number;
+  #now: () => number;
+
+  constructor(lane: OrtLane, options: ModelRegistryOptions = {}) {
+    this.lane = lane;
+    this.#threadPolicy = options.threadPolicy ?? "balanced";
+    this.#maxBatchTokens = options.maxBatchTokens ?? 8192;
+    this.#now = options.now ?? Date.now;
+  }
+
+  /** All models, in load order. */
+  list(): LoadedModel[] {
+    return [...this.#models.values()];
+  }
+
+  /**
+   * Starts loading a model; resolves when it is ready or failed (never rejects).
+   *
+   * @throws {SynapseError} `invalid_request` when the id is already taken.
+   */
+  load(source: ModelSource): Promise<LoadedModel> {
+    if (this.#models.has(source.modelId)) {
+      throw new SynapseError("invalid_request", `Cannot load model '${source.modelId}': the id is already loaded`, {
+        details: { model_id: source.modelId },
+      });
+    }
+    const m: LoadedModel = {
+      source,
+      modelId: source.modelId,
+      task: source.task,
+      state: "loading",
+      dims: 0,
+      maxTokens: source.maxTokens ?? 512,
+      testModel: source.testModel ?? false,
+      loadStartedMs: this.#now(),
+    };
+    this.#models.set(source.modelId, m);
+    return this.#load(m).then(() => m, (err) => {
+      m.state = "failed";
+      m.error = toSynapseError(err, "artifact_invalid");
+      return m;
+    });
+  }
+
+  /**
+   * The ready model for a request.
+   *
+   * @param modelId Requested id; the first ready-or-loading model of the task when undefined.
+   * @throws {SynapseError} `unknown_model {model_id}`; `invalid_request` when the model serves
+   *   another task; `model_loading` (transient, retry hint) while loading; the load error when
+   *   loading failed.
+   */
+  resolve(modelId: string | undefined, task: ModelTask): LoadedModel {
+    let m: LoadedModel | undefined;
+    if (modelId === undefined) {
+      m = this.list().find((x) => x.task === task && x.state !== "failed") ??
+        this.list().find((x) => x.task === task);
+      if (!m) {
+        throw new SynapseError("unknown_model", `Cannot serve ${task}: no ${task} model is loaded`, {
+          details: { model_id: null, task },
+        });
+      }
+    } else {
+      m = this.#models.get(modelId);
+      if (!m) {
+        throw new SynapseError("unknown_model", `Cannot serve ${task}: unknown model '${modelId}'`, {
+          details: { model_id: modelId, known: [...this.#models.keys()] },
+        });
+      }
+    }
+    if (m.task !== task) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot serve ${task} with model '${m.modelId}': it is a ${m.task} model`,
+        { details: { model_id: m.modelId, task: m.task } },
+      );
+    }
+    if (m.state === "loading") {
+      throw new SynapseError("model_loading", `Cannot serve ${task}: model '${m.modelId}' is loading`, {
+        retryAfterMs: 250,
+        details: { model_id: m.modelId },
+      });
+    }
+    if (m.state === "failed") throw m.error!;
+    return m;
+  }
+
+  async #load(m: LoadedModel): Promise<void> {
+    const src = m.source;
+    let modelBytes: Uint8Array;
+    try {
+      modelBytes = await Deno.readFile(src.modelPath);
+    } catch (err) {
+      throw new SynapseError("artifact_invalid", `Cannot load model '${m.modelId}': cannot read ${src.modelPath}: ${(err as Error).message}`, {
+        cause: err,
+        details: { model_id: m.modelId, file: src.modelPath },
+      });
+    }
+    const modelDigest = "sha256:" + sha256Hex(modelBytes);
+    modelBytes = new Uint8Array(0);
+    const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
+    let config: Record<string, unknown> = {};
+    if (src.configPath !== undefined) {
+      try {
+        config = JSON.parse(await Deno.readTextFile(src.configPath));
+      } catch (err) {
+        throw new SynapseError("artifact_invalid", `Cannot load model '${m.modelId}': cannot read ${src.configPath}: ${(err as Error).message}`, {
+          cause: err,
+          details: { model_id: m.modelId, file: src.configPath },
+        });
+      }
+    }
+    const maxPos = typeof config.max_position_embeddings === "number"
+      ? config.max_position_embeddings
+      : 512;
+    m.maxTokens = src.maxTokens ?? (typeof config.synapse_max_tokens === "number" ? config.synapse_max_tokens : maxPos);
+    if (m.maxTokens > maxPos) m.maxTokens = maxPos;
+    if (config.synapse_test_model === true) m.testModel = true;
+    const { dims, coldLoadMs } = await this.lane.load({
+      modelRef: m.modelId,
+      path: src.modelPath,
+      task: m.task,
+      pooling: src.pooling,
+      normalize: src.normalize,
+    });
+    const profile: NumericProfile = {
+      model_digest: modelDigest,
+      quant: "f32",
+      engine: { engine: ORT_ENGINE.engine, version: ORT_ENGINE.version, build_flags: { ...ORT_ENGINE.build_flags } },
+      sanitized_tokenizer_digest: tokenizer.digest,
+      pooling: m.task === "rerank" ? "cls" : src.pooling,
+      normalization: m.task === "embed" && src.normalize ? "l2" : "none",
+      dtype: "f32",
+      flash_attention: "disabled",
+      certified_shape: {
+        max_context_tokens: m.maxTokens,
+        max_batch_tokens: this.#maxBatchTokens,
+        max_micro_batch_tokens: ORT_MICRO_BATCH.maxMicroBatchTokens,
+        max_sequences: ORT_MICRO_BATCH.maxSequences,
+      },
+      ...(m.task === "rerank" ? { prompt_template: RERANK_PAIR_TEMPLATE } : {}),
+      thread_policy: this.#threadPolicy,
+      operation: m.task,
+    };
+    m.tokenizer = tokenizer;
+    m.profile = profile;
+    m.numericProfileId = numericProfileId(profile);
+    m.fingerprint = fingerprint(profile);
+    m.dims = dims;
+    m.coldLoadMs = coldLoadMs;
+    m.state = "ready";
+  }
+}

@@ -1,0 +1,74 @@
+/**
+ * The one ops dispatcher behind every front door (design.md: "Three front doors, one
+ * dispatcher"). It maps a method to its operation and every outcome to one of the three wire
+ * shapes of contract.md §1–2, so no front door holds operation logic.
+ *
+ * @module
+ */
+import { SynapseError, toSynapseError } from "../contract/errors.ts";
+import type { ChannelError, WireError } from "../contract/errors.ts";
+import { embedBatch, embedQuery } from "./embed.ts";
+import { rerankScore } from "./rerank.ts";
+import { admissionStatus, modelsList } from "./models.ts";
+import type { CallOptions, OpContext } from "./context.ts";
+
+/** Outcome of one call, already in its wire shape. */
+export type OpOutcome =
+  | { kind: "result"; body: { result: unknown } }
+  | {
+    kind: "semantic";
+    body: { result: { module_generation: number; error: WireError } };
+    error: SynapseError;
+  }
+  | { kind: "channel"; body: ChannelError; error: SynapseError };
+
+type Handler = (ctx: OpContext, params: unknown, options: CallOptions) => unknown;
+
+/** Operations served by this build, with their contract kind. */
+export const OPERATIONS: Readonly<Record<string, { kind: "query" | "mutate"; handler: Handler }>> =
+  Object.freeze({
+    "embed.query": { kind: "query", handler: embedQuery },
+    "embed.batch": { kind: "query", handler: embedBatch },
+    "rerank.score": { kind: "query", handler: rerankScore },
+    "models.list": { kind: "query", handler: modelsList },
+    "admission.status": { kind: "query", handler: admissionStatus },
+  });
+
+/**
+ * Runs one method.
+ *
+ * @param ctx Module context.
+ * @param method Contract method name, e.g. `"embed.query"`.
+ * @param params Request params (`{}` when absent).
+ * @returns The outcome in wire shape; never throws.
+ */
+export async function dispatch(
+  ctx: OpContext,
+  method: string,
+  params: unknown,
+  options: CallOptions = {},
+): Promise<OpOutcome> {
+  try {
+    const op = Object.hasOwn(OPERATIONS, method) ? OPERATIONS[method] : undefined;
+    if (!op) {
+      throw new SynapseError("unknown_method", `Cannot call '${method}': unknown method`, {
+        details: { method, known: Object.keys(OPERATIONS) },
+      });
+    }
+    const result = await op.handler(ctx, params ?? {}, options);
+    return { kind: "result", body: { result } };
+  } catch (err) {
+    return outcomeOf(ctx, err);
+  }
+}
+
+/** Wraps an error thrown by an operation into its wire shape. */
+export function outcomeOf(ctx: { moduleGeneration: number }, err: unknown): OpOutcome {
+  const e = toSynapseError(err, "engine_crashed");
+  if (e.channel) return { kind: "channel", body: e.toChannel(), error: e };
+  return {
+    kind: "semantic",
+    body: { result: { module_generation: ctx.moduleGeneration, error: e.toWire() } },
+    error: e,
+  };
+}

@@ -1,0 +1,139 @@
+/**
+ * `models.list` (contract.md §1): every model with its state, fingerprint and limits.
+ *
+ * @module
+ */
+import { AdmissionStatusParams, ModelsListParams, parseParams } from "../contract/schemas.ts";
+import type { LoadedModel } from "../models/model_registry.ts";
+import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
+import type { OpContext } from "./context.ts";
+
+/** One row of `models.list`. */
+export interface ModelRow {
+  model_id: string;
+  state: "loading" | "ready" | "failed";
+  task: "embed" | "rerank";
+  engine: string;
+  fingerprints: string[];
+  numeric_profile_id?: string;
+  recommended_batch: { rows: number; token_budget: number };
+  max_tokens: number;
+  max_tokens_source: "runtime_bucket";
+  dims?: number;
+  dtype: "f32";
+  device_class: "cpu";
+  certified: false;
+  pooling?: string;
+  normalize?: boolean;
+  /** Present and true for generated test fixtures. */
+  test_model?: true;
+  warm_load_cost_hint_ms?: number;
+  /** The load failure, when state is `failed`. */
+  error?: { code: string; message: string };
+}
+
+/** `models.list` payload. */
+export interface ModelsListResult {
+  module_generation: number;
+  table_epoch: number;
+  models: ModelRow[];
+  alias_rows: unknown[];
+}
+
+/** Builds one row. */
+export function modelRow(m: LoadedModel): ModelRow {
+  const row: ModelRow = {
+    model_id: m.modelId,
+    state: m.state,
+    task: m.task,
+    engine: "ort",
+    fingerprints: m.fingerprint ? [m.fingerprint] : [],
+    recommended_batch: {
+      rows: ORT_MICRO_BATCH.maxSequences,
+      token_budget: ORT_MICRO_BATCH.maxMicroBatchTokens,
+    },
+    max_tokens: m.maxTokens,
+    max_tokens_source: "runtime_bucket",
+    dtype: "f32",
+    device_class: "cpu",
+    certified: false,
+  };
+  if (m.numericProfileId) row.numeric_profile_id = m.numericProfileId;
+  if (m.state === "ready") row.dims = m.dims;
+  if (m.task === "embed") {
+    row.pooling = m.source.pooling;
+    row.normalize = m.source.normalize;
+  }
+  if (m.testModel) row.test_model = true;
+  if (m.coldLoadMs !== undefined) row.warm_load_cost_hint_ms = Math.round(m.coldLoadMs);
+  if (m.error) row.error = { code: m.error.code, message: m.error.message };
+  return row;
+}
+
+/** `models.list {}`. @throws {SynapseError} channel `invalid_request` for any param. */
+export function modelsList(ctx: OpContext, rawParams: unknown): ModelsListResult {
+  parseParams("models.list", ModelsListParams, rawParams);
+  return {
+    module_generation: ctx.moduleGeneration,
+    table_epoch: ctx.tableEpoch(),
+    models: ctx.registry.list().map(modelRow),
+    alias_rows: [],
+  };
+}
+
+/** `admission.status` payload (what exists so far; all from cached state, no engine call). */
+export interface AdmissionStatusResult {
+  module_generation: number;
+  knob: string;
+  queue_depths: { interactive: number; bulk: number; control: number };
+  execution: { waiters: number; in_flight: number; engine_calls_in_flight: number };
+  bytes_in_flight: number;
+  refusals: Record<string, { count: number; last_at_ms: number }>;
+  inline: {
+    max_items: number;
+    max_tokens: number;
+    byte_budget: number;
+    max_queue_ms: number;
+    deadline_ms: number;
+    estimated_execution_ms: number;
+    max_concurrent_workers: number;
+  };
+  jobs_minted: number;
+  jobs_completed: number;
+  jobs_failed: number;
+  jobs_inherited: number;
+  jobs_open: number;
+  lanes: { lane: string; engine: string; intra_op_threads: number; models: string[] }[];
+}
+
+/** `admission.status {}`. @throws {SynapseError} channel `invalid_request` for any param. */
+export function admissionStatus(ctx: OpContext, rawParams: unknown): AdmissionStatusResult {
+  parseParams("admission.status", AdmissionStatusParams, rawParams);
+  const a = ctx.admission;
+  const inFlight = a.inFlight;
+  const lane = ctx.registry.lane;
+  return {
+    module_generation: ctx.moduleGeneration,
+    knob: ctx.config.knob,
+    queue_depths: { interactive: 0, bulk: 0, control: 0 },
+    execution: {
+      waiters: 0,
+      in_flight: inFlight.interactive + inFlight.bulk + inFlight.control,
+      engine_calls_in_flight: lane.inFlight,
+    },
+    bytes_in_flight: a.bytesInFlight,
+    refusals: Object.fromEntries(a.refusals),
+    inline: { ...ctx.config.inline },
+    jobs_minted: 0,
+    jobs_completed: 0,
+    jobs_failed: 0,
+    jobs_inherited: 0,
+    jobs_open: 0,
+    lanes: [{
+      lane: "ort",
+      engine: "ort",
+      intra_op_threads: lane.intraOpThreads,
+      models: ctx.registry.list().map((m) => m.modelId),
+    }],
+  };
+}

@@ -1,0 +1,124 @@
+/**
+ * `rerank.score {model?, query, candidates[]}` (contract.md §1): raw cross-encoder logits in
+ * input order (field report F15 — never min-max normalised; the logistic of each raw score is a
+ * separate, named field). Scores align with `candidates`, so a candidate that cannot be scored
+ * refuses the whole request, naming its index.
+ *
+ * @module
+ */
+import { SynapseError } from "../contract/errors.ts";
+import { buildEnvelope } from "../contract/envelope.ts";
+import type { Envelope } from "../contract/envelope.ts";
+import { parseParams, requestedModel, RerankScoreParams } from "../contract/schemas.ts";
+import { planMicroBatches } from "../engines/ort/micro_batch.ts";
+import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
+import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
+import type { EncodedSequence } from "../tokenize/tokenizer.ts";
+import { checkText, utf8Length } from "./_text.ts";
+import { checkFingerprint } from "./embed.ts";
+import type { TruncationDisclosure } from "./embed.ts";
+import type { CallOptions, OpContext } from "./context.ts";
+
+/** Rerank payload, flattened into the envelope. */
+export interface RerankResult extends Envelope {
+  /** Raw logits, one per candidate, in input order. */
+  scores: number[];
+  /** What `scores` holds: always `"raw_logit"`. */
+  score_kind: "raw_logit";
+  /** `1 / (1 + e^-score)` of each raw score, in input order: a separate, named normalisation. */
+  sigmoid_scores: number[];
+  /** Tokens of each (query, candidate) pair, specials included. */
+  real_token_counts: number[];
+  truncation_disclosures: TruncationDisclosure[];
+  queue_time_ms: number;
+  inference_time_ms: number;
+}
+
+/**
+ * Scores candidates against a query.
+ *
+ * @throws {SynapseError} channel `invalid_request` for malformed params; semantic
+ *   `invalid_request` for an empty query, no candidates or an empty candidate (named by index),
+ *   `sequence_too_long`, `engine_output_invalid`, `unknown_model`, `model_loading`, admission
+ *   refusals.
+ */
+export async function rerankScore(
+  ctx: OpContext,
+  rawParams: unknown,
+  options: CallOptions = {},
+): Promise<RerankResult> {
+  const p = parseParams("rerank.score", RerankScoreParams, rawParams);
+  const limits = ctx.config.inline;
+  checkText(p.query, "query", { field: "query" });
+  if (p.candidates.length === 0) {
+    throw new SynapseError("invalid_request", "Cannot rerank: 'candidates' is empty", {
+      details: { field: "candidates", reason: "empty_batch" },
+    });
+  }
+  if (p.candidates.length > limits.max_items) {
+    throw new SynapseError("invalid_request", `Cannot rerank inline: ${p.candidates.length} candidates exceed inline.max_items ${limits.max_items}`, {
+      details: { limit: "inline.max_items", items: p.candidates.length, max: limits.max_items },
+    });
+  }
+  p.candidates.forEach((c, i) => checkText(c, `candidate ${i}`, { item_id: String(i), field: `candidates.${i}` }));
+  const model = ctx.registry.resolve(requestedModel(p), "rerank");
+  checkFingerprint(model, p);
+  let bytes = utf8Length(p.query) * p.candidates.length;
+  for (const c of p.candidates) bytes += utf8Length(c);
+  using permit = ctx.admission.admit({
+    bytes,
+    deadlineMs: p.deadline_ms ?? limits.deadline_ms,
+    maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
+    queueClass: "interactive",
+  });
+  const tokenizer = model.tokenizer!;
+  const seqs: EncodedSequence[] = p.candidates.map((c, i) =>
+    tokenizer.encodePair(p.query, c, {
+      maxTokens: model.maxTokens,
+      truncate: p.truncate ?? false,
+      itemId: String(i),
+    })
+  );
+  const startedMs = ctx.now();
+  options.signal?.throwIfAborted();
+  const scores = new Array<number>(seqs.length);
+  let inferenceMs = 0;
+  const plan = planMicroBatches(seqs.map((s) => s.ids.length), {
+    maxBatchTokens: ORT_MICRO_BATCH.maxMicroBatchTokens,
+    maxSequences: ORT_MICRO_BATCH.maxSequences,
+  });
+  await Promise.all(plan.map(async (idx) => {
+    const res = await ctx.registry.lane.run(model.modelId, idx.map((k) => seqs[k]!));
+    inferenceMs += res.runMs;
+    idx.forEach((k, r) => {
+      if (res.nonFinite[r] === 1) {
+        throw new SynapseError("engine_output_invalid", `Cannot rerank candidate ${k}: the model produced NaN or Infinity`, {
+          details: { item_id: String(k), model_id: model.modelId },
+        });
+      }
+      scores[k] = res.data[r]!;
+    });
+  }));
+  return {
+    ...buildEnvelope({
+      fingerprint: model.fingerprint!,
+      tableEpoch: ctx.tableEpoch(),
+      dims: 1,
+      engine: ORT_ENGINE,
+      moduleGeneration: ctx.moduleGeneration,
+      modelId: model.modelId,
+      testModel: model.testModel,
+    }),
+    scores,
+    score_kind: "raw_logit",
+    sigmoid_scores: scores.map((s) => 1 / (1 + Math.exp(-s))),
+    real_token_counts: seqs.map((s) => s.effectiveTokens),
+    truncation_disclosures: seqs.map((s) => ({
+      submitted_tokens: s.submittedTokens,
+      effective_tokens: s.effectiveTokens,
+      truncated: s.truncated,
+    })),
+    queue_time_ms: startedMs - permit.admittedAtMs,
+    inference_time_ms: Math.round(inferenceMs * 1000) / 1000,
+  };
+}

@@ -1,0 +1,221 @@
+/**
+ * One Synapse instance: config, store, lanes, models, admission and the ops dispatcher. Every
+ * front door (CLI in-process, HTTP, later the subc bus) holds one of these and calls
+ * {@link Synapse.call}.
+ *
+ * @module
+ */
+import { fromFileUrl } from "node:url";
+import { loadConfig } from "./config/config.ts";
+import type { SynapseConfig } from "./config/config.ts";
+import { SynapseError } from "./contract/errors.ts";
+import { OrtLane } from "./engines/ort/ort_lane.ts";
+import { ModelRegistry, threadsForKnob } from "./models/model_registry.ts";
+import type { LoadedModel, ModelSource, ModelTask } from "./models/model_registry.ts";
+import type { Pooling } from "./engines/ort/pooling.ts";
+import { dispatch } from "./ops/dispatcher.ts";
+import type { OpOutcome } from "./ops/dispatcher.ts";
+import type { CallOptions, OpContext } from "./ops/context.ts";
+import { Admission } from "./sched/admission.ts";
+import { Store } from "./store/store.ts";
+import { storePath } from "./paths.ts";
+import type { EnvSource } from "./paths.ts";
+
+/** Version of this build, printed by `ck-synapse version`. */
+export const SYNAPSE_VERSION = "0.1.0";
+
+/** Directory of the generated test models (scripts/gen_models.ts). */
+export const FIXTURE_MODELS_DIR: string = fromFileUrl(new URL("../fixtures/models/", import.meta.url));
+
+/** Options of {@link createSynapse}. */
+export interface SynapseOptions {
+  /** A config to use as is; otherwise it is loaded from the layered files (contract.md §9). */
+  config?: SynapseConfig;
+  /** Environment for config and data-home resolution. @default Deno.env */
+  env?: EnvSource;
+  /** Working directory for the project config. @default Deno.cwd() */
+  cwd?: string;
+  /** SQLite store path. @default `<data_home>/cortexkit/synapse/store.db` */
+  storePath?: string;
+  /** Wait for preloaded models before resolving. @default true */
+  waitForModels?: boolean;
+  /** Wall clock in ms. @default Date.now */
+  now?: () => number;
+}
+
+/**
+ * The models served when none is configured: the two generated test models, labelled as such.
+ */
+export function defaultModelSources(dir: string = FIXTURE_MODELS_DIR): ModelSource[] {
+  return [
+    {
+      modelId: "synapse-tiny-embed",
+      task: "embed",
+      modelPath: `${dir}/synapse-tiny-embed/model.onnx`,
+      tokenizerPath: `${dir}/synapse-tiny-embed/tokenizer.json`,
+      configPath: `${dir}/synapse-tiny-embed/config.json`,
+      pooling: "mean",
+      normalize: true,
+      testModel: true,
+    },
+    {
+      modelId: "synapse-tiny-rerank",
+      task: "rerank",
+      modelPath: `${dir}/synapse-tiny-rerank/model.onnx`,
+      tokenizerPath: `${dir}/synapse-tiny-rerank/tokenizer.json`,
+      configPath: `${dir}/synapse-tiny-rerank/config.json`,
+      pooling: "cls",
+      normalize: false,
+      testModel: true,
+    },
+  ];
+}
+
+/**
+ * Turns a `preload_models[]` entry into a model source. `model_path` may name model.onnx or
+ * the model directory (model.onnx, tokenizer.json, config.json inside).
+ *
+ * @throws {SynapseError} `invalid_request` for an engine this build does not serve.
+ */
+export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
+  if (entry.engine !== "ort") {
+    throw new SynapseError("invalid_request", `Cannot preload '${entry.model_id ?? entry.model_path}': engine '${entry.engine}' is not available in this build (ort only)`, {
+      details: { field: "preload_models.engine", engine: entry.engine },
+    });
+  }
+  let modelPath = entry.model_path;
+  let dir: string;
+  if (modelPath.endsWith(".onnx")) {
+    dir = modelPath.slice(0, Math.max(0, modelPath.lastIndexOf("/"))) || ".";
+  } else {
+    dir = modelPath.replace(/\/+$/, "");
+    modelPath = `${dir}/model.onnx`;
+  }
+  const name = dir.split("/").filter(Boolean).pop() ?? "model";
+  const task: ModelTask = entry.task === "rerank" ? "rerank" : "embed";
+  const source: ModelSource = {
+    modelId: entry.model_id ?? name,
+    task,
+    modelPath,
+    tokenizerPath: entry.tokenizer_path ?? `${dir}/tokenizer.json`,
+    configPath: entry.config_path ?? `${dir}/config.json`,
+    pooling: (entry.pooling ?? "mean") as Pooling,
+    normalize: entry.normalize ?? true,
+  };
+  if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
+  return source;
+}
+
+/** A running Synapse instance. */
+export class Synapse implements AsyncDisposable {
+  readonly config: SynapseConfig;
+  readonly store: Store;
+  readonly registry: ModelRegistry;
+  readonly admission: Admission;
+  readonly context: OpContext;
+  /** Resolves when every preloaded model is ready or failed. */
+  readonly modelsSettled: Promise<LoadedModel[]>;
+  #disposed = false;
+
+  /** @internal Use {@link createSynapse}. */
+  constructor(config: SynapseConfig, store: Store, sources: ModelSource[], now: () => number) {
+    this.config = config;
+    this.store = store;
+    const lane = new OrtLane({ intraOpThreads: threadsForKnob(config.knob) });
+    this.registry = new ModelRegistry(lane, {
+      threadPolicy: config.knob,
+      maxBatchTokens: config.inline.max_tokens,
+      now,
+    });
+    this.admission = new Admission({
+      byteBudget: config.inline.byte_budget,
+      maxQueueMs: config.inline.max_queue_ms,
+      estimatedExecutionMs: config.inline.estimated_execution_ms,
+      maxConcurrentWorkers: config.inline.max_concurrent_workers,
+    }, { now });
+    const storeRef = store;
+    this.context = {
+      config,
+      registry: this.registry,
+      admission: this.admission,
+      moduleGeneration: store.moduleGeneration,
+      tableEpoch: () => storeRef.tableEpoch,
+      now,
+    };
+    this.modelsSettled = Promise.all(sources.map((s) => this.registry.load(s))).then((ms) => {
+      for (const m of ms) {
+        if (m.state === "ready") {
+          try {
+            store.upsertModel({
+              model_id: m.modelId,
+              engine: "ort",
+              task: m.task,
+              fingerprint: m.fingerprint!,
+              config_json: JSON.stringify({ source: m.source, profile: m.profile }),
+            });
+          } catch { /* the store is advisory for models; serving goes on */ }
+        }
+      }
+      return ms;
+    });
+  }
+
+  /** Module generation of this boot. */
+  get moduleGeneration(): number {
+    return this.store.moduleGeneration;
+  }
+
+  /**
+   * Calls an operation.
+   *
+   * @param method Contract method, e.g. `"embed.query"`.
+   * @param params Its params.
+   * @returns The outcome in its wire shape (never throws).
+   */
+  call(method: string, params: unknown, options: CallOptions = {}): Promise<OpOutcome> {
+    if (this.#disposed) {
+      const e = new SynapseError("module_not_initialized", "Cannot call: this Synapse instance was disposed");
+      return Promise.resolve({ kind: "channel", body: e.toChannel(), error: e });
+    }
+    return dispatch(this.context, method, params, options);
+  }
+
+  /** True after {@link dispose}. */
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+
+  /** Stops the lanes and closes the store. Idempotent. */
+  dispose(): Promise<void> {
+    if (this.#disposed) return Promise.resolve();
+    this.#disposed = true;
+    this.registry.lane.dispose();
+    this.store.dispose();
+    return Promise.resolve();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.dispose();
+  }
+}
+
+/**
+ * Starts a Synapse instance: loads config, opens the store (bumping `module_generation`), and
+ * loads the preloaded models (or the two test models when none is configured).
+ *
+ * @throws {SynapseError} `invalid_request` for a bad config (naming key and file),
+ *   `store_failure` when the store cannot open.
+ */
+export async function createSynapse(options: SynapseOptions = {}): Promise<Synapse> {
+  const cwd = options.cwd ?? Deno.cwd();
+  const config = options.config ??
+    (await loadConfig({ ...(options.env === undefined ? {} : { env: options.env }), cwd })).config;
+  const path = options.storePath ?? storePath(options.env);
+  const store = await Store.open(path);
+  const sources = config.preload_models.length > 0
+    ? config.preload_models.map(sourceFromPreload)
+    : defaultModelSources();
+  const syn = new Synapse(config, store, sources, options.now ?? Date.now);
+  if (options.waitForModels ?? true) await syn.modelsSettled;
+  return syn;
+}
