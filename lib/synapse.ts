@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { fromFileUrl } from "node:url";
+import { fileURLToPath } from "node:url";
 import { loadConfig } from "./config/config.ts";
 import type { SynapseConfig } from "./config/config.ts";
 import { SynapseError } from "./contract/errors.ts";
@@ -25,7 +25,7 @@ import type { EnvSource } from "./paths.ts";
 export const SYNAPSE_VERSION = "0.1.0";
 
 /** Directory of the generated test models (scripts/gen_models.ts). */
-export const FIXTURE_MODELS_DIR: string = fromFileUrl(new URL("../fixtures/models/", import.meta.url));
+export const FIXTURE_MODELS_DIR: string = fileURLToPath(new URL("../fixtures/models", import.meta.url));
 
 /** Options of {@link createSynapse}. */
 export interface SynapseOptions {

@@ -1,0 +1,193 @@
+/**
+ * How CLI commands reach Synapse: an embedded instance in this process, or a running server over
+ * loopback HTTP (`--url`). Both answer with the wire body and its kind, so commands print the
+ * same thing whichever door they used.
+ *
+ * @module
+ */
+import { SynapseError } from "../contract/errors.ts";
+import { createSynapse } from "../synapse.ts";
+import type { Synapse, SynapseOptions } from "../synapse.ts";
+import { isLoopbackHostname } from "../http/server.ts";
+
+/** Kind of a call's outcome, as the wire body shows it. */
+export type ClientOutcomeKind = "result" | "semantic" | "channel";
+
+/**
+ * One call's outcome: `body` is the wire JSON — `{result}` for results and semantic errors
+ * (`result.error` set), `{code, message}` for channel errors.
+ */
+export interface ClientOutcome {
+  kind: ClientOutcomeKind;
+  body: unknown;
+}
+
+/** A way to call Synapse operations. */
+export interface SynapseClient extends AsyncDisposable {
+  /**
+   * Calls one operation.
+   *
+   * @param method Contract method, e.g. `"embed.query"`.
+   * @param params Its params (a JSON value).
+   * @returns The outcome; never rejects for a refusal (errors travel in the body).
+   */
+  call(method: string, params: unknown): Promise<ClientOutcome>;
+  /** Releases the client (disposes an embedded instance). Idempotent. */
+  close(): Promise<void>;
+}
+
+/** A client over an embedded instance that it created and owns. */
+export class InProcessClient implements SynapseClient {
+  /** The embedded instance. */
+  readonly synapse: Synapse;
+
+  /** @internal Use {@link InProcessClient.create}. */
+  constructor(synapse: Synapse) {
+    this.synapse = synapse;
+  }
+
+  /**
+   * Starts an embedded instance and waits for its models to settle.
+   *
+   * @param options Passed to {@link createSynapse}.
+   * @throws {SynapseError} as {@link createSynapse} (bad config, store failure).
+   */
+  static async create(options: SynapseOptions = {}): Promise<InProcessClient> {
+    const synapse = await createSynapse(options);
+    await synapse.modelsSettled;
+    return new InProcessClient(synapse);
+  }
+
+  /** @inheritdoc */
+  async call(method: string, params: unknown): Promise<ClientOutcome> {
+    const outcome = await this.synapse.call(method, params);
+    return { kind: outcome.kind, body: outcome.body };
+  }
+
+  /** Disposes the embedded instance. */
+  close(): Promise<void> {
+    return this.synapse.dispose();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}
+
+/**
+ * Parses a `--url` value: an `http:` URL whose host is loopback.
+ *
+ * @param url The value, e.g. `http://127.0.0.1:8080`.
+ * @returns The parsed URL.
+ * @throws {SynapseError} channel `invalid_request` for anything else.
+ */
+export function parseLoopbackUrl(url: string): URL {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new SynapseError("invalid_request", `Cannot use --url '${url}': not a URL`, {
+      channel: true,
+      details: { field: "url" },
+    });
+  }
+  if (parsed.protocol !== "http:" || !isLoopbackHostname(parsed.hostname)) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot use --url '${url}': give an http:// URL on a loopback host (127.0.0.0/8, [::1], localhost)`,
+      { channel: true, details: { field: "url" } },
+    );
+  }
+  return parsed;
+}
+
+/** Options of {@link HttpClient}. */
+export interface HttpClientOptions {
+  /** Fetch implementation. @default globalThis.fetch */
+  fetch?: typeof fetch;
+}
+
+/** A client over a running server's `POST /v1/ops/<method>`. */
+export class HttpClient implements SynapseClient {
+  /** Base URL of the server. */
+  readonly url: URL;
+  #fetch: typeof fetch;
+
+  /**
+   * @param url Loopback http URL of the server.
+   * @param options Injected fetch.
+   * @throws {SynapseError} channel `invalid_request` for a URL that is not loopback http.
+   */
+  constructor(url: string, options: HttpClientOptions = {}) {
+    this.url = parseLoopbackUrl(url);
+    this.#fetch = options.fetch ?? fetch;
+  }
+
+  /**
+   * Posts the params; a server that cannot be reached answers a channel
+   * `module_not_initialized`, a body that is not wire JSON a channel `encode_failed`.
+   */
+  async call(method: string, params: unknown): Promise<ClientOutcome> {
+    const target = new URL(`/v1/ops/${encodeURIComponent(method)}`, this.url);
+    let text: string;
+    try {
+      const res = await this.#fetch(target, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(params ?? {}),
+      });
+      text = await res.text();
+    } catch (err) {
+      return channel(
+        "module_not_initialized",
+        `Cannot reach Synapse at ${this.url.origin}: ${err instanceof Error ? err.message : err}`,
+      );
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      return channel("encode_failed", `Cannot decode the answer of ${target.href}: not JSON`);
+    }
+    return classify(body);
+  }
+
+  /** Nothing to release. */
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}
+
+/**
+ * Classifies a wire body: a top-level `code` is a channel error, a `result` holding only
+ * `module_generation` and an `error` object a semantic error (a job payload may carry an `error`
+ * field of its own), any other `result` a result.
+ *
+ * @param body Parsed wire JSON.
+ * @returns The outcome; a body of none of these shapes is a channel `encode_failed`.
+ */
+export function classify(body: unknown): ClientOutcome {
+  if (typeof body === "object" && body !== null && !Array.isArray(body)) {
+    const b = body as Record<string, unknown>;
+    if (typeof b.code === "string") return { kind: "channel", body };
+    if ("result" in b) {
+      return { kind: isSemanticError(b.result) ? "semantic" : "result", body };
+    }
+  }
+  return channel("encode_failed", "Cannot decode the answer: not a Synapse wire body");
+}
+
+function isSemanticError(r: unknown): boolean {
+  if (typeof r !== "object" || r === null || Array.isArray(r)) return false;
+  const rec = r as Record<string, unknown>;
+  return typeof rec.error === "object" && rec.error !== null &&
+    Object.keys(rec).every((k) => k === "error" || k === "module_generation");
+}
+
+function channel(code: "module_not_initialized" | "encode_failed", message: string): ClientOutcome {
+  return { kind: "channel", body: { code, message } };
+}

@@ -1,0 +1,94 @@
+/**
+ * `ck-synapse embed [--model ID] [--json] [--truncate] [--url URL] TEXT...`: one text is
+ * `embed.query`, several are `embed.batch`.
+ *
+ * @module
+ */
+import { cliExitFor } from "../../http/status_table.ts";
+import { openClient, parseCommandArgs, reportError, UsageError } from "../_command.ts";
+import type { CliIO, Command } from "../_command.ts";
+
+const USAGE = `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--url URL] TEXT...
+
+Embeds one text (embed.query) or several (embed.batch) and prints the model, fingerprint, dims,
+token counts and the first 8 values of each vector; --json prints the whole result envelope.
+
+  --model ID    model to use (default: the first embed model)
+  --truncate    cut over-long texts to the model's limit and disclose it, instead of refusing
+  --json        print the result (or the error) as JSON
+  --url URL     call a running server (http://127.0.0.1:PORT) instead of an embedded instance
+
+Exit status: 0 all embedded, 1 refused (any item), 2 channel or usage error.`;
+
+/** Shape of the embed result fields this command prints. */
+interface EmbedPrintable {
+  model_id: string;
+  test_model?: boolean;
+  fingerprint: string;
+  dims: number;
+  vectors: { id: string; vector: number[] }[];
+  real_token_counts: number[];
+  truncation_disclosures: { submitted_tokens: number; effective_tokens: number; truncated: boolean }[];
+  item_errors?: { id: string; index: number; error: { code: string; message: string } }[];
+}
+
+/** The `embed` command. */
+export const embedCommand: Command = {
+  name: "embed",
+  describe: "Embed texts and print the fingerprinted vectors",
+  usage: USAGE,
+  run: runEmbed,
+};
+
+async function runEmbed(args: string[], io: CliIO): Promise<number> {
+  const { values, positionals } = parseCommandArgs(args, {
+    model: { type: "string" },
+    json: { type: "boolean" },
+    truncate: { type: "boolean" },
+    url: { type: "string" },
+  });
+  if (positionals.length === 0) throw new UsageError("Cannot embed: give at least one TEXT");
+  const common: Record<string, unknown> = {};
+  if (values.model !== undefined) common.model = values.model;
+  if (values.truncate) common.truncate = true;
+  const [method, params] = positionals.length === 1
+    ? ["embed.query", { ...common, text: positionals[0] }]
+    : ["embed.batch", { ...common, texts: positionals }];
+  const client = await openClient(values.url, io);
+  try {
+    const outcome = await client.call(method, params);
+    if (values.json) {
+      io.out(JSON.stringify(
+        outcome.kind === "channel" ? outcome.body : (outcome.body as { result: unknown }).result,
+        null,
+        2,
+      ));
+    }
+    if (outcome.kind !== "result") return values.json ? cliExitFor(outcome.kind) : reportError(outcome, io);
+    const res = (outcome.body as { result: EmbedPrintable }).result;
+    if (!values.json) printSummary(res, io);
+    const refused = res.item_errors ?? [];
+    if (!values.json) {
+      for (const e of refused) {
+        io.err(`error: item ${e.id}: ${e.error.code}: ${e.error.message}`);
+      }
+    }
+    return refused.length > 0 ? cliExitFor("semantic") : cliExitFor("result");
+  } finally {
+    await client.close();
+  }
+}
+
+function printSummary(res: EmbedPrintable, io: CliIO): void {
+  io.out(`model        ${res.model_id}${res.test_model ? " (test model)" : ""}`);
+  io.out(`fingerprint  ${res.fingerprint}`);
+  io.out(`dims         ${res.dims}`);
+  res.vectors.forEach((v, k) => {
+    const d = res.truncation_disclosures[k];
+    const tokens = res.real_token_counts[k] ?? 0;
+    const cut = d?.truncated ? ` (truncated from ${d.submitted_tokens})` : "";
+    const head = v.vector.slice(0, 8).map((x) => x.toFixed(6)).join(", ");
+    const more = v.vector.length > 8 ? ", …" : "";
+    io.out(`item ${v.id}  ${tokens} tokens${cut}  [${head}${more}]`);
+  });
+}

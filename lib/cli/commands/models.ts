@@ -1,0 +1,77 @@
+/**
+ * `ck-synapse models list [--json] [--url URL]`: `models.list`.
+ *
+ * @module
+ */
+import { cliExitFor } from "../../http/status_table.ts";
+import { openClient, parseCommandArgs, reportError, UsageError } from "../_command.ts";
+import type { CliIO, Command } from "../_command.ts";
+
+const USAGE = `usage: ck-synapse models list [--json] [--url URL]
+
+Lists the models with their task, state, dims and fingerprint; --json prints the whole result.
+
+  --json        print the result (or the error) as JSON
+  --url URL     call a running server (http://127.0.0.1:PORT) instead of an embedded instance`;
+
+interface ModelsPrintable {
+  models: {
+    model_id: string;
+    task: string;
+    state: string;
+    dims?: number;
+    fingerprints: string[];
+    test_model?: boolean;
+    error?: { code: string; message: string };
+  }[];
+}
+
+/** The `models` command group (`list` only, for now). */
+export const modelsCommand: Command = {
+  name: "models",
+  describe: "List models with their state and fingerprint",
+  usage: USAGE,
+  run: runModels,
+};
+
+async function runModels(args: string[], io: CliIO): Promise<number> {
+  const { values, positionals } = parseCommandArgs(args, {
+    json: { type: "boolean" },
+    url: { type: "string" },
+  });
+  const [sub, ...extra] = positionals;
+  if (sub !== undefined && sub !== "list") {
+    throw new UsageError(`Cannot run 'models ${sub}': unknown subcommand (use 'models list')`);
+  }
+  if (extra.length > 0) throw new UsageError(`Cannot list models: unexpected '${extra[0]}'`);
+  const client = await openClient(values.url, io);
+  try {
+    const outcome = await client.call("models.list", {});
+    if (values.json) {
+      io.out(JSON.stringify(
+        outcome.kind === "channel" ? outcome.body : (outcome.body as { result: unknown }).result,
+        null,
+        2,
+      ));
+      return cliExitFor(outcome.kind);
+    }
+    if (outcome.kind !== "result") return reportError(outcome, io);
+    const res = (outcome.body as { result: ModelsPrintable }).result;
+    const rows = res.models.map((m) => [
+      m.model_id,
+      m.task,
+      m.state,
+      m.dims === undefined ? "-" : String(m.dims),
+      (m.fingerprints[0] ?? "-") + (m.test_model ? "  (test model)" : "") +
+      (m.error ? `  ${m.error.code}: ${m.error.message}` : ""),
+    ]);
+    const header = ["MODEL", "TASK", "STATE", "DIMS", "FINGERPRINT"];
+    const widths = header.map((h, c) => Math.max(h.length, ...rows.map((r) => r[c]!.length)));
+    for (const r of [header, ...rows]) {
+      io.out(r.map((cell, c) => c === r.length - 1 ? cell : cell.padEnd(widths[c]!)).join("  "));
+    }
+    return cliExitFor("result");
+  } finally {
+    await client.close();
+  }
+}

@@ -1,0 +1,81 @@
+/**
+ * `ck-synapse rerank [--model ID] [--json] [--url URL] --query Q DOC...`: `rerank.score`.
+ *
+ * @module
+ */
+import { cliExitFor } from "../../http/status_table.ts";
+import { openClient, parseCommandArgs, reportError, UsageError } from "../_command.ts";
+import type { CliIO, Command } from "../_command.ts";
+
+const USAGE = `usage: ck-synapse rerank [--model ID] [--json] [--url URL] --query Q DOC...
+
+Scores each DOC against the query with a cross-encoder and prints the raw scores (logits) in
+input order, with their sigmoid beside them; --json prints the whole result envelope.
+
+  --query Q     the query (required)
+  --model ID    model to use (default: the first rerank model)
+  --json        print the result (or the error) as JSON
+  --url URL     call a running server (http://127.0.0.1:PORT) instead of an embedded instance
+
+Exit status: 0 scored, 1 refused, 2 channel or usage error.`;
+
+interface RerankPrintable {
+  model_id: string;
+  test_model?: boolean;
+  fingerprint: string;
+  scores: number[];
+  sigmoid_scores?: number[];
+  real_token_counts: number[];
+}
+
+/** The `rerank` command. */
+export const rerankCommand: Command = {
+  name: "rerank",
+  describe: "Score documents against a query (raw cross-encoder scores)",
+  usage: USAGE,
+  run: runRerank,
+};
+
+async function runRerank(args: string[], io: CliIO): Promise<number> {
+  const { values, positionals } = parseCommandArgs(args, {
+    model: { type: "string" },
+    query: { type: "string" },
+    json: { type: "boolean" },
+    url: { type: "string" },
+  });
+  if (values.query === undefined) throw new UsageError("Cannot rerank: --query is required");
+  if (positionals.length === 0) throw new UsageError("Cannot rerank: give at least one DOC");
+  const params: Record<string, unknown> = { query: values.query, candidates: positionals };
+  if (values.model !== undefined) params.model = values.model;
+  const client = await openClient(values.url, io);
+  try {
+    const outcome = await client.call("rerank.score", params);
+    if (values.json) {
+      io.out(JSON.stringify(
+        outcome.kind === "channel" ? outcome.body : (outcome.body as { result: unknown }).result,
+        null,
+        2,
+      ));
+      return cliExitFor(outcome.kind);
+    }
+    if (outcome.kind !== "result") return reportError(outcome, io);
+    const res = (outcome.body as { result: RerankPrintable }).result;
+    io.out(`model        ${res.model_id}${res.test_model ? " (test model)" : ""}`);
+    io.out(`fingerprint  ${res.fingerprint}`);
+    io.out("scores (raw, input order):");
+    res.scores.forEach((s, i) => {
+      const sig = res.sigmoid_scores?.[i];
+      const doc = positionals[i] ?? "";
+      const shown = doc.length > 60 ? `${doc.slice(0, 59)}…` : doc;
+      const sigText = sig === undefined ? "" : `  sigmoid ${sig.toFixed(6)}`;
+      io.out(
+        `  ${i}  ${s.toFixed(6)}${sigText}  ${res.real_token_counts[i] ?? 0} tokens  ${
+          JSON.stringify(shown)
+        }`,
+      );
+    });
+    return cliExitFor("result");
+  } finally {
+    await client.close();
+  }
+}

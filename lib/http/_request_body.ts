@@ -1,0 +1,245 @@
+/**
+ * Reading a request body as JSON, defensively: a byte cap enforced while the body streams in
+ * (hono body-limit), strict UTF-8 decoding, and JSON syntax errors that name their position.
+ *
+ * @module
+ */
+import { SynapseError } from "../contract/errors.ts";
+
+/** Largest request body the HTTP door reads, in bytes (64 MiB, the inline byte budget). */
+export const MAX_BODY_BYTES = 64 * 1024 * 1024;
+
+/**
+ * A channel `invalid_request` that answers with a transport status of its own (413 for an
+ * oversized body, 405 for a wrong method) instead of the table's 400.
+ */
+export class HttpRefusal extends SynapseError {
+  /** HTTP status to answer with. */
+  readonly status: number;
+
+  constructor(status: number, message: string, details?: Record<string, unknown>) {
+    super("invalid_request", message, { channel: true, ...(details ? { details } : {}) });
+    this.name = "HttpRefusal";
+    this.status = status;
+  }
+}
+
+/** Options of {@link readJsonBody}. */
+export interface ReadJsonBodyOptions {
+  /** Byte cap, counted as chunks arrive. @default MAX_BODY_BYTES */
+  maxBytes?: number;
+  /** Value of an empty body. @default {} */
+  empty?: unknown;
+}
+
+/**
+ * Reads, decodes and parses a JSON request body.
+ *
+ * @param req The request.
+ * @param options Cap and empty-body value.
+ * @returns The parsed JSON value (`options.empty` for an empty or whitespace-only body).
+ * @throws {HttpRefusal} 413 when the body exceeds the cap (Content-Length or streamed bytes).
+ * @throws {SynapseError} channel `invalid_request` for a body that is not UTF-8 or not JSON,
+ *   the latter naming the position.
+ */
+export async function readJsonBody(
+  req: Request,
+  options: ReadJsonBodyOptions = {},
+): Promise<unknown> {
+  const bytes = await readBodyBytes(req, options.maxBytes ?? MAX_BODY_BYTES);
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes);
+  } catch {
+    throw new SynapseError("invalid_request", "Cannot read body: body is not valid UTF-8", {
+      channel: true,
+      details: { field: "body", reason: "invalid_utf8" },
+    });
+  }
+  if (text.trim() === "") return options.empty ?? {};
+  try {
+    return JSON.parse(text);
+  } catch {
+    const at = findJsonSyntaxError(text) ?? { position: 0, reason: "invalid JSON" };
+    const { line, column } = lineColumn(text, at.position);
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot parse body as JSON: ${at.reason} at position ${at.position} (line ${line} column ${column})`,
+      { channel: true, details: { field: "body", reason: "invalid_json", position: at.position } },
+    );
+  }
+}
+
+async function readBodyBytes(req: Request, maxBytes: number): Promise<Uint8Array> {
+  const declared = req.headers.get("content-length");
+  if (declared !== null && Number(declared) > maxBytes) throw tooLarge(Number(declared), maxBytes);
+  if (req.body === null) return new Uint8Array(0);
+  const reader = req.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > maxBytes) {
+      await reader.cancel().catch(() => {});
+      throw tooLarge(total, maxBytes);
+    }
+    chunks.push(value);
+  }
+  if (chunks.length === 1) return chunks[0]!;
+  const out = new Uint8Array(total);
+  let off = 0;
+  for (const c of chunks) {
+    out.set(c, off);
+    off += c.byteLength;
+  }
+  return out;
+}
+
+function tooLarge(bytes: number, maxBytes: number): HttpRefusal {
+  return new HttpRefusal(
+    413,
+    `Cannot read body: ${bytes} bytes exceed the limit of ${maxBytes} bytes`,
+    { field: "body", reason: "body_too_large", max_bytes: maxBytes },
+  );
+}
+
+/** Position (UTF-16 index) and description of the first JSON syntax error. */
+export interface JsonSyntaxError {
+  position: number;
+  reason: string;
+}
+
+/**
+ * Finds the first syntax error in text `JSON.parse` refused (V8's message names a position only
+ * for some errors). Iterative, so deep nesting cannot overflow the stack.
+ *
+ * @param text The body text.
+ * @returns The error, or undefined when the text is valid JSON.
+ */
+export function findJsonSyntaxError(text: string): JsonSyntaxError | undefined {
+  const n = text.length;
+  const stack: string[] = [];
+  let i = 0;
+  const ws = (): void => {
+    while (i < n && (text[i] === " " || text[i] === "\t" || text[i] === "\n" || text[i] === "\r")) {
+      i++;
+    }
+  };
+  const fail = (reason: string): JsonSyntaxError => ({
+    position: i,
+    reason: i >= n ? `${reason}, found end of input` : `${reason}, found ${describe(text.codePointAt(i)!)}`,
+  });
+  // Scans a string at text[i] === '"'; returns an error or undefined.
+  const str = (): JsonSyntaxError | undefined => {
+    i++;
+    while (i < n) {
+      const c = text.charCodeAt(i);
+      if (c === 0x22) {
+        i++;
+        return undefined;
+      }
+      if (c < 0x20) return fail("unescaped control character in string");
+      if (c === 0x5c) {
+        const e = text[i + 1];
+        if (e !== undefined && '"\\/bfnrt'.includes(e)) i += 2;
+        else if (e === "u" && /^[0-9a-fA-F]{4}$/.test(text.slice(i + 2, i + 6))) i += 6;
+        else {
+          i++;
+          return fail("invalid escape in string");
+        }
+      } else i++;
+    }
+    return fail("unterminated string");
+  };
+  const num = (): JsonSyntaxError | undefined => {
+    const m = /^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/.exec(text.slice(i, i + 512));
+    if (!m || m[0] === "-" || m[0] === "") return fail("invalid number");
+    i += m[0].length;
+    return undefined;
+  };
+  const key = (): JsonSyntaxError | undefined => {
+    ws();
+    if (text[i] !== '"') return fail("expected a double-quoted property name");
+    const e = str();
+    if (e) return e;
+    ws();
+    if (text[i] !== ":") return fail("expected ':' after property name");
+    i++;
+    return undefined;
+  };
+  for (;;) {
+    // A value is expected at i.
+    ws();
+    if (i >= n) return fail("expected a value");
+    const c = text[i]!;
+    let e: JsonSyntaxError | undefined;
+    let opened = false;
+    if (c === "{") {
+      i++;
+      ws();
+      if (text[i] === "}") i++;
+      else {
+        stack.push("}");
+        e = key();
+        opened = true;
+      }
+    } else if (c === "[") {
+      i++;
+      ws();
+      if (text[i] === "]") i++;
+      else {
+        stack.push("]");
+        opened = true;
+      }
+    } else if (c === '"') e = str();
+    else if (c === "-" || (c >= "0" && c <= "9")) e = num();
+    else if (text.startsWith("true", i)) i += 4;
+    else if (text.startsWith("false", i)) i += 5;
+    else if (text.startsWith("null", i)) i += 4;
+    else return fail("expected a value");
+    if (e) return e;
+    if (opened) continue;
+    // After a complete value: close containers or move to the next element.
+    for (;;) {
+      ws();
+      const close = stack[stack.length - 1];
+      if (close === undefined) {
+        return i < n ? fail("unexpected data after the JSON value") : undefined;
+      }
+      if (text[i] === close) {
+        stack.pop();
+        i++;
+        continue;
+      }
+      if (text[i] === ",") {
+        i++;
+        if (close === "}") {
+          e = key();
+          if (e) return e;
+        }
+        break;
+      }
+      return fail(`expected ',' or '${close}'`);
+    }
+  }
+}
+
+function describe(codePoint: number): string {
+  return codePoint < 0x20 || codePoint === 0x7f || (codePoint >= 0xd800 && codePoint <= 0xdfff)
+    ? `U+${codePoint.toString(16).toUpperCase().padStart(4, "0")}`
+    : `'${String.fromCodePoint(codePoint)}'`;
+}
+
+function lineColumn(text: string, position: number): { line: number; column: number } {
+  let line = 1;
+  let start = 0;
+  for (let k = 0; k < position && k < text.length; k++) {
+    if (text.charCodeAt(k) === 0x0a) {
+      line++;
+      start = k + 1;
+    }
+  }
+  return { line, column: position - start + 1 };
+}

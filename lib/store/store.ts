@@ -1,0 +1,429 @@
+/**
+ * The Synapse SQLite store (contract.md §8, subc.md §5 "Opening the store"), over Deno's built-in
+ * `node:sqlite`.
+ *
+ * Opening follows the cortexkit store procedure: `mkdir -p` the parent, open, set
+ * `busy_timeout=5000`, `journal_mode=WAL` and `foreign_keys=ON`, run the numbered migrations of
+ * namespace `synapse_module` (one transaction each, recorded in `cortexkit_schema_version`),
+ * bump `module_generation`, and restrict the database files to mode 0600.
+ *
+ * Not done here (yet): the exclusive store lease in the parent directory and fenced writes
+ * (`cortexkit_fence`), which need a non-blocking `flock`.
+ *
+ * @module
+ */
+
+import { DatabaseSync } from "node:sqlite";
+import { dirname } from "node:path";
+import { SynapseError } from "../contract/errors.ts";
+
+/** Migration namespace of this module in `cortexkit_schema_version`. */
+export const STORE_NAMESPACE = "synapse_module";
+
+/** One numbered migration: a batch of SQL run in its own transaction. */
+interface Migration {
+  readonly version: number;
+  readonly sql: string;
+}
+
+const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    sql: `
+      CREATE TABLE module_meta (
+        id INTEGER PRIMARY KEY CHECK (id = 0),
+        module_generation INTEGER NOT NULL,
+        table_epoch INTEGER NOT NULL
+      );
+      CREATE TABLE models (
+        model_id TEXT PRIMARY KEY,
+        engine TEXT,
+        task TEXT,
+        fingerprint TEXT,
+        config_json TEXT,
+        updated_ms INTEGER
+      );
+    `,
+  },
+  {
+    version: 2,
+    sql: `
+      CREATE TABLE jobs (
+        job_id TEXT PRIMARY KEY,
+        request_key TEXT,
+        request_digest TEXT,
+        kind TEXT NOT NULL,
+        module_generation INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL,
+        execution_expires_ms INTEGER,
+        result_retention_ttl_ms INTEGER,
+        terminal_at_ms INTEGER,
+        active_attempt_id TEXT,
+        logical_handle TEXT,
+        paused_at_ms INTEGER,
+        resume_deadline_ms INTEGER,
+        params_json TEXT,
+        result_json TEXT,
+        error_json TEXT,
+        page_count INTEGER NOT NULL DEFAULT 0
+      );
+      CREATE INDEX jobs_by_request_key ON jobs (request_key);
+      CREATE INDEX jobs_by_state ON jobs (state);
+      CREATE TABLE result_pages (
+        request_digest TEXT NOT NULL,
+        page_no INTEGER NOT NULL,
+        page_json TEXT NOT NULL,
+        provider_request_ids_json TEXT,
+        committed_at INTEGER NOT NULL,
+        PRIMARY KEY (request_digest, page_no)
+      );
+      CREATE TABLE alias_rows (
+        fingerprint_a TEXT NOT NULL,
+        fingerprint_b TEXT NOT NULL,
+        valid_from_ms INTEGER NOT NULL,
+        valid_to_ms INTEGER,
+        evidence_json TEXT,
+        PRIMARY KEY (fingerprint_a, fingerprint_b, valid_from_ms),
+        CHECK (fingerprint_a <= fingerprint_b)
+      );
+    `,
+  },
+];
+
+/** Highest schema version this binary knows. */
+export const STORE_SCHEMA_VERSION: number = MIGRATIONS.length;
+
+/** A row of the `models` table. */
+export interface ModelRow {
+  /** Model id. */
+  model_id: string;
+  /** Engine name, e.g. `ort`. */
+  engine: string;
+  /** Task: `embed`, `rerank` or `generate`. */
+  task: string;
+  /** Fingerprint of the loaded profile (64 hex). */
+  fingerprint: string;
+  /** The model's config, as JSON text. */
+  config_json: string;
+  /** Last update, in unix milliseconds. */
+  updated_ms: number;
+}
+
+/** Input of {@link Store.upsertModel}; `updated_ms` defaults to the store clock. */
+export type ModelRowInput = Omit<ModelRow, "updated_ms"> & { updated_ms?: number };
+
+/** Options of {@link Store.open}. */
+export interface StoreOpenOptions {
+  /**
+   * Wall clock in unix milliseconds (migration timestamps, `updated_ms` defaults).
+   *
+   * @default {Date.now}
+   */
+  clock?: () => number;
+}
+
+/**
+ * The Synapse store: one SQLite database in WAL mode.
+ *
+ * Every method throws {@link SynapseError} `store_failure` when SQLite fails, and `disposed` after
+ * {@link Store.dispose}.
+ *
+ * @example Open, record a model, close
+ * ```ts ignore
+ * using store = Store.open("/tmp/synapse/store.db");
+ * store.upsertModel({ model_id: "m", engine: "ort", task: "embed", fingerprint: "…", config_json: "{}" });
+ * console.log(store.moduleGeneration, store.listModels());
+ * ```
+ */
+export class Store {
+  #db: DatabaseSync;
+  #path: string;
+  #clock: () => number;
+  #moduleGeneration: number;
+  #disposed = false;
+
+  private constructor(
+    db: DatabaseSync,
+    path: string,
+    moduleGeneration: number,
+    clock: () => number,
+  ) {
+    this.#db = db;
+    this.#path = path;
+    this.#moduleGeneration = moduleGeneration;
+    this.#clock = clock;
+  }
+
+  /**
+   * Opens (creating when needed) the store at `path`, migrates it and starts a new module
+   * generation.
+   *
+   * @param path Database file path (`<data_home>/cortexkit/synapse/store.db` in production), or
+   * `":memory:"` for a private in-memory store (no directory, no chmod, journal mode `memory`).
+   * @param options Clock.
+   * @returns The open store; `moduleGeneration` is 1 on first boot and +1 on each later open.
+   * @throws {SynapseError} `store_failure` when the directory, the database, a pragma, a migration
+   * or the chmod fails, or when the stored schema is newer than this binary knows
+   * (details `{stored, known}`).
+   */
+  static open(path: string, options: StoreOpenOptions = {}): Store {
+    const clock = options.clock ?? Date.now;
+    const memory = path === ":memory:";
+    if (!memory) {
+      try {
+        Deno.mkdirSync(dirname(path), { recursive: true });
+      } catch (err) {
+        throw storeFailure(`Cannot open store ${path}: cannot create its directory`, err, { path });
+      }
+    }
+    let db: DatabaseSync;
+    try {
+      db = new DatabaseSync(path);
+    } catch (err) {
+      throw storeFailure(`Cannot open store ${path}`, err, { path });
+    }
+    try {
+      db.exec("PRAGMA busy_timeout = 5000");
+      const mode = db.prepare("PRAGMA journal_mode = WAL").get()?.journal_mode;
+      if (mode !== (memory ? "memory" : "wal")) {
+        throw new SynapseError(
+          "store_failure",
+          `Cannot open store ${path}: journal mode is '${String(mode)}', expected 'wal'`,
+          { details: { path } },
+        );
+      }
+      db.exec("PRAGMA foreign_keys = ON");
+      migrate(db, path, clock);
+      const generation = bumpModuleGeneration(db);
+      if (!memory) restrictPermissions(path);
+      return new Store(db, path, generation, clock);
+    } catch (err) {
+      try {
+        db.close();
+      } catch { /* already failing; keep the first error */ }
+      throw storeFailure(`Cannot open store ${path}`, err, { path });
+    }
+  }
+
+  /** Path the store was opened at. */
+  get path(): string {
+    return this.#path;
+  }
+
+  /** Module generation of this boot (≥ 1); readable after dispose. */
+  get moduleGeneration(): number {
+    return this.#moduleGeneration;
+  }
+
+  /**
+   * Current table epoch (alias-table version), read from `module_meta`.
+   *
+   * @throws {SynapseError} `disposed` or `store_failure`.
+   */
+  get tableEpoch(): number {
+    this.#ensureNotDisposed();
+    return this.#wrap("read table_epoch", () => {
+      const row = this.#db.prepare("SELECT table_epoch FROM module_meta WHERE id = 0").get();
+      return Number(row?.table_epoch ?? 0);
+    });
+  }
+
+  /** True once {@link Store.dispose} has run. */
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+
+  /**
+   * The underlying connection, for the store-backed modules (jobs, pages, aliases).
+   *
+   * @throws {SynapseError} `disposed`.
+   */
+  get database(): DatabaseSync {
+    this.#ensureNotDisposed();
+    return this.#db;
+  }
+
+  /**
+   * Runs `fn` inside `BEGIN IMMEDIATE … COMMIT`, rolling back when it throws. Not reentrant.
+   *
+   * @typeParam T Result of `fn`.
+   * @param fn Work to run with the connection; it must be synchronous.
+   * @returns What `fn` returns.
+   * @throws {SynapseError} `disposed`; a {@link SynapseError} thrown by `fn` passes through
+   * unchanged; anything else (SQLite errors included) becomes `store_failure` with it as `cause`.
+   */
+  transaction<T>(fn: (db: DatabaseSync) => T): T {
+    this.#ensureNotDisposed();
+    return this.#wrap("run a transaction", () => inTransaction(this.#db, () => fn(this.#db)));
+  }
+
+  /**
+   * Inserts or replaces the `models` row of `row.model_id`.
+   *
+   * @param row The row; `updated_ms` defaults to the clock (unix ms).
+   * @throws {SynapseError} `disposed` or `store_failure`.
+   */
+  upsertModel(row: ModelRowInput): void {
+    this.#ensureNotDisposed();
+    this.#wrap(`upsert model '${row.model_id}'`, () => {
+      this.#db.prepare(
+        `INSERT INTO models (model_id, engine, task, fingerprint, config_json, updated_ms)
+         VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT (model_id) DO UPDATE SET
+           engine = excluded.engine,
+           task = excluded.task,
+           fingerprint = excluded.fingerprint,
+           config_json = excluded.config_json,
+           updated_ms = excluded.updated_ms`,
+      ).run(
+        row.model_id,
+        row.engine,
+        row.task,
+        row.fingerprint,
+        row.config_json,
+        row.updated_ms ?? this.#clock(),
+      );
+    });
+  }
+
+  /**
+   * Lists the `models` rows, ordered by `model_id`.
+   *
+   * @returns The rows.
+   * @throws {SynapseError} `disposed` or `store_failure`.
+   */
+  listModels(): ModelRow[] {
+    this.#ensureNotDisposed();
+    return this.#wrap("list models", () =>
+      this.#db.prepare(
+        "SELECT model_id, engine, task, fingerprint, config_json, updated_ms FROM models ORDER BY model_id",
+      ).all().map((r) => ({
+        model_id: String(r.model_id),
+        engine: String(r.engine),
+        task: String(r.task),
+        fingerprint: String(r.fingerprint),
+        config_json: String(r.config_json),
+        updated_ms: Number(r.updated_ms),
+      })));
+  }
+
+  /** Closes the database. Idempotent. */
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    try {
+      this.#db.close();
+    } catch { /* closing twice or with a broken handle changes nothing for the caller */ }
+  }
+
+  /** Same as {@link Store.dispose}, for `using`. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
+  #ensureNotDisposed(): void {
+    if (this.#disposed) {
+      throw new SynapseError("disposed", `Cannot use store ${this.#path}: it is disposed`);
+    }
+  }
+
+  #wrap<T>(action: string, fn: () => T): T {
+    try {
+      return fn();
+    } catch (err) {
+      throw storeFailure(`Cannot ${action} in store ${this.#path}`, err, { path: this.#path });
+    }
+  }
+}
+
+function migrate(db: DatabaseSync, path: string, clock: () => number): void {
+  db.exec(
+    `CREATE TABLE IF NOT EXISTS cortexkit_schema_version (
+      namespace TEXT,
+      version INTEGER,
+      applied_at_unix INTEGER,
+      PRIMARY KEY (namespace, version)
+    )`,
+  );
+  const stored = storedVersion(db);
+  if (stored > STORE_SCHEMA_VERSION) {
+    throw new SynapseError(
+      "store_failure",
+      `Cannot open store ${path}: schema ahead of binary (stored version ${stored}, this binary knows ${STORE_SCHEMA_VERSION})`,
+      { details: { path, stored, known: STORE_SCHEMA_VERSION } },
+    );
+  }
+  const isApplied = db.prepare(
+    "SELECT 1 AS applied FROM cortexkit_schema_version WHERE namespace = ? AND version = ?",
+  );
+  const record = db.prepare(
+    "INSERT INTO cortexkit_schema_version (namespace, version, applied_at_unix) VALUES (?, ?, ?)",
+  );
+  for (const migration of MIGRATIONS) {
+    inTransaction(db, () => {
+      // Checked inside the write lock: a peer may have applied it since we looked.
+      if (isApplied.get(STORE_NAMESPACE, migration.version) !== undefined) return;
+      db.exec(migration.sql);
+      record.run(STORE_NAMESPACE, migration.version, Math.floor(clock() / 1000));
+    });
+  }
+}
+
+function storedVersion(db: DatabaseSync): number {
+  const row = db.prepare(
+    "SELECT MAX(version) AS version FROM cortexkit_schema_version WHERE namespace = ?",
+  ).get(STORE_NAMESPACE);
+  return Number(row?.version ?? 0);
+}
+
+function bumpModuleGeneration(db: DatabaseSync): number {
+  return inTransaction(db, () => {
+    db.exec(
+      `INSERT INTO module_meta (id, module_generation, table_epoch) VALUES (0, 1, 0)
+       ON CONFLICT (id) DO UPDATE SET module_generation = module_generation + 1`,
+    );
+    const row = db.prepare("SELECT module_generation FROM module_meta WHERE id = 0").get();
+    return Number(row?.module_generation);
+  });
+}
+
+function inTransaction<T>(db: DatabaseSync, fn: () => T): T {
+  db.exec("BEGIN IMMEDIATE");
+  try {
+    const result = fn();
+    db.exec("COMMIT");
+    return result;
+  } catch (err) {
+    try {
+      db.exec("ROLLBACK");
+    } catch { /* the transaction may already be gone; the original error matters */ }
+    throw err;
+  }
+}
+
+/** chmod 0600 the database and its `-wal`/`-shm` companions when they are regular files. */
+function restrictPermissions(path: string): void {
+  if (Deno.build.os === "windows") return;
+  for (const file of [path, `${path}-wal`, `${path}-shm`]) {
+    let info: Deno.FileInfo;
+    try {
+      info = Deno.lstatSync(file);
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound) continue;
+      throw err;
+    }
+    if (info.isFile) Deno.chmodSync(file, 0o600);
+  }
+}
+
+function storeFailure(
+  message: string,
+  err: unknown,
+  details: Record<string, unknown>,
+): SynapseError {
+  if (err instanceof SynapseError) return err;
+  const reason = err instanceof Error ? err.message : String(err);
+  return new SynapseError("store_failure", `${message}: ${reason}`, { details, cause: err });
+}

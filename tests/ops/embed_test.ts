@@ -1,0 +1,241 @@
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import {
+  channelError,
+  cosine,
+  MODELS,
+  preload,
+  resultOf,
+  semanticError,
+  startSynapse,
+} from "../_helpers.ts";
+
+const sha = (s: string) => createHash("sha256").update(s).digest("hex");
+
+Deno.test("embed.query answers the envelope with a 64-hex fingerprint and per-item hashes", async () => {
+  await using t = await startSynapse();
+  const r = resultOf(await t.syn.call("embed.query", { text: "hello world" }));
+  assert.match(r.fingerprint, /^[0-9a-f]{64}$/);
+  assert.equal(r.dims, 32);
+  assert.equal(r.vectors.length, 1);
+  assert.equal(r.vectors[0].vector.length, 32);
+  assert.equal(r.vectors[0].id, "0");
+  assert.equal(r.vectors[0].submitted_sha256, sha("hello world"));
+  assert.equal(r.vectors[0].content_sha256, sha("hello world"));
+  assert.deepEqual(r.real_token_counts, [4]); // [CLS] hello world [SEP]
+  assert.deepEqual(r.truncation_disclosures, [{ submitted_tokens: 4, effective_tokens: 4, truncated: false }]);
+  assert.equal(r.model_id, "synapse-tiny-embed");
+  assert.equal(r.test_model, true);
+  assert.deepEqual(r.provenance, { engine: { engine: "ort", version: "1.30.0", build_flags: { ep: "cpu" } } });
+  assert.equal(r.module_generation, t.syn.moduleGeneration);
+  assert.equal(r.table_epoch, 0);
+  assert.deepEqual(r.equivalent_to, []);
+  const norm = Math.hypot(...r.vectors[0].vector);
+  assert.ok(Math.abs(norm - 1) < 1e-5, `L2 norm ${norm}`);
+});
+
+Deno.test("F1: empty and whitespace-only text is invalid_request naming the item; the rest is served", async () => {
+  await using t = await startSynapse();
+  for (const text of ["", "   "]) {
+    const err = semanticError(await t.syn.call("embed.query", { text, id: "q1" }));
+    assert.equal(err.code, "invalid_request");
+    assert.equal(err.details.item_id, "q1");
+  }
+  const r = resultOf(await t.syn.call("embed.batch", {
+    items: [{ id: "a", text: "first" }, { id: "b", text: "" }, { id: "c", text: "  \t " }, { id: "d", text: "last" }],
+  }));
+  assert.deepEqual(r.vectors.map((v: { id: string }) => v.id), ["a", "d"]);
+  assert.deepEqual(r.item_errors.map((e: { id: string; index: number; error: { code: string } }) => [e.id, e.index, e.error.code]), [
+    ["b", 1, "invalid_request"],
+    ["c", 2, "invalid_request"],
+  ]);
+  assert.equal(r.real_token_counts.length, 2);
+  // The process is unaffected.
+  resultOf(await t.syn.call("embed.query", { text: "still here" }));
+});
+
+Deno.test("F2: max_tokens is served untruncated, max_tokens + 1 is sequence_too_long, truncation is disclosed", async () => {
+  await using t = await startSynapse();
+  // 'a' is one token; [CLS] and [SEP] make two more.
+  const exact = Array(510).fill("a").join(" ");
+  const over = Array(511).fill("a").join(" ");
+  const r = resultOf(await t.syn.call("embed.batch", { items: [{ id: "x", text: exact }] }));
+  assert.deepEqual(r.truncation_disclosures, [{ submitted_tokens: 512, effective_tokens: 512, truncated: false }]);
+  assert.equal(r.vectors[0].content_sha256, r.vectors[0].submitted_sha256);
+
+  const err = semanticError(await t.syn.call("embed.query", { text: over, id: "y" }));
+  assert.equal(err.code, "sequence_too_long");
+  assert.equal(err.class, "permanent");
+  assert.deepEqual(err.details, { tokens: 513, max_tokens: 512, item_id: "y" });
+
+  const b = resultOf(await t.syn.call("embed.batch", { items: [{ id: "y", text: over }, "ok"] }));
+  assert.equal(b.item_errors[0].error.code, "sequence_too_long");
+  assert.equal(b.vectors.length, 1);
+
+  const tr = resultOf(await t.syn.call("embed.query", { text: over, id: "y", truncate: true }));
+  assert.deepEqual(tr.truncation_disclosures, [{ submitted_tokens: 513, effective_tokens: 512, truncated: true }]);
+  assert.deepEqual(tr.real_token_counts, [512]);
+  assert.notEqual(tr.vectors[0].content_sha256, tr.vectors[0].submitted_sha256);
+  assert.equal(tr.vectors[0].submitted_sha256, sha(over));
+  // The kept content is the first 510 'a's.
+  assert.equal(tr.vectors[0].content_sha256, sha(exact));
+});
+
+Deno.test("F3: an input far over the context is cut only at the model's certified context, disclosed", async () => {
+  await using t = await startSynapse();
+  const long = Array(5000).fill("word").join(" ");
+  const r = resultOf(await t.syn.call("embed.query", { text: long, truncate: true }));
+  assert.deepEqual(r.truncation_disclosures[0], { submitted_tokens: 5002, effective_tokens: 512, truncated: true });
+});
+
+Deno.test("F4: the same text alone, in a batch of 32 mixed lengths and concurrently gives the same vector", async () => {
+  await using t = await startSynapse();
+  const text = "the quick brown fox jumps over the lazy dog";
+  const alone = resultOf(await t.syn.call("embed.query", { text }));
+  const others = Array.from({ length: 31 }, (_, i) => Array(1 + ((i * 53) % 300)).fill("data").join(" "));
+  const items = [...others.slice(0, 17), text, ...others.slice(17)].map((x, i) => ({ id: `i${i}`, text: x }));
+  const batch = resultOf(await t.syn.call("embed.batch", { items }));
+  const inBatch = batch.vectors.find((v: { id: string }) => v.id === "i17");
+  const [c1, c2] = await Promise.all([
+    t.syn.call("embed.query", { text }),
+    t.syn.call("embed.batch", { items: [text, ...others.slice(0, 8)] }),
+  ]);
+  const conc1 = resultOf(c1).vectors[0].vector;
+  const conc2 = resultOf(c2).vectors[0].vector;
+  for (const v of [inBatch.vector, conc1, conc2]) {
+    assert.ok(cosine(alone.vectors[0].vector, v) >= 0.99999);
+  }
+  assert.equal(batch.fingerprint, alone.fingerprint);
+  assert.equal(resultOf(c1).fingerprint, alone.fingerprint);
+  assert.equal(resultOf(c2).fingerprint, alone.fingerprint);
+});
+
+Deno.test("F5: 'apple' and ['apple'] share one admission policy, served and refused alike", async () => {
+  await using t = await startSynapse({ inline: { byte_budget: 8 } });
+  const q = resultOf(await t.syn.call("embed.query", { text: "apple" }));
+  const b = resultOf(await t.syn.call("embed.batch", { texts: ["apple"] }));
+  const i = resultOf(await t.syn.call("embed.batch", { items: ["apple"] }));
+  assert.deepEqual(b.vectors[0].vector, q.vectors[0].vector);
+  assert.deepEqual(i.vectors[0].vector, q.vectors[0].vector);
+  // Full load: 4 bytes held leave less than 5 for "apple".
+  const held = t.syn.admission.admit({ bytes: 4, deadlineMs: 30000, maxQueueMs: 5000, queueClass: "bulk" });
+  const outcomes = await Promise.all([
+    t.syn.call("embed.query", { text: "apple" }),
+    t.syn.call("embed.batch", { texts: ["apple"] }),
+    t.syn.call("embed.batch", { items: [{ id: "0", text: "apple" }] }),
+  ]);
+  for (const o of outcomes) {
+    const e = semanticError(o);
+    assert.equal(e.code, "queue_full");
+    assert.equal(e.retry_after_ms, 100);
+    assert.equal(e.safe_to_retry_same_request, true);
+  }
+  held.release();
+  resultOf(await t.syn.call("embed.query", { text: "apple" }));
+});
+
+Deno.test("F6: a non-finite model output is engine_output_invalid for that item, never a vector", async () => {
+  await using t = await startSynapse({
+    preload_models: [preload(`${MODELS}/synapse-tiny-embed-nan`, "nan-embed")],
+  });
+  const r = resultOf(await t.syn.call("embed.batch", {
+    items: [{ id: "ok", text: "a healthy sentence" }, { id: "bad", text: "this has poison in it" }],
+  }));
+  assert.deepEqual(r.vectors.map((v: { id: string }) => v.id), ["ok"]);
+  assert.ok(r.vectors[0].vector.every(Number.isFinite));
+  assert.equal(r.item_errors.length, 1);
+  assert.equal(r.item_errors[0].id, "bad");
+  assert.equal(r.item_errors[0].error.code, "engine_output_invalid");
+  assert.equal(r.item_errors[0].error.class, "permanent");
+  assert.ok(!JSON.stringify(r).includes("null"));
+  const e = semanticError(await t.syn.call("embed.query", { text: "poison" }));
+  assert.equal(e.code, "engine_output_invalid");
+});
+
+Deno.test("F16: an unknown field or a wrong type is a channel invalid_request naming the field", async () => {
+  await using t = await startSynapse();
+  const cases: [string, unknown, string][] = [
+    ["embed.query", { txt: "x" }, "txt"],
+    ["embed.query", { text: 5 }, "text"],
+    ["embed.query", { text: "x", deadline_ms: "soon" }, "deadline_ms"],
+    ["embed.batch", { items: [{ id: "a", text: "x", extra: 1 }] }, "items.0.extra"],
+    ["embed.batch", { items: [{ id: "a", txt: "x" }] }, "items.0"],
+    ["rerank.score", { query: "q", candidates: ["a"], top_k: 3 }, "top_k"],
+    ["models.list", { verbose: true }, "verbose"],
+  ];
+  for (const [method, params, field] of cases) {
+    const body = channelError(await t.syn.call(method, params));
+    assert.equal(body.code, "invalid_request");
+    assert.ok(body.message.includes(`'${field}`), `${body.message} names ${field}`);
+    assert.deepEqual(Object.keys(body).sort(), ["code", "message"]);
+  }
+});
+
+Deno.test("embed.batch refuses an empty batch, duplicate ids and params that are not an object", async () => {
+  await using t = await startSynapse();
+  for (const [params, needle] of [
+    [{ items: [] }, "empty batch"],
+    [{ texts: [] }, "empty batch"],
+    [{ items: [{ id: "a", text: "x" }, { id: "a", text: "y" }] }, "'a' appears more than once"],
+    [{ items: ["x", { id: "0", text: "y" }] }, "'0' appears more than once"],
+    [{}, "'items' is required"],
+    [{ items: ["x"], texts: ["y"] }, "not both"],
+    [[1, 2], "must be a JSON object"],
+  ] as const) {
+    const body = channelError(await t.syn.call("embed.batch", params));
+    assert.equal(body.code, "invalid_request");
+    assert.ok(body.message.includes(needle), body.message);
+  }
+});
+
+Deno.test("embed refuses an unknown model, a mismatched required_fingerprint and over-limit batches", async () => {
+  await using t = await startSynapse({ inline: { max_items: 4, max_tokens: 64 } });
+  let e = semanticError(await t.syn.call("embed.query", { text: "x", model: "nope" }));
+  assert.equal(e.code, "unknown_model");
+  assert.equal(e.details.model_id, "nope");
+  e = semanticError(await t.syn.call("embed.query", { text: "x", model: "synapse-tiny-rerank" }));
+  assert.equal(e.code, "invalid_request");
+  e = semanticError(
+    await t.syn.call("embed.query", { text: "x", required_fingerprint: "0".repeat(64) }),
+  );
+  assert.equal(e.code, "substitution_rejected");
+  e = semanticError(await t.syn.call("embed.batch", { texts: ["a", "b", "c", "d", "e"] }));
+  assert.equal(e.code, "invalid_request");
+  assert.equal(e.details.limit, "inline.max_items");
+  e = semanticError(await t.syn.call("embed.batch", { texts: [Array(70).fill("a").join(" ")] }));
+  assert.equal(e.details.limit, "inline.max_tokens");
+  assert.equal(e.details.tokens, 72);
+  const ok = resultOf(await t.syn.call("embed.query", { text: "fine" }));
+  assert.equal(ok.vectors.length, 1);
+});
+
+Deno.test("embed answers model_loading with a retry hint while the model loads (F9)", async () => {
+  const { createSynapse } = await import("../../lib/synapse.ts");
+  const { DEFAULT_CONFIG } = await import("../../lib/config/config.ts");
+  const dir = await Deno.makeTempDir();
+  const syn = await createSynapse({ config: DEFAULT_CONFIG, storePath: `${dir}/store.db`, waitForModels: false });
+  try {
+    const e = semanticError(await syn.call("embed.query", { text: "early" }));
+    assert.equal(e.code, "model_loading");
+    assert.equal(e.class, "transient");
+    assert.equal(e.retry_after_ms, 250);
+    await syn.modelsSettled;
+    resultOf(await syn.call("embed.query", { text: "later" }));
+  } finally {
+    await syn.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("embed.query refuses a lone surrogate as invalid_request (F14)", async () => {
+  await using t = await startSynapse();
+  const e = semanticError(await t.syn.call("embed.query", { text: "ok \udc00 not ok" }));
+  assert.equal(e.code, "invalid_request");
+  assert.equal(e.details.reason, "invalid_unicode");
+  assert.equal(e.details.utf16_index, 3);
+});
+
+Deno.test("dispatch answers unknown_method as a channel error", async () => {
+  await using t = await startSynapse();
+  assert.equal(channelError(await t.syn.call("embed.querry", {})).code, "unknown_method");
+});
