@@ -62,7 +62,9 @@ export class UsageError extends Error {
 export function parseCommandArgs<O extends ArgOptions>(
   args: string[],
   options: O,
-): ReturnType<typeof parseArgs<{ args: string[]; options: O; strict: true; allowPositionals: true }>> {
+): ReturnType<
+  typeof parseArgs<{ args: string[]; options: O; strict: true; allowPositionals: true }>
+> {
   try {
     return parseArgs({ args, options, strict: true, allowPositionals: true });
   } catch (err) {

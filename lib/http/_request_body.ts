@@ -129,7 +129,9 @@ export function findJsonSyntaxError(text: string): JsonSyntaxError | undefined {
   };
   const fail = (reason: string): JsonSyntaxError => ({
     position: i,
-    reason: i >= n ? `${reason}, found end of input` : `${reason}, found ${describe(text.codePointAt(i)!)}`,
+    reason: i >= n
+      ? `${reason}, found end of input`
+      : `${reason}, found ${describe(text.codePointAt(i)!)}`,
   });
   // Scans a string at text[i] === '"'; returns an error or undefined.
   const str = (): JsonSyntaxError | undefined => {

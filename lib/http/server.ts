@@ -176,9 +176,16 @@ async function route(synapse: HttpBackend, req: Request, maxBodyBytes: number): 
       const params = await readJsonBody(req, { maxBytes: maxBodyBytes });
       return outcomeResponse(await synapse.call(method, params, { signal: req.signal }));
     }
-    throw new SynapseError("unknown_method", `Cannot route ${req.method} ${path}: no such endpoint`, {
-      details: { path, endpoints: ["POST /v1/ops/<method>", "POST /v1/embeddings", "GET /health"] },
-    });
+    throw new SynapseError(
+      "unknown_method",
+      `Cannot route ${req.method} ${path}: no such endpoint`,
+      {
+        details: {
+          path,
+          endpoints: ["POST /v1/ops/<method>", "POST /v1/embeddings", "GET /health"],
+        },
+      },
+    );
   } catch (err) {
     return errorResponse(toSynapseError(err, "encode_failed"), synapse);
   }
@@ -339,7 +346,10 @@ async function openAiEmbeddings(
     const raw = await readJsonBody(req, { maxBytes: maxBodyBytes });
     const p = parseParams("/v1/embeddings", OpenAiEmbeddingsRequest, raw);
     if (synapse.disposed) {
-      throw new SynapseError("module_not_initialized", "Cannot embed: this instance is shutting down");
+      throw new SynapseError(
+        "module_not_initialized",
+        "Cannot embed: this instance is shutting down",
+      );
     }
     single = typeof p.input === "string";
     const texts = typeof p.input === "string" ? [p.input] : p.input;

@@ -28,7 +28,11 @@ interface EmbedPrintable {
   dims: number;
   vectors: { id: string; vector: number[] }[];
   real_token_counts: number[];
-  truncation_disclosures: { submitted_tokens: number; effective_tokens: number; truncated: boolean }[];
+  truncation_disclosures: {
+    submitted_tokens: number;
+    effective_tokens: number;
+    truncated: boolean;
+  }[];
   item_errors?: { id: string; index: number; error: { code: string; message: string } }[];
 }
 
@@ -64,7 +68,9 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
         2,
       ));
     }
-    if (outcome.kind !== "result") return values.json ? cliExitFor(outcome.kind) : reportError(outcome, io);
+    if (outcome.kind !== "result") {
+      return values.json ? cliExitFor(outcome.kind) : reportError(outcome, io);
+    }
     const res = (outcome.body as { result: EmbedPrintable }).result;
     if (!values.json) printSummary(res, io);
     const refused = res.item_errors ?? [];

@@ -1,0 +1,89 @@
+/**
+ * `ck-synapse serve --http 127.0.0.1:PORT`: runs an instance with the HTTP door until SIGINT or
+ * SIGTERM, then shuts down cleanly (in-flight requests finish, the instance is disposed).
+ *
+ * @module
+ */
+import { createSynapse } from "../../synapse.ts";
+import { serveHttp } from "../../http/server.ts";
+import { cliExitFor } from "../../http/status_table.ts";
+import { parseCommandArgs, UsageError } from "../_command.ts";
+import type { CliIO, Command } from "../_command.ts";
+
+const USAGE = `usage: ck-synapse serve --http HOST:PORT
+
+Serves the operations over HTTP on a loopback address (127.0.0.0/8, [::1], localhost):
+POST /v1/ops/<method>, POST /v1/embeddings (OpenAI shape), GET /health. PORT 0 picks a free
+port. Prints "listening on http://HOST:PORT" once bound, and runs until SIGINT or SIGTERM.
+
+  --http HOST:PORT   address to listen on, e.g. 127.0.0.1:8080
+  --subc FILE        serve on the subc bus (not available in this build)`;
+
+/** The `serve` command. */
+export const serveCommand: Command = {
+  name: "serve",
+  describe: "Serve over HTTP on a loopback address until SIGINT/SIGTERM",
+  usage: USAGE,
+  run: runServe,
+};
+
+/**
+ * Splits `HOST:PORT` (`[::1]:PORT` for IPv6).
+ *
+ * @param value The `--http` value.
+ * @returns Hostname (brackets kept for IPv6) and port.
+ * @throws {UsageError} when it is not `HOST:PORT` with a port in 0..65535.
+ */
+export function parseHostPort(value: string): { hostname: string; port: number } {
+  const m = /^(\[[^\]]+\]|[^:\[\]]+):(\d{1,5})$/.exec(value);
+  const port = m ? Number(m[2]) : NaN;
+  if (!m || port > 65535) {
+    throw new UsageError(
+      `Cannot use --http '${value}': give HOST:PORT, e.g. 127.0.0.1:8080 (PORT 0 picks a free port)`,
+    );
+  }
+  return { hostname: m[1]!, port };
+}
+
+async function runServe(args: string[], io: CliIO): Promise<number> {
+  const { values, positionals } = parseCommandArgs(args, {
+    http: { type: "string" },
+    subc: { type: "string" },
+  });
+  if (positionals.length > 0) throw new UsageError(`Cannot serve: unexpected '${positionals[0]}'`);
+  if (values.subc !== undefined) {
+    io.err("error: --subc is not available in this build yet; use --http 127.0.0.1:PORT");
+    return cliExitFor("usage");
+  }
+  if (values.http === undefined) throw new UsageError("Cannot serve: give --http HOST:PORT");
+  const { hostname, port } = parseHostPort(values.http);
+  const synapse = await createSynapse({ ...io.synapseOptions, waitForModels: false });
+  const stop = new AbortController();
+  const onSignal = (): void => stop.abort();
+  const signals: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"];
+  try {
+    const server = serveHttp(synapse, {
+      hostname,
+      port,
+      onListen: function announce(addr): void {
+        const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
+        io.out(`listening on http://${host}:${addr.port}`);
+      },
+    });
+    for (const s of signals) Deno.addSignalListener(s, onSignal);
+    io.signal?.addEventListener("abort", onSignal, { once: true });
+    if (io.signal?.aborted) stop.abort();
+    await Promise.race([
+      new Promise<void>((resolve) => stop.signal.addEventListener("abort", () => resolve())),
+      server.finished,
+    ]);
+    io.err("shutting down");
+    await server.shutdown();
+    return cliExitFor("result");
+  } finally {
+    for (const s of signals) Deno.removeSignalListener(s, onSignal);
+    io.signal?.removeEventListener("abort", onSignal);
+    await synapse.modelsSettled.catch(() => {});
+    await synapse.dispose();
+  }
+}

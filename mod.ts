@@ -1,0 +1,38 @@
+/**
+ * Synapse public API: start an instance in-process, call its operations, and compute the
+ * identities (numeric profile id, fingerprint, machine-profile hash) exactly as contract.md
+ * §4–5 define them.
+ *
+ * @example Embed in-process
+ * ```ts ignore
+ * import { createSynapse } from "./mod.ts";
+ * await using syn = await createSynapse();
+ * const out = await syn.call("embed.query", { text: "hello world" });
+ * ```
+ *
+ * @module
+ */
+export { createSynapse, defaultModelSources, Synapse, SYNAPSE_VERSION } from "./lib/synapse.ts";
+export type { SynapseOptions } from "./lib/synapse.ts";
+export {
+  fingerprint,
+  inputGrammarIdentity,
+  numericProfileId,
+  numericProfileStableBytes,
+} from "./lib/identity/numeric_profile.ts";
+export type { EngineIdentity, NumericProfile } from "./lib/identity/numeric_profile.ts";
+export {
+  machineProfileHash,
+  machineProfileStableBytes,
+  probeMachineProfile,
+  revisionedMachineProfileHash,
+} from "./lib/identity/machine_profile.ts";
+export type { MachineProfile } from "./lib/identity/machine_profile.ts";
+export { ERROR_CODES, SynapseError } from "./lib/contract/errors.ts";
+export type { ChannelError, ErrorClass, ErrorCode, WireError } from "./lib/contract/errors.ts";
+export type { OpOutcome } from "./lib/ops/dispatcher.ts";
+export type { EmbedResult, EmbedVector, ItemError, TruncationDisclosure } from "./lib/ops/embed.ts";
+export type { RerankResult } from "./lib/ops/rerank.ts";
+export type { Envelope } from "./lib/contract/envelope.ts";
+export { DEFAULT_CONFIG, loadConfig } from "./lib/config/config.ts";
+export type { SynapseConfig } from "./lib/config/config.ts";

@@ -1,0 +1,68 @@
+import assert from "node:assert/strict";
+import { OrtLane } from "../../../lib/engines/ort/ort_lane.ts";
+import { SanitizedTokenizer } from "../../../lib/tokenize/tokenizer.ts";
+import { MODELS } from "../../_helpers.ts";
+
+const dir = `${MODELS}/synapse-tiny-embed`;
+const spec = {
+  modelRef: "m",
+  path: `${dir}/model.onnx`,
+  task: "embed" as const,
+  pooling: "mean" as const,
+  normalize: true,
+};
+
+Deno.test("OrtLane: two worker threads with 40 concurrent runs stay correct (stress)", async () => {
+  // onnxruntime-node 1.21 aborted with HandleScope errors when several threads ran sessions;
+  // this keeps an upgrade from bringing that back (design.md, "where engines run").
+  const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
+  using a = new OrtLane({ intraOpThreads: 1 });
+  using b = new OrtLane({ intraOpThreads: 1 });
+  await Promise.all([a.load(spec), b.load(spec)]);
+  const texts = Array.from({ length: 40 }, (_, i) => Array(1 + i * 5).fill("stress").join(" "));
+  const seqs = texts.map((t) => tok.encode(t, { maxTokens: 512, truncate: true }));
+  const results = await Promise.all(seqs.map((s, i) => (i % 2 ? a : b).run("m", [s])));
+  const again = await Promise.all(seqs.map((s, i) => (i % 2 ? b : a).run("m", [s])));
+  for (let i = 0; i < 40; i++) {
+    assert.equal(results[i]!.dims, 32);
+    const x = results[i]!.data, y = again[i]!.data;
+    for (let d = 0; d < 32; d++) assert.ok(Math.abs(x[d]! - y[d]!) < 1e-5);
+  }
+});
+
+Deno.test("OrtLane keeps the main thread free while the worker runs", async () => {
+  const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
+  using lane = new OrtLane();
+  await lane.load(spec);
+  const seq = tok.encode(Array(500).fill("busy").join(" "), { maxTokens: 512, truncate: true });
+  let ticks = 0;
+  const timer = setInterval(() => ticks++, 1);
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: 60 }, () => lane.run("m", [seq, seq, seq, seq])));
+  const ms = performance.now() - t0;
+  clearInterval(timer);
+  // A blocked main thread would see ~0 ticks; a free one sees ticks throughout.
+  assert.ok(ticks >= Math.min(20, ms / 10), `${ticks} timer ticks in ${ms.toFixed(0)} ms`);
+});
+
+Deno.test("OrtLane answers artifact_invalid for a file that is not a model, and keeps serving", async () => {
+  const tmp = await Deno.makeTempFile({ suffix: ".onnx" });
+  await Deno.writeTextFile(tmp, "not a model");
+  using lane = new OrtLane();
+  await assert.rejects(lane.load({ ...spec, modelRef: "bad", path: tmp }), { code: "artifact_invalid" });
+  await lane.load(spec);
+  const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
+  const r = await lane.run("m", [tok.encode("fine", { maxTokens: 512 })]);
+  assert.equal(r.dims, 32);
+  await assert.rejects(lane.run("nope", [tok.encode("x", { maxTokens: 512 })]), { code: "unknown_model" });
+  await Deno.remove(tmp);
+});
+
+Deno.test("OrtLane.dispose() is idempotent and refuses later calls with disposed", async () => {
+  const lane = new OrtLane();
+  await lane.load(spec);
+  lane.dispose();
+  lane.dispose();
+  assert.equal(lane.disposed, true);
+  await assert.rejects(lane.load(spec), { code: "disposed" });
+});

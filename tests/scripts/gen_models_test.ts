@@ -1,0 +1,350 @@
+import assert from "node:assert/strict";
+import { Tokenizer } from "@huggingface/tokenizers";
+import * as ort from "onnxruntime-node";
+import {
+  BENCH_MODEL_NAME,
+  generateModels,
+  MODEL_FILES,
+  POISON_TOKEN,
+  TINY_MODEL_NAMES,
+} from "../../scripts/gen_models.ts";
+
+const SENTENCE = "Hello world, this is Synapse.";
+
+async function sha256Hex(bytes: Uint8Array): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", bytes as Uint8Array<ArrayBuffer>);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** sha256 of every file under `root`, keyed by relative path. */
+async function hashTree(root: string, rel = ""): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  const entries = [];
+  for await (const e of Deno.readDir(`${root}/${rel}`)) entries.push(e);
+  entries.sort((a, b) => (a.name < b.name ? -1 : 1));
+  for (const e of entries) {
+    const path = rel === "" ? e.name : `${rel}/${e.name}`;
+    if (e.isDirectory) {
+      for (const [k, v] of await hashTree(root, path)) out.set(k, v);
+    } else {
+      out.set(path, await sha256Hex(await Deno.readFile(`${root}/${path}`)));
+    }
+  }
+  return out;
+}
+
+async function readJson(path: string): Promise<Record<string, unknown>> {
+  return JSON.parse(await Deno.readTextFile(path));
+}
+
+async function loadTokenizer(dir: string): Promise<Tokenizer> {
+  return new Tokenizer(
+    await readJson(`${dir}/tokenizer.json`),
+    await readJson(`${dir}/tokenizer_config.json`),
+  );
+}
+
+interface Batch {
+  feeds: Record<string, ort.Tensor>;
+  lengths: number[];
+  seq: number;
+}
+
+/** Encodes `texts` (with [CLS]/[SEP]) and right-pads them with [PAD] into int64 [n, seq]. */
+function encodeBatch(tokenizer: Tokenizer, texts: string[], padId: number): Batch {
+  const encoded = texts.map((t) => tokenizer.encode(t).ids);
+  const seq = Math.max(...encoded.map((ids) => ids.length));
+  const ids = new BigInt64Array(texts.length * seq).fill(BigInt(padId));
+  const mask = new BigInt64Array(texts.length * seq);
+  encoded.forEach((row, i) => {
+    row.forEach((id, j) => {
+      ids[i * seq + j] = BigInt(id);
+      mask[i * seq + j] = 1n;
+    });
+  });
+  const dims = [texts.length, seq];
+  return {
+    feeds: {
+      input_ids: new ort.Tensor("int64", ids, dims),
+      attention_mask: new ort.Tensor("int64", mask, dims),
+      token_type_ids: new ort.Tensor("int64", new BigInt64Array(texts.length * seq), dims),
+    },
+    lengths: encoded.map((row) => row.length),
+    seq,
+  };
+}
+
+async function run(dir: string, feeds: Record<string, ort.Tensor>): Promise<ort.Tensor> {
+  const session = await ort.InferenceSession.create(`${dir}/model.onnx`);
+  try {
+    const out = await session.run(feeds);
+    const name = session.outputNames[0] as string;
+    return out[name] as ort.Tensor;
+  } finally {
+    await session.release();
+  }
+}
+
+function allFinite(values: Float32Array): boolean {
+  return values.every((v) => Number.isFinite(v));
+}
+
+/** Rows of `out` [n, seq, hidden] for sequence `i`, the first `len` positions. */
+function sequence(out: ort.Tensor, i: number, len: number): Float32Array {
+  const [, seq, hidden] = out.dims as number[];
+  const data = out.data as Float32Array;
+  return data.subarray(i * seq! * hidden!, (i * seq! + len) * hidden!);
+}
+
+Deno.test("generateModels() writes byte-identical tiny models on two runs", async () => {
+  const a = await Deno.makeTempDir();
+  const b = await Deno.makeTempDir();
+  try {
+    const start = performance.now();
+    const first = await generateModels({ outDir: a });
+    const ms = performance.now() - start;
+    await generateModels({ outDir: b });
+    assert.deepEqual(first.map((m) => m.name), [...TINY_MODEL_NAMES]);
+    assert.ok(first.every((m) => !m.skipped));
+    assert.ok(ms < 2000, `tiny generation took ${ms.toFixed(0)} ms`);
+    const hashesA = await hashTree(a);
+    const hashesB = await hashTree(b);
+    assert.deepEqual(hashesA, hashesB);
+    const expected = TINY_MODEL_NAMES.flatMap((n) =>
+      [...MODEL_FILES, ".complete"].map((f) => `${n}/${f}`)
+    );
+    assert.deepEqual([...hashesA.keys()].sort(), expected.sort());
+    for (const m of first) {
+      assert.ok(m.modelBytes < 1_000_000, `${m.name} model.onnx is ${m.modelBytes} bytes`);
+      assert.equal(hashesA.get(`${m.name}/onnx/model.onnx`), hashesA.get(`${m.name}/model.onnx`));
+    }
+  } finally {
+    await Deno.remove(a, { recursive: true });
+    await Deno.remove(b, { recursive: true });
+  }
+});
+
+Deno.test("generateModels() skips complete directories and redoes incomplete ones", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    await generateModels({ outDir: dir });
+    const before = await hashTree(dir);
+    const again = await generateModels({ outDir: dir });
+    assert.ok(again.every((m) => m.skipped));
+
+    await Deno.remove(`${dir}/synapse-tiny-embed/.complete`);
+    await Deno.writeTextFile(`${dir}/synapse-tiny-rerank/tokenizer.json`, "{}");
+    const redo = await generateModels({ outDir: dir });
+    assert.deepEqual(redo.map((m) => m.skipped), [false, false, true]);
+    assert.deepEqual(await hashTree(dir), before);
+
+    const forced = await generateModels({ outDir: dir, force: true });
+    assert.ok(forced.every((m) => !m.skipped));
+    assert.deepEqual(await hashTree(dir), before);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("generateModels() tiny models load and run", async (t) => {
+  const root = await Deno.makeTempDir({ prefix: "synapse-gen-models-" });
+  try {
+    await generateModels({ outDir: root });
+
+    await t.step(
+      "tokenizer.json loads in @huggingface/tokenizers with [CLS]/[SEP] and no [UNK]",
+      async () => {
+        for (const name of TINY_MODEL_NAMES) {
+          const dir = `${root}/${name}`;
+          const json = await readJson(`${dir}/tokenizer.json`);
+          // Deliberately present: Synapse must strip them.
+          assert.deepEqual(json.truncation, {
+            direction: "Right",
+            max_length: 128,
+            strategy: "LongestFirst",
+            stride: 0,
+          });
+          assert.deepEqual((json.padding as Record<string, unknown>).strategy, { Fixed: 128 });
+
+          const tokenizer = await loadTokenizer(dir);
+          const enc = tokenizer.encode(SENTENCE);
+          assert.deepEqual(enc.tokens, [
+            "[CLS]",
+            "hello",
+            "world",
+            ",",
+            "this",
+            "is",
+            "synapse",
+            ".",
+            "[SEP]",
+          ]);
+          assert.equal(enc.ids[0], 2);
+          assert.equal(enc.ids.at(-1), 3);
+          assert.equal(tokenizer.token_to_id("[PAD]"), 0);
+          assert.equal(tokenizer.token_to_id("[UNK]"), 1);
+          assert.equal(tokenizer.token_to_id("[MASK]"), 4);
+          assert.equal(tokenizer.get_vocab().size, 2048);
+          assert.ok(!tokenizer.encode("Unbelievably quick foxes jumped").tokens.includes("[UNK]"));
+
+          const pair = tokenizer.encode("what is a river", {
+            text_pair: "water flows to the sea",
+            return_token_type_ids: true,
+          });
+          assert.equal(pair.tokens.filter((t) => t === "[SEP]").length, 2);
+          assert.equal(pair.token_type_ids[0], 0);
+          assert.equal(pair.token_type_ids.at(-1), 1);
+          assert.equal(
+            tokenizer.decode(enc.ids, { skip_special_tokens: true }),
+            "hello world, this is synapse.",
+          );
+        }
+      },
+    );
+
+    await t.step("config.json is an HF BERT config with the synapse keys", async () => {
+      const embed = await readJson(`${root}/synapse-tiny-embed/config.json`);
+      assert.equal(embed.model_type, "bert");
+      assert.equal(embed.hidden_size, 32);
+      assert.equal(embed.num_hidden_layers, 2);
+      assert.equal(embed.num_attention_heads, 4);
+      assert.equal(embed.intermediate_size, 64);
+      assert.equal(embed.vocab_size, 2048);
+      assert.equal(embed.synapse_test_model, true);
+      assert.equal(embed.synapse_task, "embed");
+      assert.equal(embed.synapse_pooling, "mean");
+      assert.equal(embed.synapse_max_tokens, 512);
+      const rerank = await readJson(`${root}/synapse-tiny-rerank/config.json`);
+      assert.equal(rerank.synapse_task, "rerank");
+      assert.deepEqual(rerank.architectures, ["BertForSequenceClassification"]);
+      const nan = await readJson(`${root}/synapse-tiny-embed-nan/config.json`);
+      assert.equal(nan.synapse_poison_token, POISON_TOKEN);
+      const tokenizer = await loadTokenizer(`${root}/synapse-tiny-embed-nan`);
+      assert.equal(nan.synapse_poison_token_id, tokenizer.token_to_id(POISON_TOKEN));
+    });
+
+    await t.step("synapse-tiny-embed runs in onnxruntime-node on a padded batch of 2", async () => {
+      const dir = `${root}/synapse-tiny-embed`;
+      const tokenizer = await loadTokenizer(dir);
+      const texts = [SENTENCE, "A short one."];
+      const batch = encodeBatch(tokenizer, texts, 0);
+      const out = await run(dir, batch.feeds);
+      assert.deepEqual(out.dims, [2, batch.seq, 32]);
+      assert.equal(out.type, "float32");
+      assert.ok(allFinite(out.data as Float32Array));
+
+      // The mask works: the short text alone gives the same rows as padded in the batch.
+      const alone = encodeBatch(tokenizer, [texts[1] as string], 0);
+      const single = await run(dir, alone.feeds);
+      const padded = sequence(out, 1, alone.seq);
+      const unpadded = sequence(single, 0, alone.seq);
+      for (let i = 0; i < padded.length; i++) {
+        assert.ok(Math.abs(padded[i]! - unpadded[i]!) < 1e-5, `position value ${i} differs`);
+      }
+
+      // A long input (512 tokens) works with the dynamic sequence dimension.
+      const ids = new BigInt64Array(512).fill(5n);
+      const ones = new BigInt64Array(512).fill(1n);
+      const long = await run(dir, {
+        input_ids: new ort.Tensor("int64", ids, [1, 512]),
+        attention_mask: new ort.Tensor("int64", ones, [1, 512]),
+        token_type_ids: new ort.Tensor("int64", new BigInt64Array(512), [1, 512]),
+      });
+      assert.deepEqual(long.dims, [1, 512, 32]);
+    });
+
+    await t.step(
+      "synapse-tiny-rerank gives finite logits [batch, 1] for query/passage pairs",
+      async () => {
+        const dir = `${root}/synapse-tiny-rerank`;
+        const tokenizer = await loadTokenizer(dir);
+        const pairs = [
+          ["what is a river", "a river begins as rain"],
+          ["what is a river", "the baker opened the door of his shop"],
+        ];
+        const encoded = pairs.map(([q, p]) =>
+          tokenizer.encode(q as string, { text_pair: p as string, return_token_type_ids: true })
+        );
+        const seq = Math.max(...encoded.map((e) => e.ids.length));
+        const ids = new BigInt64Array(2 * seq);
+        const mask = new BigInt64Array(2 * seq);
+        const types = new BigInt64Array(2 * seq);
+        encoded.forEach((e, i) => {
+          e.ids.forEach((id, j) => {
+            ids[i * seq + j] = BigInt(id);
+            mask[i * seq + j] = 1n;
+            types[i * seq + j] = BigInt(e.token_type_ids[j]!);
+          });
+        });
+        const out = await run(dir, {
+          input_ids: new ort.Tensor("int64", ids, [2, seq]),
+          attention_mask: new ort.Tensor("int64", mask, [2, seq]),
+          token_type_ids: new ort.Tensor("int64", types, [2, seq]),
+        });
+        assert.deepEqual(out.dims, [2, 1]);
+        const logits = out.data as Float32Array;
+        assert.ok(allFinite(logits));
+        assert.notEqual(logits[0], logits[1]);
+      },
+    );
+
+    await t.step(
+      "synapse-tiny-embed-nan is non-finite only for the sequence with the poison token",
+      async () => {
+        const dir = `${root}/synapse-tiny-embed-nan`;
+        const tokenizer = await loadTokenizer(dir);
+        const texts = ["The river is calm today.", `A ${POISON_TOKEN} grows in the garden.`];
+        const batch = encodeBatch(tokenizer, texts, 0);
+        const out = await run(dir, batch.feeds);
+        assert.deepEqual(out.dims, [2, batch.seq, 32]);
+        const clean = sequence(out, 0, batch.seq);
+        const poisoned = sequence(out, 1, batch.lengths[1]!);
+        assert.ok(allFinite(clean));
+        assert.ok(poisoned.some((v) => !Number.isFinite(v)));
+
+        // Same weights as synapse-tiny-embed apart from the poison row.
+        const reference = await run(`${root}/synapse-tiny-embed`, batch.feeds);
+        assert.deepEqual(clean, sequence(reference, 0, batch.seq));
+        assert.ok(allFinite(sequence(reference, 1, batch.seq)));
+      },
+    );
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("generateModels() writes a deterministic MiniLM-shaped bench model", async () => {
+  const a = await Deno.makeTempDir();
+  const b = await Deno.makeTempDir();
+  try {
+    const start = performance.now();
+    const [result] = await generateModels({ tiny: false, bench: true, benchDir: `${a}/m` });
+    const ms = performance.now() - start;
+    assert.equal(result?.name, BENCH_MODEL_NAME);
+    assert.ok(ms < 20_000, `bench generation took ${ms.toFixed(0)} ms`);
+    await generateModels({ tiny: false, bench: true, benchDir: `${b}/m` });
+    assert.deepEqual(await hashTree(a), await hashTree(b));
+
+    const dir = `${a}/m`;
+    const config = await readJson(`${dir}/config.json`);
+    assert.equal(config.hidden_size, 384);
+    assert.equal(config.num_hidden_layers, 6);
+    assert.equal(config.num_attention_heads, 12);
+    assert.equal(config.intermediate_size, 1536);
+    assert.equal(config.vocab_size, 30522);
+    const tokenizer = await loadTokenizer(dir);
+    assert.equal(tokenizer.get_vocab().size, 30522);
+    const specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].map((t) =>
+      tokenizer.token_to_id(t)
+    );
+    assert.deepEqual(specials, [0, 100, 101, 102, 103]);
+    const batch = encodeBatch(tokenizer, [SENTENCE, "A short one."], 0);
+    assert.ok(!tokenizer.encode(SENTENCE).tokens.includes("[UNK]"));
+    const out = await run(dir, batch.feeds);
+    assert.deepEqual(out.dims, [2, batch.seq, 384]);
+    assert.ok(allFinite(out.data as Float32Array));
+  } finally {
+    await Deno.remove(a, { recursive: true });
+    await Deno.remove(b, { recursive: true });
+  }
+});
