@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { loadConfig } from "./config/config.ts";
 import type { SynapseConfig } from "./config/config.ts";
 import { SynapseError } from "./contract/errors.ts";
-import { OrtLane } from "./engines/ort/ort_lane.ts";
+import { ORT_ENGINE, OrtLane } from "./engines/ort/ort_lane.ts";
 import { ModelRegistry, threadsForKnob } from "./models/model_registry.ts";
 import type { LoadedModel, ModelSource, ModelTask } from "./models/model_registry.ts";
 import type { Pooling } from "./engines/ort/pooling.ts";
@@ -19,13 +19,17 @@ import type { CallOptions, OpContext } from "./ops/context.ts";
 import { Admission } from "./sched/admission.ts";
 import { Store } from "./store/store.ts";
 import { storePath } from "./paths.ts";
+import { machineProfileHash, probeMachineProfile } from "./identity/machine_profile.ts";
+import type { MachineProfile } from "./identity/machine_profile.ts";
 import type { EnvSource } from "./paths.ts";
 
 /** Version of this build, printed by `ck-synapse version`. */
 export const SYNAPSE_VERSION = "0.1.0";
 
 /** Directory of the generated test models (scripts/gen_models.ts). */
-export const FIXTURE_MODELS_DIR: string = fileURLToPath(new URL("../fixtures/models", import.meta.url));
+export const FIXTURE_MODELS_DIR: string = fileURLToPath(
+  new URL("../fixtures/models", import.meta.url),
+);
 
 /** Options of {@link createSynapse}. */
 export interface SynapseOptions {
@@ -41,6 +45,8 @@ export interface SynapseOptions {
   waitForModels?: boolean;
   /** Wall clock in ms. @default Date.now */
   now?: () => number;
+  /** The machine profile; probed at boot (contract.md §5) when absent. */
+  machineProfile?: MachineProfile;
 }
 
 /**
@@ -79,9 +85,15 @@ export function defaultModelSources(dir: string = FIXTURE_MODELS_DIR): ModelSour
  */
 export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
   if (entry.engine !== "ort") {
-    throw new SynapseError("invalid_request", `Cannot preload '${entry.model_id ?? entry.model_path}': engine '${entry.engine}' is not available in this build (ort only)`, {
-      details: { field: "preload_models.engine", engine: entry.engine },
-    });
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot preload '${
+        entry.model_id ?? entry.model_path
+      }': engine '${entry.engine}' is not available in this build (ort only)`,
+      {
+        details: { field: "preload_models.engine", engine: entry.engine },
+      },
+    );
   }
   let modelPath = entry.model_path;
   let dir: string;
@@ -118,8 +130,21 @@ export class Synapse implements AsyncDisposable {
   #disposed = false;
 
   /** @internal Use {@link createSynapse}. */
-  constructor(config: SynapseConfig, store: Store, sources: ModelSource[], now: () => number) {
+  /** The machine this instance runs on (contract.md §5). */
+  readonly machineProfile: MachineProfile;
+  /** `sha256` of the machine profile; keys certification rows. */
+  readonly machineProfileHash: string;
+
+  constructor(
+    config: SynapseConfig,
+    store: Store,
+    sources: ModelSource[],
+    now: () => number,
+    machine: MachineProfile,
+  ) {
     this.config = config;
+    this.machineProfile = machine;
+    this.machineProfileHash = machineProfileHash(machine);
     this.store = store;
     const lane = new OrtLane({ intraOpThreads: threadsForKnob(config.knob) });
     this.registry = new ModelRegistry(lane, {
@@ -141,6 +166,7 @@ export class Synapse implements AsyncDisposable {
       moduleGeneration: store.moduleGeneration,
       tableEpoch: () => storeRef.tableEpoch,
       now,
+      machineProfileHash: this.machineProfileHash,
     };
     this.modelsSettled = Promise.all(sources.map((s) => this.registry.load(s))).then((ms) => {
       for (const m of ms) {
@@ -174,7 +200,10 @@ export class Synapse implements AsyncDisposable {
    */
   call(method: string, params: unknown, options: CallOptions = {}): Promise<OpOutcome> {
     if (this.#disposed) {
-      const e = new SynapseError("module_not_initialized", "Cannot call: this Synapse instance was disposed");
+      const e = new SynapseError(
+        "module_not_initialized",
+        "Cannot call: this Synapse instance was disposed",
+      );
       return Promise.resolve({ kind: "channel", body: e.toChannel(), error: e });
     }
     return dispatch(this.context, method, params, options);
@@ -204,10 +233,26 @@ export class Synapse implements AsyncDisposable {
  * loads the preloaded models (or the two test models when none is configured).
  *
  * @throws {SynapseError} `invalid_request` for a bad config (naming key and file),
- *   `store_failure` when the store cannot open.
+ *   `module_not_initialized` when a machine-profile probe fails (contract.md §5: no
+ *   placeholders), `store_failure` when the store cannot open.
  */
 export async function createSynapse(options: SynapseOptions = {}): Promise<Synapse> {
   const cwd = options.cwd ?? Deno.cwd();
+  let machine = options.machineProfile;
+  if (machine === undefined) {
+    try {
+      machine = await probeMachineProfile({
+        ...(options.env === undefined ? {} : { env: options.env }),
+        engineIdentities: [ORT_ENGINE],
+      });
+    } catch (err) {
+      throw new SynapseError(
+        "module_not_initialized",
+        `Cannot start: machine profile probe failed: ${(err as Error).message}`,
+        { cause: err },
+      );
+    }
+  }
   const config = options.config ??
     (await loadConfig({ ...(options.env === undefined ? {} : { env: options.env }), cwd })).config;
   const path = options.storePath ?? storePath(options.env);
@@ -215,7 +260,7 @@ export async function createSynapse(options: SynapseOptions = {}): Promise<Synap
   const sources = config.preload_models.length > 0
     ? config.preload_models.map(sourceFromPreload)
     : defaultModelSources();
-  const syn = new Synapse(config, store, sources, options.now ?? Date.now);
+  const syn = new Synapse(config, store, sources, options.now ?? Date.now, machine);
   if (options.waitForModels ?? true) await syn.modelsSettled;
   return syn;
 }

@@ -94,6 +94,17 @@ export function threadsForKnob(knob: string, cores = navigator.hardwareConcurren
   }
 }
 
+/**
+ * Shapes a session runs once at load: the micro-batch budget at the longest sequence and at
+ * many short rows, which sizes onnxruntime's memory arena for what requests will send.
+ */
+export function warmupShapes(maxTokens: number): [number, number][] {
+  const { maxMicroBatchTokens, maxSequences } = ORT_MICRO_BATCH;
+  const long = Math.min(maxTokens, maxMicroBatchTokens);
+  const shortLen = Math.max(1, Math.floor(maxMicroBatchTokens / maxSequences));
+  return [[Math.max(1, Math.floor(maxMicroBatchTokens / long)), long], [maxSequences, shortLen]];
+}
+
 /** The models this process serves, each on its lane. */
 export class ModelRegistry {
   readonly lane: OrtLane;
@@ -121,9 +132,13 @@ export class ModelRegistry {
    */
   load(source: ModelSource): Promise<LoadedModel> {
     if (this.#models.has(source.modelId)) {
-      throw new SynapseError("invalid_request", `Cannot load model '${source.modelId}': the id is already loaded`, {
-        details: { model_id: source.modelId },
-      });
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot load model '${source.modelId}': the id is already loaded`,
+        {
+          details: { model_id: source.modelId },
+        },
+      );
     }
     const m: LoadedModel = {
       source,
@@ -157,16 +172,24 @@ export class ModelRegistry {
       m = this.list().find((x) => x.task === task && x.state !== "failed") ??
         this.list().find((x) => x.task === task);
       if (!m) {
-        throw new SynapseError("unknown_model", `Cannot serve ${task}: no ${task} model is loaded`, {
-          details: { model_id: null, task },
-        });
+        throw new SynapseError(
+          "unknown_model",
+          `Cannot serve ${task}: no ${task} model is loaded`,
+          {
+            details: { model_id: null, task },
+          },
+        );
       }
     } else {
       m = this.#models.get(modelId);
       if (!m) {
-        throw new SynapseError("unknown_model", `Cannot serve ${task}: unknown model '${modelId}'`, {
-          details: { model_id: modelId, known: [...this.#models.keys()] },
-        });
+        throw new SynapseError(
+          "unknown_model",
+          `Cannot serve ${task}: unknown model '${modelId}'`,
+          {
+            details: { model_id: modelId, known: [...this.#models.keys()] },
+          },
+        );
       }
     }
     if (m.task !== task) {
@@ -177,10 +200,14 @@ export class ModelRegistry {
       );
     }
     if (m.state === "loading") {
-      throw new SynapseError("model_loading", `Cannot serve ${task}: model '${m.modelId}' is loading`, {
-        retryAfterMs: 250,
-        details: { model_id: m.modelId },
-      });
+      throw new SynapseError(
+        "model_loading",
+        `Cannot serve ${task}: model '${m.modelId}' is loading`,
+        {
+          retryAfterMs: 250,
+          details: { model_id: m.modelId },
+        },
+      );
     }
     if (m.state === "failed") throw m.error!;
     return m;
@@ -192,10 +219,14 @@ export class ModelRegistry {
     try {
       modelBytes = await Deno.readFile(src.modelPath);
     } catch (err) {
-      throw new SynapseError("artifact_invalid", `Cannot load model '${m.modelId}': cannot read ${src.modelPath}: ${(err as Error).message}`, {
-        cause: err,
-        details: { model_id: m.modelId, file: src.modelPath },
-      });
+      throw new SynapseError(
+        "artifact_invalid",
+        `Cannot load model '${m.modelId}': cannot read ${src.modelPath}: ${(err as Error).message}`,
+        {
+          cause: err,
+          details: { model_id: m.modelId, file: src.modelPath },
+        },
+      );
     }
     const modelDigest = "sha256:" + sha256Hex(modelBytes);
     modelBytes = new Uint8Array(0);
@@ -205,16 +236,23 @@ export class ModelRegistry {
       try {
         config = JSON.parse(await Deno.readTextFile(src.configPath));
       } catch (err) {
-        throw new SynapseError("artifact_invalid", `Cannot load model '${m.modelId}': cannot read ${src.configPath}: ${(err as Error).message}`, {
-          cause: err,
-          details: { model_id: m.modelId, file: src.configPath },
-        });
+        throw new SynapseError(
+          "artifact_invalid",
+          `Cannot load model '${m.modelId}': cannot read ${src.configPath}: ${
+            (err as Error).message
+          }`,
+          {
+            cause: err,
+            details: { model_id: m.modelId, file: src.configPath },
+          },
+        );
       }
     }
     const maxPos = typeof config.max_position_embeddings === "number"
       ? config.max_position_embeddings
       : 512;
-    m.maxTokens = src.maxTokens ?? (typeof config.synapse_max_tokens === "number" ? config.synapse_max_tokens : maxPos);
+    m.maxTokens = src.maxTokens ??
+      (typeof config.synapse_max_tokens === "number" ? config.synapse_max_tokens : maxPos);
     if (m.maxTokens > maxPos) m.maxTokens = maxPos;
     if (config.synapse_test_model === true) m.testModel = true;
     const { dims, coldLoadMs } = await this.lane.load({
@@ -223,11 +261,16 @@ export class ModelRegistry {
       task: m.task,
       pooling: src.pooling,
       normalize: src.normalize,
+      warmupShapes: warmupShapes(m.maxTokens),
     });
     const profile: NumericProfile = {
       model_digest: modelDigest,
       quant: "f32",
-      engine: { engine: ORT_ENGINE.engine, version: ORT_ENGINE.version, build_flags: { ...ORT_ENGINE.build_flags } },
+      engine: {
+        engine: ORT_ENGINE.engine,
+        version: ORT_ENGINE.version,
+        build_flags: { ...ORT_ENGINE.build_flags },
+      },
       sanitized_tokenizer_digest: tokenizer.digest,
       pooling: m.task === "rerank" ? "cls" : src.pooling,
       normalization: m.task === "embed" && src.normalize ? "l2" : "none",

@@ -16,15 +16,23 @@ import { SynapseError } from "../contract/errors.ts";
  */
 export function checkText(text: string, what: string, details: Record<string, unknown>): void {
   if (text.trim() === "") {
-    throw new SynapseError("invalid_request", `Cannot embed ${what}: text is empty or only whitespace`, {
-      details: { ...details, reason: "empty_text" },
-    });
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot embed ${what}: text is empty or only whitespace`,
+      {
+        details: { ...details, reason: "empty_text" },
+      },
+    );
   }
   if (!text.isWellFormed()) {
     const at = firstLoneSurrogate(text);
-    throw new SynapseError("invalid_request", `Cannot embed ${what}: text has a lone surrogate at UTF-16 index ${at}, so it is not valid Unicode`, {
-      details: { ...details, reason: "invalid_unicode", utf16_index: at },
-    });
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot embed ${what}: text has a lone surrogate at UTF-16 index ${at}, so it is not valid Unicode`,
+      {
+        details: { ...details, reason: "invalid_unicode", utf16_index: at },
+      },
+    );
   }
 }
 

@@ -19,6 +19,8 @@ export interface OpContext {
   tableEpoch(): number;
   /** Wall clock in ms. */
   now(): number;
+  /** Hash of the machine profile this instance runs on (contract.md §5). */
+  readonly machineProfileHash: string;
 }
 
 /** Per-call options every operation takes. */

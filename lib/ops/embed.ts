@@ -114,17 +114,25 @@ export async function embedBatch(
 ): Promise<EmbedResult> {
   const p = parseParams("embed.batch", EmbedBatchParams, rawParams);
   if (p.items !== undefined && p.texts !== undefined) {
-    throw new SynapseError("invalid_request", "Cannot parse params of embed.batch: give 'items' or 'texts', not both", {
-      channel: true,
-      details: { field: "texts" },
-    });
+    throw new SynapseError(
+      "invalid_request",
+      "Cannot parse params of embed.batch: give 'items' or 'texts', not both",
+      {
+        channel: true,
+        details: { field: "texts" },
+      },
+    );
   }
   const raw = p.items ?? p.texts;
   if (raw === undefined) {
-    throw new SynapseError("invalid_request", "Cannot parse params of embed.batch: field 'items' is required", {
-      channel: true,
-      details: { field: "items" },
-    });
+    throw new SynapseError(
+      "invalid_request",
+      "Cannot parse params of embed.batch: field 'items' is required",
+      {
+        channel: true,
+        details: { field: "items" },
+      },
+    );
   }
   const items: EmbedItem[] = raw.map((it, i) =>
     typeof it === "string" ? { id: String(i), text: it } : { id: String(it.id), text: it.text }
@@ -151,34 +159,50 @@ export async function embedItems(
 ): Promise<EmbedResult> {
   const limits = ctx.config.inline;
   if (items.length === 0) {
-    throw new SynapseError("invalid_request", "Cannot embed an empty batch: give at least one item", {
-      channel: true,
-      details: { field: "items", reason: "empty_batch" },
-    });
+    throw new SynapseError(
+      "invalid_request",
+      "Cannot embed an empty batch: give at least one item",
+      {
+        channel: true,
+        details: { field: "items", reason: "empty_batch" },
+      },
+    );
   }
   const seen = new Set<string>();
   for (const it of items) {
     if (seen.has(it.id)) {
-      throw new SynapseError("invalid_request", `Cannot embed batch: item id '${it.id}' appears more than once`, {
-        channel: true,
-        details: { field: "items", item_id: it.id, reason: "duplicate_id" },
-      });
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot embed batch: item id '${it.id}' appears more than once`,
+        {
+          channel: true,
+          details: { field: "items", item_id: it.id, reason: "duplicate_id" },
+        },
+      );
     }
     seen.add(it.id);
   }
   if (items.length > limits.max_items) {
-    throw new SynapseError("invalid_request", `Cannot embed batch inline: ${items.length} items exceed inline.max_items ${limits.max_items}; durable jobs are not available in this build`, {
-      details: { limit: "inline.max_items", items: items.length, max: limits.max_items },
-    });
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot embed batch inline: ${items.length} items exceed inline.max_items ${limits.max_items}; durable jobs are not available in this build`,
+      {
+        details: { limit: "inline.max_items", items: items.length, max: limits.max_items },
+      },
+    );
   }
   const model = ctx.registry.resolve(requestedModel(p), "embed");
   checkFingerprint(model, p);
   let bytes = 0;
   for (const it of items) bytes += utf8Length(it.text);
   if (bytes > limits.byte_budget) {
-    throw new SynapseError("invalid_request", `Cannot embed batch inline: ${bytes} bytes exceed inline.byte_budget ${limits.byte_budget}`, {
-      details: { limit: "inline.byte_budget", bytes, max: limits.byte_budget },
-    });
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot embed batch inline: ${bytes} bytes exceed inline.byte_budget ${limits.byte_budget}`,
+      {
+        details: { limit: "inline.byte_budget", bytes, max: limits.byte_budget },
+      },
+    );
   }
   using permit = ctx.admission.admit({
     bytes,
@@ -205,7 +229,11 @@ async function runEmbed(
     const item = items[i]!;
     try {
       checkText(item.text, `item '${item.id}'`, { item_id: item.id });
-      const seq = tokenizer.encode(item.text, { maxTokens: model.maxTokens, truncate, itemId: item.id });
+      const seq = tokenizer.encode(item.text, {
+        maxTokens: model.maxTokens,
+        truncate,
+        itemId: item.id,
+      });
       tokens += seq.effectiveTokens;
       prepared.push({ index: i, item, seq });
     } catch (err) {
@@ -214,9 +242,13 @@ async function runEmbed(
   }
   const maxTokens = ctx.config.inline.max_tokens;
   if (tokens > maxTokens) {
-    throw new SynapseError("invalid_request", `Cannot embed batch inline: ${tokens} tokens exceed inline.max_tokens ${maxTokens}; durable jobs are not available in this build`, {
-      details: { limit: "inline.max_tokens", tokens, max: maxTokens },
-    });
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot embed batch inline: ${tokens} tokens exceed inline.max_tokens ${maxTokens}; durable jobs are not available in this build`,
+      {
+        details: { limit: "inline.max_tokens", tokens, max: maxTokens },
+      },
+    );
   }
   const startedMs = ctx.now();
   const outputs = new Array<Float32Array | undefined>(items.length);
@@ -227,7 +259,10 @@ async function runEmbed(
   });
   options.signal?.throwIfAborted();
   if (ctx.now() > permit.deadlineAtMs) {
-    throw new SynapseError("deadline_exceeded", "Cannot embed: the deadline passed before the engine started");
+    throw new SynapseError(
+      "deadline_exceeded",
+      "Cannot embed: the deadline passed before the engine started",
+    );
   }
   // All micro-batches go to the lane at once: its worker runs them back to back.
   await Promise.all(plan.map(async (rowsIdx) => {
@@ -240,9 +275,13 @@ async function runEmbed(
         errors[x.index] = {
           id: x.item.id,
           index: x.index,
-          error: new SynapseError("engine_output_invalid", `Cannot embed item '${x.item.id}': the model produced NaN or Infinity`, {
-            details: { item_id: x.item.id, model_id: model.modelId },
-          }).toWire(),
+          error: new SynapseError(
+            "engine_output_invalid",
+            `Cannot embed item '${x.item.id}': the model produced NaN or Infinity`,
+            {
+              details: { item_id: x.item.id, model_id: model.modelId },
+            },
+          ).toWire(),
         };
       } else {
         outputs[x.index] = res.data.subarray(r * res.dims, (r + 1) * res.dims);
@@ -257,7 +296,12 @@ async function runEmbed(
     if (!out) continue;
     const submitted = sha256Hex(x.item.text);
     const content = x.seq.truncated ? sha256Hex(tokenizer.decode(x.seq.keptContentIds)) : submitted;
-    vectors.push({ id: x.item.id, vector: Array.from(out), content_sha256: content, submitted_sha256: submitted });
+    vectors.push({
+      id: x.item.id,
+      vector: Array.from(out),
+      content_sha256: content,
+      submitted_sha256: submitted,
+    });
     counts.push(x.seq.effectiveTokens);
     disclosures.push({
       submitted_tokens: x.seq.submittedTokens,
@@ -294,9 +338,17 @@ async function runEmbed(
  */
 export function checkFingerprint(model: LoadedModel, p: CommonParams): void {
   if (p.required_fingerprint !== undefined && p.required_fingerprint !== model.fingerprint) {
-    throw new SynapseError("substitution_rejected", `Cannot serve model '${model.modelId}': its fingerprint ${model.fingerprint} is not the required ${p.required_fingerprint}`, {
-      details: { model_id: model.modelId, fingerprint: model.fingerprint, required_fingerprint: p.required_fingerprint },
-    });
+    throw new SynapseError(
+      "substitution_rejected",
+      `Cannot serve model '${model.modelId}': its fingerprint ${model.fingerprint} is not the required ${p.required_fingerprint}`,
+      {
+        details: {
+          model_id: model.modelId,
+          fingerprint: model.fingerprint,
+          required_fingerprint: p.required_fingerprint,
+        },
+      },
+    );
   }
 }
 

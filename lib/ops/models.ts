@@ -84,6 +84,7 @@ export function modelsList(ctx: OpContext, rawParams: unknown): ModelsListResult
 /** `admission.status` payload (what exists so far; all from cached state, no engine call). */
 export interface AdmissionStatusResult {
   module_generation: number;
+  machine_profile_hash: string;
   knob: string;
   queue_depths: { interactive: number; bulk: number; control: number };
   execution: { waiters: number; in_flight: number; engine_calls_in_flight: number };
@@ -114,6 +115,7 @@ export function admissionStatus(ctx: OpContext, rawParams: unknown): AdmissionSt
   const lane = ctx.registry.lane;
   return {
     module_generation: ctx.moduleGeneration,
+    machine_profile_hash: ctx.machineProfileHash,
     knob: ctx.config.knob,
     queue_depths: { interactive: 0, bulk: 0, control: 0 },
     execution: {

@@ -56,11 +56,17 @@ export async function rerankScore(
     });
   }
   if (p.candidates.length > limits.max_items) {
-    throw new SynapseError("invalid_request", `Cannot rerank inline: ${p.candidates.length} candidates exceed inline.max_items ${limits.max_items}`, {
-      details: { limit: "inline.max_items", items: p.candidates.length, max: limits.max_items },
-    });
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot rerank inline: ${p.candidates.length} candidates exceed inline.max_items ${limits.max_items}`,
+      {
+        details: { limit: "inline.max_items", items: p.candidates.length, max: limits.max_items },
+      },
+    );
   }
-  p.candidates.forEach((c, i) => checkText(c, `candidate ${i}`, { item_id: String(i), field: `candidates.${i}` }));
+  p.candidates.forEach((c, i) =>
+    checkText(c, `candidate ${i}`, { item_id: String(i), field: `candidates.${i}` })
+  );
   const model = ctx.registry.resolve(requestedModel(p), "rerank");
   checkFingerprint(model, p);
   let bytes = utf8Length(p.query) * p.candidates.length;
@@ -92,9 +98,13 @@ export async function rerankScore(
     inferenceMs += res.runMs;
     idx.forEach((k, r) => {
       if (res.nonFinite[r] === 1) {
-        throw new SynapseError("engine_output_invalid", `Cannot rerank candidate ${k}: the model produced NaN or Infinity`, {
-          details: { item_id: String(k), model_id: model.modelId },
-        });
+        throw new SynapseError(
+          "engine_output_invalid",
+          `Cannot rerank candidate ${k}: the model produced NaN or Infinity`,
+          {
+            details: { item_id: String(k), model_id: model.modelId },
+          },
+        );
       }
       scores[k] = res.data[r]!;
     });

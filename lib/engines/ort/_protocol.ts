@@ -20,6 +20,8 @@ export type OrtRequest =
     pooling: Pooling;
     normalize: boolean;
     intraOpThreads: number;
+    /** `[rows, seq]` shapes run once at load to size the memory arena. */
+    warmupShapes: [number, number][];
   }
   | {
     type: "run";

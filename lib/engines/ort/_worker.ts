@@ -58,9 +58,19 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
     hasMask: inputs.includes("attention_mask"),
     output,
   };
-  // One-token probe run: learns the output width and warms the session.
+  // One-token probe run: learns the output width.
   const probe = await run(loaded, Int32Array.of(0), Int32Array.of(0), Int32Array.of(1));
   loaded.dims = probe.dims;
+  // Warm-up at the micro-batch budget's extreme shapes, so the first real request does not pay
+  // for growing onnxruntime's memory arena.
+  for (const [rows, len] of req.warmupShapes) {
+    await run(
+      loaded,
+      new Int32Array(rows * len),
+      new Int32Array(rows * len),
+      new Int32Array(rows).fill(len),
+    );
+  }
   sessions.set(req.modelRef, loaded);
   post({
     type: "loaded",
@@ -112,7 +122,14 @@ async function run(
         // Already pooled [rows, dims] (sentence-embedding exports).
         const dims = shape[1]!;
         const data = new Float32Array(values);
-        const pooled = poolHiddenStates(data, new Int32Array(rows).fill(1), 1, dims, "cls", m.normalize);
+        const pooled = poolHiddenStates(
+          data,
+          new Int32Array(rows).fill(1),
+          1,
+          dims,
+          "cls",
+          m.normalize,
+        );
         return { data: pooled.data, dims, nonFinite: pooled.nonFinite };
       }
       const dims = shape[2]!;
@@ -142,7 +159,12 @@ async function handle(req: OrtRequest): Promise<void> {
     case "run": {
       const m = sessions.get(req.modelRef);
       if (!m) {
-        post({ type: "error", reqId: req.reqId, code: "unknown_model", message: `model ${req.modelRef} is not loaded in this lane` });
+        post({
+          type: "error",
+          reqId: req.reqId,
+          code: "unknown_model",
+          message: `model ${req.modelRef} is not loaded in this lane`,
+        });
         return;
       }
       const t0 = performance.now();

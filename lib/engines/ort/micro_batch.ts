@@ -31,10 +31,14 @@ export function planMicroBatches(
 ): number[][] {
   const { maxBatchTokens, maxSequences } = limits;
   if (!Number.isInteger(maxBatchTokens) || maxBatchTokens < 1) {
-    throw new RangeError(`Cannot plan micro-batches: maxBatchTokens must be a positive integer: received ${maxBatchTokens}`);
+    throw new RangeError(
+      `Cannot plan micro-batches: maxBatchTokens must be a positive integer: received ${maxBatchTokens}`,
+    );
   }
   if (!Number.isInteger(maxSequences) || maxSequences < 1) {
-    throw new RangeError(`Cannot plan micro-batches: maxSequences must be a positive integer: received ${maxSequences}`);
+    throw new RangeError(
+      `Cannot plan micro-batches: maxSequences must be a positive integer: received ${maxSequences}`,
+    );
   }
   const order = Array.from({ length: lengths.length }, (_, i) => i);
   // Stable: equal lengths keep input order.

@@ -21,6 +21,8 @@ export interface OrtLoadSpec {
   task: OrtTask;
   pooling: Pooling;
   normalize: boolean;
+  /** `[rows, seq]` shapes run once at load to size the memory arena. @default [] */
+  warmupShapes?: [number, number][];
 }
 
 /** One row to run: ids with specials, already truncated. */
@@ -104,17 +106,24 @@ export class OrtLane {
   async load(spec: OrtLoadSpec): Promise<{ dims: number; coldLoadMs: number }> {
     this.#ensureNotDisposed();
     this.#specs.set(spec.modelRef, spec);
-    const res = await this.#send({
-      type: "load",
-      reqId: 0,
-      modelRef: spec.modelRef,
-      path: spec.path,
-      task: spec.task,
-      pooling: spec.pooling,
-      normalize: spec.normalize,
-      intraOpThreads: this.#threads,
-    }, [], "artifact_invalid");
-    if (res.type !== "loaded") throw new Error(`Unexpected ${res.type} reply to load. This is a bug`);
+    const res = await this.#send(
+      {
+        type: "load",
+        reqId: 0,
+        modelRef: spec.modelRef,
+        path: spec.path,
+        task: spec.task,
+        pooling: spec.pooling,
+        normalize: spec.normalize,
+        intraOpThreads: this.#threads,
+        warmupShapes: spec.warmupShapes ?? [],
+      },
+      [],
+      "artifact_invalid",
+    );
+    if (res.type !== "loaded") {
+      throw new Error(`Unexpected ${res.type} reply to load. This is a bug`);
+    }
     this.#loadedInWorker.add(spec.modelRef);
     return { dims: res.dims, coldLoadMs: res.coldLoadMs };
   }
@@ -147,7 +156,9 @@ export class OrtLane {
       [ids.buffer, typeIds.buffer, lengths.buffer],
       "engine_crashed",
     );
-    if (res.type !== "result") throw new Error(`Unexpected ${res.type} reply to run. This is a bug`);
+    if (res.type !== "result") {
+      throw new Error(`Unexpected ${res.type} reply to run. This is a bug`);
+    }
     return { data: res.data, dims: res.dims, nonFinite: res.nonFinite, runMs: res.runMs };
   }
 
@@ -247,6 +258,8 @@ export class OrtLane {
   }
 
   #ensureNotDisposed(): void {
-    if (this.#disposed) throw new SynapseError("disposed", "Cannot use the ORT lane: it was disposed");
+    if (this.#disposed) {
+      throw new SynapseError("disposed", "Cannot use the ORT lane: it was disposed");
+    }
   }
 }
