@@ -77,12 +77,16 @@ export function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
 /** The `result.error` of a semantic refusal; throws otherwise. */
 // deno-lint-ignore no-explicit-any
 export function semanticError(o: OpOutcome): any {
-  if (o.kind !== "semantic") throw new Error(`expected a semantic error, got ${JSON.stringify(o.body)}`);
+  if (o.kind !== "semantic") {
+    throw new Error(`expected a semantic error, got ${JSON.stringify(o.body)}`);
+  }
   return o.body.result.error;
 }
 
 /** The body of a channel error; throws otherwise. */
 export function channelError(o: OpOutcome): { code: string; message: string } {
-  if (o.kind !== "channel") throw new Error(`expected a channel error, got ${JSON.stringify(o.body)}`);
+  if (o.kind !== "channel") {
+    throw new Error(`expected a channel error, got ${JSON.stringify(o.body)}`);
+  }
   return o.body;
 }

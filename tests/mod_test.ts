@@ -12,7 +12,9 @@ Deno.test("mod.ts identity exports reproduce every vector of identity.json from 
     assert.equal(fingerprint(profile), v.fingerprint, v.name);
   }
   const byName = Object.fromEntries(
-    vectors.numeric_profiles.map((v: { name: string; stable_bytes: string }) => [v.name, JSON.parse(v.stable_bytes)]),
+    vectors.numeric_profiles.map((
+      v: { name: string; stable_bytes: string },
+    ) => [v.name, JSON.parse(v.stable_bytes)]),
   );
   assert.equal(fingerprint(byName.interop_metal_embed), vectors.interop_pins.metal_embed);
   assert.equal(fingerprint(byName.interop_metal_rerank), vectors.interop_pins.metal_rerank);

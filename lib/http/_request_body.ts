@@ -155,10 +155,29 @@ export function findJsonSyntaxError(text: string): JsonSyntaxError | undefined {
     }
     return fail("unterminated string");
   };
+  const digit = (): boolean => i < n && text.charCodeAt(i) >= 0x30 && text.charCodeAt(i) <= 0x39;
+  const digits = (what: string): JsonSyntaxError | undefined => {
+    if (!digit()) return fail(`expected a digit ${what}`);
+    while (digit()) i++;
+    return undefined;
+  };
   const num = (): JsonSyntaxError | undefined => {
-    const m = /^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/.exec(text.slice(i, i + 512));
-    if (!m || m[0] === "-" || m[0] === "") return fail("invalid number");
-    i += m[0].length;
+    if (text[i] === "-") i++;
+    if (text[i] === "0") i++;
+    else {
+      const e = digits("in number");
+      if (e) return e;
+    }
+    if (text[i] === ".") {
+      i++;
+      const e = digits("after '.'");
+      if (e) return e;
+    }
+    if (text[i] === "e" || text[i] === "E") {
+      i++;
+      if (text[i] === "+" || text[i] === "-") i++;
+      return digits("in exponent");
+    }
     return undefined;
   };
   const key = (): JsonSyntaxError | undefined => {

@@ -78,6 +78,7 @@ export interface HttpServer extends AsyncDisposable {
  * or bracketed, any spelling) and IPv4 `127.0.0.0/8`.
  *
  * @param hostname A hostname or IP literal.
+ * @returns True when binding or calling it stays on this machine.
  */
 export function isLoopbackHostname(hostname: string): boolean {
   const host = hostname.startsWith("[") && hostname.endsWith("]")
@@ -313,7 +314,10 @@ function health(synapse: HttpBackend): Response {
 // ---------------------------------------------------------------------------------------------
 // POST /v1/embeddings (OpenAI shape)
 
-/** OpenAI embeddings request; unknown fields are refused (field report F16). */
+/**
+ * OpenAI embeddings request; unknown fields are refused (field report F16). `user` is accepted
+ * and ignored; token-id inputs (`number[]`) are refused as `invalid_request` naming `input`.
+ */
 const OpenAiEmbeddingsRequest = z.strictObject({
   input: z.union([z.string(), z.array(z.string())]),
   model: z.string().min(1).optional(),

@@ -64,11 +64,21 @@ export async function dispatch(
 
 /** Wraps an error thrown by an operation into its wire shape. */
 export function outcomeOf(ctx: { moduleGeneration: number }, err: unknown): OpOutcome {
-  const e = toSynapseError(err, "engine_crashed");
+  const e = isAbort(err)
+    ? new SynapseError("deadline_exceeded", "Cannot finish: the caller cancelled the request", {
+      details: { reason: "cancelled" },
+      cause: err,
+    })
+    : toSynapseError(err, "engine_crashed");
   if (e.channel) return { kind: "channel", body: e.toChannel(), error: e };
   return {
     kind: "semantic",
     body: { result: { module_generation: ctx.moduleGeneration, error: e.toWire() } },
     error: e,
   };
+}
+
+/** True for what an aborted AbortSignal throws (`signal.throwIfAborted()`, fetch, timers). */
+function isAbort(err: unknown): boolean {
+  return err instanceof DOMException && (err.name === "AbortError" || err.name === "TimeoutError");
 }

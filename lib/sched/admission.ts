@@ -99,25 +99,42 @@ export class Admission {
     const now = this.#now();
     const { byteBudget, estimatedExecutionMs, maxConcurrentWorkers } = this.limits;
     if (this.#bytes + req.bytes > byteBudget) {
-      throw this.#refuse("queue_full", now, `Cannot admit request: ${this.#bytes} bytes queued and in flight plus ${req.bytes} exceed byte_budget ${byteBudget}`, {
-        bytes_in_flight: this.#bytes,
-        request_bytes: req.bytes,
-        byte_budget: byteBudget,
-      });
+      throw this.#refuse(
+        "queue_full",
+        now,
+        `Cannot admit request: ${this.#bytes} bytes queued and in flight plus ${req.bytes} exceed byte_budget ${byteBudget}`,
+        {
+          bytes_in_flight: this.#bytes,
+          request_bytes: req.bytes,
+          byte_budget: byteBudget,
+        },
+      );
     }
     const running = this.#inFlight.interactive + this.#inFlight.bulk + this.#inFlight.control;
     const delay = running >= maxConcurrentWorkers ? 25 : 0;
     if (delay > req.maxQueueMs) {
-      throw this.#refuse("deadline_exceeded", now, `Cannot admit request: predicted start delay ${delay} ms exceeds max_queue_ms ${req.maxQueueMs}`, {
-        predicted_delay_ms: delay,
-        max_queue_ms: req.maxQueueMs,
-      });
+      throw this.#refuse(
+        "deadline_exceeded",
+        now,
+        `Cannot admit request: predicted start delay ${delay} ms exceeds max_queue_ms ${req.maxQueueMs}`,
+        {
+          predicted_delay_ms: delay,
+          max_queue_ms: req.maxQueueMs,
+        },
+      );
     }
     if (delay + estimatedExecutionMs > req.deadlineMs) {
-      throw this.#refuse("deadline_exceeded", now, `Cannot admit request: predicted finish ${delay + estimatedExecutionMs} ms exceeds deadline_ms ${req.deadlineMs}`, {
-        predicted_finish_ms: delay + estimatedExecutionMs,
-        deadline_ms: req.deadlineMs,
-      });
+      throw this.#refuse(
+        "deadline_exceeded",
+        now,
+        `Cannot admit request: predicted finish ${
+          delay + estimatedExecutionMs
+        } ms exceeds deadline_ms ${req.deadlineMs}`,
+        {
+          predicted_finish_ms: delay + estimatedExecutionMs,
+          deadline_ms: req.deadlineMs,
+        },
+      );
     }
     this.#bytes += req.bytes;
     this.#inFlight[req.queueClass]++;
@@ -146,6 +163,9 @@ export class Admission {
     stats.count++;
     stats.last_at_ms = now;
     this.#refusals.set(code, stats);
-    return new SynapseError(code, message, { details, retryAfterMs: code === "queue_full" ? 100 : 100 });
+    return new SynapseError(code, message, {
+      details,
+      retryAfterMs: code === "queue_full" ? 100 : 100,
+    });
   }
 }

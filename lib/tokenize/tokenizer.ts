@@ -196,7 +196,9 @@ export class SanitizedTokenizer {
     const typeIds = new Int32Array(tokens.length);
     if (types) typeIds.set(types);
     const keptContentIds = new Array<number>(kept.length);
-    for (let i = 0; i < kept.length; i++) keptContentIds[i] = this.#vocab.get(kept[i]!) ?? this.#unkId;
+    for (let i = 0; i < kept.length; i++) {
+      keptContentIds[i] = this.#vocab.get(kept[i]!) ?? this.#unkId;
+    }
     return {
       ids,
       typeIds,

@@ -16,8 +16,18 @@ Deno.test("ERROR_CODES matches the frozen classes of contract §2", () => {
     "download_failed",
     "module_restarted",
   ];
-  for (const c of transient) assert.equal(ERROR_CODES[c as keyof typeof ERROR_CODES].class, "transient", c);
-  for (const c of ["sequence_too_long", "invalid_request", "unknown_model", "idempotency_conflict", "model_in_use"]) {
+  for (const c of transient) {
+    assert.equal(ERROR_CODES[c as keyof typeof ERROR_CODES].class, "transient", c);
+  }
+  for (
+    const c of [
+      "sequence_too_long",
+      "invalid_request",
+      "unknown_model",
+      "idempotency_conflict",
+      "model_in_use",
+    ]
+  ) {
     assert.equal(ERROR_CODES[c as keyof typeof ERROR_CODES].class, "permanent", c);
   }
   assert.equal(ERROR_CODES.deadline_exceeded.safeToRetrySameRequest, false);

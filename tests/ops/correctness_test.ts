@@ -11,13 +11,16 @@ import { cosine, MINILM, MODELS, preload, resultOf, startSynapse } from "../_hel
 const TEXTS = [
   "hello world",
   "Synapse serves embeddings, rerank scores and small-model generation to programs on the machine.",
-  "Licensed under the Apache License, Version 2.0 (the \"License\"); you may not use this file " +
+  'Licensed under the Apache License, Version 2.0 (the "License"); you may not use this file ' +
   "except in compliance with the License. You may obtain a copy of the License at",
   Array(40).fill("permission is hereby granted").join(" "),
   "x",
 ];
 
-async function reference(dir: string, texts: string[]): Promise<{ vectors: number[][]; counts: number[] }> {
+async function reference(
+  dir: string,
+  texts: string[],
+): Promise<{ vectors: number[][]; counts: number[] }> {
   const json = JSON.parse(await Deno.readTextFile(`${dir}/tokenizer.json`));
   const cfg = JSON.parse(await Deno.readTextFile(`${dir}/tokenizer_config.json`));
   const tok = new Tokenizer(json, cfg);
@@ -29,7 +32,8 @@ async function reference(dir: string, texts: string[]): Promise<{ vectors: numbe
       const ids = tok.encode(text).ids; // with [CLS] ... [SEP]
       counts.push(ids.length);
       const n = ids.length;
-      const big = (xs: number[]) => new ort.Tensor("int64", BigInt64Array.from(xs.map(BigInt)), [1, n]);
+      const big = (xs: number[]) =>
+        new ort.Tensor("int64", BigInt64Array.from(xs.map(BigInt)), [1, n]);
       const out = await session.run({
         input_ids: big(ids),
         attention_mask: big(ids.map(() => 1)),
@@ -99,7 +103,8 @@ Deno.test("rerank.score agrees with a plain onnxruntime session on raw logits", 
   for (const d of docs) {
     const enc = tok.encode(query, { text_pair: d, return_token_type_ids: true });
     const n = enc.ids.length;
-    const big = (xs: number[]) => new ort.Tensor("int64", BigInt64Array.from(xs.map(BigInt)), [1, n]);
+    const big = (xs: number[]) =>
+      new ort.Tensor("int64", BigInt64Array.from(xs.map(BigInt)), [1, n]);
     const out = await session.run({
       input_ids: big(enc.ids),
       attention_mask: big(enc.ids.map(() => 1)),
@@ -110,5 +115,7 @@ Deno.test("rerank.score agrees with a plain onnxruntime session on raw logits", 
   await session.release();
   await using t = await startSynapse();
   const r = resultOf(await t.syn.call("rerank.score", { query, candidates: docs }));
-  r.scores.forEach((s: number, i: number) => assert.ok(Math.abs(s - expected[i]!) < 1e-4, `${s} vs ${expected[i]}`));
+  r.scores.forEach((s: number, i: number) =>
+    assert.ok(Math.abs(s - expected[i]!) < 1e-4, `${s} vs ${expected[i]}`)
+  );
 });

@@ -23,10 +23,16 @@ Deno.test("embed.query answers the envelope with a 64-hex fingerprint and per-it
   assert.equal(r.vectors[0].submitted_sha256, sha("hello world"));
   assert.equal(r.vectors[0].content_sha256, sha("hello world"));
   assert.deepEqual(r.real_token_counts, [4]); // [CLS] hello world [SEP]
-  assert.deepEqual(r.truncation_disclosures, [{ submitted_tokens: 4, effective_tokens: 4, truncated: false }]);
+  assert.deepEqual(r.truncation_disclosures, [{
+    submitted_tokens: 4,
+    effective_tokens: 4,
+    truncated: false,
+  }]);
   assert.equal(r.model_id, "synapse-tiny-embed");
   assert.equal(r.test_model, true);
-  assert.deepEqual(r.provenance, { engine: { engine: "ort", version: "1.30.0", build_flags: { ep: "cpu" } } });
+  assert.deepEqual(r.provenance, {
+    engine: { engine: "ort", version: "1.30.0", build_flags: { ep: "cpu" } },
+  });
   assert.equal(r.module_generation, t.syn.moduleGeneration);
   assert.equal(r.table_epoch, 0);
   assert.deepEqual(r.equivalent_to, []);
@@ -41,14 +47,24 @@ Deno.test("F1: empty and whitespace-only text is invalid_request naming the item
     assert.equal(err.code, "invalid_request");
     assert.equal(err.details.item_id, "q1");
   }
-  const r = resultOf(await t.syn.call("embed.batch", {
-    items: [{ id: "a", text: "first" }, { id: "b", text: "" }, { id: "c", text: "  \t " }, { id: "d", text: "last" }],
-  }));
+  const r = resultOf(
+    await t.syn.call("embed.batch", {
+      items: [{ id: "a", text: "first" }, { id: "b", text: "" }, { id: "c", text: "  \t " }, {
+        id: "d",
+        text: "last",
+      }],
+    }),
+  );
   assert.deepEqual(r.vectors.map((v: { id: string }) => v.id), ["a", "d"]);
-  assert.deepEqual(r.item_errors.map((e: { id: string; index: number; error: { code: string } }) => [e.id, e.index, e.error.code]), [
-    ["b", 1, "invalid_request"],
-    ["c", 2, "invalid_request"],
-  ]);
+  assert.deepEqual(
+    r.item_errors.map((
+      e: { id: string; index: number; error: { code: string } },
+    ) => [e.id, e.index, e.error.code]),
+    [
+      ["b", 1, "invalid_request"],
+      ["c", 2, "invalid_request"],
+    ],
+  );
   assert.equal(r.real_token_counts.length, 2);
   // The process is unaffected.
   resultOf(await t.syn.call("embed.query", { text: "still here" }));
@@ -60,7 +76,11 @@ Deno.test("F2: max_tokens is served untruncated, max_tokens + 1 is sequence_too_
   const exact = Array(510).fill("a").join(" ");
   const over = Array(511).fill("a").join(" ");
   const r = resultOf(await t.syn.call("embed.batch", { items: [{ id: "x", text: exact }] }));
-  assert.deepEqual(r.truncation_disclosures, [{ submitted_tokens: 512, effective_tokens: 512, truncated: false }]);
+  assert.deepEqual(r.truncation_disclosures, [{
+    submitted_tokens: 512,
+    effective_tokens: 512,
+    truncated: false,
+  }]);
   assert.equal(r.vectors[0].content_sha256, r.vectors[0].submitted_sha256);
 
   const err = semanticError(await t.syn.call("embed.query", { text: over, id: "y" }));
@@ -73,7 +93,11 @@ Deno.test("F2: max_tokens is served untruncated, max_tokens + 1 is sequence_too_
   assert.equal(b.vectors.length, 1);
 
   const tr = resultOf(await t.syn.call("embed.query", { text: over, id: "y", truncate: true }));
-  assert.deepEqual(tr.truncation_disclosures, [{ submitted_tokens: 513, effective_tokens: 512, truncated: true }]);
+  assert.deepEqual(tr.truncation_disclosures, [{
+    submitted_tokens: 513,
+    effective_tokens: 512,
+    truncated: true,
+  }]);
   assert.deepEqual(tr.real_token_counts, [512]);
   assert.notEqual(tr.vectors[0].content_sha256, tr.vectors[0].submitted_sha256);
   assert.equal(tr.vectors[0].submitted_sha256, sha(over));
@@ -85,15 +109,25 @@ Deno.test("F3: an input far over the context is cut only at the model's certifie
   await using t = await startSynapse();
   const long = Array(5000).fill("word").join(" ");
   const r = resultOf(await t.syn.call("embed.query", { text: long, truncate: true }));
-  assert.deepEqual(r.truncation_disclosures[0], { submitted_tokens: 5002, effective_tokens: 512, truncated: true });
+  assert.deepEqual(r.truncation_disclosures[0], {
+    submitted_tokens: 5002,
+    effective_tokens: 512,
+    truncated: true,
+  });
 });
 
 Deno.test("F4: the same text alone, in a batch of 32 mixed lengths and concurrently gives the same vector", async () => {
   await using t = await startSynapse();
   const text = "the quick brown fox jumps over the lazy dog";
   const alone = resultOf(await t.syn.call("embed.query", { text }));
-  const others = Array.from({ length: 31 }, (_, i) => Array(1 + ((i * 53) % 300)).fill("data").join(" "));
-  const items = [...others.slice(0, 17), text, ...others.slice(17)].map((x, i) => ({ id: `i${i}`, text: x }));
+  const others = Array.from(
+    { length: 31 },
+    (_, i) => Array(1 + ((i * 53) % 300)).fill("data").join(" "),
+  );
+  const items = [...others.slice(0, 17), text, ...others.slice(17)].map((x, i) => ({
+    id: `i${i}`,
+    text: x,
+  }));
   const batch = resultOf(await t.syn.call("embed.batch", { items }));
   const inBatch = batch.vectors.find((v: { id: string }) => v.id === "i17");
   const [c1, c2] = await Promise.all([
@@ -118,7 +152,12 @@ Deno.test("F5: 'apple' and ['apple'] share one admission policy, served and refu
   assert.deepEqual(b.vectors[0].vector, q.vectors[0].vector);
   assert.deepEqual(i.vectors[0].vector, q.vectors[0].vector);
   // Full load: 4 bytes held leave less than 5 for "apple".
-  const held = t.syn.admission.admit({ bytes: 4, deadlineMs: 30000, maxQueueMs: 5000, queueClass: "bulk" });
+  const held = t.syn.admission.admit({
+    bytes: 4,
+    deadlineMs: 30000,
+    maxQueueMs: 5000,
+    queueClass: "bulk",
+  });
   const outcomes = await Promise.all([
     t.syn.call("embed.query", { text: "apple" }),
     t.syn.call("embed.batch", { texts: ["apple"] }),
@@ -138,9 +177,14 @@ Deno.test("F6: a non-finite model output is engine_output_invalid for that item,
   await using t = await startSynapse({
     preload_models: [preload(`${MODELS}/synapse-tiny-embed-nan`, "nan-embed")],
   });
-  const r = resultOf(await t.syn.call("embed.batch", {
-    items: [{ id: "ok", text: "a healthy sentence" }, { id: "bad", text: "this has poison in it" }],
-  }));
+  const r = resultOf(
+    await t.syn.call("embed.batch", {
+      items: [{ id: "ok", text: "a healthy sentence" }, {
+        id: "bad",
+        text: "this has poison in it",
+      }],
+    }),
+  );
   assert.deepEqual(r.vectors.map((v: { id: string }) => v.id), ["ok"]);
   assert.ok(r.vectors[0].vector.every(Number.isFinite));
   assert.equal(r.item_errors.length, 1);
@@ -173,15 +217,17 @@ Deno.test("F16: an unknown field or a wrong type is a channel invalid_request na
 
 Deno.test("embed.batch refuses an empty batch, duplicate ids and params that are not an object", async () => {
   await using t = await startSynapse();
-  for (const [params, needle] of [
-    [{ items: [] }, "empty batch"],
-    [{ texts: [] }, "empty batch"],
-    [{ items: [{ id: "a", text: "x" }, { id: "a", text: "y" }] }, "'a' appears more than once"],
-    [{ items: ["x", { id: "0", text: "y" }] }, "'0' appears more than once"],
-    [{}, "'items' is required"],
-    [{ items: ["x"], texts: ["y"] }, "not both"],
-    [[1, 2], "must be a JSON object"],
-  ] as const) {
+  for (
+    const [params, needle] of [
+      [{ items: [] }, "empty batch"],
+      [{ texts: [] }, "empty batch"],
+      [{ items: [{ id: "a", text: "x" }, { id: "a", text: "y" }] }, "'a' appears more than once"],
+      [{ items: ["x", { id: "0", text: "y" }] }, "'0' appears more than once"],
+      [{}, "'items' is required"],
+      [{ items: ["x"], texts: ["y"] }, "not both"],
+      [[1, 2], "must be a JSON object"],
+    ] as const
+  ) {
     const body = channelError(await t.syn.call("embed.batch", params));
     assert.equal(body.code, "invalid_request");
     assert.ok(body.message.includes(needle), body.message);
@@ -213,7 +259,11 @@ Deno.test("embed answers model_loading with a retry hint while the model loads (
   const { createSynapse } = await import("../../lib/synapse.ts");
   const { DEFAULT_CONFIG } = await import("../../lib/config/config.ts");
   const dir = await Deno.makeTempDir();
-  const syn = await createSynapse({ config: DEFAULT_CONFIG, storePath: `${dir}/store.db`, waitForModels: false });
+  const syn = await createSynapse({
+    config: DEFAULT_CONFIG,
+    storePath: `${dir}/store.db`,
+    waitForModels: false,
+  });
   try {
     const e = semanticError(await syn.call("embed.query", { text: "early" }));
     assert.equal(e.code, "model_loading");

@@ -4,7 +4,9 @@ import { resultOf, semanticError, startSynapse } from "../_helpers.ts";
 Deno.test("F15: rerank gives raw scores in input order, stated as raw, with a separate sigmoid field", async () => {
   await using t = await startSynapse();
   const docs = ["synapse serves embeddings", "bananas are yellow", "a local inference service"];
-  const r = resultOf(await t.syn.call("rerank.score", { query: "what is synapse", candidates: docs }));
+  const r = resultOf(
+    await t.syn.call("rerank.score", { query: "what is synapse", candidates: docs }),
+  );
   assert.equal(r.score_kind, "raw_logit");
   assert.equal(r.scores.length, 3);
   assert.equal(r.dims, 1);
@@ -16,9 +18,13 @@ Deno.test("F15: rerank gives raw scores in input order, stated as raw, with a se
   const rev = resultOf(
     await t.syn.call("rerank.score", { query: "what is synapse", candidates: [...docs].reverse() }),
   );
-  [...rev.scores].reverse().forEach((s: number, i: number) => assert.ok(Math.abs(s - r.scores[i]) < 1e-5));
+  [...rev.scores].reverse().forEach((s: number, i: number) =>
+    assert.ok(Math.abs(s - r.scores[i]) < 1e-5)
+  );
   // One candidate keeps its raw score (no min-max normalisation to 0.0).
-  const one = resultOf(await t.syn.call("rerank.score", { query: "what is synapse", candidates: [docs[1]] }));
+  const one = resultOf(
+    await t.syn.call("rerank.score", { query: "what is synapse", candidates: [docs[1]] }),
+  );
   assert.ok(Math.abs(one.scores[0] - r.scores[1]) < 1e-5);
   assert.notEqual(one.scores[0], 0);
   // Tied candidates tie.
@@ -44,13 +50,23 @@ Deno.test("F15: an empty candidate or query is invalid_request naming it", async
 Deno.test("rerank refuses an over-long pair unless asked to truncate, then cuts the document", async () => {
   await using t = await startSynapse();
   const long = Array(600).fill("a").join(" ");
-  const e = semanticError(await t.syn.call("rerank.score", { query: "q", candidates: ["short", long] }));
+  const e = semanticError(
+    await t.syn.call("rerank.score", { query: "q", candidates: ["short", long] }),
+  );
   assert.equal(e.code, "sequence_too_long");
   assert.deepEqual(e.details, { tokens: 604, max_tokens: 512, item_id: "1" });
   const r = resultOf(
     await t.syn.call("rerank.score", { query: "q", candidates: ["short", long], truncate: true }),
   );
-  assert.deepEqual(r.truncation_disclosures[1], { submitted_tokens: 604, effective_tokens: 512, truncated: true });
-  assert.deepEqual(r.truncation_disclosures[0], { submitted_tokens: 5, effective_tokens: 5, truncated: false });
+  assert.deepEqual(r.truncation_disclosures[1], {
+    submitted_tokens: 604,
+    effective_tokens: 512,
+    truncated: true,
+  });
+  assert.deepEqual(r.truncation_disclosures[0], {
+    submitted_tokens: 5,
+    effective_tokens: 5,
+    truncated: false,
+  });
   assert.deepEqual(r.real_token_counts, [5, 512]); // [CLS] q [SEP] short [SEP]
 });

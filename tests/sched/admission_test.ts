@@ -2,7 +2,12 @@ import assert from "node:assert/strict";
 import { Admission } from "../../lib/sched/admission.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
 
-const limits = { byteBudget: 100, maxQueueMs: 5000, estimatedExecutionMs: 25, maxConcurrentWorkers: 1 };
+const limits = {
+  byteBudget: 100,
+  maxQueueMs: 5000,
+  estimatedExecutionMs: 25,
+  maxConcurrentWorkers: 1,
+};
 const req = { bytes: 60, deadlineMs: 30000, maxQueueMs: 5000, queueClass: "interactive" as const };
 
 Deno.test("Admission.admit() refuses over the byte budget with queue_full and a retry hint", () => {

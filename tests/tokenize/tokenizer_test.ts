@@ -12,10 +12,16 @@ Deno.test("SanitizedTokenizer strips padding and truncation and digests the sani
   assert.notEqual(raw.padding, null, "fixture must carry padding to prove sanitization");
   const tok = await SanitizedTokenizer.fromFile(path);
   const expected = "sha256:" +
-    createHash("sha256").update(JSON.stringify({ ...raw, padding: null, truncation: null })).digest("hex");
+    createHash("sha256").update(JSON.stringify({ ...raw, padding: null, truncation: null })).digest(
+      "hex",
+    );
   assert.equal(tok.digest, expected);
   // Same digest whatever padding/truncation the file carried.
-  const other = SanitizedTokenizer.fromJson({ ...raw, padding: null, truncation: { max_length: 7 } });
+  const other = SanitizedTokenizer.fromJson({
+    ...raw,
+    padding: null,
+    truncation: { max_length: 7 },
+  });
   assert.equal(other.digest, tok.digest);
   // The file's truncation (128) and padding (Fixed 128) are not applied.
   const long = Array(300).fill("a").join(" ");
@@ -63,9 +69,13 @@ Deno.test("SanitizedTokenizer.encodePair() marks segments and truncates only the
 });
 
 Deno.test("SanitizedTokenizer.fromFile() refuses a missing or broken file with artifact_invalid", async () => {
-  await assert.rejects(SanitizedTokenizer.fromFile("/nonexistent/tokenizer.json"), { code: "artifact_invalid" });
+  await assert.rejects(SanitizedTokenizer.fromFile("/nonexistent/tokenizer.json"), {
+    code: "artifact_invalid",
+  });
   const dir = await Deno.makeTempDir();
   await Deno.writeTextFile(`${dir}/tokenizer.json`, "{not json");
-  await assert.rejects(SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`), { code: "artifact_invalid" });
+  await assert.rejects(SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`), {
+    code: "artifact_invalid",
+  });
   await Deno.remove(dir, { recursive: true });
 });

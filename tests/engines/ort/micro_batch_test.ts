@@ -30,8 +30,14 @@ Deno.test("planMicroBatches() gives an over-budget sequence a batch of its own",
 
 Deno.test("planMicroBatches() throws RangeError for invalid limits", () => {
   for (const bad of [0, -1, 1.5, NaN, Infinity]) {
-    assert.throws(() => planMicroBatches([1], { maxBatchTokens: bad, maxSequences: 1 }), RangeError);
-    assert.throws(() => planMicroBatches([1], { maxBatchTokens: 1, maxSequences: bad }), RangeError);
+    assert.throws(
+      () => planMicroBatches([1], { maxBatchTokens: bad, maxSequences: 1 }),
+      RangeError,
+    );
+    assert.throws(
+      () => planMicroBatches([1], { maxBatchTokens: 1, maxSequences: bad }),
+      RangeError,
+    );
   }
 });
 

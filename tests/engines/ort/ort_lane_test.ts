@@ -49,12 +49,16 @@ Deno.test("OrtLane answers artifact_invalid for a file that is not a model, and 
   const tmp = await Deno.makeTempFile({ suffix: ".onnx" });
   await Deno.writeTextFile(tmp, "not a model");
   using lane = new OrtLane();
-  await assert.rejects(lane.load({ ...spec, modelRef: "bad", path: tmp }), { code: "artifact_invalid" });
+  await assert.rejects(lane.load({ ...spec, modelRef: "bad", path: tmp }), {
+    code: "artifact_invalid",
+  });
   await lane.load(spec);
   const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
   const r = await lane.run("m", [tok.encode("fine", { maxTokens: 512 })]);
   assert.equal(r.dims, 32);
-  await assert.rejects(lane.run("nope", [tok.encode("x", { maxTokens: 512 })]), { code: "unknown_model" });
+  await assert.rejects(lane.run("nope", [tok.encode("x", { maxTokens: 512 })]), {
+    code: "unknown_model",
+  });
   await Deno.remove(tmp);
 });
 

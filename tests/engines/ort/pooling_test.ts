@@ -3,8 +3,18 @@ import { poolHiddenStates } from "../../../lib/engines/ort/pooling.ts";
 
 // Two rows, seq 3, dims 2. Row 0 has 2 real tokens, row 1 has 3.
 const hidden = Float32Array.of(
-  1, 2, 3, 4, 100, 100, // row 0 (last position is padding)
-  5, 6, 7, 8, 9, 10, // row 1
+  1,
+  2,
+  3,
+  4,
+  100,
+  100, // row 0 (last position is padding)
+  5,
+  6,
+  7,
+  8,
+  9,
+  10, // row 1
 );
 
 Deno.test("poolHiddenStates() mean ignores padding", () => {
@@ -14,7 +24,12 @@ Deno.test("poolHiddenStates() mean ignores padding", () => {
 });
 
 Deno.test("poolHiddenStates() cls takes position 0 and last_token the last real token", () => {
-  assert.deepEqual(Array.from(poolHiddenStates(hidden, [2, 3], 3, 2, "cls", false).data), [1, 2, 5, 6]);
+  assert.deepEqual(Array.from(poolHiddenStates(hidden, [2, 3], 3, 2, "cls", false).data), [
+    1,
+    2,
+    5,
+    6,
+  ]);
   assert.deepEqual(
     Array.from(poolHiddenStates(hidden, [2, 3], 3, 2, "last_token", false).data),
     [3, 4, 9, 10],
