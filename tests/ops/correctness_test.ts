@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import * as ort from "onnxruntime-node";
 import { Tokenizer } from "@huggingface/tokenizers";
 import { cosine, MINILM, MODELS, preload, resultOf, startSynapse } from "../_helpers.ts";
+import { serveHttp } from "../../lib/http/server.ts";
 
 const TEXTS = [
   "hello world",
@@ -57,11 +58,31 @@ const MODEL_DIRS: [string, string][] = [
   ["minilm-shaped", MINILM],
 ];
 for (const [name, dir] of MODEL_DIRS) {
-  Deno.test(`embed.query and embed.batch on ${name} agree with a plain onnxruntime session`, async () => {
+  Deno.test(`embed.query, embed.batch and /v1/embeddings on ${name} agree with a plain onnxruntime session`, async () => {
     const ref = await reference(dir, TEXTS);
     await using t = await startSynapse({ preload_models: [preload(dir, name)] });
+    await using http = serveHttp(t.syn, { port: 0 });
     const batch = resultOf(await t.syn.call("embed.batch", { texts: TEXTS }));
     assert.deepEqual(batch.real_token_counts, ref.counts);
+    const res = await fetch(`http://127.0.0.1:${http.port}/v1/embeddings`, {
+      method: "POST",
+      body: JSON.stringify({ input: TEXTS }),
+    });
+    const oa = await res.json();
+    assert.equal(res.status, 200);
+    assert.equal(oa.synapse.fingerprint, batch.fingerprint);
+    assert.equal(res.headers.get("x-synapse-fingerprint"), batch.fingerprint);
+    assert.deepEqual(oa.synapse.real_token_counts, ref.counts);
+    oa.data.forEach((d: { index: number; embedding: number[] }) => {
+      const c = cosine(d.embedding, ref.vectors[d.index]!);
+      assert.ok(c >= 0.99999, `${name} /v1/embeddings text ${d.index}: cosine ${c}`);
+    });
+    const ops = await (await fetch(`http://127.0.0.1:${http.port}/v1/ops/embed.query`, {
+      method: "POST",
+      body: JSON.stringify({ text: TEXTS[1] }),
+    })).json();
+    assert.equal(ops.result.fingerprint, batch.fingerprint);
+    assert.ok(cosine(ops.result.vectors[0].vector, ref.vectors[1]!) >= 0.99999);
     for (let i = 0; i < TEXTS.length; i++) {
       const q = resultOf(await t.syn.call("embed.query", { text: TEXTS[i] }));
       assert.deepEqual(q.real_token_counts, [ref.counts[i]]);
