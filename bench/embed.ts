@@ -41,8 +41,8 @@ const { values: args } = parseArgs({
   },
   strict: true,
 });
-const size = Number(args.size ?? (args.quick ? 200 : 2000));
-const queryRuns = args.quick ? 100 : 400;
+const size = Number(args.size ?? (args.quick ? 120 : 2000));
+const queryRuns = args.quick ? 80 : 400;
 const skip = new Set(args.skip!.split(",").filter(Boolean));
 
 interface Row {

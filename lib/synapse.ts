@@ -17,6 +17,8 @@ import { dispatch } from "./ops/dispatcher.ts";
 import type { OpOutcome } from "./ops/dispatcher.ts";
 import type { CallOptions, OpContext } from "./ops/context.ts";
 import { Admission } from "./sched/admission.ts";
+import { LaneScheduler } from "./sched/lane_scheduler.ts";
+import { JobStore } from "./store/job_store.ts";
 import { Store } from "./store/store.ts";
 import { storePath } from "./paths.ts";
 import { machineProfileHash, probeMachineProfile } from "./identity/machine_profile.ts";
@@ -125,6 +127,15 @@ export class Synapse implements AsyncDisposable {
   readonly registry: ModelRegistry;
   readonly admission: Admission;
   readonly context: OpContext;
+  /** Durable jobs (contract.md §8). */
+  readonly jobStore: JobStore;
+  /** Jobs of earlier generations failed with `module_restarted` at this boot. */
+  readonly inheritedJobs: number;
+  /** Scheduler of the interactive lane. */
+  readonly interactive: LaneScheduler;
+  /** Scheduler of the bulk lane. */
+  readonly bulk: LaneScheduler;
+  #sweeper: ReturnType<typeof setInterval> | undefined;
   /** Resolves when every preloaded model is ready or failed. */
   readonly modelsSettled: Promise<LoadedModel[]>;
   #disposed = false;
@@ -146,8 +157,10 @@ export class Synapse implements AsyncDisposable {
     this.machineProfile = machine;
     this.machineProfileHash = machineProfileHash(machine);
     this.store = store;
-    const lane = new OrtLane({ intraOpThreads: threadsForKnob(config.knob) });
-    this.registry = new ModelRegistry(lane, {
+    const threads = threadsForKnob(config.knob);
+    const lane = new OrtLane({ intraOpThreads: threads });
+    const bulkLane = new OrtLane({ intraOpThreads: threads });
+    this.registry = new ModelRegistry(lane, bulkLane, {
       threadPolicy: config.knob,
       maxBatchTokens: config.inline.max_tokens,
       now,
@@ -159,10 +172,21 @@ export class Synapse implements AsyncDisposable {
       maxConcurrentWorkers: config.inline.max_concurrent_workers,
     }, { now });
     const storeRef = store;
+    this.jobStore = new JobStore(store, { clock: now });
+    // Jobs of an earlier generation that were queued or running died with that process.
+    this.inheritedJobs = this.jobStore.inheritEarlierGenerations(store.moduleGeneration);
+    const permits = Math.max(1, config.inline.max_concurrent_workers);
+    this.interactive = new LaneScheduler({
+      permits,
+      defaultRunMs: config.inline.estimated_execution_ms,
+    });
+    this.bulk = new LaneScheduler({ permits: 1 });
     this.context = {
       config,
       registry: this.registry,
       admission: this.admission,
+      interactive: this.interactive,
+      jobs: { store: this.jobStore, scheduler: this.bulk, running: new Map() },
       moduleGeneration: store.moduleGeneration,
       tableEpoch: () => storeRef.tableEpoch,
       now,
@@ -184,6 +208,23 @@ export class Synapse implements AsyncDisposable {
       }
       return ms;
     });
+  }
+
+  /**
+   * Deletes jobs and pages past their retention (and fails jobs past their execution TTL) now
+   * and then every `intervalMs`. Called by `serve`; an embedded instance sweeps only when asked.
+   */
+  startSweeper(intervalMs = 60_000): void {
+    if (this.#sweeper !== undefined || this.#disposed) return;
+    const sweep = (): void => {
+      try {
+        this.jobStore.sweepExpired();
+      } catch { /* the next sweep retries */ }
+    };
+    sweep();
+    const timer = setInterval(sweep, intervalMs);
+    Deno.unrefTimer(timer as unknown as number);
+    this.#sweeper = timer;
   }
 
   /** Module generation of this boot. */
@@ -218,7 +259,11 @@ export class Synapse implements AsyncDisposable {
   dispose(): Promise<void> {
     if (this.#disposed) return Promise.resolve();
     this.#disposed = true;
+    if (this.#sweeper !== undefined) clearInterval(this.#sweeper);
+    this.interactive.dispose();
+    this.bulk.dispose();
     this.registry.lane.dispose();
+    this.registry.bulkLane.dispose();
     this.store.dispose();
     return Promise.resolve();
   }

@@ -60,6 +60,13 @@ export const RerankScoreParams = z.strictObject({
 });
 export type RerankScoreParams = z.infer<typeof RerankScoreParams>;
 
+/** `embed.result {job_id, page?}` (design.md: `page` is a 0-based integer). */
+export const EmbedResultParams = z.strictObject({
+  job_id: z.string().min(1),
+  page: z.number().int().nonnegative().optional(),
+});
+export type EmbedResultParams = z.infer<typeof EmbedResultParams>;
+
 /** `models.list {}`. */
 export const ModelsListParams = z.strictObject({});
 

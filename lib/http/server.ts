@@ -372,6 +372,8 @@ async function openAiEmbeddings(
     const res = await embedItems(synapse.context, common, items, "interactive", {
       signal: req.signal,
     });
+    // Without a request_key an over-limit batch is refused, never turned into a job.
+    if (!("vectors" in res)) throw new Error("An OpenAI request became a job. This is a bug");
     const refused = res.item_errors?.[0];
     if (refused !== undefined) {
       // OpenAI clients expect all or nothing: name the first refused item.

@@ -105,16 +105,24 @@ export function warmupShapes(maxTokens: number): [number, number][] {
   return [[Math.max(1, Math.floor(maxMicroBatchTokens / long)), long], [maxSequences, shortLen]];
 }
 
-/** The models this process serves, each on its lane. */
+/**
+ * The models this process serves. Each model has a session on the interactive lane (loaded at
+ * boot) and one on the bulk lane (loaded on the first job), each lane its own Worker thread, so
+ * an interactive request never waits for a bulk quantum to finish.
+ */
 export class ModelRegistry {
+  /** Lane of interactive and control work (embed.query, inline batches, small reranks). */
   readonly lane: OrtLane;
+  /** Lane of bulk work (durable jobs, large reranks); models load on first use. */
+  readonly bulkLane: OrtLane;
   #models = new Map<string, LoadedModel>();
   #threadPolicy: ThreadPolicy;
   #maxBatchTokens: number;
   #now: () => number;
 
-  constructor(lane: OrtLane, options: ModelRegistryOptions = {}) {
+  constructor(lane: OrtLane, bulkLane: OrtLane, options: ModelRegistryOptions = {}) {
     this.lane = lane;
+    this.bulkLane = bulkLane;
     this.#threadPolicy = options.threadPolicy ?? "balanced";
     this.#maxBatchTokens = options.maxBatchTokens ?? 8192;
     this.#now = options.now ?? Date.now;
@@ -255,14 +263,16 @@ export class ModelRegistry {
       (typeof config.synapse_max_tokens === "number" ? config.synapse_max_tokens : maxPos);
     if (m.maxTokens > maxPos) m.maxTokens = maxPos;
     if (config.synapse_test_model === true) m.testModel = true;
-    const { dims, coldLoadMs } = await this.lane.load({
+    const spec = {
       modelRef: m.modelId,
       path: src.modelPath,
       task: m.task,
       pooling: src.pooling,
       normalize: src.normalize,
       warmupShapes: warmupShapes(m.maxTokens),
-    });
+    };
+    const { dims, coldLoadMs } = await this.lane.load(spec);
+    this.bulkLane.register(spec);
     const profile: NumericProfile = {
       model_digest: modelDigest,
       quant: "f32",

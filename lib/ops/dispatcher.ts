@@ -9,6 +9,7 @@ import { SynapseError, toSynapseError } from "../contract/errors.ts";
 import type { ChannelError, WireError } from "../contract/errors.ts";
 import { embedBatch, embedQuery } from "./embed.ts";
 import { rerankScore } from "./rerank.ts";
+import { embedResult } from "./jobs.ts";
 import { admissionStatus, modelsList } from "./models.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 
@@ -29,6 +30,7 @@ export const OPERATIONS: Readonly<Record<string, { kind: "query" | "mutate"; han
   Object.freeze({
     "embed.query": { kind: "query", handler: embedQuery },
     "embed.batch": { kind: "query", handler: embedBatch },
+    "embed.result": { kind: "query", handler: embedResult },
     "rerank.score": { kind: "query", handler: rerankScore },
     "models.list": { kind: "query", handler: modelsList },
     "admission.status": { kind: "query", handler: admissionStatus },

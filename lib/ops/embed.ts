@@ -23,8 +23,9 @@ import { planMicroBatches } from "../engines/ort/micro_batch.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
 import type { LoadedModel } from "../models/model_registry.ts";
-import type { EncodedSequence } from "../tokenize/tokenizer.ts";
-import type { AdmissionPermit, QueueClass } from "../sched/admission.ts";
+import type { QueueClass } from "../sched/admission.ts";
+import { submitEmbedJob } from "./jobs.ts";
+import type { EmbedJobRequest, JobAccepted, PreparedItem } from "./jobs.ts";
 import { checkText, utf8Length } from "./_text.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 
@@ -73,12 +74,6 @@ export interface EmbedItem {
   text: string;
 }
 
-interface Prepared {
-  index: number;
-  item: EmbedItem;
-  seq: EncodedSequence;
-}
-
 /**
  * `embed.query {text, id?}` → an envelope with one vector.
  *
@@ -94,33 +89,34 @@ export async function embedQuery(
   const p = parseParams("embed.query", EmbedQueryParams, rawParams);
   const item = { id: p.id === undefined ? "0" : String(p.id), text: p.text };
   const res = await embedItems(ctx, p, [item], "interactive", options);
+  if (!("vectors" in res)) throw new Error("A single item became a job. This is a bug");
   const err = res.item_errors?.[0];
   if (err) throw wireToError(err.error);
   return res;
 }
 
 /**
- * Inline `embed.batch {items | texts}` → an envelope with one vector per served item. Jobs (over
- * the inline limits) arrive with the scheduler; until then such a batch is refused with
- * `invalid_request` naming the limit.
+ * `embed.batch {items | texts, request_key?}` → an envelope with one vector per served item, or,
+ * over the inline limits (`inline.max_items`, `inline.max_tokens`, `inline.byte_budget`) and with
+ * a `request_key`, a durable job `{module_generation, job_id, state, request_key,
+ * pages_available}` whose pages `embed.result` reads.
  *
  * @throws {SynapseError} channel `invalid_request` for malformed params, an empty batch or a
- *   duplicate id; semantic refusals as {@link embedQuery}, per item in `item_errors`.
+ *   duplicate id; semantic `invalid_request` naming the limit for an over-limit batch without a
+ *   `request_key`; `idempotency_conflict` for a key reused with another request; refusals as
+ *   {@link embedQuery}, per item in `item_errors`.
  */
 export async function embedBatch(
   ctx: OpContext,
   rawParams: unknown,
   options: CallOptions = {},
-): Promise<EmbedResult> {
+): Promise<EmbedResult | JobAccepted> {
   const p = parseParams("embed.batch", EmbedBatchParams, rawParams);
   if (p.items !== undefined && p.texts !== undefined) {
     throw new SynapseError(
       "invalid_request",
       "Cannot parse params of embed.batch: give 'items' or 'texts', not both",
-      {
-        channel: true,
-        details: { field: "texts" },
-      },
+      { channel: true, details: { field: "texts" } },
     );
   }
   const raw = p.items ?? p.texts;
@@ -128,16 +124,13 @@ export async function embedBatch(
     throw new SynapseError(
       "invalid_request",
       "Cannot parse params of embed.batch: field 'items' is required",
-      {
-        channel: true,
-        details: { field: "items" },
-      },
+      { channel: true, details: { field: "items" } },
     );
   }
   const items: EmbedItem[] = raw.map((it, i) =>
     typeof it === "string" ? { id: String(i), text: it } : { id: String(it.id), text: it.text }
   );
-  return await embedItems(ctx, p, items, "interactive", options);
+  return await embedItems(ctx, p, items, "interactive", options, p.request_key);
 }
 
 /**
@@ -147,7 +140,8 @@ export async function embedBatch(
  * @param ctx Module context.
  * @param p Validated common params.
  * @param items Items, ids unique.
- * @param queueClass Admission class.
+ * @param queueClass Admission class of an inline run.
+ * @param requestKey Turns an over-limit batch into a durable job.
  * @throws {SynapseError} request-level refusals; item-level ones land in `item_errors`.
  */
 export async function embedItems(
@@ -156,16 +150,74 @@ export async function embedItems(
   items: EmbedItem[],
   queueClass: QueueClass,
   options: CallOptions = {},
-): Promise<EmbedResult> {
+  requestKey?: string,
+): Promise<EmbedResult | JobAccepted> {
   const limits = ctx.config.inline;
+  checkItems(items);
+  const model = ctx.registry.resolve(requestedModel(p), "embed");
+  checkFingerprint(model, p);
+  const truncate = p.truncate ?? false;
+  let bytes = 0;
+  for (const it of items) bytes += utf8Length(it.text);
+  // Over the item limit: a job, tokenized by its runner in chunks (never here, where a large
+  // batch would hold the event loop).
+  if (items.length > limits.max_items || bytes > limits.byte_budget) {
+    const limit = items.length > limits.max_items
+      ? { limit: "inline.max_items", items: items.length, max: limits.max_items }
+      : { limit: "inline.byte_budget", bytes, max: limits.byte_budget };
+    return submitJob(ctx, requestKey, limit, { model, items, truncate, bytes });
+  }
+  const { prepared, errors, tokens } = prepareItems(model, items, truncate);
+  if (tokens > limits.max_tokens) {
+    const limit = { limit: "inline.max_tokens", tokens, max: limits.max_tokens };
+    return submitJob(ctx, requestKey, limit, {
+      model,
+      items,
+      truncate,
+      bytes,
+      prepared,
+      itemErrors: errors.filter((e): e is ItemError => e !== undefined),
+    });
+  }
+  const maxQueueMs = p.max_queue_ms ?? limits.max_queue_ms;
+  const cls = queueClass === "bulk" ? "bulk" : "interactive";
+  using permit = ctx.admission.admit({
+    bytes,
+    deadlineMs: p.deadline_ms ?? limits.deadline_ms,
+    maxQueueMs,
+    queueClass,
+    predictedDelayMs: ctx.interactive.predictedStartDelayMs(cls),
+  });
+  const signal = options.signal
+    ? AbortSignal.any([
+      options.signal,
+      AbortSignal.timeout(Math.max(1, permit.deadlineAtMs - ctx.now())),
+    ])
+    : AbortSignal.timeout(Math.max(1, permit.deadlineAtMs - ctx.now()));
+  let startedMs = 0;
+  const { outputs, inferenceMs } = await ctx.interactive.submit({
+    cls,
+    tokens,
+    maxQueueMs,
+    signal,
+    label: "embed",
+    run: () => {
+      startedMs = ctx.now();
+      return runMicroBatches(ctx, model, prepared, errors);
+    },
+  });
+  return assemble(ctx, model, prepared, errors, outputs, {
+    queueTimeMs: startedMs - permit.admittedAtMs,
+    inferenceMs,
+  });
+}
+
+function checkItems(items: EmbedItem[]): void {
   if (items.length === 0) {
     throw new SynapseError(
       "invalid_request",
       "Cannot embed an empty batch: give at least one item",
-      {
-        channel: true,
-        details: { field: "items", reason: "empty_batch" },
-      },
+      { channel: true, details: { field: "items", reason: "empty_batch" } },
     );
   }
   const seen = new Set<string>();
@@ -174,56 +226,49 @@ export async function embedItems(
       throw new SynapseError(
         "invalid_request",
         `Cannot embed batch: item id '${it.id}' appears more than once`,
-        {
-          channel: true,
-          details: { field: "items", item_id: it.id, reason: "duplicate_id" },
-        },
+        { channel: true, details: { field: "items", item_id: it.id, reason: "duplicate_id" } },
       );
     }
     seen.add(it.id);
   }
-  if (items.length > limits.max_items) {
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot embed batch inline: ${items.length} items exceed inline.max_items ${limits.max_items}; durable jobs are not available in this build`,
-      {
-        details: { limit: "inline.max_items", items: items.length, max: limits.max_items },
-      },
-    );
-  }
-  const model = ctx.registry.resolve(requestedModel(p), "embed");
-  checkFingerprint(model, p);
-  let bytes = 0;
-  for (const it of items) bytes += utf8Length(it.text);
-  if (bytes > limits.byte_budget) {
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot embed batch inline: ${bytes} bytes exceed inline.byte_budget ${limits.byte_budget}`,
-      {
-        details: { limit: "inline.byte_budget", bytes, max: limits.byte_budget },
-      },
-    );
-  }
-  using permit = ctx.admission.admit({
-    bytes,
-    deadlineMs: p.deadline_ms ?? limits.deadline_ms,
-    maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
-    queueClass,
-  });
-  return await runEmbed(ctx, model, items, p.truncate ?? false, permit, options);
 }
 
-async function runEmbed(
+function submitJob(
   ctx: OpContext,
+  requestKey: string | undefined,
+  limit: Record<string, unknown>,
+  req: Omit<EmbedJobRequest, "requestKey">,
+): JobAccepted {
+  if (requestKey === undefined || requestKey === "") {
+    const what = limit.limit === "inline.max_items"
+      ? `${limit.items} items exceed inline.max_items ${limit.max}`
+      : limit.limit === "inline.max_tokens"
+      ? `${limit.tokens} tokens exceed inline.max_tokens ${limit.max}`
+      : `${limit.bytes} bytes exceed inline.byte_budget ${limit.max}`;
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot embed batch inline: ${what}; give a non-empty request_key to run it as a durable job`,
+      { details: { ...limit, field: "request_key" } },
+    );
+  }
+  return submitEmbedJob(ctx, { ...req, requestKey });
+}
+
+/**
+ * Tokenizes items; an item that cannot be embedded (empty, invalid Unicode, too long) becomes an
+ * item error instead.
+ *
+ * @returns Prepared items, errors by input index, and the total of effective tokens.
+ */
+export function prepareItems(
   model: LoadedModel,
   items: EmbedItem[],
   truncate: boolean,
-  permit: AdmissionPermit,
-  options: CallOptions,
-): Promise<EmbedResult> {
+  offset = 0,
+): { prepared: PreparedItem[]; errors: (ItemError | undefined)[]; tokens: number } {
   const tokenizer = model.tokenizer!;
   const errors: (ItemError | undefined)[] = new Array(items.length);
-  const prepared: Prepared[] = [];
+  const prepared: PreparedItem[] = [];
   let tokens = 0;
   for (let i = 0; i < items.length; i++) {
     const item = items[i]!;
@@ -235,65 +280,71 @@ async function runEmbed(
         itemId: item.id,
       });
       tokens += seq.effectiveTokens;
-      prepared.push({ index: i, item, seq });
+      prepared.push({ index: offset + i, item, seq });
     } catch (err) {
-      errors[i] = { id: item.id, index: i, error: toSynapseError(err, "invalid_request").toWire() };
+      errors[i] = {
+        id: item.id,
+        index: offset + i,
+        error: toSynapseError(err, "invalid_request").toWire(),
+      };
     }
   }
-  const maxTokens = ctx.config.inline.max_tokens;
-  if (tokens > maxTokens) {
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot embed batch inline: ${tokens} tokens exceed inline.max_tokens ${maxTokens}; durable jobs are not available in this build`,
-      {
-        details: { limit: "inline.max_tokens", tokens, max: maxTokens },
-      },
-    );
-  }
-  const startedMs = ctx.now();
-  const outputs = new Array<Float32Array | undefined>(items.length);
+  return { prepared, errors, tokens };
+}
+
+async function runMicroBatches(
+  ctx: OpContext,
+  model: LoadedModel,
+  prepared: PreparedItem[],
+  errors: (ItemError | undefined)[],
+): Promise<{ outputs: (Float32Array | undefined)[]; inferenceMs: number }> {
+  const outputs = new Array<Float32Array | undefined>(prepared.length);
   let inferenceMs = 0;
   const plan = planMicroBatches(prepared.map((x) => x.seq.ids.length), {
     maxBatchTokens: ORT_MICRO_BATCH.maxMicroBatchTokens,
     maxSequences: ORT_MICRO_BATCH.maxSequences,
   });
-  options.signal?.throwIfAborted();
-  if (ctx.now() > permit.deadlineAtMs) {
-    throw new SynapseError(
-      "deadline_exceeded",
-      "Cannot embed: the deadline passed before the engine started",
-    );
-  }
   // All micro-batches go to the lane at once: its worker runs them back to back.
   await Promise.all(plan.map(async (rowsIdx) => {
-    const rows = rowsIdx.map((k) => prepared[k]!);
-    const res = await ctx.registry.lane.run(model.modelId, rows.map((r) => r.seq));
+    const res = await ctx.registry.lane.run(model.modelId, rowsIdx.map((k) => prepared[k]!.seq));
     inferenceMs += res.runMs;
-    for (let r = 0; r < rows.length; r++) {
-      const x = rows[r]!;
-      if (res.nonFinite[r] === 1) {
-        errors[x.index] = {
-          id: x.item.id,
-          index: x.index,
-          error: new SynapseError(
-            "engine_output_invalid",
-            `Cannot embed item '${x.item.id}': the model produced NaN or Infinity`,
-            {
-              details: { item_id: x.item.id, model_id: model.modelId },
-            },
-          ).toWire(),
-        };
-      } else {
-        outputs[x.index] = res.data.subarray(r * res.dims, (r + 1) * res.dims);
-      }
-    }
+    rowsIdx.forEach((k, r) => {
+      const x = prepared[k]!;
+      if (res.nonFinite[r] === 1) errors[x.index] = nonFiniteError(model, x);
+      else outputs[k] = res.data.subarray(r * res.dims, (r + 1) * res.dims);
+    });
   }));
+  return { outputs, inferenceMs };
+}
+
+/** The item error of a non-finite output (field report F6). */
+export function nonFiniteError(model: LoadedModel, x: PreparedItem): ItemError {
+  return {
+    id: x.item.id,
+    index: x.index,
+    error: new SynapseError(
+      "engine_output_invalid",
+      `Cannot embed item '${x.item.id}': the model produced NaN or Infinity`,
+      { details: { item_id: x.item.id, model_id: model.modelId } },
+    ).toWire(),
+  };
+}
+
+function assemble(
+  ctx: OpContext,
+  model: LoadedModel,
+  prepared: PreparedItem[],
+  errors: (ItemError | undefined)[],
+  outputs: (Float32Array | undefined)[],
+  timing: { queueTimeMs: number; inferenceMs: number },
+): EmbedResult {
+  const tokenizer = model.tokenizer!;
   const vectors: EmbedVector[] = [];
   const counts: number[] = [];
   const disclosures: TruncationDisclosure[] = [];
-  for (const x of prepared) {
-    const out = outputs[x.index];
-    if (!out) continue;
+  prepared.forEach((x, k) => {
+    const out = outputs[k];
+    if (!out) return;
     const submitted = sha256Hex(x.item.text);
     const content = x.seq.truncated ? sha256Hex(tokenizer.decode(x.seq.keptContentIds)) : submitted;
     vectors.push({
@@ -308,7 +359,7 @@ async function runEmbed(
       effective_tokens: x.seq.effectiveTokens,
       truncated: x.seq.truncated,
     });
-  }
+  });
   const result: EmbedResult = {
     ...buildEnvelope({
       fingerprint: model.fingerprint!,
@@ -322,10 +373,12 @@ async function runEmbed(
     vectors,
     real_token_counts: counts,
     truncation_disclosures: disclosures,
-    queue_time_ms: startedMs - permit.admittedAtMs,
-    inference_time_ms: Math.round(inferenceMs * 1000) / 1000,
+    queue_time_ms: timing.queueTimeMs,
+    inference_time_ms: Math.round(timing.inferenceMs * 1000) / 1000,
   };
-  const errs = errors.filter((e): e is ItemError => e !== undefined);
+  const errs = errors.filter((e): e is ItemError => e !== undefined).sort((a, b) =>
+    a.index - b.index
+  );
   if (errs.length > 0) result.item_errors = errs;
   return result;
 }

@@ -87,7 +87,13 @@ export interface AdmissionStatusResult {
   machine_profile_hash: string;
   knob: string;
   queue_depths: { interactive: number; bulk: number; control: number };
-  execution: { waiters: number; in_flight: number; engine_calls_in_flight: number };
+  execution: {
+    waiters: number;
+    in_flight: number;
+    engine_calls_in_flight: number;
+    wait_p50_ms: number;
+    wait_p95_ms: number;
+  };
   bytes_in_flight: number;
   refusals: Record<string, { count: number; last_at_ms: number }>;
   inline: {
@@ -104,7 +110,8 @@ export interface AdmissionStatusResult {
   jobs_failed: number;
   jobs_inherited: number;
   jobs_open: number;
-  lanes: { lane: string; engine: string; intra_op_threads: number; models: string[] }[];
+  jobs: Record<string, number>;
+  lanes: Record<string, unknown>[];
 }
 
 /** `admission.status {}`. @throws {SynapseError} channel `invalid_request` for any param. */
@@ -113,29 +120,59 @@ export function admissionStatus(ctx: OpContext, rawParams: unknown): AdmissionSt
   const a = ctx.admission;
   const inFlight = a.inFlight;
   const lane = ctx.registry.lane;
+  const inter = ctx.interactive.stats();
+  const bulk = ctx.jobs.scheduler.stats();
+  const counters = ctx.jobs.store.counters();
+  const laneRow = (name: string, s: typeof inter, threads: number) => ({
+    lane: name,
+    engine: "ort",
+    intra_op_threads: threads,
+    permits: s.permits,
+    in_flight: s.inFlight,
+    waiters: s.waiters,
+    depths: s.depths,
+    meeting_deadlines: {
+      interactive: s.classes.interactive.meetingDeadlines,
+      bulk: s.classes.bulk.meetingDeadlines,
+    },
+    start_delay_p50_ms: {
+      interactive: s.classes.interactive.startDelayP50Ms,
+      bulk: s.classes.bulk.startDelayP50Ms,
+    },
+    tokens_per_second: {
+      interactive: s.classes.interactive.tokensPerSecond,
+      bulk: s.classes.bulk.tokensPerSecond,
+    },
+    models: ctx.registry.list().map((m) => m.modelId),
+  });
   return {
     module_generation: ctx.moduleGeneration,
     machine_profile_hash: ctx.machineProfileHash,
     knob: ctx.config.knob,
-    queue_depths: { interactive: 0, bulk: 0, control: 0 },
+    queue_depths: {
+      interactive: inter.depths.interactive + bulk.depths.interactive,
+      bulk: inter.depths.bulk + bulk.depths.bulk,
+      control: inter.depths.control + bulk.depths.control,
+    },
     execution: {
-      waiters: 0,
+      waiters: inter.waiters + bulk.waiters,
       in_flight: inFlight.interactive + inFlight.bulk + inFlight.control,
-      engine_calls_in_flight: lane.inFlight,
+      engine_calls_in_flight: lane.inFlight + ctx.registry.bulkLane.inFlight,
+      wait_p50_ms: inter.classes.interactive.startDelayP50Ms,
+      wait_p95_ms: inter.classes.interactive.startDelayP95Ms,
     },
     bytes_in_flight: a.bytesInFlight,
     refusals: Object.fromEntries(a.refusals),
     inline: { ...ctx.config.inline },
-    jobs_minted: 0,
-    jobs_completed: 0,
-    jobs_failed: 0,
-    jobs_inherited: 0,
-    jobs_open: 0,
-    lanes: [{
-      lane: "ort",
-      engine: "ort",
-      intra_op_threads: lane.intraOpThreads,
-      models: ctx.registry.list().map((m) => m.modelId),
-    }],
+    jobs_minted: counters.minted,
+    jobs_completed: counters.completed,
+    jobs_failed: counters.failed,
+    jobs_inherited: counters.inherited,
+    jobs_open: counters.open,
+    jobs: { ...ctx.config.jobs },
+    lanes: [
+      laneRow("ort-interactive", inter, lane.intraOpThreads),
+      laneRow("ort-bulk", bulk, ctx.registry.bulkLane.intraOpThreads),
+    ],
   };
 }

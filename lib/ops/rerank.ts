@@ -19,6 +19,9 @@ import { checkFingerprint } from "./embed.ts";
 import type { TruncationDisclosure } from "./embed.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 
+/** Most candidates a rerank may have and still run as interactive work (contract.md §1). */
+export const INTERACTIVE_RERANK_CANDIDATES = 20;
+
 /** Rerank payload, flattened into the envelope. */
 export interface RerankResult extends Envelope {
   /** Raw logits, one per candidate, in input order. */
@@ -71,11 +74,18 @@ export async function rerankScore(
   checkFingerprint(model, p);
   let bytes = utf8Length(p.query) * p.candidates.length;
   for (const c of p.candidates) bytes += utf8Length(c);
+  // Up to 20 candidates is interactive work; more runs in the bulk class on the bulk lane, so a
+  // large rerank never delays queries (contract.md §1).
+  const bulk = p.candidates.length > INTERACTIVE_RERANK_CANDIDATES;
+  const sched = bulk ? ctx.jobs.scheduler : ctx.interactive;
+  const cls = bulk ? "bulk" : "interactive";
+  const maxQueueMs = p.max_queue_ms ?? limits.max_queue_ms;
   using permit = ctx.admission.admit({
     bytes,
     deadlineMs: p.deadline_ms ?? limits.deadline_ms,
-    maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
-    queueClass: "interactive",
+    maxQueueMs,
+    queueClass: cls,
+    predictedDelayMs: sched.predictedStartDelayMs(cls),
   });
   const tokenizer = model.tokenizer!;
   const seqs: EncodedSequence[] = p.candidates.map((c, i) =>
@@ -85,30 +95,42 @@ export async function rerankScore(
       itemId: String(i),
     })
   );
-  const startedMs = ctx.now();
-  options.signal?.throwIfAborted();
+  let startedMs = 0;
   const scores = new Array<number>(seqs.length);
   let inferenceMs = 0;
   const plan = planMicroBatches(seqs.map((s) => s.ids.length), {
     maxBatchTokens: ORT_MICRO_BATCH.maxMicroBatchTokens,
     maxSequences: ORT_MICRO_BATCH.maxSequences,
   });
-  await Promise.all(plan.map(async (idx) => {
-    const res = await ctx.registry.lane.run(model.modelId, idx.map((k) => seqs[k]!));
-    inferenceMs += res.runMs;
-    idx.forEach((k, r) => {
-      if (res.nonFinite[r] === 1) {
-        throw new SynapseError(
-          "engine_output_invalid",
-          `Cannot rerank candidate ${k}: the model produced NaN or Infinity`,
-          {
-            details: { item_id: String(k), model_id: model.modelId },
-          },
-        );
-      }
-      scores[k] = res.data[r]!;
-    });
-  }));
+  const lane = bulk ? ctx.registry.bulkLane : ctx.registry.lane;
+  const timeout = AbortSignal.timeout(Math.max(1, permit.deadlineAtMs - ctx.now()));
+  const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
+  await sched.submit({
+    cls,
+    tokens: seqs.reduce((a, s) => a + s.ids.length, 0),
+    maxQueueMs,
+    signal,
+    label: "rerank",
+    run: async () => {
+      startedMs = ctx.now();
+      await Promise.all(plan.map(async (idx) => {
+        const res = await lane.run(model.modelId, idx.map((k) => seqs[k]!));
+        inferenceMs += res.runMs;
+        idx.forEach((k, r) => {
+          if (res.nonFinite[r] === 1) {
+            throw new SynapseError(
+              "engine_output_invalid",
+              `Cannot rerank candidate ${k}: the model produced NaN or Infinity`,
+              {
+                details: { item_id: String(k), model_id: model.modelId },
+              },
+            );
+          }
+          scores[k] = res.data[r]!;
+        });
+      }));
+    },
+  });
   return {
     ...buildEnvelope({
       fingerprint: model.fingerprint!,

@@ -38,6 +38,11 @@ export interface AdmitRequest {
   /** Longest acceptable queue wait in ms. */
   maxQueueMs: number;
   queueClass: QueueClass;
+  /**
+   * Predicted start delay in ms from the lane's scheduler. When absent, contract.md §6's rule:
+   * 25 ms when no execution permit is free, else 0.
+   */
+  predictedDelayMs?: number;
 }
 
 /** Held while a request runs; releasing returns its bytes and permit. */
@@ -111,7 +116,7 @@ export class Admission {
       );
     }
     const running = this.#inFlight.interactive + this.#inFlight.bulk + this.#inFlight.control;
-    const delay = running >= maxConcurrentWorkers ? 25 : 0;
+    const delay = req.predictedDelayMs ?? (running >= maxConcurrentWorkers ? 25 : 0);
     if (delay > req.maxQueueMs) {
       throw this.#refuse(
         "deadline_exceeded",

@@ -90,6 +90,30 @@ const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    // Result pages are keyed per job, not per request digest: after a restart a fresh job with the
+    // same key and digest must not collide with the old job's pages, which stay readable until
+    // the old job's retention ends. `result_pages` (keyed by request_digest) was never written,
+    // so it is dropped rather than left as a trap. Progress and the resume TTL get columns.
+    version: 3,
+    sql: `
+      DROP TABLE result_pages;
+      CREATE TABLE job_pages (
+        job_id TEXT NOT NULL REFERENCES jobs (job_id) ON DELETE CASCADE,
+        page_no INTEGER NOT NULL,
+        item_count INTEGER NOT NULL,
+        page_json TEXT NOT NULL,
+        committed_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (job_id, page_no)
+      );
+      ALTER TABLE jobs ADD COLUMN items_total INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE jobs ADD COLUMN items_done INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE jobs ADD COLUMN tokens_total INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE jobs ADD COLUMN tokens_done INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE jobs ADD COLUMN resume_ttl_ms INTEGER;
+      CREATE INDEX jobs_by_generation_state ON jobs (module_generation, state);
+    `,
+  },
 ];
 
 /** Highest schema version this binary knows. */

@@ -56,8 +56,9 @@ Deno.test("Store.open() runs each migration once and records it", async () => {
     assert.deepStrictEqual(rows, [
       { namespace: STORE_NAMESPACE, version: 1, applied_at_unix: 1_700_000_000 },
       { namespace: STORE_NAMESPACE, version: 2, applied_at_unix: 1_700_000_000 },
+      { namespace: STORE_NAMESPACE, version: 3, applied_at_unix: 1_700_000_000 },
     ]);
-    assert.strictEqual(STORE_SCHEMA_VERSION, 2);
+    assert.strictEqual(STORE_SCHEMA_VERSION, 3);
     assert.strictEqual(STORE_NAMESPACE, "synapse_module");
   } finally {
     db.close();
@@ -97,14 +98,20 @@ Deno.test("Store.open() creates the tables of contract §8 with their columns", 
     "result_json",
     "error_json",
     "page_count",
+    "items_total",
+    "items_done",
+    "tokens_total",
+    "tokens_done",
+    "resume_ttl_ms",
   ]);
-  assert.deepStrictEqual(columns(db, "result_pages"), [
-    "request_digest",
+  assert.deepStrictEqual(columns(db, "job_pages"), [
+    "job_id",
     "page_no",
+    "item_count",
     "page_json",
-    "provider_request_ids_json",
-    "committed_at",
+    "committed_at_ms",
   ]);
+  assert.deepStrictEqual(columns(db, "result_pages"), [], "migration 3 drops result_pages");
   assert.deepStrictEqual(columns(db, "alias_rows"), [
     "fingerprint_a",
     "fingerprint_b",
@@ -116,6 +123,42 @@ Deno.test("Store.open() creates the tables of contract §8 with their columns", 
     () => db.exec("INSERT INTO module_meta (id, module_generation, table_epoch) VALUES (1, 1, 1)"),
     /CHECK constraint failed/,
   );
+});
+
+Deno.test("Store.open() upgrades a version-2 store to job_pages, keeping its jobs", async () => {
+  await using t = await tempDir();
+  const path = join(t.dir, "store.db");
+  Store.open(path).dispose();
+  // Roll the file back to what a version-2 binary left behind, with one job in it.
+  const db = new DatabaseSync(path);
+  db.exec(`
+    DROP TABLE job_pages;
+    DROP INDEX jobs_by_generation_state;
+    ALTER TABLE jobs DROP COLUMN items_total;
+    ALTER TABLE jobs DROP COLUMN items_done;
+    ALTER TABLE jobs DROP COLUMN tokens_total;
+    ALTER TABLE jobs DROP COLUMN tokens_done;
+    ALTER TABLE jobs DROP COLUMN resume_ttl_ms;
+    CREATE TABLE result_pages (request_digest TEXT NOT NULL, page_no INTEGER NOT NULL,
+      page_json TEXT NOT NULL, provider_request_ids_json TEXT, committed_at INTEGER NOT NULL,
+      PRIMARY KEY (request_digest, page_no));
+    DELETE FROM cortexkit_schema_version WHERE version = 3;
+    INSERT INTO jobs (job_id, kind, module_generation, state, created_ms, updated_ms)
+      VALUES ('job_old', 'embed.batch', 1, 'done', 1, 1);
+  `);
+  db.close();
+  using store = Store.open(path);
+  const row = store.database.prepare(
+    "SELECT job_id, items_total, items_done, page_count FROM jobs",
+  ).get();
+  assert.deepStrictEqual({ ...row }, {
+    job_id: "job_old",
+    items_total: 0,
+    items_done: 0,
+    page_count: 0,
+  });
+  assert.deepStrictEqual(columns(store.database, "result_pages"), []);
+  assert.strictEqual(columns(store.database, "job_pages").length, 5);
 });
 
 Deno.test("Store.open() refuses a schema ahead of the binary", async () => {

@@ -162,6 +162,15 @@ export class OrtLane {
     return { data: res.data, dims: res.dims, nonFinite: res.nonFinite, runMs: res.runMs };
   }
 
+  /**
+   * Records a model without loading it: the first {@link run} for it loads it (a lane that
+   * serves only durable jobs costs nothing until a job arrives).
+   */
+  register(spec: OrtLoadSpec): void {
+    this.#ensureNotDisposed();
+    this.#specs.set(spec.modelRef, spec);
+  }
+
   /** Unloads a model (no-op when unknown). */
   async unload(modelRef: string): Promise<void> {
     this.#specs.delete(modelRef);

@@ -1,0 +1,333 @@
+/**
+ * Durable embedding jobs (contract.md §1, §8): an `embed.batch` over the inline limits with a
+ * `request_key` becomes a job in the store; it runs in bulk quanta on the bulk lane (so
+ * interactive work preempts between quanta) and commits its results in pages of at most
+ * `jobs.result_page_bytes` while it runs. `embed.result {job_id, page}` reads any committed page
+ * in any job state.
+ *
+ * @module
+ */
+import { SynapseError, toSynapseError } from "../contract/errors.ts";
+import type { WireError } from "../contract/errors.ts";
+import { buildEnvelope } from "../contract/envelope.ts";
+import type { Envelope } from "../contract/envelope.ts";
+import { EmbedResultParams, parseParams } from "../contract/schemas.ts";
+import { planMicroBatches } from "../engines/ort/micro_batch.ts";
+import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
+import { requestDigest } from "../identity/request_digest.ts";
+import { sha256Hex } from "../identity/sha256.ts";
+import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
+import type { LoadedModel } from "../models/model_registry.ts";
+import { quantumTokensFor, takeQuantum } from "../sched/quantum.ts";
+import type { JobRow, JobState } from "../store/job_store.ts";
+import type { EncodedSequence } from "../tokenize/tokenizer.ts";
+import { nonFiniteError, prepareItems } from "./embed.ts";
+import type { EmbedItem, EmbedVector, ItemError, TruncationDisclosure } from "./embed.ts";
+import type { OpContext } from "./context.ts";
+
+/** Response of an `embed.batch` that became (or attached to) a job (contract.md §1). */
+export interface JobAccepted {
+  module_generation: number;
+  job_id: string;
+  state: JobState;
+  request_key: string;
+  pages_available: number;
+  /** True when the request attached to an existing job with the same key and digest. */
+  attached: boolean;
+  items_total: number;
+  model_id: string;
+  fingerprint: string;
+}
+
+/** One page of job results as stored. */
+interface StoredPage {
+  vectors: EmbedVector[];
+  real_token_counts: number[];
+  truncation_disclosures: TruncationDisclosure[];
+  item_errors?: ItemError[];
+}
+
+/** `embed.result` payload. */
+export interface EmbedResultPage extends Envelope {
+  job_id: string;
+  state: JobState;
+  request_key: string;
+  /** Pages committed so far. */
+  page_count: number;
+  /** Pages readable now (equal to `page_count`). */
+  pages_available: number;
+  /** The page returned (0-based). */
+  page: number;
+  items_total: number;
+  items_done: number;
+  vectors: EmbedVector[];
+  real_token_counts: number[];
+  truncation_disclosures: TruncationDisclosure[];
+  item_errors?: ItemError[];
+  /** The job's failure, when it failed. */
+  error?: WireError;
+}
+
+/** A tokenized item ready to run. */
+export interface PreparedItem {
+  index: number;
+  item: EmbedItem;
+  seq: EncodedSequence;
+}
+
+/** Inputs of {@link submitEmbedJob}. */
+export interface EmbedJobRequest {
+  requestKey: string;
+  model: LoadedModel;
+  items: EmbedItem[];
+  /** Items already tokenized (small over-token batches); otherwise the runner tokenizes. */
+  prepared?: PreparedItem[];
+  /** Item errors found while tokenizing `prepared`. */
+  itemErrors?: ItemError[];
+  truncate: boolean;
+  bytes: number;
+}
+
+/** Items tokenized per slice before the runner yields the event loop. */
+const TOKENIZE_SLICE = 256;
+
+/**
+ * Mints (or attaches to) the durable job of an over-limit `embed.batch`, and starts it.
+ *
+ * @throws {SynapseError} `idempotency_conflict` for a key reused with another request;
+ *   `invalid_request` for a bad key; `queue_full` over the byte budget.
+ */
+export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepted {
+  const jobs = ctx.jobs;
+  const digest = requestDigest({
+    op: "embed.batch",
+    modelId: req.model.modelId,
+    constraints: { truncate: req.truncate, fingerprint: req.model.fingerprint! },
+    items: req.items.map((it) => ({ id: it.id, contentSha256: sha256Hex(it.text) })),
+  });
+  const ttl = ctx.config.jobs;
+  const { job, attached } = jobs.store.admit({
+    requestKey: req.requestKey,
+    requestDigest: digest,
+    kind: "embed.batch",
+    moduleGeneration: ctx.moduleGeneration,
+    params: {
+      model_id: req.model.modelId,
+      fingerprint: req.model.fingerprint,
+      truncate: req.truncate,
+      items_total: req.items.length,
+    },
+    itemsTotal: req.items.length,
+    tokensTotal: 0,
+    ttls: {
+      executionMs: ttl.execution_ttl_ms,
+      retentionMs: ttl.result_retention_ttl_ms,
+      resumeMs: ttl.resume_deadline_ms,
+    },
+  });
+  if (!attached) {
+    // Budget accounting is keyed on the job: an attach (a retry) is never counted twice.
+    const permit = ctx.admission.admit({
+      bytes: req.bytes,
+      deadlineMs: ttl.execution_ttl_ms,
+      maxQueueMs: Number.MAX_SAFE_INTEGER,
+      queueClass: "bulk",
+    });
+    const run = runEmbedJob(ctx, job.jobId, req).finally(() => permit.release());
+    jobs.running.set(job.jobId, run);
+    run.finally(() => jobs.running.delete(job.jobId));
+  }
+  return {
+    module_generation: ctx.moduleGeneration,
+    job_id: job.jobId,
+    state: job.state,
+    request_key: job.requestKey,
+    pages_available: job.pageCount,
+    attached,
+    items_total: job.itemsTotal ?? req.items.length,
+    model_id: req.model.modelId,
+    fingerprint: req.model.fingerprint!,
+  };
+}
+
+async function runEmbedJob(ctx: OpContext, jobId: string, req: EmbedJobRequest): Promise<void> {
+  const store = ctx.jobs.store;
+  const pageBytes = ctx.config.jobs.result_page_bytes;
+  const lane = ctx.registry.bulkLane;
+  const sched = ctx.jobs.scheduler;
+  const tokenizer = req.model.tokenizer!;
+  let pageNo = 0;
+  let itemsDone = 0;
+  let tokensDone = 0;
+  let page: StoredPage = emptyPage();
+  let pageSize = 0;
+  const commit = (): void => {
+    if (page.vectors.length === 0 && (page.item_errors?.length ?? 0) === 0) return;
+    const itemCount = page.vectors.length + (page.item_errors?.length ?? 0);
+    store.commitPage(jobId, pageNo++, itemCount, JSON.stringify(page), { itemsDone, tokensDone });
+    page = emptyPage();
+    pageSize = 0;
+  };
+  const add = (v: EmbedVector, count: number, d: TruncationDisclosure): void => {
+    const size = 64 + JSON.stringify(v).length;
+    if (pageSize > 0 && pageSize + size > pageBytes) commit();
+    page.vectors.push(v);
+    page.real_token_counts.push(count);
+    page.truncation_disclosures.push(d);
+    pageSize += size;
+  };
+  try {
+    store.markRunning(jobId);
+    let prepared = req.prepared;
+    let itemErrors = req.itemErrors ?? [];
+    if (prepared === undefined) {
+      // Tokenize in slices, yielding between them, so a 10,000-item job never holds the event
+      // loop that interactive requests and /health need.
+      prepared = [];
+      itemErrors = [];
+      for (let i = 0; i < req.items.length; i += TOKENIZE_SLICE) {
+        const r = prepareItems(req.model, req.items.slice(i, i + TOKENIZE_SLICE), req.truncate, i);
+        prepared.push(...r.prepared);
+        for (const e of r.errors) if (e) itemErrors.push(e);
+        await new Promise((resolve) => setTimeout(resolve, 0));
+      }
+    }
+    if (itemErrors.length > 0) {
+      page.item_errors = [...itemErrors];
+      pageSize += JSON.stringify(itemErrors).length;
+      itemsDone += itemErrors.length;
+    }
+    // Globally length-sorted, so each quantum's micro-batches pad little.
+    const order = [...prepared].sort((a, b) => a.seq.ids.length - b.seq.ids.length);
+    const lengths = order.map((p) => p.seq.ids.length);
+    let start = 0;
+    while (start < order.length) {
+      const tps = sched.classStats("bulk").tokensPerSecond;
+      const quantum = tps > 0
+        ? quantumTokensFor(tps, { maxTokens: ctx.config.jobs.bulk_quantum_tokens })
+        : Math.min(1024, ctx.config.jobs.bulk_quantum_tokens);
+      const end = takeQuantum(lengths, start, quantum);
+      const slice = order.slice(start, end);
+      const tokens = lengths.slice(start, end).reduce((a, b) => a + b, 0);
+      const outputs = await sched.submit({
+        cls: "bulk",
+        tokens,
+        label: `${jobId}@${start}`,
+        run: async () => {
+          const plan = planMicroBatches(slice.map((p) => p.seq.ids.length), {
+            maxBatchTokens: ORT_MICRO_BATCH.maxMicroBatchTokens,
+            maxSequences: ORT_MICRO_BATCH.maxSequences,
+          });
+          return await Promise.all(plan.map(async (idx) => ({
+            idx,
+            res: await lane.run(req.model.modelId, idx.map((k) => slice[k]!.seq)),
+          })));
+        },
+      });
+      for (const { idx, res } of outputs) {
+        idx.forEach((k, r) => {
+          const x = slice[k]!;
+          itemsDone++;
+          tokensDone += x.seq.effectiveTokens;
+          if (res.nonFinite[r] === 1) {
+            (page.item_errors ??= []).push(nonFiniteError(req.model, x));
+            return;
+          }
+          const submitted = sha256Hex(x.item.text);
+          const content = x.seq.truncated
+            ? sha256Hex(tokenizer.decode(x.seq.keptContentIds))
+            : submitted;
+          add(
+            {
+              id: x.item.id,
+              vector: Array.from(res.data.subarray(r * res.dims, (r + 1) * res.dims)),
+              content_sha256: content,
+              submitted_sha256: submitted,
+            },
+            x.seq.effectiveTokens,
+            {
+              submitted_tokens: x.seq.submittedTokens,
+              effective_tokens: x.seq.effectiveTokens,
+              truncated: x.seq.truncated,
+            },
+          );
+        });
+      }
+      start = end;
+    }
+    commit();
+    store.finish(jobId, "done");
+  } catch (err) {
+    const e = toSynapseError(err, "engine_crashed");
+    try {
+      commit();
+    } catch { /* keep the pages already committed */ }
+    try {
+      store.finish(
+        jobId,
+        e.errorClass === "transient" ? "failed_transient" : "failed_permanent",
+        e.toWire(),
+      );
+    } catch { /* the store is gone (disposed): the next boot inherits the job */ }
+  }
+}
+
+function emptyPage(): StoredPage {
+  return { vectors: [], real_token_counts: [], truncation_disclosures: [] };
+}
+
+/**
+ * `embed.result {job_id, page?}`: one committed page, readable in any job state.
+ *
+ * @throws {SynapseError} `invalid_request` for an unknown job or a page not committed (yet).
+ */
+export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage {
+  const p = parseParams("embed.result", EmbedResultParams, rawParams);
+  const store = ctx.jobs.store;
+  const job: JobRow | undefined = store.get(p.job_id);
+  if (!job) {
+    throw new SynapseError("invalid_request", `Cannot read results: unknown job '${p.job_id}'`, {
+      details: { field: "job_id", job_id: p.job_id },
+    });
+  }
+  const pageNo = p.page ?? 0;
+  const stored = store.readPage(job.jobId, pageNo);
+  const params = job.params as { model_id?: string; fingerprint?: string };
+  const model = ctx.registry.list().find((m) => m.modelId === params.model_id);
+  let body: StoredPage = emptyPage();
+  if (stored) body = JSON.parse(stored.pageJson) as StoredPage;
+  else if (!(pageNo === 0 && job.pageCount === 0)) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot read page ${pageNo} of job '${job.jobId}': ${job.pageCount} page(s) committed`,
+      {
+        details: { field: "page", page: pageNo, pages_available: job.pageCount, state: job.state },
+      },
+    );
+  }
+  const out: EmbedResultPage = {
+    ...buildEnvelope({
+      fingerprint: params.fingerprint ?? model?.fingerprint ?? "",
+      tableEpoch: ctx.tableEpoch(),
+      dims: model?.dims ?? 0,
+      engine: ORT_ENGINE,
+      moduleGeneration: ctx.moduleGeneration,
+      modelId: params.model_id ?? "",
+      testModel: model?.testModel ?? false,
+    }),
+    job_id: job.jobId,
+    state: job.state,
+    request_key: job.requestKey,
+    page_count: job.pageCount,
+    pages_available: job.pageCount,
+    page: pageNo,
+    items_total: job.itemsTotal ?? 0,
+    items_done: job.itemsDone ?? 0,
+    vectors: body.vectors,
+    real_token_counts: body.real_token_counts,
+    truncation_disclosures: body.truncation_disclosures,
+  };
+  if (body.item_errors && body.item_errors.length > 0) out.item_errors = body.item_errors;
+  if (job.error) out.error = job.error;
+  return out;
+}

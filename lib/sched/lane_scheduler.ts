@@ -1,0 +1,680 @@
+/**
+ * The machine-wide lane scheduler (contract.md §6, "Core LaneScheduler"): one per engine lane,
+ * it owns three FIFO queues (control, interactive, bulk) and `permits` concurrent engine slots,
+ * and decides with {@link pickNext} which queued task a free slot runs next.
+ *
+ * All state is owned by the scheduler and changed only in synchronous sections (STYLE 12): a
+ * submit enqueues, an abort removes, a settled run frees its slot, and a dispatch pass (queued as
+ * a microtask, never a timer) fills free slots. The stats are kept as the scheduler goes, so
+ * reading them never touches an engine.
+ *
+ * @module
+ */
+import { SynapseError } from "../contract/errors.ts";
+import {
+  DEFAULT_BULK_AGING_MS,
+  DEFAULT_PICK_WEIGHTS,
+  pickNext,
+  WORK_CLASSES,
+} from "./pick_next.ts";
+import type { PickWeights, WorkClass } from "./pick_next.ts";
+
+/** What a task's `run` receives when its slot is granted. */
+export interface LaneGrant {
+  /** The task's class. */
+  readonly cls: WorkClass;
+  /** The task's label, for logs. */
+  readonly label: string | undefined;
+  /** The task's token count. */
+  readonly tokens: number;
+  /** Time from submit to start, in ms. */
+  readonly startDelayMs: number;
+  /** Start time on the scheduler's clock, in ms. */
+  readonly startedAtMs: number;
+  /**
+   * The task's signal. Aborting it while the task runs does not free the slot: the slot is held
+   * until `run` settles, so `run` should stop at its next engine boundary.
+   */
+  readonly signal: AbortSignal | undefined;
+}
+
+/** One unit of engine work for {@link LaneScheduler.submit}. */
+export interface LaneTask<T> {
+  /** Queue class. */
+  cls: WorkClass;
+  /** Tokens of work (≥ 0), for throughput and cost estimates. */
+  tokens: number;
+  /** Does the engine work; its promise settles the submit promise. Called at most once. */
+  run: (grant: LaneGrant) => Promise<T>;
+  /** Aborting while queued removes the task; it never runs and rejects with `signal.reason`. */
+  signal?: AbortSignal;
+  /** Free-form label for logs. */
+  label?: string;
+  /**
+   * Longest acceptable start delay in ms, for the `meetingDeadlines` statistic only: the
+   * scheduler never drops a task for it (pass a timeout `signal` for that).
+   */
+  maxQueueMs?: number;
+}
+
+/** Options of {@link LaneScheduler}. */
+export interface LaneSchedulerOptions {
+  /** Concurrent engine slots (contract.md §6 `max_concurrent_workers`). @default 1 */
+  permits?: number;
+  /** Fair-cycle weights. @default {interactive: 3, bulk: 1} */
+  weights?: PickWeights;
+  /** A bulk head older than this many ms goes before interactive work. @default 250 */
+  bulkAgingMs?: number;
+  /** Dispatches (per class) the rolling statistics cover. @default 256 */
+  statsWindow?: number;
+  /**
+   * Run time in ms assumed for a class before any of its runs were measured (contract.md §6
+   * execution estimate).
+   *
+   * @default 25
+   */
+  defaultRunMs?: number;
+  /** Monotonic clock in ms. @default () => performance.now() */
+  now?: () => number;
+}
+
+/** Queued tasks per class. */
+export type LaneDepths = Record<WorkClass, number>;
+
+/** Rolling statistics of one class. */
+export interface LaneClassStats {
+  /** Tasks started since the scheduler was created. */
+  dispatched: number;
+  /** Tasks removed from the queue without running (aborted, or the scheduler disposed). */
+  cancelled: number;
+  /** Dispatches the start-delay percentiles cover (at most `statsWindow`). */
+  samples: number;
+  /** Median start delay over the window, in ms; 0 when nothing was dispatched. */
+  startDelayP50Ms: number;
+  /** 95th-percentile start delay over the window, in ms; 0 when nothing was dispatched. */
+  startDelayP95Ms: number;
+  /**
+   * Fraction in [0, 1] of the last `statsWindow` tasks that started within their `maxQueueMs`.
+   * A task without `maxQueueMs` counts as met; a task aborted in the queue after waiting past its
+   * `maxQueueMs` counts as missed. 1 when there are no samples.
+   */
+  meetingDeadlines: number;
+  /** Mean run time of the last `statsWindow` runs, in ms; `defaultRunMs` before any. */
+  meanRunMs: number;
+  /** Tokens per second of run time over the window (per slot); 0 before any run. */
+  tokensPerSecond: number;
+}
+
+/** Snapshot of a scheduler, for status endpoints. */
+export interface LaneStats {
+  /** Engine slots. */
+  permits: number;
+  /** Tasks running. */
+  inFlight: number;
+  /** Tasks queued, all classes. */
+  waiters: number;
+  /** Tasks queued per class. */
+  depths: LaneDepths;
+  /** Rolling statistics per class. */
+  classes: Record<WorkClass, LaneClassStats>;
+}
+
+interface Entry {
+  task: LaneTask<unknown>;
+  enqueuedAt: number;
+  resolve: (value: unknown) => void;
+  reject: (reason: unknown) => void;
+  onAbort: (() => void) | undefined;
+}
+
+interface Running {
+  cls: WorkClass;
+  startedAt: number;
+}
+
+/**
+ * Fair scheduling of engine work on one lane (contract.md §6).
+ *
+ * Pick order when a slot frees: control first; then a bulk head older than `bulkAgingMs`; then
+ * the only non-empty class; otherwise the fair cycle `[I, I, I, B]` (see {@link pickNext}).
+ * Within a class, tasks run in submission order.
+ *
+ * **Bulk quanta.** A running task is never preempted, so bulk work must be submitted one quantum
+ * at a time: the owner cuts a quantum of at most the lane's quantum tokens (`takeQuantum`,
+ * `quantumTokensFor`), submits it with `cls: "bulk"`, and only after that submit settles submits
+ * the next quantum, which therefore joins the back of the bulk queue. Interactive work that
+ * arrives while a quantum runs waits at most that quantum's engine time, and starts before any
+ * other queued bulk quantum.
+ *
+ * **Cancellation** (field report F10). A task whose signal is aborted before submit, while
+ * queued, or by the time it is dispatched never runs: it is removed and its submit rejects with
+ * `signal.reason`. A running task keeps its slot until `run` settles; `run` sees the signal in its
+ * {@link LaneGrant} and should stop at its next boundary.
+ *
+ * @example Run two tasks on one slot
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { LaneScheduler } from "./lane_scheduler.ts";
+ *
+ * const lane = new LaneScheduler();
+ * const order: string[] = [];
+ * const run = (name: string) => () => Promise.resolve(order.push(name));
+ * await Promise.all([
+ *   lane.submit({ cls: "bulk", tokens: 3072, run: run("bulk") }),
+ *   lane.submit({ cls: "control", tokens: 0, run: run("control") }),
+ * ]);
+ * assert.deepEqual(order, ["control", "bulk"]);
+ * ```
+ */
+export class LaneScheduler implements Disposable {
+  #permits: number;
+  #weights: PickWeights;
+  #bulkAgingMs: number;
+  #defaultRunMs: number;
+  #now: () => number;
+  #queues: Record<WorkClass, Fifo<Entry>> = {
+    control: new Fifo(),
+    interactive: new Fifo(),
+    bulk: new Fifo(),
+  };
+  #stats: Record<WorkClass, ClassRecord>;
+  #running = new Set<Running>();
+  #cycle = 0;
+  #pumpQueued = false;
+  #disposed = false;
+
+  /**
+   * @param options Slots, weights, aging, statistics window and clock.
+   * @throws {RangeError} when `permits` or `statsWindow` is not a positive integer, a weight is
+   *   not a positive integer, or `bulkAgingMs` / `defaultRunMs` is negative or NaN.
+   */
+  constructor(options: LaneSchedulerOptions = {}) {
+    const {
+      permits = 1,
+      weights = DEFAULT_PICK_WEIGHTS,
+      bulkAgingMs = DEFAULT_BULK_AGING_MS,
+      statsWindow = 256,
+      defaultRunMs = 25,
+      now = () => performance.now(),
+    } = options;
+    positiveInt("permits", permits);
+    positiveInt("statsWindow", statsWindow);
+    positiveInt("weights.interactive", weights.interactive);
+    positiveInt("weights.bulk", weights.bulk);
+    nonNegative("bulkAgingMs", bulkAgingMs);
+    nonNegative("defaultRunMs", defaultRunMs);
+    this.#permits = permits;
+    this.#weights = { interactive: weights.interactive, bulk: weights.bulk };
+    this.#bulkAgingMs = bulkAgingMs;
+    this.#defaultRunMs = defaultRunMs;
+    this.#now = now;
+    this.#stats = {
+      control: new ClassRecord(statsWindow),
+      interactive: new ClassRecord(statsWindow),
+      bulk: new ClassRecord(statsWindow),
+    };
+  }
+
+  /** Concurrent engine slots. */
+  get permits(): number {
+    return this.#permits;
+  }
+
+  /** Tasks running now. */
+  get inFlight(): number {
+    return this.#running.size;
+  }
+
+  /** Tasks queued now, all classes. */
+  get waiters(): number {
+    return this.#queues.control.length + this.#queues.interactive.length +
+      this.#queues.bulk.length;
+  }
+
+  /** True after {@link dispose}. */
+  get disposed(): boolean {
+    return this.#disposed;
+  }
+
+  /**
+   * Per-slot throughput over the recent runs of all classes, in tokens per second; 0 before any
+   * run. Feed it to `quantumTokensFor` to size bulk quanta.
+   */
+  get tokensPerSecond(): number {
+    let tokens = 0;
+    let ms = 0;
+    for (const cls of WORK_CLASSES) {
+      tokens += this.#stats[cls].tokens.sum;
+      ms += this.#stats[cls].runs.sum;
+    }
+    return ms > 0 ? tokens / ms * 1000 : 0;
+  }
+
+  /**
+   * Queues a task and settles with its run.
+   *
+   * @typeParam T What `run` resolves to.
+   * @param task The work, its class and its signal.
+   * @returns A promise of `run`'s result; it rejects with what `run` rejects with, with
+   *   `signal.reason` when the task is aborted before it starts, or with a {@link SynapseError}
+   *   `disposed` when the scheduler is disposed while the task is queued.
+   * @throws {TypeError} synchronously when `cls` is not a {@link WorkClass} or `run` is not a
+   *   function.
+   * @throws {RangeError} synchronously when `tokens` or `maxQueueMs` is negative or not finite.
+   * @throws {SynapseError} synchronously, code `disposed`, after {@link dispose}.
+   */
+  submit<T>(task: LaneTask<T>): Promise<T> {
+    if (!WORK_CLASSES.includes(task.cls)) {
+      throw new TypeError(
+        `Cannot submit task as cls must be one of ${WORK_CLASSES.join(", ")}: received ${
+          String(task.cls)
+        }`,
+      );
+    }
+    if (typeof task.run !== "function") {
+      throw new TypeError("Cannot submit task as run must be a function");
+    }
+    if (!Number.isFinite(task.tokens) || task.tokens < 0) {
+      throw new RangeError(
+        `Cannot submit task as tokens must be a non-negative finite number: received ${task.tokens}`,
+      );
+    }
+    if (
+      task.maxQueueMs !== undefined && (!Number.isFinite(task.maxQueueMs) || task.maxQueueMs < 0)
+    ) {
+      throw new RangeError(
+        `Cannot submit task as maxQueueMs must be a non-negative finite number: received ${task.maxQueueMs}`,
+      );
+    }
+    this.#ensureNotDisposed();
+    const { signal } = task;
+    if (signal?.aborted) {
+      this.#stats[task.cls].cancelled++;
+      return Promise.reject(signal.reason);
+    }
+    const { promise, resolve, reject } = Promise.withResolvers<T>();
+    const entry: Entry = {
+      task: task as LaneTask<unknown>,
+      enqueuedAt: this.#now(),
+      resolve: resolve as (value: unknown) => void,
+      reject,
+      onAbort: undefined,
+    };
+    if (signal) {
+      entry.onAbort = () => this.#abortQueued(entry);
+      signal.addEventListener("abort", entry.onAbort, { once: true });
+    }
+    this.#queues[task.cls].push(entry);
+    this.#queuePump();
+    return promise;
+  }
+
+  /** Tasks queued now, per class (a fresh object). */
+  depths(): LaneDepths {
+    return {
+      control: this.#queues.control.length,
+      interactive: this.#queues.interactive.length,
+      bulk: this.#queues.bulk.length,
+    };
+  }
+
+  /**
+   * Rolling statistics of one class (percentiles cached between dispatches).
+   *
+   * @param cls The class.
+   * @returns A fresh object; see {@link LaneClassStats} for units.
+   */
+  classStats(cls: WorkClass): LaneClassStats {
+    const rec = this.#stats[cls];
+    const meanRun = rec.runs.length > 0 ? rec.runs.sum / rec.runs.length : this.#defaultRunMs;
+    return {
+      dispatched: rec.dispatched,
+      cancelled: rec.cancelled,
+      samples: rec.delays.length,
+      startDelayP50Ms: rec.percentile(0.5),
+      startDelayP95Ms: rec.percentile(0.95),
+      meetingDeadlines: rec.met.length > 0 ? rec.met.sum / rec.met.length : 1,
+      meanRunMs: meanRun,
+      tokensPerSecond: rec.runs.sum > 0 ? rec.tokens.sum / rec.runs.sum * 1000 : 0,
+    };
+  }
+
+  /** Snapshot of depths, slots and per-class statistics, for status endpoints. */
+  stats(): LaneStats {
+    return {
+      permits: this.#permits,
+      inFlight: this.inFlight,
+      waiters: this.waiters,
+      depths: this.depths(),
+      classes: {
+        control: this.classStats("control"),
+        interactive: this.classStats("interactive"),
+        bulk: this.classStats("bulk"),
+      },
+    };
+  }
+
+  /**
+   * Estimates how long a task of class `cls` submitted now would wait before it starts, for
+   * admission (contract.md §6 check 2).
+   *
+   * 0 when a slot would be free for it. Otherwise the time until the first running task should
+   * end (its class's mean run time minus its elapsed time; 0 while a slot is free), plus the
+   * mean run time of every task the policy would start first, divided over the slots. Tasks
+   * ahead: control — queued control; interactive — queued control and interactive, and the bulk
+   * turns the fair cycle interleaves (one per `weights.interactive` queued interactive tasks while
+   * bulk is queued); bulk — queued control and bulk, and up to `weights.interactive` interactive
+   * turns per bulk turn, bounded by the interactive queue. Bulk aging is not modelled.
+   *
+   * @param cls The class of the would-be task.
+   * @returns Estimated start delay in ms (≥ 0).
+   */
+  predictedStartDelayMs(cls: WorkClass): number {
+    const d = this.depths();
+    const run = (c: WorkClass): number => this.#meanRunMs(c);
+    let ahead: number;
+    let workMs: number;
+    switch (cls) {
+      case "control":
+        ahead = d.control;
+        workMs = d.control * run("control");
+        break;
+      case "interactive": {
+        const bulkTurns = d.bulk > 0
+          ? Math.floor(d.interactive * this.#weights.bulk / this.#weights.interactive)
+          : 0;
+        ahead = d.control + d.interactive + bulkTurns;
+        workMs = d.control * run("control") + d.interactive * run("interactive") +
+          bulkTurns * run("bulk");
+        break;
+      }
+      case "bulk": {
+        const interactiveTurns = Math.min(
+          d.interactive,
+          Math.ceil((d.bulk + 1) * this.#weights.interactive / this.#weights.bulk),
+        );
+        ahead = d.control + d.bulk + interactiveTurns;
+        workMs = d.control * run("control") + d.bulk * run("bulk") +
+          interactiveTurns * run("interactive");
+        break;
+      }
+      default:
+        throw new TypeError(`Cannot predict start delay for class ${String(cls satisfies never)}`);
+    }
+    const free = this.#permits - this.#running.size;
+    if (ahead < free) return 0;
+    let residual = 0;
+    if (free <= 0) {
+      const now = this.#now();
+      residual = Infinity;
+      for (const r of this.#running) {
+        residual = Math.min(residual, Math.max(0, run(r.cls) - (now - r.startedAt)));
+      }
+    }
+    return residual + workMs / this.#permits;
+  }
+
+  /**
+   * Rejects every queued task with a {@link SynapseError} `disposed` and refuses new submits.
+   * Running tasks finish normally. Idempotent.
+   */
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    const reason = new SynapseError("disposed", "Cannot run task: the lane scheduler was disposed");
+    for (const cls of WORK_CLASSES) {
+      const queue = this.#queues[cls];
+      for (let entry = queue.shift(); entry; entry = queue.shift()) {
+        this.#detach(entry);
+        this.#stats[cls].cancelled++;
+        entry.reject(reason);
+      }
+    }
+  }
+
+  /** Same as {@link dispose}. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
+  #ensureNotDisposed(): void {
+    if (this.#disposed) {
+      throw new SynapseError("disposed", "Cannot submit task: the lane scheduler was disposed");
+    }
+  }
+
+  #meanRunMs(cls: WorkClass): number {
+    const runs = this.#stats[cls].runs;
+    return runs.length > 0 ? runs.sum / runs.length : this.#defaultRunMs;
+  }
+
+  #queuePump(): void {
+    if (this.#pumpQueued) return;
+    this.#pumpQueued = true;
+    queueMicrotask(() => {
+      this.#pumpQueued = false;
+      this.#pump();
+    });
+  }
+
+  /** Fills free slots. Synchronous: no state changes hands across an await. */
+  #pump(): void {
+    while (this.#running.size < this.#permits) {
+      const now = this.#now();
+      const q = this.#queues;
+      const pick = pickNext(
+        {
+          heads: {
+            control: q.control.peek()?.enqueuedAt,
+            interactive: q.interactive.peek()?.enqueuedAt,
+            bulk: q.bulk.peek()?.enqueuedAt,
+          },
+          cycle: this.#cycle,
+        },
+        now,
+        { weights: this.#weights, bulkAgingMs: this.#bulkAgingMs },
+      );
+      if (!pick) return;
+      const entry = q[pick.cls].shift();
+      if (!entry) throw new Error("Picked an empty queue. This is a bug");
+      if (entry.task.signal?.aborted) {
+        // Normally removed by its abort listener already; the turn is not consumed.
+        this.#cancelled(entry, now);
+        continue;
+      }
+      this.#cycle = pick.state.cycle;
+      this.#start(entry, now);
+    }
+  }
+
+  #start(entry: Entry, now: number): void {
+    this.#detach(entry);
+    const { task } = entry;
+    const delay = Math.max(0, now - entry.enqueuedAt);
+    const rec = this.#stats[task.cls];
+    rec.dispatched++;
+    rec.pushDelay(delay);
+    rec.met.push(task.maxQueueMs === undefined || delay <= task.maxQueueMs ? 1 : 0);
+    const running: Running = { cls: task.cls, startedAt: now };
+    this.#running.add(running);
+    const grant: LaneGrant = Object.freeze({
+      cls: task.cls,
+      label: task.label,
+      tokens: task.tokens,
+      startDelayMs: delay,
+      startedAtMs: now,
+      signal: task.signal,
+    });
+    let result: Promise<unknown>;
+    try {
+      result = Promise.resolve(task.run(grant));
+    } catch (e) {
+      result = Promise.reject(e);
+    }
+    result.then(
+      (value) => {
+        this.#finish(running, task.tokens);
+        entry.resolve(value);
+      },
+      (reason) => {
+        this.#finish(running, task.tokens);
+        entry.reject(reason);
+      },
+    );
+  }
+
+  #finish(running: Running, tokens: number): void {
+    if (!this.#running.delete(running)) {
+      throw new Error("A task finished twice. This is a bug");
+    }
+    const rec = this.#stats[running.cls];
+    rec.runs.push(Math.max(0, this.#now() - running.startedAt));
+    rec.tokens.push(tokens);
+    this.#queuePump();
+  }
+
+  #abortQueued(entry: Entry): void {
+    if (!this.#queues[entry.task.cls].remove(entry)) return;
+    this.#cancelled(entry, this.#now());
+  }
+
+  /** Settles a task removed from its queue because its signal aborted. */
+  #cancelled(entry: Entry, now: number): void {
+    this.#detach(entry);
+    const { task } = entry;
+    const rec = this.#stats[task.cls];
+    rec.cancelled++;
+    if (task.maxQueueMs !== undefined && now - entry.enqueuedAt > task.maxQueueMs) {
+      rec.met.push(0);
+    }
+    entry.reject(task.signal?.reason);
+  }
+
+  #detach(entry: Entry): void {
+    if (entry.onAbort) {
+      entry.task.signal?.removeEventListener("abort", entry.onAbort);
+      entry.onAbort = undefined;
+    }
+  }
+}
+
+function positiveInt(name: string, value: number): void {
+  if (!Number.isInteger(value) || value < 1) {
+    throw new RangeError(
+      `Cannot create lane scheduler as ${name} must be a positive integer: received ${value}`,
+    );
+  }
+}
+
+function nonNegative(name: string, value: number): void {
+  if (Number.isNaN(value) || value < 0) {
+    throw new RangeError(
+      `Cannot create lane scheduler as ${name} must be non-negative: received ${value}`,
+    );
+  }
+}
+
+/** FIFO with O(1) push/shift and O(n) removal (aborts only). */
+class Fifo<T> {
+  #items: T[] = [];
+  #head = 0;
+
+  get length(): number {
+    return this.#items.length - this.#head;
+  }
+
+  push(item: T): void {
+    this.#items.push(item);
+  }
+
+  peek(): T | undefined {
+    return this.#head < this.#items.length ? this.#items[this.#head] : undefined;
+  }
+
+  shift(): T | undefined {
+    if (this.#head >= this.#items.length) return undefined;
+    const item = this.#items[this.#head]!;
+    this.#head++;
+    if (this.#head === this.#items.length) {
+      this.#items = [];
+      this.#head = 0;
+    } else if (this.#head >= 1024 && this.#head * 2 >= this.#items.length) {
+      this.#items = this.#items.slice(this.#head);
+      this.#head = 0;
+    }
+    return item;
+  }
+
+  remove(item: T): boolean {
+    const i = this.#items.indexOf(item, this.#head);
+    if (i < 0) return false;
+    this.#items.splice(i, 1);
+    return true;
+  }
+}
+
+/** Fixed-size window of the last `capacity` numbers with a running sum. */
+class Ring {
+  #values: number[] = [];
+  #next = 0;
+  #capacity: number;
+  sum = 0;
+
+  constructor(capacity: number) {
+    this.#capacity = capacity;
+  }
+
+  get length(): number {
+    return this.#values.length;
+  }
+
+  get values(): readonly number[] {
+    return this.#values;
+  }
+
+  push(value: number): void {
+    if (this.#values.length < this.#capacity) {
+      this.#values.push(value);
+    } else {
+      this.sum -= this.#values[this.#next]!;
+      this.#values[this.#next] = value;
+      this.#next = (this.#next + 1) % this.#capacity;
+    }
+    this.sum += value;
+    // Recompute once per lap so floating-point drift of the running sum stays bounded.
+    if (this.#next === 0 && this.#values.length === this.#capacity) {
+      this.sum = this.#values.reduce((a, b) => a + b, 0);
+    }
+  }
+}
+
+/** Counters and rolling windows of one class. */
+class ClassRecord {
+  dispatched = 0;
+  cancelled = 0;
+  delays: Ring;
+  met: Ring;
+  runs: Ring;
+  tokens: Ring;
+  #sorted: number[] | undefined;
+
+  constructor(window: number) {
+    this.delays = new Ring(window);
+    this.met = new Ring(window);
+    this.runs = new Ring(window);
+    this.tokens = new Ring(window);
+  }
+
+  pushDelay(ms: number): void {
+    this.delays.push(ms);
+    this.#sorted = undefined;
+  }
+
+  /** Nearest-rank percentile of the delay window (0 when empty). */
+  percentile(p: number): number {
+    const n = this.delays.length;
+    if (n === 0) return 0;
+    this.#sorted ??= [...this.delays.values].sort((a, b) => a - b);
+    return this.#sorted[Math.min(n - 1, Math.max(0, Math.ceil(p * n) - 1))]!;
+  }
+}

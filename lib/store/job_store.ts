@@ -1,0 +1,752 @@
+/**
+ * Durable jobs and their result pages (contract.md §1 embed.batch / embed.result, §8 "Jobs and
+ * retention"), over the `jobs` and `job_pages` tables of the {@link Store}.
+ *
+ * ## Admission and idempotency
+ *
+ * A job is admitted under a `request_key` (1..256 UTF-8 bytes) bound to a request digest
+ * (`lib/identity/request_digest.ts`). {@link JobStore.admit} looks at the newest job with that
+ * key, in the same transaction that mints:
+ *
+ * | newest job with the key | outcome |
+ * |---|---|
+ * | none, or its retention ended | mint a fresh job |
+ * | same digest, `failed_transient` with an error that is `safe_to_retry_same_request` (always so for `module_restarted`) | mint a fresh job |
+ * | same digest, any other state (queued, running, paused, done, failed) | attach: return it |
+ * | another digest, still retained | `idempotency_conflict` `{request_key, job_id}` |
+ *
+ * "Retained" means non-terminal, or terminal with `terminal_at_ms + result_retention_ttl_ms ≥ now`.
+ *
+ * ## Pages
+ *
+ * Pages live in `job_pages`, keyed by (job_id, page_no): a fresh job minted after a restart never
+ * collides with the old job's pages, which stay readable (in any state) until the old job is
+ * swept. Pages are appended in order (0, 1, 2 …) while the job is `running`.
+ *
+ * ## Restart and expiry
+ *
+ * - {@link JobStore.inheritEarlierGenerations} (at boot): every `queued`/`running` job of an
+ *   earlier module generation becomes `failed_transient` with `module_restarted` (transient, 100
+ *   ms, safe to retry the same request). `paused_needs_reauth` jobs are left alone (job.resume).
+ * - {@link JobStore.sweepExpired}: a `queued`/`running` job past `execution_expires_ms` becomes
+ *   `failed_transient` with `deadline_exceeded`; a `paused_needs_reauth` job past
+ *   `resume_deadline_ms` becomes `failed_permanent` with `needs_reauth_expired`. Failing first
+ *   (rather than deleting at once) starts the retention clock, so the caller can still read what
+ *   happened and the pages made so far. Terminal jobs past retention are deleted with their pages.
+ *
+ * ## Counters
+ *
+ * {@link JobStore.counters} (admission.status `jobs_*`) counts in memory, for the lifetime of this
+ * `JobStore` (one per process): `minted` fresh jobs, `completed` (→ done), `failed` (→ failed_*,
+ * including expiry and inheritance), `inherited` (earlier-generation jobs taken over at boot, each
+ * also counted as failed, since inheriting fails them), `open = minted + inherited − completed −
+ * failed`, saturating at 0.
+ *
+ * Every SQLite failure (and an unreadable stored JSON column) surfaces as {@link SynapseError}
+ * `store_failure`; a disposed store as `disposed`.
+ *
+ * @module
+ */
+
+import type { DatabaseSync, SQLOutputValue } from "node:sqlite";
+import { SynapseError } from "../contract/errors.ts";
+import type { WireError } from "../contract/errors.ts";
+import type { Store } from "./store.ts";
+
+/** Lifecycle states of a job (contract.md §8). */
+export type JobState =
+  | "queued"
+  | "running"
+  | "paused_needs_reauth"
+  | "done"
+  | "failed_transient"
+  | "failed_permanent";
+
+/** Terminal states: the job will not change again (until it is swept). */
+export type TerminalJobState = "done" | "failed_transient" | "failed_permanent";
+
+/** Longest `request_key`, in UTF-8 bytes. */
+export const MAX_REQUEST_KEY_BYTES = 256;
+
+/** A row of `jobs`, with the JSON columns parsed. Times are unix milliseconds. */
+export interface JobRow {
+  /** Job id, e.g. `job_3f0c…`. */
+  jobId: string;
+  /** Idempotency key the job was admitted under. */
+  requestKey: string;
+  /** Request digest (64 lowercase hex) the key is bound to. */
+  requestDigest: string;
+  /** Operation that made the job, e.g. `embed.batch`. */
+  kind: string;
+  /** Module generation that admitted the job. */
+  moduleGeneration: number;
+  /** Current state. */
+  state: JobState;
+  /** Admission time (ms). */
+  createdMs: number;
+  /** Last change (ms). */
+  updatedMs: number;
+  /** Execution deadline (ms): a non-terminal job past it is failed by the sweep. */
+  executionExpiresMs: number | null;
+  /** How long the job stays readable after it ends (ms). */
+  resultRetentionTtlMs: number | null;
+  /** When the job reached a terminal state (ms), or null. */
+  terminalAtMs: number | null;
+  /** Id of the attempt running the job, or null. */
+  activeAttemptId: string | null;
+  /** Logical handle of the request, or null. */
+  logicalHandle: string | null;
+  /** When the job paused for re-authentication (ms), or null. */
+  pausedAtMs: number | null;
+  /** Deadline to resume a paused job (ms), or null. */
+  resumeDeadlineMs: number | null;
+  /** Resume TTL granted on pause (ms), or null. */
+  resumeTtlMs: number | null;
+  /** The job's parameters, as admitted (parsed `params_json`). */
+  params: unknown;
+  /** The job's result summary (parsed `result_json`), or null. */
+  result: unknown;
+  /** Why the job failed (parsed `error_json`), or null. */
+  error: WireError | null;
+  /** Pages committed so far. */
+  pageCount: number;
+  /** Items in the job. */
+  itemsTotal: number;
+  /** Items whose results are committed. */
+  itemsDone: number;
+  /** Estimated tokens in the job. */
+  tokensTotal: number;
+  /** Tokens whose results are committed. */
+  tokensDone: number;
+}
+
+/** Time budgets of a job, in milliseconds (config `jobs.*`, 24 h each by default). */
+export interface JobTtls {
+  /** From admission to the execution deadline. */
+  executionMs: number;
+  /** From the terminal state to deletion. */
+  retentionMs: number;
+  /** From a pause to the resume deadline. */
+  resumeMs: number;
+}
+
+/** Input of {@link JobStore.admit}. */
+export interface AdmitJobInput {
+  /** Idempotency key: 1..256 UTF-8 bytes. */
+  requestKey: string;
+  /** Request digest of the request (64 lowercase hex). */
+  requestDigest: string;
+  /** Operation, e.g. `embed.batch`. */
+  kind: string;
+  /** Module generation of this process. */
+  moduleGeneration: number;
+  /** Parameters the executor needs; stored as JSON. */
+  params: unknown;
+  /** Items in the job (non-negative integer). */
+  itemsTotal: number;
+  /** Estimated tokens in the job (non-negative integer). */
+  tokensTotal: number;
+  /** Time budgets. */
+  ttls: JobTtls;
+  /** Logical handle of the request, when it has one. */
+  logicalHandle?: string;
+}
+
+/** Outcome of {@link JobStore.admit}. */
+export interface AdmitJobResult {
+  /** The job: the existing one when attached, else the fresh one (state `queued`). */
+  job: JobRow;
+  /** True when an existing job with the same key and digest was returned. */
+  attached: boolean;
+}
+
+/** Progress after a committed page: running totals, not increments. */
+export interface JobProgress {
+  /** Items whose results are committed, this page included. */
+  itemsDone: number;
+  /** Tokens whose results are committed, this page included. */
+  tokensDone: number;
+}
+
+/** One stored result page. */
+export interface JobPage {
+  /** The page as JSON text (what embed.result serves). */
+  pageJson: string;
+  /** Items on the page. */
+  itemCount: number;
+}
+
+/** Outcome of {@link JobStore.sweepExpired}. */
+export interface SweepResult {
+  /** Non-terminal jobs failed because their execution or resume deadline passed. */
+  expired: number;
+  /** Terminal jobs deleted because their retention ended. */
+  deletedJobs: number;
+  /** Pages deleted with them. */
+  deletedPages: number;
+}
+
+/** Job counters of this process (admission.status `jobs_*`). */
+export interface JobCounters {
+  /** Fresh jobs admitted. */
+  minted: number;
+  /** Jobs that reached `done`. */
+  completed: number;
+  /** Jobs that reached `failed_transient` or `failed_permanent`. */
+  failed: number;
+  /** Earlier-generation jobs taken over at boot. */
+  inherited: number;
+  /** `minted + inherited − completed − failed`, saturating at 0. */
+  open: number;
+}
+
+/** Options of {@link JobStore}. */
+export interface JobStoreOptions {
+  /**
+   * Wall clock, unix milliseconds.
+   *
+   * @default {Date.now}
+   */
+  clock?: () => number;
+  /**
+   * Job id generator.
+   *
+   * @default {() => "job_" + crypto.randomUUID() without dashes}
+   */
+  newId?: () => string;
+}
+
+const TERMINAL_STATES: readonly TerminalJobState[] = [
+  "done",
+  "failed_transient",
+  "failed_permanent",
+];
+
+const JOB_COLUMNS =
+  `job_id, request_key, request_digest, kind, module_generation, state, created_ms,
+  updated_ms, execution_expires_ms, result_retention_ttl_ms, terminal_at_ms, active_attempt_id,
+  logical_handle, paused_at_ms, resume_deadline_ms, resume_ttl_ms, params_json, result_json,
+  error_json, page_count, items_total, items_done, tokens_total, tokens_done`;
+
+/** `terminal_at_ms + result_retention_ttl_ms < ?` — the retention of a terminal job ended. */
+const RETENTION_ENDED = `terminal_at_ms IS NOT NULL
+  AND terminal_at_ms + COALESCE(result_retention_ttl_ms, 0) < ?`;
+
+/**
+ * Jobs and their result pages in the Synapse store (rules in the module documentation).
+ *
+ * @example Admit, run, page, finish
+ * ```ts ignore
+ * const jobs = new JobStore(store);
+ * const { job } = jobs.admit({
+ *   requestKey: "k1", requestDigest: digest, kind: "embed.batch",
+ *   moduleGeneration: store.moduleGeneration, params: {}, itemsTotal: 2, tokensTotal: 10,
+ *   ttls: { executionMs: 86_400_000, retentionMs: 86_400_000, resumeMs: 86_400_000 },
+ * });
+ * jobs.markRunning(job.jobId);
+ * jobs.commitPage(job.jobId, 0, 2, pageJson, { itemsDone: 2, tokensDone: 10 });
+ * jobs.finish(job.jobId, "done");
+ * ```
+ */
+export class JobStore {
+  #store: Store;
+  #clock: () => number;
+  #newId: () => string;
+  #minted = 0;
+  #completed = 0;
+  #failed = 0;
+  #inherited = 0;
+
+  /**
+   * Wraps an open store (migration 3 or later).
+   *
+   * @param store The store; the JobStore does not own it and never disposes it.
+   * @param options Clock and id generator.
+   */
+  constructor(store: Store, options: JobStoreOptions = {}) {
+    this.#store = store;
+    this.#clock = options.clock ?? Date.now;
+    this.#newId = options.newId ?? defaultNewId;
+  }
+
+  /**
+   * Admits a job under `requestKey`, or attaches to the existing one, in one transaction (table
+   * in the module documentation). A minted job is `queued`, with
+   * `execution_expires_ms = now + ttls.executionMs`.
+   *
+   * @param input Key, digest, kind, generation, params, totals and TTLs.
+   * @returns The job and whether it was attached.
+   * @throws {SynapseError} `invalid_request` (details `{field: "request_key", bytes, max_bytes}`)
+   * when the key is empty or longer than 256 UTF-8 bytes; `idempotency_conflict` (details
+   * `{request_key, job_id}`) when a retained job holds the key under another digest;
+   * `store_failure`; `disposed`.
+   * @throws {TypeError} when a field has the wrong type or `params` cannot be serialized.
+   * @throws {RangeError} when a count or TTL is not a non-negative integer.
+   */
+  admit(input: AdmitJobInput): AdmitJobResult {
+    checkRequestKey(input.requestKey);
+    for (const field of ["requestDigest", "kind"] as const) {
+      if (typeof input[field] !== "string" || input[field] === "") {
+        throw new TypeError(`Cannot admit job: '${field}' must be a non-empty string`);
+      }
+    }
+    if (input.logicalHandle !== undefined && typeof input.logicalHandle !== "string") {
+      throw new TypeError("Cannot admit job: 'logicalHandle' must be a string");
+    }
+    checkCount("admit job", "moduleGeneration", input.moduleGeneration);
+    checkCount("admit job", "itemsTotal", input.itemsTotal);
+    checkCount("admit job", "tokensTotal", input.tokensTotal);
+    checkCount("admit job", "ttls.executionMs", input.ttls?.executionMs);
+    checkCount("admit job", "ttls.retentionMs", input.ttls?.retentionMs);
+    checkCount("admit job", "ttls.resumeMs", input.ttls?.resumeMs);
+    const paramsJson = JSON.stringify(input.params ?? null);
+    if (paramsJson === undefined) {
+      throw new TypeError("Cannot admit job: 'params' is not serializable as JSON");
+    }
+    const now = this.#clock();
+    const newId = this.#newId;
+    const outcome = this.#store.transaction((db) => {
+      const newest = db.prepare(
+        `SELECT ${JOB_COLUMNS} FROM jobs WHERE request_key = ?
+         ORDER BY created_ms DESC, rowid DESC LIMIT 1`,
+      ).get(input.requestKey);
+      if (newest !== undefined) {
+        const job = rowToJob(newest);
+        if (isRetained(job, now)) {
+          if (job.requestDigest !== input.requestDigest) {
+            throw new SynapseError(
+              "idempotency_conflict",
+              `Cannot admit job: request_key '${input.requestKey}' is bound to job ${job.jobId} with another request digest`,
+              { details: { request_key: input.requestKey, job_id: job.jobId } },
+            );
+          }
+          if (!isRetryableFailure(job)) return { job, attached: true };
+        }
+      }
+      const jobId = newId();
+      db.prepare(
+        `INSERT INTO jobs (job_id, request_key, request_digest, kind, module_generation, state,
+           created_ms, updated_ms, execution_expires_ms, result_retention_ttl_ms, logical_handle,
+           resume_ttl_ms, params_json, page_count, items_total, items_done, tokens_total,
+           tokens_done)
+         VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, ?, 0)`,
+      ).run(
+        jobId,
+        input.requestKey,
+        input.requestDigest,
+        input.kind,
+        input.moduleGeneration,
+        now,
+        now,
+        now + input.ttls.executionMs,
+        input.ttls.retentionMs,
+        input.logicalHandle ?? null,
+        input.ttls.resumeMs,
+        paramsJson,
+        input.itemsTotal,
+        input.tokensTotal,
+      );
+      return { job: mustGet(db, jobId), attached: false };
+    });
+    if (!outcome.attached) this.#minted++;
+    return outcome;
+  }
+
+  /**
+   * Reads one job.
+   *
+   * @param jobId Job id.
+   * @returns The job, or undefined when there is none (never admitted, or swept).
+   * @throws {SynapseError} `store_failure`; `disposed`.
+   */
+  get(jobId: string): JobRow | undefined {
+    return this.#read(`read job ${jobId}`, (db) => getJob(db, jobId));
+  }
+
+  /**
+   * Moves a `queued` job to `running` (a `running` one stays so).
+   *
+   * @param jobId Job id.
+   * @returns The updated job.
+   * @throws {SynapseError} `invalid_request` (details `{job_id, state?}`) when the job is unknown
+   * or in another state; `store_failure`; `disposed`.
+   */
+  markRunning(jobId: string): JobRow {
+    const now = this.#clock();
+    return this.#store.transaction((db) => {
+      const job = requireJob(db, jobId, "mark running");
+      if (job.state !== "queued" && job.state !== "running") {
+        throw wrongState(jobId, job.state, "mark running", "queued or running");
+      }
+      db.prepare("UPDATE jobs SET state = 'running', updated_ms = ? WHERE job_id = ?").run(
+        now,
+        jobId,
+      );
+      return mustGet(db, jobId);
+    });
+  }
+
+  /**
+   * Appends a result page and records progress, in one transaction.
+   *
+   * @param jobId Job id; the job must be `running`.
+   * @param pageNo Page number; must equal the job's current page count (pages are appended).
+   * @param itemCount Items on the page (non-negative integer).
+   * @param pageJson The page as JSON text.
+   * @param progress Running totals after this page.
+   * @returns The updated job.
+   * @throws {SynapseError} `invalid_request` (details `{job_id, state?, page_no?, page_count?}`)
+   * when the job is unknown, not running (e.g. swept or failed meanwhile) or `pageNo` is out of
+   * order; `store_failure`; `disposed`.
+   * @throws {RangeError} when a count is not a non-negative integer.
+   * @throws {TypeError} when `pageJson` is not a string.
+   */
+  commitPage(
+    jobId: string,
+    pageNo: number,
+    itemCount: number,
+    pageJson: string,
+    progress: JobProgress,
+  ): JobRow {
+    checkCount("commit page", "pageNo", pageNo);
+    checkCount("commit page", "itemCount", itemCount);
+    checkCount("commit page", "progress.itemsDone", progress?.itemsDone);
+    checkCount("commit page", "progress.tokensDone", progress?.tokensDone);
+    if (typeof pageJson !== "string") {
+      throw new TypeError("Cannot commit page: 'pageJson' must be a string");
+    }
+    const now = this.#clock();
+    return this.#store.transaction((db) => {
+      const job = requireJob(db, jobId, "commit page");
+      if (job.state !== "running") throw wrongState(jobId, job.state, "commit page", "running");
+      if (pageNo !== job.pageCount) {
+        throw new SynapseError(
+          "invalid_request",
+          `Cannot commit page ${pageNo} of job ${jobId}: the next page is ${job.pageCount}`,
+          { details: { job_id: jobId, page_no: pageNo, page_count: job.pageCount } },
+        );
+      }
+      db.prepare(
+        `INSERT INTO job_pages (job_id, page_no, item_count, page_json, committed_at_ms)
+         VALUES (?, ?, ?, ?, ?)`,
+      ).run(jobId, pageNo, itemCount, pageJson, now);
+      db.prepare(
+        `UPDATE jobs SET page_count = page_count + 1, items_done = ?, tokens_done = ?,
+           updated_ms = ? WHERE job_id = ?`,
+      ).run(progress.itemsDone, progress.tokensDone, now, jobId);
+      return mustGet(db, jobId);
+    });
+  }
+
+  /**
+   * Ends a job: sets the terminal state, `terminal_at_ms` and, for a failure, `error_json`.
+   *
+   * @param jobId Job id; the job must not be terminal yet.
+   * @param state `done`, or a failure whose class matches `error.class`.
+   * @param error Why it failed (required for failures, refused for `done`); a
+   * `SynapseError#toWire()` fits.
+   * @returns The updated job.
+   * @throws {SynapseError} `invalid_request` (details `{job_id, state?}`) when the job is unknown
+   * or already terminal; `store_failure`; `disposed`.
+   * @throws {TypeError} when the error is missing, present for `done`, or of the other class.
+   */
+  finish(jobId: string, state: TerminalJobState, error?: WireError): JobRow {
+    checkFinish(state, error);
+    const errorJson = error === undefined ? null : JSON.stringify(error);
+    const now = this.#clock();
+    const job = this.#store.transaction((db) => {
+      const job = requireJob(db, jobId, "finish");
+      if (isTerminal(job.state)) throw wrongState(jobId, job.state, "finish", "not terminal");
+      db.prepare(
+        `UPDATE jobs SET state = ?, error_json = ?, terminal_at_ms = ?, updated_ms = ?,
+           active_attempt_id = NULL WHERE job_id = ?`,
+      ).run(state, errorJson, now, now, jobId);
+      return mustGet(db, jobId);
+    });
+    if (state === "done") this.#completed++;
+    else this.#failed++;
+    return job;
+  }
+
+  /**
+   * Reads a result page; pages are readable in any job state until the job is swept.
+   *
+   * @param jobId Job id.
+   * @param pageNo Page number (0-based).
+   * @returns The page, or undefined when the job or the page does not exist.
+   * @throws {SynapseError} `store_failure`; `disposed`.
+   */
+  readPage(jobId: string, pageNo: number): JobPage | undefined {
+    return this.#read(`read page ${pageNo} of job ${jobId}`, (db) => {
+      const row = db.prepare(
+        "SELECT page_json, item_count FROM job_pages WHERE job_id = ? AND page_no = ?",
+      ).get(jobId, pageNo);
+      if (row === undefined) return undefined;
+      return { pageJson: String(row.page_json), itemCount: Number(row.item_count) };
+    });
+  }
+
+  /**
+   * Counts the committed pages of a job (pages 0..n−1 are readable).
+   *
+   * @param jobId Job id.
+   * @returns The page count, or undefined when the job does not exist.
+   * @throws {SynapseError} `store_failure`; `disposed`.
+   */
+  pageCount(jobId: string): number | undefined {
+    return this.#read(`count pages of job ${jobId}`, (db) => {
+      const row = db.prepare("SELECT page_count FROM jobs WHERE job_id = ?").get(jobId);
+      return row === undefined ? undefined : Number(row.page_count);
+    });
+  }
+
+  /**
+   * Fails every `queued`/`running` job of an earlier module generation with `module_restarted`
+   * (transient, `retry_after_ms` 100, safe to retry the same request). Their pages stay readable.
+   * Call once at boot; calling again changes nothing.
+   *
+   * @param currentGeneration Module generation of this process.
+   * @returns How many jobs were inherited (each also counts as failed).
+   * @throws {SynapseError} `store_failure`; `disposed`.
+   * @throws {RangeError} when the generation is not a non-negative integer.
+   */
+  inheritEarlierGenerations(currentGeneration: number): number {
+    checkCount("inherit jobs", "currentGeneration", currentGeneration);
+    const error = new SynapseError(
+      "module_restarted",
+      `Job interrupted by a module restart (now generation ${currentGeneration}); resubmit the same request to run it again`,
+    ).toWire();
+    const now = this.#clock();
+    const n = this.#store.transaction((db) =>
+      Number(
+        db.prepare(
+          `UPDATE jobs SET state = 'failed_transient', error_json = ?, terminal_at_ms = ?,
+             updated_ms = ?, active_attempt_id = NULL
+           WHERE module_generation < ? AND state IN ('queued', 'running')`,
+        ).run(JSON.stringify(error), now, now, currentGeneration).changes,
+      )
+    );
+    this.#inherited += n;
+    this.#failed += n;
+    return n;
+  }
+
+  /**
+   * Fails non-terminal jobs past their deadlines, then deletes terminal jobs whose retention
+   * ended (`terminal_at_ms + result_retention_ttl_ms < now`) with their pages, in one transaction.
+   *
+   * @param now Unix milliseconds; defaults to the clock.
+   * @returns Counts of expired, deleted jobs and deleted pages.
+   * @throws {SynapseError} `store_failure`; `disposed`.
+   */
+  sweepExpired(now: number = this.#clock()): SweepResult {
+    const deadline = JSON.stringify(
+      new SynapseError(
+        "deadline_exceeded",
+        "Job exceeded its execution TTL before it finished",
+      ).toWire(),
+    );
+    const reauth = JSON.stringify(
+      new SynapseError(
+        "needs_reauth_expired",
+        "Job was not resumed before its resume deadline",
+      ).toWire(),
+    );
+    const result = this.#store.transaction((db) => {
+      const timedOut = Number(
+        db.prepare(
+          `UPDATE jobs SET state = 'failed_transient', error_json = ?, terminal_at_ms = ?,
+             updated_ms = ?, active_attempt_id = NULL
+           WHERE state IN ('queued', 'running') AND execution_expires_ms < ?`,
+        ).run(deadline, now, now, now).changes,
+      );
+      const reauthExpired = Number(
+        db.prepare(
+          `UPDATE jobs SET state = 'failed_permanent', error_json = ?, terminal_at_ms = ?,
+             updated_ms = ?, active_attempt_id = NULL
+           WHERE state = 'paused_needs_reauth' AND resume_deadline_ms < ?`,
+        ).run(reauth, now, now, now).changes,
+      );
+      const deletedPages = Number(
+        db.prepare(
+          `DELETE FROM job_pages WHERE job_id IN (SELECT job_id FROM jobs WHERE ${RETENTION_ENDED})`,
+        ).run(now).changes,
+      );
+      const deletedJobs = Number(
+        db.prepare(`DELETE FROM jobs WHERE ${RETENTION_ENDED}`).run(now).changes,
+      );
+      return { expired: timedOut + reauthExpired, deletedJobs, deletedPages };
+    });
+    this.#failed += result.expired;
+    return result;
+  }
+
+  /**
+   * Job counters of this JobStore's lifetime (rules in the module documentation).
+   *
+   * @returns A fresh snapshot.
+   */
+  counters(): JobCounters {
+    const open = this.#minted + this.#inherited - this.#completed - this.#failed;
+    return {
+      minted: this.#minted,
+      completed: this.#completed,
+      failed: this.#failed,
+      inherited: this.#inherited,
+      open: Math.max(0, open),
+    };
+  }
+
+  #read<T>(action: string, fn: (db: DatabaseSync) => T): T {
+    const db = this.#store.database;
+    try {
+      return fn(db);
+    } catch (err) {
+      if (err instanceof SynapseError) throw err;
+      const reason = err instanceof Error ? err.message : String(err);
+      throw new SynapseError(
+        "store_failure",
+        `Cannot ${action} in store ${this.#store.path}: ${reason}`,
+        { details: { path: this.#store.path }, cause: err },
+      );
+    }
+  }
+}
+
+function defaultNewId(): string {
+  return "job_" + crypto.randomUUID().replaceAll("-", "");
+}
+
+function checkRequestKey(key: unknown): void {
+  if (typeof key !== "string") {
+    throw new SynapseError("invalid_request", "Cannot admit job: request_key must be a string", {
+      details: { field: "request_key" },
+    });
+  }
+  const bytes = new TextEncoder().encode(key).length;
+  if (bytes === 0 || bytes > MAX_REQUEST_KEY_BYTES) {
+    throw new SynapseError(
+      "invalid_request",
+      bytes === 0
+        ? "Cannot admit job: request_key must not be empty"
+        : `Cannot admit job: request_key is ${bytes} bytes, max ${MAX_REQUEST_KEY_BYTES}`,
+      { details: { field: "request_key", bytes, max_bytes: MAX_REQUEST_KEY_BYTES } },
+    );
+  }
+}
+
+function checkCount(action: string, field: string, value: unknown): void {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
+    throw new RangeError(
+      `Cannot ${action}: '${field}' must be a non-negative integer: received ${String(value)}`,
+    );
+  }
+}
+
+function checkFinish(state: TerminalJobState, error: WireError | undefined): void {
+  if (!TERMINAL_STATES.includes(state)) {
+    throw new TypeError(`Cannot finish job: '${String(state)}' is not a terminal state`);
+  }
+  if (state === "done") {
+    if (error !== undefined) throw new TypeError("Cannot finish job: 'done' takes no error");
+    return;
+  }
+  if (typeof error !== "object" || error === null || typeof error.code !== "string") {
+    throw new TypeError(`Cannot finish job: '${state}' needs an error`);
+  }
+  const expected = state === "failed_transient" ? "transient" : "permanent";
+  if (error.class !== expected) {
+    throw new TypeError(
+      `Cannot finish job: '${state}' needs a ${expected} error: received ${String(error.class)}`,
+    );
+  }
+}
+
+function isTerminal(state: JobState): state is TerminalJobState {
+  return (TERMINAL_STATES as readonly JobState[]).includes(state);
+}
+
+function isRetained(job: JobRow, now: number): boolean {
+  if (job.terminalAtMs === null) return true;
+  return job.terminalAtMs + (job.resultRetentionTtlMs ?? 0) >= now;
+}
+
+/** A transient failure the caller may retry with the very same request: mint a fresh job. */
+function isRetryableFailure(job: JobRow): boolean {
+  if (job.state !== "failed_transient") return false;
+  if (job.error?.code === "module_restarted") return true;
+  return job.error?.safe_to_retry_same_request === true;
+}
+
+function wrongState(jobId: string, state: JobState, action: string, want: string): SynapseError {
+  return new SynapseError(
+    "invalid_request",
+    `Cannot ${action} job ${jobId}: its state is '${state}', expected ${want}`,
+    { details: { job_id: jobId, state } },
+  );
+}
+
+function getJob(db: DatabaseSync, jobId: string): JobRow | undefined {
+  const row = db.prepare(`SELECT ${JOB_COLUMNS} FROM jobs WHERE job_id = ?`).get(jobId);
+  return row === undefined ? undefined : rowToJob(row);
+}
+
+function requireJob(db: DatabaseSync, jobId: string, action: string): JobRow {
+  const job = getJob(db, jobId);
+  if (job === undefined) {
+    throw new SynapseError("invalid_request", `Cannot ${action} job ${jobId}: unknown job`, {
+      details: { job_id: jobId },
+    });
+  }
+  return job;
+}
+
+/** Reads a row this transaction just wrote; its absence is a bug. */
+function mustGet(db: DatabaseSync, jobId: string): JobRow {
+  const job = getJob(db, jobId);
+  if (job === undefined) {
+    throw new Error(`Job ${jobId} vanished inside its transaction. This is a bug`);
+  }
+  return job;
+}
+
+function rowToJob(row: Record<string, SQLOutputValue>): JobRow {
+  return {
+    jobId: String(row.job_id),
+    requestKey: String(row.request_key),
+    requestDigest: String(row.request_digest),
+    kind: String(row.kind),
+    moduleGeneration: Number(row.module_generation),
+    state: String(row.state) as JobState,
+    createdMs: Number(row.created_ms),
+    updatedMs: Number(row.updated_ms),
+    executionExpiresMs: nullableNumber(row.execution_expires_ms),
+    resultRetentionTtlMs: nullableNumber(row.result_retention_ttl_ms),
+    terminalAtMs: nullableNumber(row.terminal_at_ms),
+    activeAttemptId: nullableString(row.active_attempt_id),
+    logicalHandle: nullableString(row.logical_handle),
+    pausedAtMs: nullableNumber(row.paused_at_ms),
+    resumeDeadlineMs: nullableNumber(row.resume_deadline_ms),
+    resumeTtlMs: nullableNumber(row.resume_ttl_ms),
+    params: parseJson(row.params_json),
+    result: parseJson(row.result_json),
+    error: parseJson(row.error_json) as WireError | null,
+    pageCount: Number(row.page_count),
+    itemsTotal: Number(row.items_total),
+    itemsDone: Number(row.items_done),
+    tokensTotal: Number(row.tokens_total),
+    tokensDone: Number(row.tokens_done),
+  };
+}
+
+function nullableNumber(v: SQLOutputValue | undefined): number | null {
+  return v === null || v === undefined ? null : Number(v);
+}
+
+function nullableString(v: SQLOutputValue | undefined): string | null {
+  return v === null || v === undefined ? null : String(v);
+}
+
+function parseJson(v: SQLOutputValue | undefined): unknown {
+  return v === null || v === undefined ? null : JSON.parse(String(v));
+}
