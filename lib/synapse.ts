@@ -10,6 +10,8 @@ import { loadConfig } from "./config/config.ts";
 import type { SynapseConfig } from "./config/config.ts";
 import { SynapseError } from "./contract/errors.ts";
 import { ORT_ENGINE, OrtLane } from "./engines/ort/ort_lane.ts";
+import { acquireLease, leaseFileName, leaseRoot } from "./lease/lease.ts";
+import type { FileLock } from "../ffi/flock.ts";
 import { ModelRegistry, threadsForKnob } from "./models/model_registry.ts";
 import type { LoadedModel, ModelSource, ModelTask } from "./models/model_registry.ts";
 import type { Pooling } from "./engines/ort/pooling.ts";
@@ -49,6 +51,11 @@ export interface SynapseOptions {
   now?: () => number;
   /** The machine profile; probed at boot (contract.md §5) when absent. */
   machineProfile?: MachineProfile;
+  /**
+   * Directory of the singleton lease. @default the store's directory when `storePath` is given,
+   * else `$CORTEXKIT_LEASE_ROOT` or `<data_home>/cortexkit/leases`
+   */
+  leaseRoot?: string;
 }
 
 /**
@@ -136,6 +143,7 @@ export class Synapse implements AsyncDisposable {
   /** Scheduler of the bulk lane. */
   readonly bulk: LaneScheduler;
   #sweeper: ReturnType<typeof setInterval> | undefined;
+  #leases: FileLock[];
   /** Resolves when every preloaded model is ready or failed. */
   readonly modelsSettled: Promise<LoadedModel[]>;
   #disposed = false;
@@ -152,7 +160,9 @@ export class Synapse implements AsyncDisposable {
     sources: ModelSource[],
     now: () => number,
     machine: MachineProfile,
+    leases: FileLock[] = [],
   ) {
+    this.#leases = leases;
     this.config = config;
     this.machineProfile = machine;
     this.machineProfileHash = machineProfileHash(machine);
@@ -265,6 +275,7 @@ export class Synapse implements AsyncDisposable {
     this.registry.lane.dispose();
     this.registry.bulkLane.dispose();
     this.store.dispose();
+    for (const l of this.#leases) l.release();
     return Promise.resolve();
   }
 
@@ -301,11 +312,36 @@ export async function createSynapse(options: SynapseOptions = {}): Promise<Synap
   const config = options.config ??
     (await loadConfig({ ...(options.env === undefined ? {} : { env: options.env }), cwd })).config;
   const path = options.storePath ?? storePath(options.env);
-  const store = await Store.open(path);
+  const storeDir = path.slice(0, Math.max(0, path.lastIndexOf("/"))) || ".";
+  // A second instance refuses to start (contract.md §8): the singleton lease, then the store's
+  // own lease in its directory, taken before the store opens (subc.md §5).
+  const leases: FileLock[] = [];
+  try {
+    leases.push(
+      await acquireLease(
+        options.leaseRoot ?? (options.storePath ? storeDir : leaseRoot(options.env)),
+        leaseFileName("synapse", "file", "singleton"),
+        "singleton",
+      ),
+    );
+    leases.push(
+      await acquireLease(storeDir, leaseFileName("synapse", "sqlite", "default"), "store"),
+    );
+  } catch (err) {
+    for (const l of leases) l.release();
+    throw err;
+  }
+  let store: Store;
+  try {
+    store = Store.open(path);
+  } catch (err) {
+    for (const l of leases) l.release();
+    throw err;
+  }
   const sources = config.preload_models.length > 0
     ? config.preload_models.map(sourceFromPreload)
     : defaultModelSources();
-  const syn = new Synapse(config, store, sources, options.now ?? Date.now, machine);
+  const syn = new Synapse(config, store, sources, options.now ?? Date.now, machine, leases);
   if (options.waitForModels ?? true) await syn.modelsSettled;
   return syn;
 }

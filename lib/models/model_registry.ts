@@ -8,7 +8,6 @@
 import { SynapseError, toSynapseError } from "../contract/errors.ts";
 import { fingerprint, numericProfileId } from "../identity/numeric_profile.ts";
 import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
-import { sha256Hex } from "../identity/sha256.ts";
 import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
 import { ORT_ENGINE, OrtLane } from "../engines/ort/ort_lane.ts";
 import type { Pooling } from "../engines/ort/pooling.ts";
@@ -236,7 +235,9 @@ export class ModelRegistry {
         },
       );
     }
-    const modelDigest = "sha256:" + sha256Hex(modelBytes);
+    // WebCrypto hashes off the main thread: a 90 MB model must not stall /health or refusals.
+    const modelDigest = "sha256:" +
+      toHex(await crypto.subtle.digest("SHA-256", modelBytes as Uint8Array<ArrayBuffer>));
     modelBytes = new Uint8Array(0);
     const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
     let config: Record<string, unknown> = {};
@@ -304,4 +305,8 @@ export class ModelRegistry {
     m.coldLoadMs = coldLoadMs;
     m.state = "ready";
   }
+}
+
+function toHex(buf: ArrayBuffer): string {
+  return Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
 }

@@ -18,7 +18,7 @@ export function checkText(text: string, what: string, details: Record<string, un
   if (text.trim() === "") {
     throw new SynapseError(
       "invalid_request",
-      `Cannot embed ${what}: text is empty or only whitespace`,
+      `Cannot accept ${what}: text is empty or only whitespace`,
       {
         details: { ...details, reason: "empty_text" },
       },
@@ -28,7 +28,7 @@ export function checkText(text: string, what: string, details: Record<string, un
     const at = firstLoneSurrogate(text);
     throw new SynapseError(
       "invalid_request",
-      `Cannot embed ${what}: text has a lone surrogate at UTF-16 index ${at}, so it is not valid Unicode`,
+      `Cannot accept ${what}: text has a lone surrogate at UTF-16 index ${at}, so it is not valid Unicode`,
       {
         details: { ...details, reason: "invalid_unicode", utf16_index: at },
       },
@@ -50,6 +50,28 @@ function firstLoneSurrogate(text: string): number {
     if (c >= 0xdc00 && c <= 0xdfff) return i;
   }
   return -1;
+}
+
+/**
+ * Refuses text that tokenizes to nothing but the special tokens — zero-width, control or
+ * replacement characters the tokenizer's normalizer drops (the rest of field report F1's kind:
+ * such a vector encodes only `[CLS] [SEP]`, the same for every such input).
+ *
+ * @param contentTokens Tokens of the text itself, specials excluded.
+ * @throws {SynapseError} semantic `invalid_request`.
+ */
+export function checkContentTokens(
+  contentTokens: number,
+  what: string,
+  details: Record<string, unknown>,
+): void {
+  if (contentTokens === 0) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot accept ${what}: the text has no tokens the model reads (only whitespace, control, zero-width or replacement characters)`,
+      { details: { ...details, reason: "no_tokens" } },
+    );
+  }
 }
 
 const encoder = new TextEncoder();

@@ -26,7 +26,7 @@ import type { LoadedModel } from "../models/model_registry.ts";
 import type { QueueClass } from "../sched/admission.ts";
 import { submitEmbedJob } from "./jobs.ts";
 import type { EmbedJobRequest, JobAccepted, PreparedItem } from "./jobs.ts";
-import { checkText, utf8Length } from "./_text.ts";
+import { checkContentTokens, checkText, utf8Length } from "./_text.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 
 /** One embedded item (contract.md §3). */
@@ -279,6 +279,7 @@ export function prepareItems(
         truncate,
         itemId: item.id,
       });
+      checkContentTokens(seq.keptContentIds.length, `item '${item.id}'`, { item_id: item.id });
       tokens += seq.effectiveTokens;
       prepared.push({ index: offset + i, item, seq });
     } catch (err) {

@@ -14,7 +14,7 @@ import { planMicroBatches } from "../engines/ort/micro_batch.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
 import type { EncodedSequence } from "../tokenize/tokenizer.ts";
-import { checkText, utf8Length } from "./_text.ts";
+import { checkContentTokens, checkText, utf8Length } from "./_text.ts";
 import { checkFingerprint } from "./embed.ts";
 import type { TruncationDisclosure } from "./embed.ts";
 import type { CallOptions, OpContext } from "./context.ts";
@@ -88,13 +88,19 @@ export async function rerankScore(
     predictedDelayMs: sched.predictedStartDelayMs(cls),
   });
   const tokenizer = model.tokenizer!;
-  const seqs: EncodedSequence[] = p.candidates.map((c, i) =>
-    tokenizer.encodePair(p.query, c, {
+  checkContentTokens(tokenizer.tokenize(p.query).length, "query", { field: "query" });
+  const seqs: EncodedSequence[] = p.candidates.map((c, i) => {
+    const seq = tokenizer.encodePair(p.query, c, {
       maxTokens: model.maxTokens,
       truncate: p.truncate ?? false,
       itemId: String(i),
-    })
-  );
+    });
+    checkContentTokens(seq.keptContentIds.length, `candidate ${i}`, {
+      item_id: String(i),
+      field: `candidates.${i}`,
+    });
+    return seq;
+  });
   let startedMs = 0;
   const scores = new Array<number>(seqs.length);
   let inferenceMs = 0;

@@ -70,6 +70,20 @@ Deno.test("F1: empty and whitespace-only text is invalid_request naming the item
   resultOf(await t.syn.call("embed.query", { text: "still here" }));
 });
 
+Deno.test("F1 (kind): text with no readable token (zero-width, control, U+FFFD) is invalid_request", async () => {
+  await using t = await startSynapse();
+  for (const text of ["\u200b", "\u0000", "\u0007", "\ufffd", " \u200b\u0007 "]) {
+    const err = semanticError(await t.syn.call("embed.query", { text, id: "z" }));
+    assert.equal(err.code, "invalid_request", JSON.stringify(text));
+    assert.equal(err.details.item_id, "z");
+  }
+  const e = semanticError(
+    await t.syn.call("rerank.score", { query: "q", candidates: ["ok", "\u200b"] }),
+  );
+  assert.equal(e.details.reason, "no_tokens");
+  assert.equal(e.details.item_id, "1");
+});
+
 Deno.test("F2: max_tokens is served untruncated, max_tokens + 1 is sequence_too_long, truncation is disclosed", async () => {
   await using t = await startSynapse();
   // 'a' is one token; [CLS] and [SEP] make two more.

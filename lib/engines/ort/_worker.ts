@@ -58,7 +58,13 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
     hasMask: inputs.includes("attention_mask"),
     output,
   };
-  // One-token probe run: learns the output width.
+  // Probe run (two rows of two tokens): learns the output width and checks the output's shape
+  // fits the task, so a cross-encoder loaded as an embedder (or the reverse) is refused instead
+  // of serving meaningless numbers.
+  const probeOut = await loaded.session.run(probeFeeds(loaded), [output]);
+  const shape = probeOut[output]!.dims;
+  for (const t of Object.values(probeOut)) t.dispose?.();
+  checkOutputShape(req.task, output, shape);
   const probe = await run(loaded, Int32Array.of(0), Int32Array.of(0), Int32Array.of(1));
   loaded.dims = probe.dims;
   // Warm-up at the micro-batch budget's extreme shapes, so the first real request does not pay
@@ -80,6 +86,41 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
     outputNames: session.outputNames.slice(),
     coldLoadMs: performance.now() - t0,
   });
+}
+
+function probeFeeds(m: Loaded): Record<string, ort.Tensor> {
+  const t = () => new ort.Tensor("int64", new BigInt64Array([0n, 0n, 0n, 0n]), [2, 2]);
+  const feeds: Record<string, ort.Tensor> = { input_ids: t() };
+  if (m.hasMask) {
+    feeds.attention_mask = new ort.Tensor("int64", BigInt64Array.of(1n, 1n, 1n, 1n), [2, 2]);
+  }
+  if (m.hasTypeIds) feeds.token_type_ids = t();
+  return feeds;
+}
+
+/**
+ * An embedder must output `[batch, seq, hidden]` hidden states (or `[batch, hidden]` pooled
+ * sentence embeddings named `*embedding*`); a cross-encoder `[batch, labels]` logits.
+ */
+function checkOutputShape(task: OrtTask, output: string, shape: readonly number[]): void {
+  const ok = task === "embed"
+    ? (shape.length === 3 && shape[0] === 2 && shape[1] === 2 && shape[2]! > 1) ||
+      (shape.length === 2 && shape[0] === 2 && shape[1]! > 1 && /embedding/i.test(output))
+    : (shape.length === 2 && shape[0] === 2 && shape[1]! >= 1 && shape[1]! <= 2) ||
+      (shape.length === 1 && shape[0] === 2);
+  if (!ok) {
+    const want = task === "embed"
+      ? "last_hidden_state [batch, seq, hidden] (or a pooled [batch, hidden] sentence embedding)"
+      : "logits [batch, 1]";
+    throw Object.assign(
+      new Error(
+        `model output '${output}' has shape [${
+          shape.join(", ")
+        }] for a [2, 2] input, but task '${task}' needs ${want}; check the preload entry's task`,
+      ),
+      { code: "artifact_invalid" },
+    );
+  }
 }
 
 async function run(

@@ -70,3 +70,20 @@ Deno.test("OrtLane.dispose() is idempotent and refuses later calls with disposed
   assert.equal(lane.disposed, true);
   await assert.rejects(lane.load(spec), { code: "disposed" });
 });
+
+Deno.test("OrtLane refuses a model whose output does not fit the task (artifact_invalid)", async () => {
+  using lane = new OrtLane({ intraOpThreads: 1 });
+  await assert.rejects(
+    lane.load({ ...spec, modelRef: "x", path: `${MODELS}/synapse-tiny-rerank/model.onnx` }),
+    (e: unknown) => {
+      assert.equal((e as { code: string }).code, "artifact_invalid");
+      assert.match((e as Error).message, /task 'embed' needs last_hidden_state/);
+      return true;
+    },
+  );
+  await assert.rejects(
+    lane.load({ ...spec, modelRef: "y", task: "rerank" }),
+    { code: "artifact_invalid" },
+  );
+  await lane.load(spec); // the lane still serves
+});

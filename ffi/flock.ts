@@ -1,0 +1,67 @@
+/**
+ * Non-blocking exclusive file locks through libc `flock(2)` (design.md: `ffi/` holds the
+ * Deno.dlopen bindings, "also libc flock"). Deno's own `FsFile.lock()` only blocks; a singleton
+ * must instead learn at once that another process holds the lock.
+ *
+ * The file is created (without truncation) by Deno, then opened through FFI with the two fixed
+ * arguments of `open(2)` (no variadic mode argument is passed, which keeps the call safe on every
+ * ABI). The lock lives as long as the descriptor: the kernel drops it when the process dies, so a
+ * crashed holder never leaves a stale lease. Only the holder rewrites the file (its pid).
+ *
+ * @module
+ */
+
+const O_RDWR = 2;
+const LOCK_EX = 2;
+const LOCK_NB = 4;
+const LOCK_UN = 8;
+
+const SYMBOLS = {
+  open: { parameters: ["buffer", "i32"], result: "i32" },
+  ftruncate: { parameters: ["i32", "i64"], result: "i32" },
+  flock: { parameters: ["i32", "i32"], result: "i32" },
+  write: { parameters: ["i32", "buffer", "usize"], result: "isize" },
+  close: { parameters: ["i32"], result: "i32" },
+} as const;
+
+let libc: Deno.DynamicLibrary<typeof SYMBOLS> | undefined;
+
+function lib(): Deno.DynamicLibrary<typeof SYMBOLS>["symbols"] {
+  libc ??= Deno.dlopen(Deno.build.os === "darwin" ? "libc.dylib" : "libc.so.6", SYMBOLS);
+  return libc.symbols;
+}
+
+/** A held lock; release is idempotent. */
+export interface FileLock extends Disposable {
+  readonly path: string;
+  release(): void;
+}
+
+/**
+ * Takes an exclusive lock on `path` without waiting (the file is created with mode 0600 if
+ * absent; once locked, its content becomes this process's pid).
+ *
+ * @returns The lock, or `undefined` when another open file description holds it.
+ * @throws {Error} when the file cannot be created (errno from libc is not exposed).
+ */
+export function tryLockExclusive(path: string): FileLock | undefined {
+  const c = lib();
+  Deno.openSync(path, { create: true, write: true, mode: 0o600 }).close();
+  const fd = c.open(new TextEncoder().encode(path + "\0"), O_RDWR);
+  if (fd < 0) throw new Error(`Cannot open lock file ${path}`);
+  if (c.flock(fd, LOCK_EX | LOCK_NB) !== 0) {
+    c.close(fd);
+    return undefined;
+  }
+  const pid = new TextEncoder().encode(`${Deno.pid}\n`);
+  c.ftruncate(fd, 0n);
+  c.write(fd, pid, BigInt(pid.length));
+  let held = true;
+  const release = (): void => {
+    if (!held) return;
+    held = false;
+    c.flock(fd, LOCK_UN);
+    c.close(fd);
+  };
+  return { path, release, [Symbol.dispose]: release };
+}
