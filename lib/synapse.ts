@@ -106,7 +106,11 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
   }
   let modelPath = entry.model_path;
   let dir: string;
-  if (modelPath.endsWith(".onnx")) {
+  let isDir = !modelPath.endsWith(".onnx");
+  try {
+    isDir = Deno.statSync(modelPath).isDirectory;
+  } catch { /* missing: the load reports it, naming the file */ }
+  if (!isDir) {
     dir = modelPath.slice(0, Math.max(0, modelPath.lastIndexOf("/"))) || ".";
   } else {
     dir = modelPath.replace(/\/+$/, "");
@@ -120,6 +124,8 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
     modelPath,
     tokenizerPath: entry.tokenizer_path ?? `${dir}/tokenizer.json`,
     configPath: entry.config_path ?? `${dir}/config.json`,
+    // config.json beside the model is optional unless named explicitly.
+    configOptional: entry.config_path === undefined,
     pooling: (entry.pooling ?? "mean") as Pooling,
     normalize: entry.normalize ?? true,
   };

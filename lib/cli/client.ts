@@ -94,7 +94,7 @@ export function parseLoopbackUrl(url: string): URL {
   if (parsed.protocol !== "http:" || !isLoopbackHostname(parsed.hostname)) {
     throw new SynapseError(
       "invalid_request",
-      `Cannot use --url '${url}': give an http:// URL on a loopback host (127.0.0.0/8, [::1], localhost)`,
+      `Cannot use --url '${url}': give an http:// URL on a loopback host (127.0.0.1, [::1], localhost)`,
       { channel: true, details: { field: "url" } },
     );
   }

@@ -110,8 +110,9 @@ export async function main(args: string[], io: CliIO = processIO()): Promise<num
       return cliExitFor("usage");
     }
     if (err instanceof SynapseError) {
+      // Thrown, not answered: the instance could not start (config, lease) or be reached.
       io.err(`error: ${err.code}: ${err.message}`);
-      return err.channel ? cliExitFor("channel") : cliExitFor("semantic");
+      return cliExitFor("channel");
     }
     io.err(`error: ${err instanceof Error ? err.message : String(err)}`);
     return cliExitFor("channel");

@@ -46,7 +46,7 @@ export interface ListenAddress {
 /** Options of {@link serveHttp}. */
 export interface ServeHttpOptions {
   /**
-   * Loopback address to bind: `127.0.0.0/8`, `::1` (or `[::1]`) or `localhost`.
+   * Loopback address to bind: `127.0.0.1`, `::1` (or `[::1]`) or `localhost`.
    *
    * @default "127.0.0.1"
    */
@@ -75,7 +75,7 @@ export interface HttpServer extends AsyncDisposable {
 
 /**
  * True for the hostnames the HTTP door may bind or a client may call: `localhost`, `::1` (bare
- * or bracketed, any spelling) and IPv4 `127.0.0.0/8`.
+ * or bracketed, any spelling) and `127.0.0.1`.
  *
  * @param hostname A hostname or IP literal.
  * @returns True when binding or calling it stays on this machine.
@@ -84,7 +84,7 @@ export function isLoopbackHostname(hostname: string): boolean {
   const host = hostname.startsWith("[") && hostname.endsWith("]")
     ? hostname.slice(1, -1)
     : hostname;
-  if (host.toLowerCase() === "localhost") return true;
+  if (host.toLowerCase() === "localhost" || host === "127.0.0.1") return true;
   if (host.includes(":")) {
     try {
       return new URL(`http://[${host}]/`).hostname === "[::1]";
@@ -92,8 +92,9 @@ export function isLoopbackHostname(hostname: string): boolean {
       return false;
     }
   }
-  const m = /^127\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(host);
-  return m !== null && m.slice(1).every((o) => Number(o) <= 255);
+  // Other 127.0.0.0/8 addresses are loopback too, but the launcher's network permission names
+  // exactly 127.0.0.1, localhost and ::1, so only those are accepted.
+  return false;
 }
 
 /**
@@ -117,7 +118,7 @@ export function serveHttp(synapse: HttpBackend, options: ServeHttpOptions = {}):
   const port = options.port ?? 0;
   if (!isLoopbackHostname(hostname)) {
     throw invalidRequest(
-      `Cannot listen on '${hostname}': the HTTP door binds loopback addresses only (127.0.0.0/8, ::1, localhost)`,
+      `Cannot listen on '${hostname}': the HTTP door binds loopback addresses only (127.0.0.1, ::1, localhost)`,
       { field: "hostname", hostname },
     );
   }
@@ -162,8 +163,13 @@ export function serveHttp(synapse: HttpBackend, options: ServeHttpOptions = {}):
 
 async function route(synapse: HttpBackend, req: Request, maxBodyBytes: number): Promise<Response> {
   try {
+    checkHostAndOrigin(req);
     const path = new URL(req.url).pathname;
     if (path === "/health") {
+      if (req.method === "HEAD") {
+        const res = health(synapse);
+        return new Response(null, { status: res.status, headers: res.headers });
+      }
       requireMethod(req, "GET");
       return health(synapse);
     }
@@ -190,6 +196,39 @@ async function route(synapse: HttpBackend, req: Request, maxBodyBytes: number): 
   } catch (err) {
     return errorResponse(toSynapseError(err, "encode_failed"), synapse);
   }
+}
+
+/**
+ * Refuses requests a web page could make: a `Host` that is not a loopback name defeats DNS
+ * rebinding, and a cross-site `Origin` (a page in a browser) is refused outright.
+ */
+function checkHostAndOrigin(req: Request): void {
+  const host = req.headers.get("host");
+  if (host !== null && !isLoopbackHostname(hostOnly(host))) {
+    throw new HttpRefusal(403, `Cannot serve Host '${host}': Synapse answers loopback names only`, {
+      field: "host",
+    });
+  }
+  const origin = req.headers.get("origin");
+  if (origin !== null) {
+    let ok = false;
+    try {
+      ok = isLoopbackHostname(new URL(origin).hostname);
+    } catch { /* "null" or malformed */ }
+    if (!ok) {
+      throw new HttpRefusal(
+        403,
+        `Cannot serve a request from origin '${origin}': Synapse answers local programs, not web pages`,
+        { field: "origin" },
+      );
+    }
+  }
+}
+
+function hostOnly(host: string): string {
+  if (host.startsWith("[")) return host.slice(0, host.indexOf("]") + 1);
+  const colon = host.lastIndexOf(":");
+  return colon >= 0 ? host.slice(0, colon) : host;
 }
 
 function requireMethod(req: Request, allowed: string): void {

@@ -28,6 +28,8 @@ export interface ModelSource {
   tokenizerPath: string;
   /** config.json, when there is one. */
   configPath?: string;
+  /** A missing `configPath` is not an error (defaults apply). @default false */
+  configOptional?: boolean;
   pooling: Pooling;
   normalize: boolean;
   /** Largest sequence, specials included; default from config.json's max_position_embeddings. */
@@ -202,7 +204,7 @@ export class ModelRegistry {
     if (m.task !== task) {
       throw new SynapseError(
         "invalid_request",
-        `Cannot serve ${task} with model '${m.modelId}': it is a ${m.task} model`,
+        `Cannot serve ${task} with model '${m.modelId}': it is an ${m.task} model`,
         { details: { model_id: m.modelId, task: m.task } },
       );
     }
@@ -245,16 +247,18 @@ export class ModelRegistry {
       try {
         config = JSON.parse(await Deno.readTextFile(src.configPath));
       } catch (err) {
-        throw new SynapseError(
-          "artifact_invalid",
-          `Cannot load model '${m.modelId}': cannot read ${src.configPath}: ${
-            (err as Error).message
-          }`,
-          {
-            cause: err,
-            details: { model_id: m.modelId, file: src.configPath },
-          },
-        );
+        if (!(src.configOptional && err instanceof Deno.errors.NotFound)) {
+          throw new SynapseError(
+            "artifact_invalid",
+            `Cannot load model '${m.modelId}': cannot read ${src.configPath}: ${
+              (err as Error).message
+            }`,
+            {
+              cause: err,
+              details: { model_id: m.modelId, file: src.configPath },
+            },
+          );
+        }
       }
     }
     const maxPos = typeof config.max_position_embeddings === "number"
@@ -262,7 +266,15 @@ export class ModelRegistry {
       : 512;
     m.maxTokens = src.maxTokens ??
       (typeof config.synapse_max_tokens === "number" ? config.synapse_max_tokens : maxPos);
-    if (m.maxTokens > maxPos) m.maxTokens = maxPos;
+    if (m.maxTokens > maxPos || m.maxTokens < tokenizer.singleSpecialTokens + 1) {
+      throw new SynapseError(
+        "artifact_invalid",
+        `Cannot load model '${m.modelId}': max_tokens ${m.maxTokens} must be between ${
+          tokenizer.singleSpecialTokens + 1
+        } (special tokens plus one) and the model's ${maxPos} positions (max_position_embeddings)`,
+        { details: { model_id: m.modelId, max_tokens: m.maxTokens, max_positions: maxPos } },
+      );
+    }
     if (config.synapse_test_model === true) m.testModel = true;
     const spec = {
       modelRef: m.modelId,

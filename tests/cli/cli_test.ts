@@ -27,8 +27,9 @@ async function isolatedEnv(): Promise<{ env: Record<string, string>; dir: string
   return { env, dir };
 }
 
-async function cli(args: string[]): Promise<Run> {
-  const { env, dir } = await isolatedEnv();
+async function cli(args: string[], extraEnv: Record<string, string> = {}): Promise<Run> {
+  const { env: base, dir } = await isolatedEnv();
+  const env = { ...base, ...extraEnv };
   try {
     const out = await new Deno.Command(LAUNCHER, {
       args,
@@ -185,4 +186,18 @@ Deno.test("ck-synapse serve --http 127.0.0.1:0 answers embed --url, then stops c
     assert.equal(status.code, 0, err);
     assert.match(err, /shutting down/);
   }
+});
+
+Deno.test("ck-synapse call answers a boot failure (bad config) as a channel error, exit 2", async () => {
+  const r = await cli(["call", "embed.query", '{"text":"x"}'], {
+    SYNAPSE_CONFIG_JSON: '{"knbo":1}',
+  });
+  assert.equal(r.code, 2, r.stderr);
+  const body = JSON.parse(r.stdout);
+  assert.equal(body.code, "invalid_request");
+  assert.match(body.message, /knbo/);
+  assert.deepEqual(Object.keys(body).sort(), ["code", "message"]);
+  const e = await cli(["embed", "x"], { SYNAPSE_CONFIG_JSON: '{"knbo":1}' });
+  assert.equal(e.code, 2);
+  assert.match(e.stderr, /knbo/);
 });

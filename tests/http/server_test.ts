@@ -52,7 +52,16 @@ async function json(res: Response): Promise<any> {
 
 Deno.test("serveHttp() refuses to bind a non-loopback hostname", () => {
   for (
-    const hostname of ["0.0.0.0", "192.168.1.10", "::", "example.com", "128.0.0.1", "127.0.0.256"]
+    const hostname of [
+      "0.0.0.0",
+      "192.168.1.10",
+      "::",
+      "example.com",
+      "128.0.0.1",
+      "127.0.0.256",
+      // Loopback, but outside the launcher's network permission (127.0.0.1, localhost, ::1).
+      "127.1.2.3",
+    ]
   ) {
     assert.throws(() => serveHttp(fakeBackend([]), { hostname }), (e: unknown) => {
       assert.ok(e instanceof SynapseError);
@@ -64,7 +73,6 @@ Deno.test("serveHttp() refuses to bind a non-loopback hostname", () => {
   for (
     const h of [
       "127.0.0.1",
-      "127.1.2.3",
       "localhost",
       "LOCALHOST",
       "::1",
@@ -171,6 +179,46 @@ Deno.test("serveHttp() over a real instance", async (t) => {
       ],
     });
   });
+
+  await t.step("answers HEAD /health with the status and no body", async () => {
+    const res = await fetch(`${s.base}/health`, { method: "HEAD" });
+    assert.equal(res.status, 200);
+    assert.equal(await res.text(), "");
+  });
+
+  await t.step(
+    "refuses a foreign Host (DNS rebinding) and a cross-site Origin with 403",
+    async () => {
+      const { request } = await import("node:http");
+      const port = new URL(s.base).port;
+      const status = await new Promise<number>((resolve, reject) => {
+        const r = request({
+          host: "127.0.0.1",
+          port,
+          path: "/health",
+          headers: { host: "evil.example:80" },
+        }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        });
+        r.on("error", reject);
+        r.end();
+      });
+      assert.equal(status, 403);
+      const res = await fetch(`${s.base}/v1/ops/embed.query`, {
+        method: "POST",
+        headers: { origin: "https://evil.example" },
+        body: JSON.stringify({ text: "x" }),
+      });
+      assert.equal(res.status, 403);
+      const body = await json(res);
+      assert.equal(body.code, "invalid_request");
+      assert.match(body.message, /origin 'https:\/\/evil.example'/);
+      const local = await fetch(`${s.base}/health`, { headers: { origin: s.base } });
+      assert.equal(local.status, 200);
+      await local.body?.cancel();
+    },
+  );
 
   await t.step(
     "answers POST /v1/ops/embed.query with the envelope and its fingerprint header",

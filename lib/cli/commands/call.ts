@@ -4,6 +4,7 @@
  * @module
  */
 import { cliExitFor } from "../../http/status_table.ts";
+import { SynapseError } from "../../contract/errors.ts";
 import { openClient, parseCommandArgs, UsageError } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 
@@ -41,7 +42,15 @@ async function runCall(args: string[], io: CliIO): Promise<number> {
       );
     }
   }
-  const client = await openClient(values.url, io);
+  let client;
+  try {
+    client = await openClient(values.url, io);
+  } catch (err) {
+    if (!(err instanceof SynapseError)) throw err;
+    // The wire shape of a channel error, so scripts parse one format whatever failed.
+    io.out(JSON.stringify(err.toChannel(), null, 2));
+    return cliExitFor("channel");
+  }
   try {
     const outcome = await client.call(method, params);
     io.out(JSON.stringify(outcome.body, null, 2));

@@ -12,7 +12,7 @@ import type { CliIO, Command } from "../_command.ts";
 
 const USAGE = `usage: ck-synapse serve --http HOST:PORT
 
-Serves the operations over HTTP on a loopback address (127.0.0.0/8, [::1], localhost):
+Serves the operations over HTTP on a loopback address (127.0.0.1, [::1], localhost):
 POST /v1/ops/<method>, POST /v1/embeddings (OpenAI shape), GET /health. PORT 0 picks a free
 port. Prints "listening on http://HOST:PORT" once bound, and runs until SIGINT or SIGTERM.
 

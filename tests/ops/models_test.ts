@@ -1,0 +1,61 @@
+import assert from "node:assert/strict";
+import { MINILM, MODELS, resultOf, semanticError, startSynapse } from "../_helpers.ts";
+
+Deno.test("preload_models loads a model directory without config.json, and a bare model.onnx path", async () => {
+  const dir = await Deno.makeTempDir();
+  for (const f of ["model.onnx", "tokenizer.json"]) {
+    await Deno.copyFile(`${MODELS}/synapse-tiny-embed/${f}`, `${dir}/${f}`);
+  }
+  await using t = await startSynapse({
+    preload_models: [
+      { engine: "onnx", model_path: dir, tokenizer_path: `${dir}/tokenizer.json`, model_id: "dir" },
+      {
+        engine: "ort",
+        model_path: `${dir}/model.onnx`,
+        tokenizer_path: `${dir}/tokenizer.json`,
+        model_id: "file",
+      },
+    ],
+  });
+  const list = resultOf(await t.syn.call("models.list", {}));
+  assert.deepEqual(list.models.map((m: { state: string }) => m.state), ["ready", "ready"]);
+  // Same bytes, same profile: one fingerprint. No config.json, so not labelled a test model.
+  assert.equal(list.models[0].fingerprints[0], list.models[1].fingerprints[0]);
+  assert.equal(list.models[0].test_model, undefined);
+  resultOf(await t.syn.call("embed.query", { model: "dir", text: "from a directory" }));
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("preload_models: a max_tokens beyond the model's positions, or below specials + 1, fails the load", async () => {
+  const entry = (id: string, max: number) => ({
+    engine: "ort",
+    model_path: MINILM,
+    tokenizer_path: `${MINILM}/tokenizer.json`,
+    model_id: id,
+    max_tokens: max,
+  });
+  await using t = await startSynapse({ preload_models: [entry("big", 100000), entry("tiny", 2)] });
+  const list = resultOf(await t.syn.call("models.list", {}));
+  for (const m of list.models) {
+    assert.equal(m.state, "failed");
+    assert.equal(m.error.code, "artifact_invalid");
+    assert.match(m.error.message, /max_tokens/);
+  }
+  const e = semanticError(await t.syn.call("embed.query", { model: "big", text: "x" }));
+  assert.equal(e.code, "artifact_invalid");
+});
+
+Deno.test("preload_models: a cross-encoder loaded as an embedder fails with artifact_invalid", async () => {
+  const d = `${MODELS}/synapse-tiny-rerank`;
+  await using t = await startSynapse({
+    preload_models: [{
+      engine: "ort",
+      model_path: d,
+      tokenizer_path: `${d}/tokenizer.json`,
+      model_id: "wrong",
+    }],
+  });
+  const e = semanticError(await t.syn.call("embed.query", { model: "wrong", text: "hi" }));
+  assert.equal(e.code, "artifact_invalid");
+  assert.match(e.message, /check the preload entry's task/);
+});
