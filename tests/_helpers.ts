@@ -59,7 +59,9 @@ export function preload(dir: string, modelId: string, extra: Record<string, unkn
 /** The `result` of a successful call; throws with the body otherwise. */
 // deno-lint-ignore no-explicit-any
 export function resultOf(o: OpOutcome): any {
-  if (o.kind !== "result") throw new Error(`expected a result, got ${JSON.stringify(o.body)}`);
+  if (o.kind !== "result") {
+    throw new Error(`expected a result, got ${JSON.stringify(o.body).slice(0, 400)}`);
+  }
   return o.body.result;
 }
 
@@ -78,7 +80,7 @@ export function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
 // deno-lint-ignore no-explicit-any
 export function semanticError(o: OpOutcome): any {
   if (o.kind !== "semantic") {
-    throw new Error(`expected a semantic error, got ${JSON.stringify(o.body)}`);
+    throw new Error(`expected a semantic error, got ${JSON.stringify(o.body).slice(0, 400)}`);
   }
   return o.body.result.error;
 }
@@ -86,7 +88,7 @@ export function semanticError(o: OpOutcome): any {
 /** The body of a channel error; throws otherwise. */
 export function channelError(o: OpOutcome): { code: string; message: string } {
   if (o.kind !== "channel") {
-    throw new Error(`expected a channel error, got ${JSON.stringify(o.body)}`);
+    throw new Error(`expected a channel error, got ${JSON.stringify(o.body).slice(0, 400)}`);
   }
   return o.body;
 }

@@ -21,6 +21,8 @@ import type { CommonParams } from "../contract/schemas.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import { planMicroBatches } from "../engines/ort/micro_batch.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
+import type { OrtLane } from "../engines/ort/ort_lane.ts";
+import { runPipelined } from "../sched/pipeline.ts";
 import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
 import type { LoadedModel } from "../models/model_registry.ts";
 import type { QueueClass } from "../sched/admission.ts";
@@ -201,9 +203,9 @@ export async function embedItems(
     maxQueueMs,
     signal,
     label: "embed",
-    run: () => {
+    run: (grant) => {
       startedMs = ctx.now();
-      return runMicroBatches(ctx, model, prepared, errors);
+      return runMicroBatches(ctx.registry.lane, model, prepared, errors, grant.signal);
     },
   });
   return assemble(ctx, model, prepared, errors, outputs, {
@@ -293,11 +295,19 @@ export function prepareItems(
   return { prepared, errors, tokens };
 }
 
-async function runMicroBatches(
-  ctx: OpContext,
+/**
+ * Runs prepared items as length-sorted micro-batches on a lane, two calls in flight, stopping at
+ * the next micro-batch boundary when `signal` aborts.
+ *
+ * @returns Per prepared item its vector (a view into the engine's output) or undefined when the
+ *   output was non-finite (then `errors[index]` is set), and the engine time in ms.
+ */
+export async function runMicroBatches(
+  lane: OrtLane,
   model: LoadedModel,
   prepared: PreparedItem[],
   errors: (ItemError | undefined)[],
+  signal?: AbortSignal,
 ): Promise<{ outputs: (Float32Array | undefined)[]; inferenceMs: number }> {
   const outputs = new Array<Float32Array | undefined>(prepared.length);
   let inferenceMs = 0;
@@ -305,16 +315,15 @@ async function runMicroBatches(
     maxBatchTokens: ORT_MICRO_BATCH.maxMicroBatchTokens,
     maxSequences: ORT_MICRO_BATCH.maxSequences,
   });
-  // All micro-batches go to the lane at once: its worker runs them back to back.
-  await Promise.all(plan.map(async (rowsIdx) => {
-    const res = await ctx.registry.lane.run(model.modelId, rowsIdx.map((k) => prepared[k]!.seq));
+  await runPipelined(plan, async (rowsIdx) => {
+    const res = await lane.run(model.modelId, rowsIdx.map((k) => prepared[k]!.seq));
     inferenceMs += res.runMs;
     rowsIdx.forEach((k, r) => {
       const x = prepared[k]!;
       if (res.nonFinite[r] === 1) errors[x.index] = nonFiniteError(model, x);
       else outputs[k] = res.data.subarray(r * res.dims, (r + 1) * res.dims);
     });
-  }));
+  }, signal === undefined ? {} : { signal });
   return { outputs, inferenceMs };
 }
 

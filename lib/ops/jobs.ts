@@ -19,6 +19,7 @@ import { sha256Hex } from "../identity/sha256.ts";
 import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
 import type { LoadedModel } from "../models/model_registry.ts";
 import { quantumTokensFor, takeQuantum } from "../sched/quantum.ts";
+import { runPipelined } from "../sched/pipeline.ts";
 import type { JobRow, JobState } from "../store/job_store.ts";
 import type { EncodedSequence } from "../tokenize/tokenizer.ts";
 import { nonFiniteError, prepareItems } from "./embed.ts";
@@ -218,10 +219,10 @@ async function runEmbedJob(ctx: OpContext, jobId: string, req: EmbedJobRequest):
             maxBatchTokens: ORT_MICRO_BATCH.maxMicroBatchTokens,
             maxSequences: ORT_MICRO_BATCH.maxSequences,
           });
-          return await Promise.all(plan.map(async (idx) => ({
+          return await runPipelined(plan, async (idx) => ({
             idx,
             res: await lane.run(req.model.modelId, idx.map((k) => slice[k]!.seq)),
-          })));
+          }));
         },
       });
       for (const { idx, res } of outputs) {

@@ -11,6 +11,7 @@ import { buildEnvelope } from "../contract/envelope.ts";
 import type { Envelope } from "../contract/envelope.ts";
 import { parseParams, requestedModel, RerankScoreParams } from "../contract/schemas.ts";
 import { planMicroBatches } from "../engines/ort/micro_batch.ts";
+import { runPipelined } from "../sched/pipeline.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
 import type { EncodedSequence } from "../tokenize/tokenizer.ts";
@@ -117,9 +118,9 @@ export async function rerankScore(
     maxQueueMs,
     signal,
     label: "rerank",
-    run: async () => {
+    run: async (grant) => {
       startedMs = ctx.now();
-      await Promise.all(plan.map(async (idx) => {
+      await runPipelined(plan, async (idx) => {
         const res = await lane.run(model.modelId, idx.map((k) => seqs[k]!));
         inferenceMs += res.runMs;
         idx.forEach((k, r) => {
@@ -134,7 +135,7 @@ export async function rerankScore(
           }
           scores[k] = res.data[r]!;
         });
-      }));
+      }, grant.signal === undefined ? {} : { signal: grant.signal });
     },
   });
   return {

@@ -1,0 +1,182 @@
+import assert from "node:assert/strict";
+import { cosine, MINILM, preload, resultOf, semanticError, startSynapse } from "../_helpers.ts";
+import type { Synapse } from "../../lib/synapse.ts";
+
+// deno-lint-ignore no-explicit-any
+async function waitJob(syn: Synapse, jobId: string): Promise<any> {
+  for (let i = 0; i < 2000; i++) {
+    const r = resultOf(await syn.call("embed.result", { job_id: jobId }));
+    if (r.state !== "queued" && r.state !== "running") return r;
+    await new Promise((res) => setTimeout(res, 10));
+  }
+  throw new Error("job did not finish");
+}
+
+// deno-lint-ignore no-explicit-any
+async function allPages(syn: Synapse, jobId: string): Promise<any[]> {
+  const first = resultOf(await syn.call("embed.result", { job_id: jobId }));
+  const pages = [first];
+  for (let p = 1; p < first.page_count; p++) {
+    pages.push(resultOf(await syn.call("embed.result", { job_id: jobId, page: p })));
+  }
+  return pages;
+}
+
+const TEXTS = Array.from(
+  { length: 100 },
+  (_, i) => `passage number ${i} ` + "word ".repeat(i % 17),
+);
+
+Deno.test("F7: a batch over the inline limits needs a request_key and becomes a paged durable job", async () => {
+  await using t = await startSynapse({
+    inline: { max_items: 8 },
+    jobs: { result_page_bytes: 4096 },
+  });
+  const refused = semanticError(await t.syn.call("embed.batch", { texts: TEXTS }));
+  assert.equal(refused.code, "invalid_request");
+  assert.equal(refused.details.limit, "inline.max_items");
+  assert.equal(refused.details.field, "request_key");
+  const items = [...TEXTS.map((text, i) => ({ id: `p${i}`, text })), { id: "empty", text: "" }];
+  const job = resultOf(await t.syn.call("embed.batch", { items, request_key: "index-1" }));
+  assert.match(job.job_id, /^job_/);
+  assert.equal(job.request_key, "index-1");
+  assert.equal(job.attached, false);
+  assert.ok(["queued", "running"].includes(job.state));
+  assert.equal(typeof job.pages_available, "number");
+  assert.equal(job.module_generation, t.syn.moduleGeneration);
+  const done = await waitJob(t.syn, job.job_id);
+  assert.equal(done.state, "done");
+  assert.ok(done.page_count > 1, `${done.page_count} pages`);
+  assert.equal(done.pages_available, done.page_count);
+  const pages = await allPages(t.syn, job.job_id);
+  const vectors = pages.flatMap((p) => p.vectors);
+  const errors = pages.flatMap((p) => p.item_errors ?? []);
+  assert.equal(vectors.length, 100);
+  assert.deepEqual(errors.map((e) => [e.id, e.error.code]), [["empty", "invalid_request"]]);
+  assert.deepEqual(
+    new Set(vectors.map((v) => v.id)),
+    new Set(items.slice(0, 100).map((x) => x.id)),
+  );
+  for (const p of pages) {
+    assert.ok(JSON.stringify(p.vectors).length <= 4096 || p.vectors.length === 1);
+    assert.equal(p.vectors.length, p.real_token_counts.length);
+    assert.equal(p.fingerprint, job.fingerprint);
+  }
+  const one = resultOf(await t.syn.call("embed.query", { text: TEXTS[42] }));
+  const v42 = vectors.find((v) => v.id === "p42");
+  assert.ok(cosine(one.vectors[0].vector, v42.vector) >= 0.99999);
+  assert.equal(v42.submitted_sha256, one.vectors[0].submitted_sha256);
+  const status = resultOf(await t.syn.call("admission.status", {}));
+  assert.equal(status.inline.max_items, 8);
+  assert.equal(status.jobs_minted, 1);
+  assert.equal(status.jobs_completed, 1);
+  assert.equal(status.jobs_open, 0);
+});
+
+Deno.test("embed.batch jobs: same key and digest attach, another digest is idempotency_conflict", async () => {
+  await using t = await startSynapse({ inline: { max_items: 8 } });
+  const a = resultOf(await t.syn.call("embed.batch", { texts: TEXTS, request_key: "k" }));
+  const b = resultOf(await t.syn.call("embed.batch", { texts: TEXTS, request_key: "k" }));
+  assert.equal(b.job_id, a.job_id);
+  assert.equal(b.attached, true);
+  const c = semanticError(
+    await t.syn.call("embed.batch", { texts: [...TEXTS, "one more"], request_key: "k" }),
+  );
+  assert.equal(c.code, "idempotency_conflict");
+  assert.equal(c.class, "permanent");
+  const long = semanticError(
+    await t.syn.call("embed.batch", { texts: TEXTS, request_key: "é".repeat(129) }),
+  );
+  assert.equal(long.code, "invalid_request");
+  assert.equal(long.details.field, "request_key");
+  await waitJob(t.syn, a.job_id);
+  const status = resultOf(await t.syn.call("admission.status", {}));
+  assert.equal(status.jobs_minted, 1);
+});
+
+Deno.test("embed.result refuses an unknown job and a page out of range", async () => {
+  await using t = await startSynapse({ inline: { max_items: 8 } });
+  let e = semanticError(await t.syn.call("embed.result", { job_id: "job_nope" }));
+  assert.equal(e.code, "invalid_request");
+  assert.equal(e.details.job_id, "job_nope");
+  const job = resultOf(await t.syn.call("embed.batch", { texts: TEXTS, request_key: "r" }));
+  const done = await waitJob(t.syn, job.job_id);
+  e = semanticError(
+    await t.syn.call("embed.result", { job_id: job.job_id, page: done.page_count }),
+  );
+  assert.equal(e.code, "invalid_request");
+  assert.equal(e.details.pages_available, done.page_count);
+});
+
+Deno.test("F8: single embeds during a bulk job start within max_queue_ms or are refused at once", async () => {
+  await using t = await startSynapse({
+    inline: { max_items: 8 },
+    preload_models: [preload(MINILM, "minilm")],
+  });
+  const bulk = Array.from({ length: 400 }, (_, i) => `bulk passage ${i} ` + "text ".repeat(40));
+  const job = resultOf(await t.syn.call("embed.batch", { texts: bulk, request_key: "bulk" }));
+  // Wait until the job is running on the bulk lane.
+  for (let i = 0; i < 500; i++) {
+    const r = resultOf(await t.syn.call("embed.result", { job_id: job.job_id }));
+    if (r.items_done > 0 || r.state === "running") break;
+    await new Promise((res) => setTimeout(res, 10));
+  }
+  const t0 = performance.now();
+  const outcomes = await Promise.all(
+    Array.from(
+      { length: 80 },
+      (_, i) =>
+        t.syn.call("embed.query", { text: `query ${i}`, max_queue_ms: 500 }).then((o) => ({
+          o,
+          ms: performance.now() - t0,
+        })),
+    ),
+  );
+  let served = 0;
+  for (const { o } of outcomes) {
+    if (o.kind === "result") {
+      served++;
+      // deno-lint-ignore no-explicit-any
+      assert.ok((o.body.result as any).queue_time_ms <= 500 + 50);
+    } else {
+      const e = semanticError(o);
+      assert.ok(["queue_full", "deadline_exceeded"].includes(e.code), e.code);
+      assert.ok(e.retry_after_ms > 0);
+    }
+  }
+  assert.ok(served > 0);
+  const r = resultOf(await t.syn.call("embed.result", { job_id: job.job_id }));
+  assert.ok(r.state === "running" || r.state === "done");
+  const status = resultOf(await t.syn.call("admission.status", {}));
+  assert.equal(status.lanes.length, 2);
+  await waitJob(t.syn, job.job_id);
+});
+
+Deno.test("F10: a cancelled inline request stops at the next micro-batch and releases its budget", async () => {
+  await using t = await startSynapse({
+    inline: { max_tokens: 65536 },
+    preload_models: [preload(MINILM, "minilm")],
+  });
+  // 64 texts of ~300 tokens: five micro-batches of ~4096 tokens, two in flight at a time.
+  const texts = Array.from({ length: 64 }, (_, i) => `long passage ${i} ` + "token ".repeat(300));
+  let t0 = performance.now();
+  resultOf(await t.syn.call("embed.batch", { texts }));
+  const full = performance.now() - t0;
+  const ac = new AbortController();
+  t0 = performance.now();
+  const pending = t.syn.call("embed.batch", { texts: texts.map((x) => x + " again") }, {
+    signal: ac.signal,
+  });
+  setTimeout(() => ac.abort(), 20);
+  const e = semanticError(await pending);
+  const took = performance.now() - t0;
+  assert.equal(e.code, "deadline_exceeded");
+  assert.equal(e.details.reason, "cancelled");
+  assert.ok(
+    took < full * 0.75,
+    `cancelled after ${took.toFixed(0)} ms of a ${full.toFixed(0)} ms batch`,
+  );
+  assert.equal(t.syn.admission.bytesInFlight, 0);
+  assert.equal(t.syn.interactive.inFlight, 0);
+  resultOf(await t.syn.call("embed.query", { text: "still serving" }));
+});
