@@ -58,6 +58,8 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   if (values.http === undefined) throw new UsageError("Cannot serve: give --http HOST:PORT");
   const { hostname, port } = parseHostPort(values.http);
   const synapse = await createSynapse({ ...io.synapseOptions, waitForModels: false });
+  // A long-running server sweeps expired jobs and pages (contract.md §8 retention).
+  synapse.startSweeper();
   const stop = new AbortController();
   const onSignal = (): void => stop.abort();
   const signals: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"];
