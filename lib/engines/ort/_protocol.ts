@@ -20,6 +20,8 @@ export type OrtRequest =
     pooling: Pooling;
     normalize: boolean;
     intraOpThreads: number;
+    /** Let onnxruntime's intra-op threads spin between runs (faster alone, wasteful when lanes share cores). */
+    allowSpinning: boolean;
     /** `[rows, seq]` shapes run once at load to size the memory arena. */
     warmupShapes: [number, number][];
   }

@@ -36,6 +36,12 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
     interOpNumThreads: 1,
     graphOptimizationLevel: "all",
     executionMode: "sequential",
+    extra: {
+      session: {
+        intra_op: { allow_spinning: req.allowSpinning ? "1" : "0" },
+        inter_op: { allow_spinning: req.allowSpinning ? "1" : "0" },
+      },
+    },
   });
   const inputs = session.inputNames;
   if (!inputs.includes("input_ids")) {

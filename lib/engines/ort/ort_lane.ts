@@ -46,6 +46,11 @@ export interface OrtRunResult {
 export interface OrtLaneOptions {
   /** onnxruntime intra-op threads. @default navigator.hardwareConcurrency */
   intraOpThreads?: number;
+  /**
+   * Let intra-op threads spin-wait between runs: best when this lane has the cores to itself,
+   * wasteful when two lanes share them. @default true
+   */
+  allowSpinning?: boolean;
 }
 
 interface Pending {
@@ -74,11 +79,13 @@ export class OrtLane {
   #loadedInWorker = new Set<string>();
   #loading = new Map<string, Promise<void>>();
   #threads: number;
+  #spin: boolean;
   #disposed = false;
   #inFlight = 0;
 
   constructor(options: OrtLaneOptions = {}) {
     this.#threads = Math.max(1, options.intraOpThreads ?? navigator.hardwareConcurrency ?? 1);
+    this.#spin = options.allowSpinning ?? true;
   }
 
   /** onnxruntime intra-op threads of this lane. */
@@ -116,6 +123,7 @@ export class OrtLane {
         pooling: spec.pooling,
         normalize: spec.normalize,
         intraOpThreads: this.#threads,
+        allowSpinning: this.#spin,
         warmupShapes: spec.warmupShapes ?? [],
       },
       [],
