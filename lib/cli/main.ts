@@ -14,6 +14,7 @@ import { UsageError } from "./_command.ts";
 import type { CliIO, Command } from "./_command.ts";
 import { callCommand } from "./commands/call.ts";
 import { embedCommand } from "./commands/embed.ts";
+import { jobCommand } from "./commands/job.ts";
 import { modelsCommand } from "./commands/models.ts";
 import { rerankCommand } from "./commands/rerank.ts";
 import { serveCommand } from "./commands/serve.ts";
@@ -24,6 +25,7 @@ export type { CliIO, Command } from "./_command.ts";
 /** The registered subcommands, in help order. */
 export const COMMANDS: readonly Command[] = Object.freeze([
   embedCommand,
+  jobCommand,
   rerankCommand,
   modelsCommand,
   callCommand,

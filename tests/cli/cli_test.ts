@@ -4,48 +4,7 @@
  * so no test touches the real home.
  */
 import assert from "node:assert/strict";
-import { ROOT } from "../_helpers.ts";
-
-const LAUNCHER = `${ROOT}/ck-synapse`;
-
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-async function isolatedEnv(): Promise<{ env: Record<string, string>; dir: string }> {
-  const dir = await Deno.makeTempDir({ prefix: "synapse-cli-test-" });
-  const env: Record<string, string> = {
-    PATH: Deno.env.get("PATH") ?? "/usr/bin:/bin",
-    HOME: dir,
-    XDG_DATA_HOME: `${dir}/data`,
-    XDG_CONFIG_HOME: `${dir}/config`,
-  };
-  const tmp = Deno.env.get("TMPDIR");
-  if (tmp !== undefined) env.TMPDIR = tmp;
-  return { env, dir };
-}
-
-async function cli(args: string[], extraEnv: Record<string, string> = {}): Promise<Run> {
-  const { env: base, dir } = await isolatedEnv();
-  const env = { ...base, ...extraEnv };
-  try {
-    const out = await new Deno.Command(LAUNCHER, {
-      args,
-      env,
-      clearEnv: true,
-      cwd: dir,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const dec = new TextDecoder();
-    return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
-}
+import { cli, isolatedEnv, LAUNCHER } from "./_launcher.ts";
 
 Deno.test("ck-synapse embed --json prints the envelope with a 64-hex fingerprint, labelled test model", async () => {
   const r = await cli(["embed", "hello world", "--json"]);
@@ -103,7 +62,7 @@ Deno.test("ck-synapse version, --version, help and usage errors", async () => {
   assert.equal(version.stdout, "ck-synapse 0.1.0\n");
   assert.equal(dashVersion.stdout, "ck-synapse 0.1.0\n");
   assert.equal(help.code, 0);
-  for (const c of ["embed", "rerank", "models", "call", "serve", "version"]) {
+  for (const c of ["embed", "job", "rerank", "models", "call", "serve", "version"]) {
     assert.match(help.stdout, new RegExp(`\\n  ${c} `));
   }
   assert.equal(none.code, 2);

@@ -1,24 +1,41 @@
 /**
  * `ck-synapse embed [--model ID] [--json] [--truncate] [--url URL] TEXT...`: one text is
- * `embed.query`, several are `embed.batch`.
+ * `embed.query`, several are `embed.batch`. `embed --file PATH --request-key KEY` embeds a JSONL
+ * file as one `embed.batch`, following the durable job it becomes (see `../_embed_file.ts`).
  *
  * @module
  */
 import { cliExitFor } from "../../http/status_table.ts";
 import { openClient, parseCommandArgs, reportError, UsageError } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
+import { runEmbedFile } from "../_embed_file.ts";
 
 const USAGE = `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--url URL] TEXT...
+       ck-synapse embed --file PATH --request-key KEY [--model ID] [--truncate] [--out PATH]
+                        [--no-progress] [--url URL]
 
 Embeds one text (embed.query) or several (embed.batch) and prints the model, fingerprint, dims,
 token counts and the first 8 values of each vector; --json prints the whole result envelope.
 
-  --model ID    model to use (default: the first embed model)
-  --truncate    cut over-long texts to the model's limit and disclose it, instead of refusing
-  --json        print the result (or the error) as JSON
-  --url URL     call a running server (http://127.0.0.1:PORT) instead of an embedded instance
+With --file, embeds a JSONL file (one item a line: {"id": ID, "text": TEXT}, or a bare JSON
+string whose id is its 0-based item number) as one embed.batch. Over the inline limits it runs
+as a durable job: the command polls it, showing progress on stderr, and when it ends writes one
+JSONL line per item, in file order: {"id","vector","content_sha256","submitted_sha256","tokens",
+"truncated"}, or {"id","error":{"code","message"}} for a refused item. Re-running the same
+command (same key) attaches to the job, or resumes with a fresh one after a restart. Ctrl-C
+stops polling (a server keeps running the job) and prints the job id.
 
-Exit status: 0 all embedded, 1 refused (any item), 2 channel or usage error.`;
+  --model ID          model to use (default: the first embed model)
+  --truncate          cut over-long texts to the model's limit and disclose it, instead of refusing
+  --json              print the result (or the error) as JSON (not with --file)
+  --url URL           call a running server (http://127.0.0.1:PORT) instead of an embedded instance
+  --file PATH         JSONL items to embed as one batch
+  --request-key KEY   idempotency key of the batch (required with --file)
+  --out PATH          write the result lines to PATH instead of stdout
+  --no-progress       no progress display on stderr
+
+Exit status: 0 all embedded, 1 refused (any item) or job failed, 2 channel or usage error,
+130 interrupted (--file).`;
 
 /** Shape of the embed result fields this command prints. */
 interface EmbedPrintable {
@@ -50,7 +67,33 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     json: { type: "boolean" },
     truncate: { type: "boolean" },
     url: { type: "string" },
+    file: { type: "string" },
+    "request-key": { type: "string" },
+    out: { type: "string" },
+    "no-progress": { type: "boolean" },
   });
+  if (values.file !== undefined) {
+    if (positionals.length > 0) {
+      throw new UsageError(`Cannot embed --file: unexpected TEXT '${positionals[0]}'`);
+    }
+    if (values.json) throw new UsageError("Cannot embed --file with --json: results are JSONL");
+    const key = values["request-key"];
+    if (key === undefined || key === "") {
+      throw new UsageError("Cannot embed --file: give a non-empty --request-key KEY");
+    }
+    return await runEmbedFile({
+      file: values.file,
+      requestKey: key,
+      model: values.model,
+      truncate: values.truncate ?? false,
+      out: values.out,
+      url: values.url,
+      progress: !values["no-progress"],
+    }, io);
+  }
+  for (const flag of ["request-key", "out", "no-progress"] as const) {
+    if (values[flag] !== undefined) throw new UsageError(`Cannot use --${flag} without --file`);
+  }
   if (positionals.length === 0) throw new UsageError("Cannot embed: give at least one TEXT");
   const common: Record<string, unknown> = {};
   if (values.model !== undefined) common.model = values.model;

@@ -1,0 +1,176 @@
+/**
+ * `ck-synapse job status ID [--json] [--url URL]` and `ck-synapse job pages ID [--out PATH]
+ * [--url URL]`: a durable embed job's state, and its committed result pages as JSONL, both read
+ * with `embed.result`.
+ *
+ * @module
+ */
+import { cliExitFor } from "../../http/status_table.ts";
+import { openClient, parseCommandArgs, reportError, UsageError } from "../_command.ts";
+import type { CliIO, Command } from "../_command.ts";
+import { failureLines } from "../_embed_file.ts";
+import {
+  isTerminal,
+  readCommittedPages,
+  readPage,
+  resultRecords,
+  statusOf,
+} from "../_job_results.ts";
+import type { ResultPage } from "../_job_results.ts";
+import { openResultSink } from "../_result_sink.ts";
+
+const USAGE = `usage: ck-synapse job status ID [--json] [--url URL]
+       ck-synapse job pages ID [--out PATH] [--url URL]
+
+status  prints a durable embed job's state, items done / total, committed pages and error;
+        --json prints them as one JSON object.
+pages   writes the items of every committed page as JSONL (stdout, or --out PATH), one line per
+        item: {"id","vector","content_sha256","submitted_sha256","tokens","truncated"}, or
+        {"id","error":{"code","message"}} for a refused item; pages in commit order.
+
+Jobs live in the store of the instance that ran them: with --url, the server's; without, the
+embedded instance's store in this data home, which holds the jobs of earlier embedded runs (a job
+whose process died reads failed_transient, module_restarted).
+
+  --json        print the status as JSON
+  --out PATH    write the result lines to PATH instead of stdout
+  --url URL     call a running server (http://127.0.0.1:PORT) instead of an embedded instance
+
+Exit status: 0 read (job done, queued or running, and for pages no refused item), 1 the job
+failed, an item was refused, or the job is unknown, 2 channel or usage error.`;
+
+/** The `job` command group: `status` and `pages`. */
+export const jobCommand: Command = {
+  name: "job",
+  describe: "Show a durable embed job's status, or write its result pages as JSONL",
+  usage: USAGE,
+  run: runJob,
+};
+
+async function runJob(args: string[], io: CliIO): Promise<number> {
+  const { values, positionals } = parseCommandArgs(args, {
+    json: { type: "boolean" },
+    out: { type: "string" },
+    url: { type: "string" },
+  });
+  const [sub, id, ...extra] = positionals;
+  if (sub !== "status" && sub !== "pages") {
+    throw new UsageError(
+      sub === undefined
+        ? "Cannot run 'job': give a subcommand (status or pages)"
+        : `Cannot run 'job ${sub}': unknown subcommand (use status or pages)`,
+    );
+  }
+  if (id === undefined || id === "") throw new UsageError(`Cannot run 'job ${sub}': give a job ID`);
+  if (extra.length > 0) throw new UsageError(`Cannot run 'job ${sub}': unexpected '${extra[0]}'`);
+  if (sub === "status" && values.out !== undefined) {
+    throw new UsageError("Cannot use --out with 'job status' (it is for 'job pages')");
+  }
+  if (sub === "pages" && values.json) {
+    throw new UsageError("Cannot use --json with 'job pages' (it writes JSONL)");
+  }
+  return sub === "status" ? await status(id, values.json ?? false, values.url, io) : await pages(
+    id,
+    values.out,
+    values.url,
+    io,
+  );
+}
+
+async function status(
+  id: string,
+  json: boolean,
+  url: string | undefined,
+  io: CliIO,
+): Promise<number> {
+  const client = await openClient(url, io);
+  try {
+    const first = await readPage(client, id, 0);
+    if (first.kind !== "page") {
+      if (first.kind === "error") return reportError(first.outcome, io);
+      throw new Error(`Page 0 of job '${id}' read as pending. This is a bug`);
+    }
+    // Page 0 carries the status; the state may have moved on since, so re-read the last page.
+    let page: ResultPage = first.page;
+    if (page.page_count > 1) {
+      const last = await readPage(client, id, page.page_count - 1);
+      if (last.kind === "page") page = last.page;
+    }
+    const failed = page.state === "failed_transient" || page.state === "failed_permanent";
+    if (json) {
+      const out: Record<string, unknown> = {
+        job_id: page.job_id,
+        state: page.state,
+        request_key: page.request_key,
+        model_id: page.model_id,
+        fingerprint: page.fingerprint,
+        items_total: page.items_total,
+        items_done: page.items_done,
+        page_count: page.page_count,
+        pages_available: page.pages_available,
+      };
+      if (page.error !== undefined) out.error = page.error;
+      io.out(JSON.stringify(out, null, 2));
+    } else {
+      const rows: [string, string][] = [
+        ["job", page.job_id],
+        ["state", page.state],
+        ["request key", page.request_key],
+        ["model", page.model_id],
+        ["fingerprint", page.fingerprint],
+        ["items", `${page.items_done}/${page.items_total} done`],
+        ["pages", `${page.page_count} committed`],
+      ];
+      if (page.error !== undefined) {
+        rows.push(["error", `${page.error.code}: ${page.error.message}`]);
+      }
+      for (const [k, v] of rows) io.out(`${k.padEnd(12)} ${v}`);
+      if (failed) { for (const line of failureLines(statusOf(page)).slice(1)) io.err(line); }
+    }
+    return failed ? cliExitFor("semantic") : cliExitFor("result");
+  } finally {
+    await client.close();
+  }
+}
+
+async function pages(
+  id: string,
+  out: string | undefined,
+  url: string | undefined,
+  io: CliIO,
+): Promise<number> {
+  const sink = await openResultSink(out, io);
+  try {
+    const client = await openClient(url, io);
+    try {
+      let items = 0;
+      let refused = 0;
+      let pageCount = 0;
+      const read = await readCommittedPages(client, id, async (page) => {
+        const records = resultRecords(page);
+        items += records.length;
+        refused += page.item_errors?.length ?? 0;
+        pageCount++;
+        await sink.write(records);
+      });
+      if (read.kind === "error") return reportError(read.outcome, io);
+      const s = read.status;
+      io.err(
+        `job ${s.jobId} ${s.state}: ${pageCount} page(s), ${items}/${s.itemsTotal} items written ` +
+          `to ${sink.target}, ${refused} refused`,
+      );
+      if (!isTerminal(s.state)) {
+        io.err(`note: the job is ${s.state}; later pages are not committed yet`);
+      }
+      if (s.state === "failed_transient" || s.state === "failed_permanent") {
+        for (const line of failureLines(s)) io.err(line);
+        return cliExitFor("semantic");
+      }
+      return refused > 0 ? cliExitFor("semantic") : cliExitFor("result");
+    } finally {
+      await client.close();
+    }
+  } finally {
+    await sink.close();
+  }
+}

@@ -1,0 +1,148 @@
+/**
+ * Runs the real launcher (`./ck-synapse`) as a subprocess with an isolated environment: a temp
+ * HOME / XDG_DATA_HOME / XDG_CONFIG_HOME, so no test touches the real home.
+ */
+import assert from "node:assert/strict";
+import { ROOT } from "../_helpers.ts";
+
+/** The launcher. */
+export const LAUNCHER = `${ROOT}/ck-synapse`;
+
+/** One finished launcher run. */
+export interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** A temp home: env for the child and the directory (remove it when done). */
+export interface Home {
+  env: Record<string, string>;
+  dir: string;
+}
+
+/**
+ * Makes a temp home and the environment that points the launcher at it.
+ *
+ * @param extraEnv Added to the environment (e.g. SYNAPSE_CONFIG_JSON).
+ * @returns The env and the directory.
+ */
+export async function isolatedEnv(extraEnv: Record<string, string> = {}): Promise<Home> {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-cli-test-" });
+  const env: Record<string, string> = {
+    PATH: Deno.env.get("PATH") ?? "/usr/bin:/bin",
+    HOME: dir,
+    XDG_DATA_HOME: `${dir}/data`,
+    XDG_CONFIG_HOME: `${dir}/config`,
+    ...extraEnv,
+  };
+  const tmp = Deno.env.get("TMPDIR");
+  if (tmp !== undefined) env.TMPDIR = tmp;
+  return { env, dir };
+}
+
+/**
+ * Runs the launcher in an existing home.
+ *
+ * @param home The home (its env and cwd).
+ * @param args Arguments after `ck-synapse`.
+ * @returns Exit code and output.
+ */
+export async function cliIn(home: Home, args: string[]): Promise<Run> {
+  const out = await new Deno.Command(LAUNCHER, {
+    args,
+    env: home.env,
+    clearEnv: true,
+    cwd: home.dir,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const dec = new TextDecoder();
+  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}
+
+/**
+ * Runs the launcher in a fresh home, removed afterwards.
+ *
+ * @param args Arguments after `ck-synapse`.
+ * @param extraEnv Added to the environment.
+ * @returns Exit code and output.
+ */
+export async function cli(args: string[], extraEnv: Record<string, string> = {}): Promise<Run> {
+  const home = await isolatedEnv(extraEnv);
+  try {
+    return await cliIn(home, args);
+  } finally {
+    await Deno.remove(home.dir, { recursive: true });
+  }
+}
+
+/** A `serve --http 127.0.0.1:0` child whose models are ready. */
+export interface Served extends AsyncDisposable {
+  url: string;
+  child: Deno.ChildProcess;
+  /** Sends SIGTERM and resolves with the exit code and stderr. */
+  stop(): Promise<{ code: number; stderr: string }>;
+}
+
+/**
+ * Starts `serve --http 127.0.0.1:0` in a home and waits for `/health` to answer ok.
+ *
+ * @param home The home.
+ * @returns The server; dispose (or stop) it.
+ */
+export async function serve(home: Home): Promise<Served> {
+  const child = new Deno.Command(LAUNCHER, {
+    args: ["serve", "--http", "127.0.0.1:0"],
+    env: home.env,
+    clearEnv: true,
+    cwd: home.dir,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const stderr = new Response(child.stderr).text();
+  const lines = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let stopped: Promise<{ code: number; stderr: string }> | undefined;
+  const stop = (): Promise<{ code: number; stderr: string }> => {
+    stopped ??= (async () => {
+      try {
+        child.kill("SIGTERM");
+      } catch { /* already gone */ }
+      const status = await child.status;
+      await lines.cancel();
+      return { code: status.code, stderr: await stderr };
+    })();
+    return stopped;
+  };
+  try {
+    let seen = "";
+    let url: string | undefined;
+    const deadline = Date.now() + 30_000;
+    while (url === undefined && Date.now() < deadline) {
+      const { done, value } = await lines.read();
+      if (done) break;
+      seen += value;
+      url = /listening on (http:\/\/127\.0\.0\.1:\d+)\n/.exec(seen)?.[1];
+    }
+    assert.ok(url, `no 'listening on' line; stdout: ${seen}`);
+    for (;;) {
+      const body: { status: string } = await (await fetch(`${url}/health`)).json();
+      if (body.status === "ok") break;
+      assert.ok(Date.now() < deadline, "models did not become ready");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return {
+      url,
+      child,
+      stop,
+      async [Symbol.asyncDispose](): Promise<void> {
+        await stop();
+      },
+    };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
