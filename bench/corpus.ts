@@ -7,6 +7,7 @@
  *
  * @module
  */
+import { mulberry32 } from "../scripts/gen_models.ts";
 
 /** Options of {@link buildCorpus}. */
 export interface CorpusOptions {
@@ -16,17 +17,6 @@ export interface CorpusOptions {
   root: string;
   /** PRNG seed. @default 7 */
   seed?: number;
-}
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return function next(): number {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 async function listFiles(root: string): Promise<string[]> {

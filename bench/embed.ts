@@ -211,7 +211,11 @@ const synLat: number[] = [];
   await syn.call("embed.query", { text: "warm up" });
   if (!skip.has("synapse")) {
     const t0 = performance.now();
-    const out = await syn.call("embed.batch", { texts: corpus, truncate: true });
+    const out = await syn.call("embed.batch", {
+      texts: corpus,
+      truncate: true,
+      deadline_ms: 3_600_000,
+    });
     const s = (performance.now() - t0) / 1000;
     if (out.kind !== "result") throw new Error(JSON.stringify(out.body));
     const r = out.body.result as { real_token_counts: number[] };
@@ -273,7 +277,7 @@ if (!skip.has("synapse-http")) {
     await new Promise((r) => setTimeout(r, 100));
   }
   const t0 = performance.now();
-  const body = await post("embed.batch", { texts: corpus, truncate: true });
+  const body = await post("embed.batch", { texts: corpus, truncate: true, deadline_ms: 3_600_000 });
   const s = (performance.now() - t0) / 1000;
   if (!body.result?.vectors) throw new Error(JSON.stringify(body).slice(0, 500));
   report(

@@ -174,10 +174,12 @@ export class Synapse implements AsyncDisposable {
     this.machineProfileHash = machineProfileHash(machine);
     this.store = store;
     const threads = threadsForKnob(config.knob);
-    // The two lanes share the machine's cores: their onnxruntime threads block instead of
-    // spin-waiting between runs, or a busy bulk lane and a query would burn each other's CPU
-    // (measured on 2 cores: bulk kept 41% of its solo rate with spinning, 91% without).
-    const lane = new OrtLane({ intraOpThreads: threads, allowSpinning: false });
+    // The two lanes share the machine's cores. onnxruntime's spinning threads are fastest when a
+    // lane runs alone but burn a sharing lane's CPU (measured on 2 cores: bulk kept 41% of its
+    // solo rate beside spinning queries, 91% beside blocking ones). So the bulk lane never spins,
+    // and the interactive lane has a spinning session for when it is alone and a quiet twin for
+    // while a bulk job runs.
+    const lane = new OrtLane({ intraOpThreads: threads, allowSpinning: true, quietTwin: true });
     const bulkLane = new OrtLane({ intraOpThreads: threads, allowSpinning: false });
     this.registry = new ModelRegistry(lane, bulkLane, {
       threadPolicy: config.knob,

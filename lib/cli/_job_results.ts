@@ -6,60 +6,34 @@
  * @module
  */
 import type { ClientOutcome, SynapseClient } from "./client.ts";
+import type { JobState } from "../store/job_store.ts";
+import type { WireError } from "../contract/errors.ts";
+import type { EmbedResultPage, JobAccepted } from "../ops/jobs.ts";
+import type { EmbedResult } from "../ops/embed.ts";
 
 /** Job states as the wire shows them. */
-export type WireJobState =
-  | "queued"
-  | "running"
-  | "paused_needs_reauth"
-  | "done"
-  | "failed_transient"
-  | "failed_permanent";
+export type WireJobState = JobState;
 
-/** An error object as the wire shows it (job failure or item refusal). */
-export interface WireErrorLike {
+/**
+ * An error object as the wire shows it (job failure or item refusal), read loosely: a newer
+ * server may send codes this client does not know.
+ */
+export type WireErrorLike = Omit<WireError, "code" | "class" | "safe_to_retry_same_request"> & {
   code: string;
-  message: string;
   class?: string;
-  retry_after_ms?: number;
   safe_to_retry_same_request?: boolean;
-  details?: Record<string, unknown>;
-}
+};
 
 /** The per-item fields of an inline `embed.batch` result and of an `embed.result` page. */
-export interface ResultItems {
-  vectors: { id: string; vector: number[]; content_sha256: string; submitted_sha256: string }[];
-  real_token_counts: number[];
-  truncation_disclosures: { truncated: boolean }[];
-  item_errors?: { id: string; index?: number; error: WireErrorLike }[];
-}
+export type ResultItems = Pick<
+  EmbedResult,
+  "vectors" | "real_token_counts" | "truncation_disclosures" | "item_errors"
+>;
 
-/** `embed.result` payload (the fields the CLI reads). */
-export interface ResultPage extends ResultItems {
-  job_id: string;
-  state: WireJobState;
-  request_key: string;
-  page_count: number;
-  pages_available: number;
-  page: number;
-  items_total: number;
-  items_done: number;
-  model_id: string;
-  fingerprint: string;
-  error?: WireErrorLike;
-}
+/** `embed.result` payload. */
+export type ResultPage = EmbedResultPage;
 
-/** `embed.batch` answer when it became (or attached to) a job. */
-export interface JobAccepted {
-  job_id: string;
-  state: WireJobState;
-  request_key: string;
-  pages_available: number;
-  attached: boolean;
-  items_total: number;
-  model_id: string;
-  fingerprint: string;
-}
+export type { JobAccepted };
 
 /** One output line: the item id and the JSON object written for it. */
 export interface ResultRecord {

@@ -66,12 +66,17 @@ export async function dispatch(
 
 /** Wraps an error thrown by an operation into its wire shape. */
 export function outcomeOf(ctx: { moduleGeneration: number }, err: unknown): OpOutcome {
-  const e = isAbort(err)
-    ? new SynapseError("deadline_exceeded", "Cannot finish: the caller cancelled the request", {
-      details: { reason: "cancelled" },
+  const e = !isAbort(err)
+    ? toSynapseError(err, "engine_crashed")
+    : (err as DOMException).name === "TimeoutError"
+    ? new SynapseError("deadline_exceeded", "Cannot finish: the request's deadline_ms passed", {
+      details: { reason: "deadline" },
       cause: err,
     })
-    : toSynapseError(err, "engine_crashed");
+    : new SynapseError("deadline_exceeded", "Cannot finish: the caller cancelled the request", {
+      details: { reason: "cancelled" },
+      cause: err,
+    });
   if (e.channel) return { kind: "channel", body: e.toChannel(), error: e };
   return {
     kind: "semantic",

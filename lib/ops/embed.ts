@@ -205,7 +205,15 @@ export async function embedItems(
     label: "embed",
     run: (grant) => {
       startedMs = ctx.now();
-      return runMicroBatches(ctx.registry.lane, model, prepared, errors, grant.signal);
+      // While bulk work runs on the other lane, use the session whose threads do not spin.
+      return runMicroBatches(
+        ctx.registry.lane,
+        model,
+        prepared,
+        errors,
+        grant.signal,
+        () => bulkBusy(ctx),
+      );
     },
   });
   return assemble(ctx, model, prepared, errors, outputs, {
@@ -299,6 +307,8 @@ export function prepareItems(
  * Runs prepared items as length-sorted micro-batches on a lane, two calls in flight, stopping at
  * the next micro-batch boundary when `signal` aborts.
  *
+ * `quiet()` is asked before each call: true runs it on the lane's quiet twin session.
+ *
  * @returns Per prepared item its vector (a view into the engine's output) or undefined when the
  *   output was non-finite (then `errors[index]` is set), and the engine time in ms.
  */
@@ -308,6 +318,7 @@ export async function runMicroBatches(
   prepared: PreparedItem[],
   errors: (ItemError | undefined)[],
   signal?: AbortSignal,
+  quiet: () => boolean = () => false,
 ): Promise<{ outputs: (Float32Array | undefined)[]; inferenceMs: number }> {
   const outputs = new Array<Float32Array | undefined>(prepared.length);
   let inferenceMs = 0;
@@ -316,7 +327,9 @@ export async function runMicroBatches(
     maxSequences: ORT_MICRO_BATCH.maxSequences,
   });
   await runPipelined(plan, async (rowsIdx) => {
-    const res = await lane.run(model.modelId, rowsIdx.map((k) => prepared[k]!.seq));
+    const res = await lane.run(model.modelId, rowsIdx.map((k) => prepared[k]!.seq), {
+      quiet: quiet(),
+    });
     inferenceMs += res.runMs;
     rowsIdx.forEach((k, r) => {
       const x = prepared[k]!;
@@ -325,6 +338,15 @@ export async function runMicroBatches(
     });
   }, signal === undefined ? {} : { signal });
   return { outputs, inferenceMs };
+}
+
+/**
+ * True while the bulk lane has work (a job running, a bulk task queued or on the engine): the
+ * interactive lane then runs on its quiet twin session so the two lanes share cores well.
+ */
+export function bulkBusy(ctx: OpContext): boolean {
+  return ctx.registry.bulkLane.inFlight > 0 || ctx.jobs.running.size > 0 ||
+    ctx.jobs.scheduler.waiters > 0 || ctx.jobs.scheduler.inFlight > 0;
 }
 
 /** The item error of a non-finite output (field report F6). */

@@ -128,12 +128,21 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
   });
   if (!attached) {
     // Budget accounting is keyed on the job: an attach (a retry) is never counted twice.
-    const permit = ctx.admission.admit({
-      bytes: req.bytes,
-      deadlineMs: ttl.execution_ttl_ms,
-      maxQueueMs: Number.MAX_SAFE_INTEGER,
-      queueClass: "bulk",
-    });
+    let permit;
+    try {
+      permit = ctx.admission.admit({
+        bytes: req.bytes,
+        deadlineMs: ttl.execution_ttl_ms,
+        maxQueueMs: Number.MAX_SAFE_INTEGER,
+        queueClass: "bulk",
+      });
+    } catch (err) {
+      // Refused: end the fresh job (queue_full is transient and safe to retry, so the same key
+      // mints a new job next time instead of attaching to one that never runs).
+      const e = toSynapseError(err, "queue_full");
+      jobs.store.finish(job.jobId, "failed_transient", e.toWire());
+      throw e;
+    }
     const run = runEmbedJob(ctx, job.jobId, req).finally(() => permit.release());
     jobs.running.set(job.jobId, run);
     run.finally(() => jobs.running.delete(job.jobId));

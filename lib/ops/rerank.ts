@@ -16,7 +16,7 @@ import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
 import type { EncodedSequence } from "../tokenize/tokenizer.ts";
 import { checkContentTokens, checkText, utf8Length } from "./_text.ts";
-import { checkFingerprint } from "./embed.ts";
+import { bulkBusy, checkFingerprint } from "./embed.ts";
 import type { TruncationDisclosure } from "./embed.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 
@@ -121,7 +121,9 @@ export async function rerankScore(
     run: async (grant) => {
       startedMs = ctx.now();
       await runPipelined(plan, async (idx) => {
-        const res = await lane.run(model.modelId, idx.map((k) => seqs[k]!));
+        const res = await lane.run(model.modelId, idx.map((k) => seqs[k]!), {
+          quiet: !bulk && bulkBusy(ctx),
+        });
         inferenceMs += res.runMs;
         idx.forEach((k, r) => {
           if (res.nonFinite[r] === 1) {

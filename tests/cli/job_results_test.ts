@@ -51,8 +51,17 @@ Deno.test("resultRecords() writes vectors with tokens and truncation, then refus
   const records = resultRecords({
     vectors: [{ id: "a", vector: [1, 0], content_sha256: "c", submitted_sha256: "s" }],
     real_token_counts: [3],
-    truncation_disclosures: [{ truncated: true }],
-    item_errors: [{ id: "b", index: 1, error: { code: "invalid_request", message: "empty" } }],
+    truncation_disclosures: [{ submitted_tokens: 9, effective_tokens: 3, truncated: true }],
+    item_errors: [{
+      id: "b",
+      index: 1,
+      error: {
+        code: "invalid_request",
+        class: "permanent",
+        safe_to_retry_same_request: false,
+        message: "empty",
+      },
+    }],
   });
   assert.deepEqual(records.map((r) => r.line), [
     {
@@ -107,7 +116,9 @@ class FakeJobClient implements SynapseClient {
         ? [{ id: `i${page}`, vector: [page], content_sha256: "c", submitted_sha256: "s" }]
         : [],
       real_token_counts: real ? [1] : [],
-      truncation_disclosures: real ? [{ truncated: false }] : [],
+      truncation_disclosures: real
+        ? [{ submitted_tokens: 1, effective_tokens: 1, truncated: false }]
+        : [],
     };
     return Promise.resolve({ kind: "result", body: { result } });
   }

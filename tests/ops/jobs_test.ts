@@ -180,3 +180,20 @@ Deno.test("F10: a cancelled inline request stops at the next micro-batch and rel
   assert.equal(t.syn.interactive.inFlight, 0);
   resultOf(await t.syn.call("embed.query", { text: "still serving" }));
 });
+
+Deno.test("a job refused at admission (queue_full) ends, so the same key mints a fresh job later", async () => {
+  await using t = await startSynapse({ inline: { max_items: 8, byte_budget: 100_000 } });
+  const held = t.syn.admission.admit({
+    bytes: 99_000,
+    deadlineMs: 60_000,
+    maxQueueMs: 60_000,
+    queueClass: "bulk",
+  });
+  const e = semanticError(await t.syn.call("embed.batch", { texts: TEXTS, request_key: "full" }));
+  assert.equal(e.code, "queue_full");
+  assert.equal(e.retry_after_ms, 100);
+  held.release();
+  const job = resultOf(await t.syn.call("embed.batch", { texts: TEXTS, request_key: "full" }));
+  assert.equal(job.attached, false);
+  assert.equal((await waitJob(t.syn, job.job_id)).state, "done");
+});

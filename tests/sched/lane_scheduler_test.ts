@@ -1,3 +1,4 @@
+import { mulberry32 } from "../../scripts/gen_models.ts";
 import assert from "node:assert/strict";
 import { LaneScheduler } from "../../lib/sched/lane_scheduler.ts";
 import type { LaneGrant, LaneSchedulerOptions, LaneTask } from "../../lib/sched/lane_scheduler.ts";
@@ -395,17 +396,7 @@ Deno.test("LaneScheduler throws for invalid options and tasks", () => {
   assert.equal(lane.waiters, 0);
 });
 
-/** mulberry32: a small seeded PRNG. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return function next(): number {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const prng = mulberry32;
 
 interface Tracked {
   id: number;

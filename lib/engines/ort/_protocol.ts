@@ -22,6 +22,8 @@ export type OrtRequest =
     intraOpThreads: number;
     /** Let onnxruntime's intra-op threads spin between runs (faster alone, wasteful when lanes share cores). */
     allowSpinning: boolean;
+    /** Also create a twin session whose threads never spin (see {@link OrtRequest} `run.quiet`). */
+    quietTwin: boolean;
     /** `[rows, seq]` shapes run once at load to size the memory arena. */
     warmupShapes: [number, number][];
   }
@@ -35,6 +37,8 @@ export type OrtRequest =
     typeIds: Int32Array;
     /** Tokens per row. */
     lengths: Int32Array;
+    /** Run on the quiet twin (another lane is busy on the same cores). */
+    quiet: boolean;
   }
   | { type: "unload"; reqId: number; modelRef: string }
   | { type: "shutdown"; reqId: number };

@@ -51,6 +51,18 @@ export interface OrtLaneOptions {
    * wasteful when two lanes share them. @default true
    */
   allowSpinning?: boolean;
+  /**
+   * Give every model a second session whose threads never spin, for runs made while another
+   * lane is busy on the same cores (`run(..., {quiet: true})`): a spinning session is fastest
+   * alone, a blocking one shares cores well. Costs a second copy of the weights. @default false
+   */
+  quietTwin?: boolean;
+}
+
+/** Options of {@link OrtLane.run}. */
+export interface OrtRunOptions {
+  /** Use the quiet twin session when the lane has one. @default false */
+  quiet?: boolean;
 }
 
 interface Pending {
@@ -80,12 +92,14 @@ export class OrtLane {
   #loading = new Map<string, Promise<void>>();
   #threads: number;
   #spin: boolean;
+  #quietTwin: boolean;
   #disposed = false;
   #inFlight = 0;
 
   constructor(options: OrtLaneOptions = {}) {
     this.#threads = Math.max(1, options.intraOpThreads ?? navigator.hardwareConcurrency ?? 1);
     this.#spin = options.allowSpinning ?? true;
+    this.#quietTwin = options.quietTwin ?? false;
   }
 
   /** onnxruntime intra-op threads of this lane. */
@@ -124,6 +138,7 @@ export class OrtLane {
         normalize: spec.normalize,
         intraOpThreads: this.#threads,
         allowSpinning: this.#spin,
+        quietTwin: this.#quietTwin,
         warmupShapes: spec.warmupShapes ?? [],
       },
       [],
@@ -143,7 +158,11 @@ export class OrtLane {
    * @param rows Sequences (each ≥ 1 token).
    * @throws {SynapseError} `engine_crashed` (transient) when the worker fails or dies.
    */
-  async run(modelRef: string, rows: readonly OrtRow[]): Promise<OrtRunResult> {
+  async run(
+    modelRef: string,
+    rows: readonly OrtRow[],
+    options: OrtRunOptions = {},
+  ): Promise<OrtRunResult> {
     this.#ensureNotDisposed();
     await this.#ensureLoaded(modelRef);
     let total = 0;
@@ -160,7 +179,7 @@ export class OrtLane {
       o += r.ids.length;
     }
     const res = await this.#send(
-      { type: "run", reqId: 0, modelRef, ids, typeIds, lengths },
+      { type: "run", reqId: 0, modelRef, ids, typeIds, lengths, quiet: options.quiet ?? false },
       [ids.buffer, typeIds.buffer, lengths.buffer],
       "engine_crashed",
     );
