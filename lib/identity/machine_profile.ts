@@ -9,6 +9,7 @@
 import { type EngineIdentity, engineIdentityStableBytes } from "./numeric_profile.ts";
 import { sha256Hex } from "./sha256.ts";
 import { envLookup, type EnvSource } from "../paths.ts";
+import { compareCodePoints } from "./_compare.ts";
 
 /** RAM class: installed memory in GiB, rounded up, bucketed; `unknown` off macOS. */
 export type RamClass =
@@ -364,17 +365,6 @@ function compareFlags(
     if (order !== 0) return order;
   }
   return x.length - y.length;
-}
-
-/** Orders strings by Unicode code point, which is the UTF-8 byte order Rust's `String` uses. */
-function compareCodePoints(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    const x = a.codePointAt(i) as number;
-    const y = b.codePointAt(i) as number;
-    if (x !== y) return x < y ? -1 : 1;
-  }
-  return a.length - b.length;
 }
 
 function requireString(value: unknown, field: string): string {

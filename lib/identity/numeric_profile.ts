@@ -16,6 +16,7 @@
  */
 
 import { sha256Hex } from "./sha256.ts";
+import { compareCodePoints } from "./_compare.ts";
 
 /** The custom variant of a profile enum; serializes as `{"custom": value}`. */
 export interface CustomVariant {
@@ -372,17 +373,6 @@ function rejectUnknownFields(
       throw new TypeError(`Cannot serialize ${where}: unknown field '${prefix}${key}'`);
     }
   }
-}
-
-/** Orders strings by Unicode code point, which is the UTF-8 byte order Rust's `String` uses. */
-function compareCodePoints(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    const x = a.codePointAt(i) as number;
-    const y = b.codePointAt(i) as number;
-    if (x !== y) return x < y ? -1 : 1;
-  }
-  return a.length - b.length;
 }
 
 function describe(value: unknown): string {

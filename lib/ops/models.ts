@@ -7,6 +7,7 @@ import { AdmissionStatusParams, ModelsListParams, parseParams } from "../contrac
 import type { LoadedModel } from "../models/model_registry.ts";
 import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
 import type { OpContext } from "./context.ts";
+import type { InlineConfig } from "../config/config.ts";
 
 /** One row of `models.list`. */
 export interface ModelRow {
@@ -96,15 +97,7 @@ export interface AdmissionStatusResult {
   };
   bytes_in_flight: number;
   refusals: Record<string, { count: number; last_at_ms: number }>;
-  inline: {
-    max_items: number;
-    max_tokens: number;
-    byte_budget: number;
-    max_queue_ms: number;
-    deadline_ms: number;
-    estimated_execution_ms: number;
-    max_concurrent_workers: number;
-  };
+  inline: InlineConfig;
   jobs_minted: number;
   jobs_completed: number;
   jobs_failed: number;
