@@ -284,6 +284,60 @@ Deno.test("decodeI32LE() / decodeF32LE() reject a length mismatch with bad_messa
 
 // --- fuzz ---------------------------------------------------------------------------------------
 
+const FIELD_NAMES = [
+  "type",
+  "req_id",
+  "v",
+  "nonce",
+  "engine",
+  "pid",
+  "max_frame",
+  "model_ref",
+  "dims",
+  "n",
+  "items",
+  "pooling",
+  "normalize",
+  "text",
+  "finish_reason",
+  "generated_token_ids",
+  "runtime_config",
+  "candidates",
+  "sequences",
+  "__proto__",
+  "constructor",
+  "toString",
+];
+
+function randomJsonValue(rnd: () => number, depth = 0): unknown {
+  const pick = Math.floor(rnd() * (depth > 2 ? 8 : 11));
+  switch (pick) {
+    case 0:
+      return null;
+    case 1:
+      return rnd() < 0.5;
+    case 2:
+      return Math.floor(rnd() * 2 ** 33) - 2 ** 32;
+    case 3:
+      return [0, -0, -1, 1.5, 2 ** 53, 2 ** 31, 1e308, -1e-7][Math.floor(rnd() * 8)];
+    case 4:
+      return "";
+    case 5:
+      return ["mean", "cls", "last", "HELLO", "PING", "stop_token", "m0", "héllo"][
+        Math.floor(rnd() * 8)
+      ];
+    case 6:
+      return String.fromCharCode(...Array.from({ length: rnd() * 8 }, () => rnd() * 0xffff));
+    case 7:
+      return Math.floor(rnd() * 10);
+    case 8:
+      return Array.from({ length: rnd() * 4 }, () => randomJsonValue(rnd, depth + 1));
+    case 9:
+    case 10: {
+      const o: Record<string, unknown> = {};
+      for (let i = rnd() * 4; i > 0; i--) {
+        o[FIELD_NAMES[Math.floor(rnd() * FIELD_NAMES.length)]!] = randomJsonValue(rnd, depth + 1);
+      }
       return o;
     }
   }
