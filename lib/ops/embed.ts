@@ -23,6 +23,7 @@ import { planMicroBatches } from "../engines/ort/micro_batch.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import type { OrtLane } from "../engines/ort/ort_lane.ts";
 import { runPipelined } from "../sched/pipeline.ts";
+import { requestSignal } from "../sched/request_signal.ts";
 import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
 import type { LoadedModel } from "../models/model_registry.ts";
 import type { QueueClass } from "../sched/admission.ts";
@@ -190,20 +191,20 @@ export async function embedItems(
     queueClass,
     predictedDelayMs: ctx.interactive.predictedStartDelayMs(cls),
   });
-  const signal = options.signal
-    ? AbortSignal.any([
-      options.signal,
-      AbortSignal.timeout(Math.max(1, permit.deadlineAtMs - ctx.now())),
-    ])
-    : AbortSignal.timeout(Math.max(1, permit.deadlineAtMs - ctx.now()));
+  using req = requestSignal({
+    ...(options.signal === undefined ? {} : { callerSignal: options.signal }),
+    deadlineMs: permit.deadlineAtMs - ctx.now(),
+    maxQueueMs,
+  });
   let startedMs = 0;
   const { outputs, inferenceMs } = await ctx.interactive.submit({
     cls,
     tokens,
     maxQueueMs,
-    signal,
+    signal: req.signal,
     label: "embed",
     run: (grant) => {
+      req.started();
       startedMs = ctx.now();
       // While bulk work runs on the other lane, use the session whose threads do not spin.
       return runMicroBatches(

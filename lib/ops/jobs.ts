@@ -167,14 +167,22 @@ async function runEmbedJob(ctx: OpContext, jobId: string, req: EmbedJobRequest):
   const sched = ctx.jobs.scheduler;
   const tokenizer = req.model.tokenizer!;
   let pageNo = 0;
-  let itemsDone = 0;
-  let tokensDone = 0;
+  // Progress stored with a page counts only items whose results are committed (readable).
+  let committedItems = 0;
+  let committedTokens = 0;
+  let pageTokens = 0;
   let page: StoredPage = emptyPage();
   let pageSize = 0;
   const commit = (): void => {
     if (page.vectors.length === 0 && (page.item_errors?.length ?? 0) === 0) return;
     const itemCount = page.vectors.length + (page.item_errors?.length ?? 0);
-    store.commitPage(jobId, pageNo++, itemCount, JSON.stringify(page), { itemsDone, tokensDone });
+    committedItems += itemCount;
+    committedTokens += pageTokens;
+    pageTokens = 0;
+    store.commitPage(jobId, pageNo++, itemCount, JSON.stringify(page), {
+      itemsDone: committedItems,
+      tokensDone: committedTokens,
+    });
     page = emptyPage();
     pageSize = 0;
   };
@@ -183,6 +191,7 @@ async function runEmbedJob(ctx: OpContext, jobId: string, req: EmbedJobRequest):
     if (pageSize > 0 && pageSize + size > pageBytes) commit();
     page.vectors.push(v);
     page.real_token_counts.push(count);
+    pageTokens += count;
     page.truncation_disclosures.push(d);
     pageSize += size;
   };
@@ -205,7 +214,6 @@ async function runEmbedJob(ctx: OpContext, jobId: string, req: EmbedJobRequest):
     if (itemErrors.length > 0) {
       page.item_errors = [...itemErrors];
       pageSize += JSON.stringify(itemErrors).length;
-      itemsDone += itemErrors.length;
     }
     // Globally length-sorted, so each quantum's micro-batches pad little.
     const order = [...prepared].sort((a, b) => a.seq.ids.length - b.seq.ids.length);
@@ -237,8 +245,6 @@ async function runEmbedJob(ctx: OpContext, jobId: string, req: EmbedJobRequest):
       for (const { idx, res } of outputs) {
         idx.forEach((k, r) => {
           const x = slice[k]!;
-          itemsDone++;
-          tokensDone += x.seq.effectiveTokens;
           if (res.nonFinite[r] === 1) {
             (page.item_errors ??= []).push(nonFiniteError(req.model, x));
             return;

@@ -12,6 +12,7 @@ import type { Envelope } from "../contract/envelope.ts";
 import { parseParams, requestedModel, RerankScoreParams } from "../contract/schemas.ts";
 import { planMicroBatches } from "../engines/ort/micro_batch.ts";
 import { runPipelined } from "../sched/pipeline.ts";
+import { requestSignal } from "../sched/request_signal.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
 import type { EncodedSequence } from "../tokenize/tokenizer.ts";
@@ -110,15 +111,19 @@ export async function rerankScore(
     maxSequences: ORT_MICRO_BATCH.maxSequences,
   });
   const lane = bulk ? ctx.registry.bulkLane : ctx.registry.lane;
-  const timeout = AbortSignal.timeout(Math.max(1, permit.deadlineAtMs - ctx.now()));
-  const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
+  using req = requestSignal({
+    ...(options.signal === undefined ? {} : { callerSignal: options.signal }),
+    deadlineMs: permit.deadlineAtMs - ctx.now(),
+    maxQueueMs,
+  });
   await sched.submit({
     cls,
     tokens: seqs.reduce((a, s) => a + s.ids.length, 0),
     maxQueueMs,
-    signal,
+    signal: req.signal,
     label: "rerank",
     run: async (grant) => {
+      req.started();
       startedMs = ctx.now();
       await runPipelined(plan, async (idx) => {
         const res = await lane.run(model.modelId, idx.map((k) => seqs[k]!), {

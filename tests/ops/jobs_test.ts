@@ -197,3 +197,27 @@ Deno.test("a job refused at admission (queue_full) ends, so the same key mints a
   assert.equal(job.attached, false);
   assert.equal((await waitJob(t.syn, job.job_id)).state, "done");
 });
+
+Deno.test("F8: a query still queued at max_queue_ms is refused with deadline_exceeded and counted as missed", async () => {
+  await using t = await startSynapse();
+  // Occupy both interactive permits with long-running fake work.
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const blockers = [0, 1].map(() =>
+    t.syn.interactive.submit({ cls: "interactive", tokens: 1, run: () => gate })
+  );
+  const t0 = performance.now();
+  const e = semanticError(
+    await t.syn.call("embed.query", { text: "waits too long", max_queue_ms: 100 }),
+  );
+  const took = performance.now() - t0;
+  assert.equal(e.code, "deadline_exceeded");
+  assert.equal(e.details.reason, "max_queue_ms");
+  assert.equal(e.retry_after_ms, 100);
+  assert.ok(took < 1000, `refused after ${took.toFixed(0)} ms`);
+  release();
+  await Promise.all(blockers);
+  const status = resultOf(await t.syn.call("admission.status", {}));
+  assert.ok(status.lanes[0].meeting_deadlines.interactive < 1);
+  assert.equal(t.syn.admission.bytesInFlight, 0);
+});
