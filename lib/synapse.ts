@@ -180,7 +180,7 @@ export class Synapse implements AsyncDisposable {
     // and the interactive lane has a spinning session for when it is alone and a quiet twin for
     // while a bulk job runs.
     const lane = new OrtLane({ intraOpThreads: threads, allowSpinning: true, quietTwin: true });
-    const bulkLane = new OrtLane({ intraOpThreads: threads, allowSpinning: false });
+    const bulkLane = new OrtLane({ intraOpThreads: threads, allowSpinning: false, niceness: 10 });
     this.registry = new ModelRegistry(lane, bulkLane, {
       threadPolicy: config.knob,
       maxBatchTokens: config.inline.max_tokens,

@@ -24,6 +24,8 @@ export type OrtRequest =
     allowSpinning: boolean;
     /** Also create a twin session whose threads never spin (see {@link OrtRequest} `run.quiet`). */
     quietTwin: boolean;
+    /** Nice value for the session's threads (0: leave them be). */
+    niceness: number;
     /** `[rows, seq]` shapes run once at load to size the memory arena. */
     warmupShapes: [number, number][];
   }

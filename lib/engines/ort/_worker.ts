@@ -8,6 +8,7 @@
 /// <reference lib="deno.worker" />
 import { ort } from "./_addon.ts";
 import { poolHiddenStates } from "./pooling.ts";
+import { currentThreadId, setThreadNice, threadIds } from "../../../ffi/priority.ts";
 import type { OrtRequest, OrtResponse, OrtTask } from "./_protocol.ts";
 import type { Pooling } from "./pooling.ts";
 
@@ -52,7 +53,15 @@ function createSession(
 
 async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
   const t0 = performance.now();
+  const before = req.niceness > 0 ? new Set(threadIds()) : undefined;
   const session = await createSession(req, req.allowSpinning, req.intraOpThreads);
+  if (before !== undefined) {
+    // The session's intra-op threads are the ones that appeared while it was created: lower
+    // them (and this worker's own thread) so queries on the other lane run first.
+    for (const tid of threadIds()) if (!before.has(tid)) setThreadNice(tid, req.niceness);
+    const self = currentThreadId();
+    if (self !== undefined) setThreadNice(self, req.niceness);
+  }
   const inputs = session.inputNames;
   if (!inputs.includes("input_ids")) {
     throw Object.assign(new Error(`model has no input_ids input (inputs: ${inputs.join(", ")})`), {

@@ -57,6 +57,11 @@ export interface OrtLaneOptions {
    * alone, a blocking one shares cores well. Costs a second copy of the weights. @default false
    */
   quietTwin?: boolean;
+  /**
+   * Nice value (0 … 19) for this lane's engine threads on Linux, so another lane's work runs
+   * first when both share the cores. @default 0
+   */
+  niceness?: number;
 }
 
 /** Options of {@link OrtLane.run}. */
@@ -93,6 +98,7 @@ export class OrtLane {
   #threads: number;
   #spin: boolean;
   #quietTwin: boolean;
+  #niceness: number;
   #disposed = false;
   #inFlight = 0;
 
@@ -100,6 +106,7 @@ export class OrtLane {
     this.#threads = Math.max(1, options.intraOpThreads ?? navigator.hardwareConcurrency ?? 1);
     this.#spin = options.allowSpinning ?? true;
     this.#quietTwin = options.quietTwin ?? false;
+    this.#niceness = Math.max(0, Math.min(19, options.niceness ?? 0));
   }
 
   /** onnxruntime intra-op threads of this lane. */
@@ -139,6 +146,7 @@ export class OrtLane {
         intraOpThreads: this.#threads,
         allowSpinning: this.#spin,
         quietTwin: this.#quietTwin,
+        niceness: this.#niceness,
         warmupShapes: spec.warmupShapes ?? [],
       },
       [],
