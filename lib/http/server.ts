@@ -324,7 +324,8 @@ interface HealthModel {
 }
 
 /**
- * `ok` (200) when every model is ready; `degraded` (200) when some failed but one is ready;
+ * `ok` (200) when every model is ready; `degraded` (200) when one is ready but another failed or
+ * is still loading;
  * `loading` (503) while none is ready and one is still loading; `unavailable` (503) when none is
  * ready or loading, or the instance was disposed.
  */
@@ -339,7 +340,7 @@ function health(synapse: HttpBackend): Response {
   const failed = models.some((m) => m.state === "failed");
   let status: "ok" | "degraded" | "loading" | "unavailable";
   if (synapse.disposed) status = "unavailable";
-  else if (ready) status = failed ? "degraded" : "ok";
+  else if (ready) status = failed || loading ? "degraded" : "ok";
   else status = loading ? "loading" : "unavailable";
   const body = {
     status,
