@@ -226,14 +226,10 @@ const synLat: number[] = [];
     let t0 = performance.now();
     await rawBatch([rawIds(text)]);
     const raw = performance.now() - t0;
-    await new Promise((r) => setTimeout(r, 5));
     t0 = performance.now();
     const o = await syn.call("embed.query", { text });
     const viaSynapse = performance.now() - t0;
     if (o.kind !== "result") throw new Error(JSON.stringify(o.body));
-    // A query client pauses between calls; the pause also lets each session's spinning threads
-    // settle, so one path's spin does not slow the other's next call.
-    await new Promise((r) => setTimeout(r, 5));
     if (i >= 20) { // the first 20 pairs warm both paths
       rawLat.push(raw);
       synLat.push(viaSynapse);
