@@ -70,3 +70,20 @@ Deno.test("rerank refuses an over-long pair unless asked to truncate, then cuts 
   });
   assert.deepEqual(r.real_token_counts, [5, 512]); // [CLS] q [SEP] short [SEP]
 });
+
+Deno.test("rerank with more than 20 candidates runs in the bulk class on the bulk lane, same scores", async () => {
+  await using t = await startSynapse();
+  const docs = Array.from({ length: 30 }, (_, i) => `candidate document number ${i}`);
+  const big = resultOf(
+    await t.syn.call("rerank.score", { query: "which document", candidates: docs }),
+  );
+  assert.equal(big.scores.length, 30);
+  assert.equal(t.syn.bulk.classStats("bulk").dispatched, 1);
+  assert.equal(t.syn.interactive.classStats("interactive").dispatched, 0);
+  const small = resultOf(
+    await t.syn.call("rerank.score", { query: "which document", candidates: docs.slice(0, 5) }),
+  );
+  assert.equal(t.syn.interactive.classStats("interactive").dispatched, 1);
+  small.scores.forEach((s: number, i: number) => assert.ok(Math.abs(s - big.scores[i]) < 1e-5));
+  assert.equal(big.fingerprint, small.fingerprint);
+});
