@@ -100,11 +100,13 @@ const TOKENIZE_SLICE = 256;
  */
 export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepted {
   const jobs = ctx.jobs;
+  // Hashed once: the digest binds them, and each result line carries its item's hash.
+  const submitted = req.items.map((it) => sha256Hex(it.text));
   const digest = requestDigest({
     op: "embed.batch",
     modelId: req.model.modelId,
     constraints: { truncate: req.truncate, fingerprint: req.model.fingerprint! },
-    items: req.items.map((it) => ({ id: it.id, contentSha256: sha256Hex(it.text) })),
+    items: req.items.map((it, i) => ({ id: it.id, contentSha256: submitted[i]! })),
   });
   const ttl = ctx.config.jobs;
   const { job, attached } = jobs.store.admit({
@@ -143,7 +145,7 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
       jobs.store.finish(job.jobId, "failed_transient", e.toWire());
       throw e;
     }
-    const run = runEmbedJob(ctx, job.jobId, req).finally(() => permit.release());
+    const run = runEmbedJob(ctx, job.jobId, req, submitted).finally(() => permit.release());
     jobs.running.set(job.jobId, run);
     run.finally(() => jobs.running.delete(job.jobId));
   }
@@ -160,7 +162,12 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
   };
 }
 
-async function runEmbedJob(ctx: OpContext, jobId: string, req: EmbedJobRequest): Promise<void> {
+async function runEmbedJob(
+  ctx: OpContext,
+  jobId: string,
+  req: EmbedJobRequest,
+  submittedSha256: string[],
+): Promise<void> {
   const store = ctx.jobs.store;
   const pageBytes = ctx.config.jobs.result_page_bytes;
   const lane = ctx.registry.bulkLane;
@@ -249,7 +256,7 @@ async function runEmbedJob(ctx: OpContext, jobId: string, req: EmbedJobRequest):
             (page.item_errors ??= []).push(nonFiniteError(req.model, x));
             return;
           }
-          const submitted = sha256Hex(x.item.text);
+          const submitted = submittedSha256[x.index]!;
           const content = x.seq.truncated
             ? sha256Hex(tokenizer.decode(x.seq.keptContentIds))
             : submitted;
