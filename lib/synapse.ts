@@ -26,6 +26,9 @@ import { storePath } from "./paths.ts";
 import { machineProfileHash, probeMachineProfile } from "./identity/machine_profile.ts";
 import type { MachineProfile } from "./identity/machine_profile.ts";
 import type { EnvSource } from "./paths.ts";
+import { LlamaLane } from "./engines/llama/llama_lane.ts";
+import { defaultWorkerRuntimeDir, resolveLlamaWorkerLaunch } from "./engines/llama/launch.ts";
+import { type LogSink, stderrLog } from "./log/log.ts";
 
 /** Version of this build, printed by `ck-synapse version`. */
 export const SYNAPSE_VERSION = "0.1.0";
@@ -56,6 +59,19 @@ export interface SynapseOptions {
    * else `$CORTEXKIT_LEASE_ROOT` or `<data_home>/cortexkit/leases`
    */
   leaseRoot?: string;
+  /** Module log. @default stderr, filtered by `CK_LOG` */
+  log?: LogSink;
+  /**
+   * Extra arguments for every llama worker (tests: the hidden `--test-…` hooks of
+   * `workers/llama.ts`). @default []
+   */
+  llamaWorkerArgs?: string[];
+  /** Accept and HELLO timeouts of workers, ms (tests shorten them). @default 5000 */
+  workerHandshakeTimeoutMs?: number;
+  /** Timeout of worker requests other than LOAD and GENERATE, ms. @default 30000 */
+  workerRequestTimeoutMs?: number;
+  /** GENERATE timeout, ms. @default 180000 */
+  workerGenerateTimeoutMs?: number;
 }
 
 /**
@@ -93,15 +109,25 @@ export function defaultModelSources(dir: string = FIXTURE_MODELS_DIR): ModelSour
  * @throws {SynapseError} `invalid_request` for an engine this build does not serve.
  */
 export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
+  if (entry.engine === "llama") return llamaSourceFromPreload(entry);
   if (entry.engine !== "ort") {
     throw new SynapseError(
       "invalid_request",
       `Cannot preload '${
         entry.model_id ?? entry.model_path
-      }': engine '${entry.engine}' is not available in this build (ort only)`,
+      }': engine '${entry.engine}' is not available in this build (ort and llama)`,
       {
         details: { field: "preload_models.engine", engine: entry.engine },
       },
+    );
+  }
+  if (entry.task === "generate") {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot preload '${
+        entry.model_id ?? entry.model_path
+      }': task 'generate' needs engine 'llama'`,
+      { details: { field: "preload_models.task", engine: entry.engine, task: entry.task } },
     );
   }
   let modelPath = entry.model_path;
@@ -131,6 +157,55 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
   };
   if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
   return source;
+}
+
+/**
+ * A `preload_models[]` entry with `engine: "llama"`: `model_path` names the `.gguf` file or a
+ * directory holding `model.gguf`; `tokenizer_path` defaults to `tokenizer.json` beside it.
+ */
+function llamaSourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
+  let modelPath = entry.model_path;
+  let isDir = !modelPath.endsWith(".gguf");
+  try {
+    isDir = Deno.statSync(modelPath).isDirectory;
+  } catch { /* missing: the load reports it, naming the file */ }
+  const dir = isDir
+    ? modelPath.replace(/\/+$/, "")
+    : modelPath.slice(0, Math.max(0, modelPath.lastIndexOf("/"))) || ".";
+  if (isDir) modelPath = `${dir}/model.gguf`;
+  const name = dir.split("/").filter(Boolean).pop() ?? "model";
+  if (entry.task === "rerank") {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot preload '${
+        entry.model_id ?? name
+      }': engine 'llama' serves embed and generate, not rerank`,
+      { details: { field: "preload_models.task", engine: "llama", task: entry.task } },
+    );
+  }
+  const source: ModelSource = {
+    modelId: entry.model_id ?? name,
+    task: entry.task === "generate" ? "generate" : "embed",
+    engine: "llama",
+    modelPath,
+    tokenizerPath: entry.tokenizer_path ?? `${dir}/tokenizer.json`,
+    pooling: (entry.pooling ?? "mean") as Pooling,
+    normalize: entry.normalize ?? true,
+  };
+  if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
+  if (entry.artifact_digest !== undefined) source.artifactDigest = entry.artifact_digest;
+  if (entry.worker_bin !== undefined) source.workerBin = entry.worker_bin;
+  if (entry.worker_runtime_dir !== undefined) source.workerRuntimeDir = entry.worker_runtime_dir;
+  return source;
+}
+
+/** Worker options of a {@link Synapse} (from {@link SynapseOptions}). */
+export interface SynapseWorkerOptions {
+  log?: LogSink;
+  llamaWorkerArgs?: string[];
+  workerHandshakeTimeoutMs?: number;
+  workerRequestTimeoutMs?: number;
+  workerGenerateTimeoutMs?: number;
 }
 
 /** A running Synapse instance. */
@@ -167,6 +242,7 @@ export class Synapse implements AsyncDisposable {
     now: () => number,
     machine: MachineProfile,
     leases: FileLock[] = [],
+    workerOptions: SynapseWorkerOptions = {},
   ) {
     this.#leases = leases;
     this.config = config;
@@ -181,10 +257,32 @@ export class Synapse implements AsyncDisposable {
     // while a bulk job runs.
     const lane = new OrtLane({ intraOpThreads: threads, allowSpinning: true, quietTwin: true });
     const bulkLane = new OrtLane({ intraOpThreads: threads, allowSpinning: false, niceness: 10 });
+    const log = workerOptions.log ?? stderrLog;
     this.registry = new ModelRegistry(lane, bulkLane, {
       threadPolicy: config.knob,
       maxBatchTokens: config.inline.max_tokens,
       now,
+      llama: (spec, source) =>
+        new LlamaLane(spec, {
+          launch: resolveLlamaWorkerLaunch({
+            ...(source.workerBin === undefined ? {} : { workerBin: source.workerBin }),
+            extraArgs: workerOptions.llamaWorkerArgs ?? [],
+          }),
+          runtimeDir: source.workerRuntimeDir ?? defaultWorkerRuntimeDir(),
+          loadTimeoutMs: config.worker.load_timeout_ms,
+          ...(workerOptions.workerHandshakeTimeoutMs === undefined ? {} : {
+            acceptTimeoutMs: workerOptions.workerHandshakeTimeoutMs,
+            helloTimeoutMs: workerOptions.workerHandshakeTimeoutMs,
+          }),
+          ...(workerOptions.workerRequestTimeoutMs === undefined
+            ? {}
+            : { requestTimeoutMs: workerOptions.workerRequestTimeoutMs }),
+          ...(workerOptions.workerGenerateTimeoutMs === undefined
+            ? {}
+            : { generateTimeoutMs: workerOptions.workerGenerateTimeoutMs }),
+          log,
+          forwardLinesPerSec: config.log.worker_forward_lines_per_sec,
+        }),
     });
     this.admission = new Admission({
       byteBudget: config.inline.byte_budget,
@@ -219,7 +317,7 @@ export class Synapse implements AsyncDisposable {
           try {
             store.upsertModel({
               model_id: m.modelId,
-              engine: "ort",
+              engine: m.engine,
               task: m.task,
               fingerprint: m.fingerprint!,
               config_json: JSON.stringify({ source: m.source, profile: m.profile }),
@@ -276,18 +374,18 @@ export class Synapse implements AsyncDisposable {
     return this.#disposed;
   }
 
-  /** Stops the lanes and closes the store. Idempotent. */
-  dispose(): Promise<void> {
-    if (this.#disposed) return Promise.resolve();
+  /** Stops the lanes and workers and closes the store. Idempotent. */
+  async dispose(): Promise<void> {
+    if (this.#disposed) return;
     this.#disposed = true;
     if (this.#sweeper !== undefined) clearInterval(this.#sweeper);
     this.interactive.dispose();
     this.bulk.dispose();
     this.registry.lane.dispose();
     this.registry.bulkLane.dispose();
+    await this.registry.closeOwnLanes();
     this.store.dispose();
     for (const l of this.#leases) l.release();
-    return Promise.resolve();
   }
 
   [Symbol.asyncDispose](): Promise<void> {
@@ -352,7 +450,19 @@ export async function createSynapse(options: SynapseOptions = {}): Promise<Synap
   const sources = config.preload_models.length > 0
     ? config.preload_models.map(sourceFromPreload)
     : defaultModelSources();
-  const syn = new Synapse(config, store, sources, options.now ?? Date.now, machine, leases);
+  const syn = new Synapse(config, store, sources, options.now ?? Date.now, machine, leases, {
+    ...(options.log === undefined ? {} : { log: options.log }),
+    ...(options.llamaWorkerArgs === undefined ? {} : { llamaWorkerArgs: options.llamaWorkerArgs }),
+    ...(options.workerHandshakeTimeoutMs === undefined
+      ? {}
+      : { workerHandshakeTimeoutMs: options.workerHandshakeTimeoutMs }),
+    ...(options.workerRequestTimeoutMs === undefined
+      ? {}
+      : { workerRequestTimeoutMs: options.workerRequestTimeoutMs }),
+    ...(options.workerGenerateTimeoutMs === undefined
+      ? {}
+      : { workerGenerateTimeoutMs: options.workerGenerateTimeoutMs }),
+  });
   if (options.waitForModels ?? true) await syn.modelsSettled;
   return syn;
 }

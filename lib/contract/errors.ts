@@ -50,7 +50,9 @@ export type StableErrorCode =
   | "self_check_failed"
   | "backend_unavailable"
   | "model_in_use"
-  | "engine_output_invalid";
+  | "engine_output_invalid"
+  /** microllm: a grammar was sent while `grammar_enabled` is false (owned-decode vocabulary). */
+  | "grammar_disabled";
 
 /** Channel codes (contract.md §1): the request never reached an operation's logic. */
 export type ChannelErrorCode =
@@ -118,6 +120,7 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, ErrorCodeInfo>> = Object.fr
   backend_unavailable: P,
   model_in_use: P,
   engine_output_invalid: P,
+  grammar_disabled: P,
   unknown_method: P,
   store_failure: T(100),
   module_not_initialized: T(100),

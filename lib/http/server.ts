@@ -321,11 +321,14 @@ interface HealthModel {
   model_id: string;
   state: "loading" | "ready" | "failed";
   test_model?: true;
+  /** Present when the model's worker broke its crash budget. */
+  serving_admission?: "quarantined";
+  serving_admission_reason?: Record<string, unknown>;
 }
 
 /**
- * `ok` (200) when every model is ready; `degraded` (200) when one is ready but another failed or
- * is still loading;
+ * `ok` (200) when every model is ready; `degraded` (200) when one is ready but another failed,
+ * is still loading, or is quarantined (its worker broke the crash budget; the row says why);
  * `loading` (503) while none is ready and one is still loading; `unavailable` (503) when none is
  * ready or loading, or the instance was disposed.
  */
@@ -333,14 +336,20 @@ function health(synapse: HttpBackend): Response {
   const models: HealthModel[] = synapse.registry.list().map((m) => {
     const row: HealthModel = { model_id: m.modelId, state: m.state };
     if (m.testModel) row.test_model = true;
+    const q = m.own?.llama.status().quarantine;
+    if (q !== undefined) {
+      row.serving_admission = "quarantined";
+      row.serving_admission_reason = { ...q };
+    }
     return row;
   });
-  const ready = models.some((m) => m.state === "ready");
+  const quarantined = models.some((m) => m.serving_admission === "quarantined");
+  const ready = models.some((m) => m.state === "ready" && m.serving_admission === undefined);
   const loading = models.some((m) => m.state === "loading");
   const failed = models.some((m) => m.state === "failed");
   let status: "ok" | "degraded" | "loading" | "unavailable";
   if (synapse.disposed) status = "unavailable";
-  else if (ready) status = failed || loading ? "degraded" : "ok";
+  else if (ready) status = failed || loading || quarantined ? "degraded" : "ok";
   else status = loading ? "loading" : "unavailable";
   const body = {
     status,

@@ -8,7 +8,7 @@
  * | status | meaning here | codes |
  * |---|---|---|
  * | 400 | the request is malformed: fix its shape | `invalid_request` |
- * | 403 | refused by module policy, not by the caller's identity | `flow_scope_refused`, `certify_observation_disabled` |
+ * | 403 | refused by module policy, not by the caller's identity | `flow_scope_refused`, `certify_observation_disabled`, `grammar_disabled` |
  * | 404 | the named thing does not exist here | `unknown_method`, `unknown_model`, `model_not_installed` |
  * | 409 | the request is well formed but conflicts with the module's state (certification, aliases, jobs, a model in use) | `not_certified`, `probe_required`, `migration_required`, `idempotency_conflict`, `model_in_use`, `remote_identity_drift`, `remote_deployment_changed` |
  * | 422 | the request parses but asks for something that cannot be served as asked: change the request (truncate, accept a declared identity, another model) | `sequence_too_long`, `substitution_rejected`, `declared_identity_not_accepted`, `engine_output_invalid`, `op_not_supported_for_remote`, `sentinel_calibration_refused` |
@@ -40,6 +40,7 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.freeze({
   model_not_installed: 404,
   not_certified: 409,
   probe_required: 409,
+  grammar_disabled: 403,
   migration_required: 409,
   idempotency_conflict: 409,
   model_in_use: 409,

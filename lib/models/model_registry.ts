@@ -10,10 +10,39 @@ import { fingerprint, numericProfileId } from "../identity/numeric_profile.ts";
 import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
 import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
 import { ORT_ENGINE, OrtLane } from "../engines/ort/ort_lane.ts";
+import type { OrtRow, OrtRunResult } from "../engines/ort/ort_lane.ts";
 import type { Pooling } from "../engines/ort/pooling.ts";
+import type { LlamaLane, LlamaModelSpec } from "../engines/llama/llama_lane.ts";
+import { type GgufFacts, readGgufFacts, sha256File } from "../engines/llama/gguf.ts";
+import { LaneScheduler } from "../sched/lane_scheduler.ts";
 
 /** What a model computes. */
-export type ModelTask = "embed" | "rerank";
+export type ModelTask = "embed" | "rerank" | "generate";
+
+/** Engine lane kind of a model. */
+export type ModelEngine = "ort" | "llama";
+
+/** Engine identity as it appears in envelopes and profiles (contract.md §3). */
+export interface EngineIdentity {
+  engine: string;
+  version: string;
+  build_flags?: Readonly<Record<string, string>>;
+}
+
+/**
+ * Runs micro-batches of one model: the ORT lanes, or an adapter over a llama worker. Rows carry
+ * ids with specials (type ids are ignored by engines that have none).
+ */
+export interface EmbedRunner {
+  run(
+    modelRef: string,
+    rows: readonly OrtRow[],
+    options?: { quiet?: boolean },
+  ): Promise<OrtRunResult>;
+}
+
+/** Makes the lane of a GGUF model (the registry owns it from then on). */
+export type LlamaLaneFactory = (spec: LlamaModelSpec, source: ModelSource) => LlamaLane;
 
 /** Lifecycle of a loaded model. */
 export type ModelState = "loading" | "ready" | "failed";
@@ -22,7 +51,9 @@ export type ModelState = "loading" | "ready" | "failed";
 export interface ModelSource {
   modelId: string;
   task: ModelTask;
-  /** model.onnx */
+  /** Engine lane. @default "ort" */
+  engine?: ModelEngine;
+  /** model.onnx, or the .gguf file for the llama engine */
   modelPath: string;
   /** tokenizer.json */
   tokenizerPath: string;
@@ -36,6 +67,14 @@ export interface ModelSource {
   maxTokens?: number;
   /** Labelled as a test model everywhere it appears. */
   testModel?: boolean;
+  /** llama: context size in tokens. @default min(GGUF context_length, 2048) */
+  contextSize?: number;
+  /** Expected `sha256:<hex>` of the artifact; a different file is refused. */
+  artifactDigest?: string;
+  /** llama: worker program override (`worker_bin`). */
+  workerBin?: string;
+  /** llama: socket directory (`worker_runtime_dir`). */
+  workerRuntimeDir?: string;
 }
 
 /** Micro-batch shape the ORT lane certifies (part of every ORT profile). */
@@ -54,6 +93,16 @@ export interface LoadedModel {
   readonly source: ModelSource;
   readonly modelId: string;
   readonly task: ModelTask;
+  readonly engine: ModelEngine;
+  /** Identity of the engine that serves it (set when ready). */
+  engineIdentity?: EngineIdentity;
+  /**
+   * A lane of its own (llama models): its scheduler and runner serve both interactive and bulk
+   * work of this model; ORT models share the registry's lanes.
+   */
+  own?: { scheduler: LaneScheduler; runner: EmbedRunner; llama: LlamaLane };
+  /** GGUF facts (llama models). */
+  gguf?: GgufFacts;
   state: ModelState;
   /** Set when state is `failed`. */
   error?: SynapseError;
@@ -78,6 +127,10 @@ export interface ModelRegistryOptions {
   maxBatchTokens?: number;
   /** Wall clock in ms. @default Date.now */
   now?: () => number;
+  /** Makes llama lanes; without it a llama model fails to load with `backend_unavailable`. */
+  llama?: LlamaLaneFactory;
+  /** Threads of a llama worker. @default threadsForKnob(threadPolicy) */
+  llamaThreads?: number;
 }
 
 /**
@@ -120,11 +173,16 @@ export class ModelRegistry {
   #threadPolicy: ThreadPolicy;
   #maxBatchTokens: number;
   #now: () => number;
+  #llama: LlamaLaneFactory | undefined;
+  #llamaThreads: number;
 
   constructor(lane: OrtLane, bulkLane: OrtLane, options: ModelRegistryOptions = {}) {
     this.lane = lane;
     this.bulkLane = bulkLane;
+    this.#llama = options.llama;
     this.#threadPolicy = options.threadPolicy ?? "balanced";
+    this.#llamaThreads = options.llamaThreads ??
+      threadsForKnob(typeof this.#threadPolicy === "string" ? this.#threadPolicy : "balanced");
     this.#maxBatchTokens = options.maxBatchTokens ?? 8192;
     this.#now = options.now ?? Date.now;
   }
@@ -153,6 +211,7 @@ export class ModelRegistry {
       source,
       modelId: source.modelId,
       task: source.task,
+      engine: source.engine ?? "ort",
       state: "loading",
       dims: 0,
       maxTokens: source.maxTokens ?? 512,
@@ -222,7 +281,25 @@ export class ModelRegistry {
     return m;
   }
 
+  /** Stops the llama workers of every model. */
+  async closeOwnLanes(): Promise<void> {
+    await Promise.all(
+      this.list().map(async (m) => {
+        m.own?.scheduler.dispose();
+        await m.own?.llama.close().catch(() => {});
+      }),
+    );
+  }
+
   async #load(m: LoadedModel): Promise<void> {
+    if (m.engine === "llama") return await this.#loadLlama(m);
+    if (m.task === "generate") {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot load model '${m.modelId}': generation needs the llama engine (a GGUF model)`,
+        { details: { model_id: m.modelId, task: m.task, engine: m.engine } },
+      );
+    }
     const src = m.source;
     let modelBytes: Uint8Array;
     try {
@@ -279,7 +356,7 @@ export class ModelRegistry {
     const spec = {
       modelRef: m.modelId,
       path: src.modelPath,
-      task: m.task,
+      task: m.task as "embed" | "rerank",
       pooling: src.pooling,
       normalize: src.normalize,
       warmupShapes: warmupShapes(m.maxTokens),
@@ -309,6 +386,7 @@ export class ModelRegistry {
       thread_policy: this.#threadPolicy,
       operation: m.task,
     };
+    m.engineIdentity = ORT_ENGINE;
     m.tokenizer = tokenizer;
     m.profile = profile;
     m.numericProfileId = numericProfileId(profile);
@@ -316,6 +394,153 @@ export class ModelRegistry {
     m.dims = dims;
     m.coldLoadMs = coldLoadMs;
     m.state = "ready";
+  }
+  /**
+   * Loads a GGUF model on its own llama worker: checks digest, format and that the GGUF's
+   * vocabulary is the tokenizer.json's (the module tokenizes; another vocabulary would feed the
+   * engine wrong ids), starts the worker, loads, and computes the profile with the identity the
+   * worker announced (so a CUDA or Metal build has its own fingerprint).
+   */
+  async #loadLlama(m: LoadedModel): Promise<void> {
+    const src = m.source;
+    if (this.#llama === undefined) {
+      throw new SynapseError(
+        "backend_unavailable",
+        `Cannot load model '${m.modelId}': the llama engine is not available in this instance`,
+        { details: { model_id: m.modelId, backends: [{ backend: "llama", reason: "no_worker" }] } },
+      );
+    }
+    if (m.task === "rerank") {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot load model '${m.modelId}': the llama engine serves embed and generate, not rerank`,
+        { details: { model_id: m.modelId, task: m.task, engine: m.engine } },
+      );
+    }
+    const digest = await sha256File(src.modelPath, m.modelId);
+    if (src.artifactDigest !== undefined && src.artifactDigest !== digest) {
+      throw new SynapseError(
+        "artifact_invalid",
+        `Cannot load model '${m.modelId}': ${src.modelPath} has digest ${digest}, expected ${src.artifactDigest}`,
+        {
+          details: {
+            model_id: m.modelId,
+            file: src.modelPath,
+            expected: src.artifactDigest,
+            digest,
+          },
+        },
+      );
+    }
+    const facts = await readGgufFacts(src.modelPath, m.modelId);
+    const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
+    checkVocabulary(m.modelId, facts, tokenizer);
+    const contextSize = src.contextSize ?? Math.min(facts.contextLength, 2048);
+    if (contextSize > facts.contextLength || contextSize < 16) {
+      throw new SynapseError(
+        "artifact_invalid",
+        `Cannot load model '${m.modelId}': context size ${contextSize} must be between 16 and the model's ${facts.contextLength}`,
+        {
+          details: {
+            model_id: m.modelId,
+            context_size: contextSize,
+            context_length: facts.contextLength,
+          },
+        },
+      );
+    }
+    const mode = m.task === "generate" ? "generate" : "embed";
+    m.maxTokens = Math.min(src.maxTokens ?? contextSize, contextSize);
+    const spec: LlamaModelSpec = {
+      modelId: m.modelId,
+      ggufPath: src.modelPath,
+      ggufDigest: digest,
+      mode,
+      contextSize,
+      threads: this.#llamaThreads,
+      pooling: facts.pooling,
+      normalize: mode === "embed" && src.normalize,
+    };
+    const lane = this.#llama(spec, src);
+    const scheduler = new LaneScheduler({ permits: 1 });
+    m.own = {
+      llama: lane,
+      scheduler,
+      runner: { run: (_ref, rows) => lane.embed(rows) },
+    };
+    const { dims, coldLoadMs, identity } = await lane.load();
+    const engine: EngineIdentity = {
+      engine: identity.engine,
+      version: identity.version,
+      ...(identity.build_flags === undefined ? {} : { build_flags: { ...identity.build_flags } }),
+    };
+    const profile: NumericProfile = {
+      model_digest: digest,
+      quant: facts.quant,
+      engine: { ...engine, build_flags: { ...(engine.build_flags ?? {}) } },
+      sanitized_tokenizer_digest: tokenizer.digest,
+      pooling: mode === "embed"
+        ? (facts.pooling === "last" ? "last_token" : facts.pooling)
+        : "last_token",
+      normalization: spec.normalize ? "l2" : "none",
+      dtype: facts.dtype,
+      flash_attention: "disabled",
+      certified_shape: {
+        max_context_tokens: contextSize,
+        max_batch_tokens: this.#maxBatchTokens,
+        max_micro_batch_tokens: contextSize,
+        max_sequences: 1,
+      },
+      thread_policy: this.#threadPolicy,
+      operation: m.task,
+    };
+    m.engineIdentity = engine;
+    m.gguf = facts;
+    m.tokenizer = tokenizer;
+    m.profile = profile;
+    m.numericProfileId = numericProfileId(profile);
+    m.fingerprint = fingerprint(profile);
+    m.dims = mode === "embed" ? dims : 0;
+    m.coldLoadMs = coldLoadMs;
+    m.state = "ready";
+  }
+}
+
+/**
+ * Refuses a GGUF whose vocabulary differs from the tokenizer's: same size, same piece at every id.
+ *
+ * @throws {SynapseError} `artifact_invalid` with `details.reason` `tokenizer_mismatch`.
+ */
+function checkVocabulary(modelId: string, facts: GgufFacts, tokenizer: SanitizedTokenizer): void {
+  const vocab = tokenizer.idToToken();
+  const tokens = facts.tokens;
+  let bad = tokens.length === vocab.length ? -1 : Math.min(tokens.length, vocab.length);
+  if (bad < 0) {
+    for (let i = 0; i < tokens.length; i++) {
+      // The GGUF reader decodes strings with a default TextDecoder, which drops a leading BOM
+      // (llama2's token 31759 is U+FEFF): compare without it.
+      if (tokens[i] !== vocab[i] && tokens[i] !== vocab[i]?.replace(/^\uFEFF/, "")) {
+        bad = i;
+        break;
+      }
+    }
+  }
+  if (bad >= 0) {
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot load model '${modelId}': the GGUF vocabulary (${tokens.length} tokens) is not the tokenizer's (${vocab.length}); first difference at id ${bad}`,
+      {
+        details: {
+          model_id: modelId,
+          reason: "tokenizer_mismatch",
+          gguf_tokens: tokens.length,
+          tokenizer_tokens: vocab.length,
+          first_mismatch_id: bad,
+          gguf_piece: tokens[bad] ?? null,
+          tokenizer_piece: vocab[bad] ?? null,
+        },
+      },
+    );
   }
 }
 

@@ -11,6 +11,7 @@ import { embedBatch, embedQuery } from "./embed.ts";
 import { rerankScore } from "./rerank.ts";
 import { embedResult } from "./jobs.ts";
 import { admissionStatus, modelsList } from "./models.ts";
+import { microllmOneshot } from "./microllm.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 
 /** Outcome of one call, already in its wire shape. */
@@ -32,6 +33,7 @@ export const OPERATIONS: Readonly<Record<string, { kind: "query" | "mutate"; han
     "embed.batch": { kind: "query", handler: embedBatch },
     "embed.result": { kind: "query", handler: embedResult },
     "rerank.score": { kind: "query", handler: rerankScore },
+    "microllm.oneshot": { kind: "query", handler: microllmOneshot },
     "models.list": { kind: "query", handler: modelsList },
     "admission.status": { kind: "query", handler: admissionStatus },
   });

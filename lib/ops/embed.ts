@@ -21,11 +21,10 @@ import type { CommonParams } from "../contract/schemas.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import { planMicroBatches } from "../engines/ort/micro_batch.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
-import type { OrtLane } from "../engines/ort/ort_lane.ts";
 import { runPipelined } from "../sched/pipeline.ts";
 import { requestSignal } from "../sched/request_signal.ts";
 import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
-import type { LoadedModel } from "../models/model_registry.ts";
+import type { EmbedRunner, LoadedModel } from "../models/model_registry.ts";
 import type { QueueClass } from "../sched/admission.ts";
 import { submitEmbedJob } from "./jobs.ts";
 import type { EmbedJobRequest, JobAccepted, PreparedItem } from "./jobs.ts";
@@ -189,7 +188,7 @@ export async function embedItems(
     deadlineMs: p.deadline_ms ?? limits.deadline_ms,
     maxQueueMs,
     queueClass,
-    predictedDelayMs: ctx.interactive.predictedStartDelayMs(cls),
+    predictedDelayMs: (model.own?.scheduler ?? ctx.interactive).predictedStartDelayMs(cls),
   });
   using req = requestSignal({
     ...(options.signal === undefined ? {} : { callerSignal: options.signal }),
@@ -197,7 +196,10 @@ export async function embedItems(
     maxQueueMs,
   });
   let startedMs = 0;
-  const { outputs, inferenceMs } = await ctx.interactive.submit({
+  // A GGUF model has a lane (worker and scheduler) of its own; ORT models share the registry's.
+  const sched = model.own?.scheduler ?? ctx.interactive;
+  const runner: EmbedRunner = model.own?.runner ?? ctx.registry.lane;
+  const { outputs, inferenceMs } = await sched.submit({
     cls,
     tokens,
     maxQueueMs,
@@ -208,7 +210,7 @@ export async function embedItems(
       startedMs = ctx.now();
       // While bulk work runs on the other lane, use the session whose threads do not spin.
       return runMicroBatches(
-        ctx.registry.lane,
+        runner,
         model,
         prepared,
         errors,
@@ -314,7 +316,7 @@ export function prepareItems(
  *   output was non-finite (then `errors[index]` is set), and the engine time in ms.
  */
 export async function runMicroBatches(
-  lane: OrtLane,
+  lane: EmbedRunner,
   model: LoadedModel,
   prepared: PreparedItem[],
   errors: (ItemError | undefined)[],
@@ -398,7 +400,7 @@ function assemble(
       fingerprint: model.fingerprint!,
       tableEpoch: ctx.tableEpoch(),
       dims: model.dims,
-      engine: ORT_ENGINE,
+      engine: model.engineIdentity ?? ORT_ENGINE,
       moduleGeneration: ctx.moduleGeneration,
       modelId: model.modelId,
       testModel: model.testModel,

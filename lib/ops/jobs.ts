@@ -17,7 +17,7 @@ import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import { requestDigest } from "../identity/request_digest.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
-import type { LoadedModel } from "../models/model_registry.ts";
+import type { EmbedRunner, LoadedModel } from "../models/model_registry.ts";
 import { quantumTokensFor, takeQuantum } from "../sched/quantum.ts";
 import { runPipelined } from "../sched/pipeline.ts";
 import type { JobRow, JobState } from "../store/job_store.ts";
@@ -170,8 +170,8 @@ async function runEmbedJob(
 ): Promise<void> {
   const store = ctx.jobs.store;
   const pageBytes = ctx.config.jobs.result_page_bytes;
-  const lane = ctx.registry.bulkLane;
-  const sched = ctx.jobs.scheduler;
+  const lane: EmbedRunner = req.model.own?.runner ?? ctx.registry.bulkLane;
+  const sched = req.model.own?.scheduler ?? ctx.jobs.scheduler;
   const tokenizer = req.model.tokenizer!;
   let pageNo = 0;
   // Progress stored with a page counts only items whose results are committed (readable).
@@ -333,7 +333,7 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
       fingerprint: params.fingerprint ?? model?.fingerprint ?? "",
       tableEpoch: ctx.tableEpoch(),
       dims: model?.dims ?? 0,
-      engine: ORT_ENGINE,
+      engine: model?.engineIdentity ?? ORT_ENGINE,
       moduleGeneration: ctx.moduleGeneration,
       modelId: params.model_id ?? "",
       testModel: model?.testModel ?? false,

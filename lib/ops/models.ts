@@ -13,7 +13,7 @@ import type { InlineConfig } from "../config/config.ts";
 export interface ModelRow {
   model_id: string;
   state: "loading" | "ready" | "failed";
-  task: "embed" | "rerank";
+  task: "embed" | "rerank" | "generate";
   engine: string;
   fingerprints: string[];
   numeric_profile_id?: string;
@@ -21,9 +21,15 @@ export interface ModelRow {
   max_tokens: number;
   max_tokens_source: "runtime_bucket";
   dims?: number;
-  dtype: "f32";
-  device_class: "cpu";
+  dtype: string;
+  device_class: "cpu" | "cuda" | "metal" | "vulkan";
   certified: false;
+  /** `quarantined` when the model's worker broke its crash budget. */
+  serving_admission?: "serving" | "quarantined";
+  /** Why it is quarantined: `{reason, message, since_ms, crashes}`. */
+  serving_admission_reason?: Record<string, unknown>;
+  /** Worker supervision of a worker-backed model. */
+  worker?: Record<string, unknown>;
   pooling?: string;
   normalize?: boolean;
   /** Present and true for generated test fixtures. */
@@ -47,18 +53,30 @@ export function modelRow(m: LoadedModel): ModelRow {
     model_id: m.modelId,
     state: m.state,
     task: m.task,
-    engine: "ort",
+    engine: m.engine,
     fingerprints: m.fingerprint ? [m.fingerprint] : [],
-    recommended_batch: {
-      rows: ORT_MICRO_BATCH.maxSequences,
-      token_budget: ORT_MICRO_BATCH.maxMicroBatchTokens,
-    },
+    recommended_batch: m.own
+      ? { rows: 1, token_budget: m.maxTokens }
+      : { rows: ORT_MICRO_BATCH.maxSequences, token_budget: ORT_MICRO_BATCH.maxMicroBatchTokens },
     max_tokens: m.maxTokens,
     max_tokens_source: "runtime_bucket",
-    dtype: "f32",
-    device_class: "cpu",
+    dtype: typeof m.profile?.dtype === "string" ? m.profile.dtype : "f32",
+    device_class: deviceClass(m),
     certified: false,
   };
+  if (m.own) {
+    const st = m.own.llama.status();
+    row.worker = {
+      state: st.state,
+      generation: st.generation,
+      recent_crashes: st.recent_crashes,
+      total_crashes: st.total_crashes,
+      ...(st.pid === undefined ? {} : { pid: st.pid }),
+      ...(st.last_crash ? { last_crash: st.last_crash } : {}),
+    };
+    row.serving_admission = st.quarantine ? "quarantined" : "serving";
+    if (st.quarantine) row.serving_admission_reason = { ...st.quarantine };
+  }
   if (m.numericProfileId) row.numeric_profile_id = m.numericProfileId;
   if (m.state === "ready") row.dims = m.dims;
   if (m.task === "embed") {
@@ -69,6 +87,11 @@ export function modelRow(m: LoadedModel): ModelRow {
   if (m.coldLoadMs !== undefined) row.warm_load_cost_hint_ms = Math.round(m.coldLoadMs);
   if (m.error) row.error = { code: m.error.code, message: m.error.message };
   return row;
+}
+
+function deviceClass(m: LoadedModel): ModelRow["device_class"] {
+  const backend = m.engineIdentity?.build_flags?.backend;
+  return backend === "cuda" || backend === "metal" || backend === "vulkan" ? backend : "cpu";
 }
 
 /** `models.list {}`. @throws {SynapseError} channel `invalid_request` for any param. */
@@ -136,7 +159,29 @@ export function admissionStatus(ctx: OpContext, rawParams: unknown): AdmissionSt
       interactive: s.classes.interactive.tokensPerSecond,
       bulk: s.classes.bulk.tokensPerSecond,
     },
-    models: ctx.registry.list().map((m) => m.modelId),
+    models: ctx.registry.list().filter((m) => m.own === undefined).map((m) => m.modelId),
+  });
+  const ownLanes = ctx.registry.list().filter((m) => m.own !== undefined).map((m) => {
+    const s = m.own!.scheduler.stats();
+    const w = m.own!.llama.status();
+    return {
+      lane: `llama-${m.modelId}`,
+      engine: "llama",
+      task: m.task,
+      permits: s.permits,
+      in_flight: s.inFlight,
+      waiters: s.waiters,
+      depths: s.depths,
+      start_delay_p50_ms: {
+        interactive: s.classes.interactive.startDelayP50Ms,
+        bulk: s.classes.bulk.startDelayP50Ms,
+        decode: s.classes.decode.startDelayP50Ms,
+      },
+      worker: w,
+      serving_admission: w.quarantine ? "quarantined" : "serving",
+      ...(w.quarantine ? { serving_admission_reason: w.quarantine } : {}),
+      models: [m.modelId],
+    };
   });
   return {
     module_generation: ctx.moduleGeneration,
@@ -149,7 +194,7 @@ export function admissionStatus(ctx: OpContext, rawParams: unknown): AdmissionSt
     },
     execution: {
       waiters: inter.waiters + bulk.waiters,
-      in_flight: inFlight.interactive + inFlight.bulk + inFlight.control,
+      in_flight: inFlight.interactive + inFlight.bulk + inFlight.control + inFlight.decode,
       engine_calls_in_flight: lane.inFlight + ctx.registry.bulkLane.inFlight,
       wait_p50_ms: inter.classes.interactive.startDelayP50Ms,
       wait_p95_ms: inter.classes.interactive.startDelayP95Ms,
@@ -166,6 +211,7 @@ export function admissionStatus(ctx: OpContext, rawParams: unknown): AdmissionSt
     lanes: [
       laneRow("ort-interactive", inter, lane.intraOpThreads),
       laneRow("ort-bulk", bulk, ctx.registry.bulkLane.intraOpThreads),
+      ...ownLanes,
     ],
   };
 }

@@ -27,7 +27,7 @@ export interface AdmissionLimits {
 }
 
 /** Queue class (contract.md §6). */
-export type QueueClass = "interactive" | "bulk" | "control";
+export type QueueClass = "interactive" | "bulk" | "control" | "decode";
 
 /** Per-request admission inputs. */
 export interface AdmitRequest {
@@ -70,7 +70,12 @@ export interface AdmissionOptions {
 export class Admission {
   readonly limits: AdmissionLimits;
   #bytes = 0;
-  #inFlight: Record<QueueClass, number> = { interactive: 0, bulk: 0, control: 0 };
+  #inFlight: Record<QueueClass, number> = {
+    interactive: 0,
+    bulk: 0,
+    control: 0,
+    decode: 0,
+  };
   #refusals = new Map<string, RefusalStats>();
   #now: () => number;
 

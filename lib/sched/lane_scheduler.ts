@@ -176,6 +176,7 @@ export class LaneScheduler implements Disposable {
     control: new Fifo(),
     interactive: new Fifo(),
     bulk: new Fifo(),
+    decode: new Fifo(),
   };
   #stats: Record<WorkClass, ClassRecord>;
   #running = new Set<Running>();
@@ -212,6 +213,7 @@ export class LaneScheduler implements Disposable {
       control: new ClassRecord(statsWindow),
       interactive: new ClassRecord(statsWindow),
       bulk: new ClassRecord(statsWindow),
+      decode: new ClassRecord(statsWindow),
     };
   }
 
@@ -315,6 +317,7 @@ export class LaneScheduler implements Disposable {
       control: this.#queues.control.length,
       interactive: this.#queues.interactive.length,
       bulk: this.#queues.bulk.length,
+      decode: this.#queues.decode.length,
     };
   }
 
@@ -350,6 +353,7 @@ export class LaneScheduler implements Disposable {
         control: this.classStats("control"),
         interactive: this.classStats("interactive"),
         bulk: this.classStats("bulk"),
+        decode: this.classStats("decode"),
       },
     };
   }
@@ -398,6 +402,13 @@ export class LaneScheduler implements Disposable {
           interactiveTurns * run("interactive");
         break;
       }
+      case "decode":
+        // Decode runs after queued control, interactive and bulk work (aging aside) and after
+        // the decode tasks ahead of it.
+        ahead = d.control + d.interactive + d.bulk + d.decode;
+        workMs = d.control * run("control") + d.interactive * run("interactive") +
+          d.bulk * run("bulk") + d.decode * run("decode");
+        break;
       default:
         throw new TypeError(`Cannot predict start delay for class ${String(cls satisfies never)}`);
     }
@@ -468,6 +479,7 @@ export class LaneScheduler implements Disposable {
             control: q.control.peek()?.enqueuedAt,
             interactive: q.interactive.peek()?.enqueuedAt,
             bulk: q.bulk.peek()?.enqueuedAt,
+            decode: q.decode.peek()?.enqueuedAt,
           },
           cycle: this.#cycle,
         },

@@ -10,11 +10,16 @@
  * 4. otherwise the fair cycle: `weights.interactive` interactive turns, then `weights.bulk` bulk
  *    turns (default 3 / 1, i.e. `[I, I, I, B]`).
  *
+ * `decode` (generation, `microllm.oneshot`) is its own class: it runs when interactive and bulk
+ * are both empty, and before them once its head has waited longer than `bulkAgingMs` (so neither
+ * side starves the other). A generation model has a lane of its own, so in practice decode
+ * shares a lane only with control work; the rule keeps a shared lane fair all the same.
+ *
  * @module
  */
 
 /** Queue class of a piece of engine work (contract.md §6). */
-export type WorkClass = "control" | "interactive" | "bulk";
+export type WorkClass = "control" | "interactive" | "bulk" | "decode";
 
 /** Every {@link WorkClass}, in pick-precedence order. */
 export const WORK_CLASSES: readonly WorkClass[] = Object.freeze(
@@ -22,6 +27,7 @@ export const WORK_CLASSES: readonly WorkClass[] = Object.freeze(
     "control",
     "interactive",
     "bulk",
+    "decode",
   ] as const,
 );
 
@@ -31,7 +37,9 @@ export interface PickState {
    * Enqueue time of each class's queue head, in ms on the same clock as `nowMs`; `undefined`
    * when that queue is empty.
    */
-  readonly heads: Readonly<Record<WorkClass, number | undefined>>;
+  readonly heads: Readonly<Record<Exclude<WorkClass, "decode">, number | undefined>> & {
+    readonly decode?: number | undefined;
+  };
   /**
    * Position in the fair cycle: `0 ≤ cycle < weights.interactive + weights.bulk`; positions below
    * `weights.interactive` are interactive turns, the rest bulk turns. Start at 0. A value out of
@@ -140,6 +148,14 @@ export function pickNext(
   const bulkHead = heads.bulk;
   if (bulkHead !== undefined && (heads.interactive === undefined || nowMs - bulkHead > agingMs)) {
     return { cls: "bulk", state: { heads, cycle: 0 } };
+  }
+  const decodeHead = heads.decode;
+  if (decodeHead !== undefined) {
+    if (
+      nowMs - decodeHead > agingMs || (heads.interactive === undefined && bulkHead === undefined)
+    ) {
+      return { cls: "decode", state: { heads, cycle } };
+    }
   }
   if (heads.interactive === undefined) return undefined;
   if (bulkHead === undefined) {

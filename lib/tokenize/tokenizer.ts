@@ -8,6 +8,7 @@
 import { Tokenizer } from "@huggingface/tokenizers";
 import { SynapseError } from "../contract/errors.ts";
 import { sha256Hex } from "../identity/sha256.ts";
+import { TokenBytes } from "./token_bytes.ts";
 
 /** One encoded sequence, ready for an engine. */
 export interface EncodedSequence {
@@ -117,6 +118,16 @@ export class SanitizedTokenizer {
     }
   }
 
+  /**
+   * The vocabulary as an array: index = token id, value = the token's piece (added tokens
+   * included); a hole (an id no token has) is `undefined`. Built on each call.
+   */
+  idToToken(): (string | undefined)[] {
+    const out: (string | undefined)[] = [];
+    for (const [piece, id] of this.#vocab) out[id] = piece;
+    return out;
+  }
+
   /** Number of special tokens added around one text. */
   get singleSpecialTokens(): number {
     return this.#singleSpecials;
@@ -148,6 +159,24 @@ export class SanitizedTokenizer {
   /** Tokenizes without specials (token strings). */
   tokenize(text: string): string[] {
     return this.#tok.tokenize(text, { add_special_tokens: false });
+  }
+
+  /**
+   * The bytes each token id contributes to generated text, for turning generated ids into
+   * valid text (`decodeGenerated`). Built on first use from the sanitized tokenizer.json and
+   * cached with it.
+   *
+   * @throws {SynapseError} `artifact_invalid` `{reason: "unsupported_decoder", decoder}` when the
+   *   tokenizer's decoder is not one {@link TokenBytes} supports (the model cannot generate).
+   */
+  get tokenBytes(): TokenBytes {
+    // The library keeps the tokenizer.json it was built from (the sanitized copy) as `tokenizer`.
+    // deno-lint-ignore no-explicit-any
+    const json = (this.#tok as any).tokenizer as Record<string, unknown> | undefined;
+    if (typeof json !== "object" || json === null) {
+      throw new Error("Cannot build token bytes: the tokenizer lost its JSON. This is a bug");
+    }
+    return TokenBytes.fromTokenizerJson(json);
   }
 
   /** Decodes ids back to text, skipping special tokens. Empty input gives "". */

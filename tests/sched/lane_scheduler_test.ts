@@ -149,7 +149,7 @@ Deno.test("LaneScheduler starts interactive work right after the running bulk qu
   await flush();
   await h.finish("A0", 180);
   assert.deepEqual(h.order.slice(4), ["I4"]); // before B0, which has waited longer
-  assert.deepEqual(h.lane.depths(), { control: 0, interactive: 0, bulk: 2 }); // B0, then A1
+  assert.deepEqual(h.lane.depths(), { control: 0, interactive: 0, bulk: 2, decode: 0 }); // B0, then A1
   await h.drain();
   await Promise.all([...early, ...jobs, i4]);
   assert.deepEqual(h.order, ["I1", "I2", "I3", "A0", "I4", "B0", "A1", "B1", "A2", "B2"]);
@@ -167,7 +167,7 @@ Deno.test("LaneScheduler removes a task aborted while queued; it never runs", as
   const reason = new Error("client went away");
   ctl.abort(reason);
   await assert.rejects(p, (e) => e === reason);
-  assert.deepEqual(h.lane.depths(), { control: 0, interactive: 1, bulk: 0 });
+  assert.deepEqual(h.lane.depths(), { control: 0, interactive: 1, bulk: 0, decode: 0 });
   await h.drain();
   assert.deepEqual(h.order, ["I0", "I2"]);
   assert.equal(h.lane.classStats("interactive").cancelled, 1);
@@ -309,7 +309,7 @@ Deno.test("LaneScheduler stats: percentiles, deadlines, run time and predicted d
   h.submit("I6", "interactive");
   h.submit("B1", "bulk");
   await flush();
-  assert.deepEqual(h.lane.depths(), { control: 0, interactive: 2, bulk: 1 });
+  assert.deepEqual(h.lane.depths(), { control: 0, interactive: 2, bulk: 1, decode: 0 });
   assert.equal(h.lane.inFlight, 1);
   assert.equal(h.lane.waiters, 3);
   assert.equal(h.lane.predictedStartDelayMs("control"), 15);
@@ -320,7 +320,7 @@ Deno.test("LaneScheduler stats: percentiles, deadlines, run time and predicted d
   assert.equal(snap.permits, 1);
   assert.equal(snap.inFlight, 1);
   assert.equal(snap.waiters, 3);
-  assert.deepEqual(snap.depths, { control: 0, interactive: 2, bulk: 1 });
+  assert.deepEqual(snap.depths, { control: 0, interactive: 2, bulk: 1, decode: 0 });
   assert.equal(snap.classes.interactive.dispatched, 4);
   await h.drain();
 });

@@ -1,0 +1,357 @@
+/**
+ * The llama.cpp lane of one GGUF model, module side: a supervised worker process
+ * (`workers/llama.ts`) that loads the model and answers EMBED_BATCH or GENERATE with token ids
+ * in and vectors or token ids out. A crash costs one request (`engine_crashed`); the next call
+ * starts a fresh worker and reloads the model lazily; beyond the crash budget the lane is
+ * quarantined (`probe_required`, reason `worker_quarantined`).
+ *
+ * @module
+ */
+import { SynapseError } from "../../contract/errors.ts";
+import { LineRateLimiter, type LogSink, stderrLog } from "../../log/log.ts";
+import { WORKER_TIMEOUTS, WorkerErrReply, type WorkerLaunch } from "../../workers/host.ts";
+import type { WorkerEngineIdentity } from "../../workers/host.ts";
+import {
+  type CrashBudget,
+  SupervisedWorker,
+  type SupervisorStatus,
+} from "../../workers/supervisor.ts";
+import {
+  encodeI32LE,
+  type LoadedMessage,
+  type TextMessage,
+  type VectorsMessage,
+  type WorkerPooling,
+} from "../../workers/messages.ts";
+
+/** One GGUF model served by a llama worker. */
+export interface LlamaModelSpec {
+  /** The model id (names the worker). */
+  modelId: string;
+  /** Path of the `.gguf` file (digest and format already checked by the module). */
+  ggufPath: string;
+  /** `sha256:<hex>` of the file. */
+  ggufDigest: string;
+  /** What the worker sets up: an embedding context, or a generation context. */
+  mode: "embed" | "generate";
+  /** Context size in tokens. */
+  contextSize: number;
+  /** llama.cpp threads. */
+  threads: number;
+  /** Pooling the GGUF declares (EMBED_BATCH must match it). */
+  pooling: WorkerPooling;
+  /** L2-normalize vectors. */
+  normalize: boolean;
+}
+
+/** Options of {@link LlamaLane}. */
+export interface LlamaLaneOptions {
+  /** How to start the worker. */
+  launch: WorkerLaunch;
+  /** Socket directory (0700). */
+  runtimeDir: string;
+  /** LOAD timeout, ms (`worker.load_timeout_ms`). @default 180000 */
+  loadTimeoutMs?: number;
+  /** Timeout of other requests, ms. @default 30000 */
+  requestTimeoutMs?: number;
+  /** GENERATE timeout, ms. @default 180000 */
+  generateTimeoutMs?: number;
+  /** ms to wait for the worker to connect and for its HELLO. @default 5000 each */
+  acceptTimeoutMs?: number;
+  helloTimeoutMs?: number;
+  /** @default 2 crashes per 60 s */
+  crashBudget?: CrashBudget;
+  /** Module log. @default stderrLog */
+  log?: LogSink;
+  /** Worker log lines forwarded per second (`log.worker_forward_lines_per_sec`). @default 50 */
+  forwardLinesPerSec?: number;
+  /** Wall clock, ms. @default Date.now */
+  now?: () => number;
+}
+
+/** Output of one EMBED_BATCH, in the shape the embed path consumes. */
+export interface LlamaEmbedResult {
+  /** Row-major `[rows, dims]`. */
+  data: Float32Array;
+  dims: number;
+  /** 1 where the row held NaN or ±Infinity. */
+  nonFinite: Uint8Array;
+  /** Round-trip time in ms. */
+  runMs: number;
+}
+
+/** Output of one GENERATE. */
+export interface LlamaGenerateResult {
+  finishReason: TextMessage["finish_reason"];
+  generatedIds: number[];
+  nPrompt: number;
+  /** The worker's own detokenization (informational; the module decodes the ids itself). */
+  workerText: string;
+  /** Round-trip time in ms. */
+  runMs: number;
+}
+
+/**
+ * The lane of one GGUF model. Requests go to the worker one at a time; the lane's scheduler
+ * decides their order.
+ */
+export class LlamaLane {
+  readonly spec: LlamaModelSpec;
+  readonly worker: SupervisedWorker;
+  #opts: LlamaLaneOptions;
+  #ref: string | undefined;
+  #refGeneration = -1;
+  #loading: Promise<string> | undefined;
+  #nextReq = 1;
+  #inFlight = 0;
+  #dims = 0;
+
+  constructor(spec: LlamaModelSpec, options: LlamaLaneOptions) {
+    this.spec = spec;
+    this.#opts = options;
+    const log = options.log ?? stderrLog;
+    const limiter = new LineRateLimiter(options.forwardLinesPerSec ?? 50);
+    const target = `worker.llama.${spec.modelId}`;
+    this.worker = new SupervisedWorker({
+      key: canonicalRuntimeConfig(spec),
+      ...(options.crashBudget === undefined ? {} : { budget: options.crashBudget }),
+      ...(options.now === undefined ? {} : { now: options.now }),
+      start: {
+        engine: "llama.cpp-worker",
+        workerId: `llama:${spec.modelId}`,
+        runtimeDir: options.runtimeDir,
+        launch: options.launch,
+        ...(options.acceptTimeoutMs === undefined
+          ? {}
+          : { acceptTimeoutMs: options.acceptTimeoutMs }),
+        ...(options.helloTimeoutMs === undefined ? {} : { helloTimeoutMs: options.helloTimeoutMs }),
+        onLogLine: (line, stream) => {
+          const dropped = limiter.admit();
+          if (dropped === undefined) return;
+          log("info", target, line, dropped > 0 ? { stream, dropped } : { stream });
+        },
+      },
+      onCrash: (err, status) => {
+        const d = err.details as Record<string, unknown>;
+        log("error", target, `worker crashed: ${err.message}`, {
+          reason: String(d.reason),
+          recent_crashes: status.recent_crashes,
+          quarantined: status.state === "quarantined",
+        });
+      },
+    });
+  }
+
+  /** Requests sent and not answered. */
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
+  /** Vector width (embed mode) from LOADED. */
+  get dims(): number {
+    return this.#dims;
+  }
+
+  /** Engine identity of the worker (after the first load). */
+  get identity(): WorkerEngineIdentity | undefined {
+    return this.worker.identity;
+  }
+
+  /** Supervision state. */
+  status(): SupervisorStatus {
+    return this.worker.status();
+  }
+
+  /**
+   * Starts the worker and loads the model (again after a restart).
+   *
+   * @returns LOADED's `dims` and `cold_load_ms`, and the worker's engine identity.
+   * @throws {SynapseError} `artifact_invalid` when llama.cpp refuses the file; `engine_crashed`;
+   *   `probe_required` when quarantined.
+   */
+  async load(): Promise<{ dims: number; coldLoadMs: number; identity: WorkerEngineIdentity }> {
+    const t0 = performance.now();
+    await this.#ensureLoaded();
+    return {
+      dims: this.#dims,
+      coldLoadMs: Math.round((performance.now() - t0) * 1000) / 1000,
+      identity: this.worker.identity!,
+    };
+  }
+
+  /**
+   * Embeds rows of token ids (specials included) in one EMBED_BATCH.
+   *
+   * @throws {SynapseError} `engine_crashed`, `probe_required`, or the mapped worker ERR.
+   */
+  async embed(rows: readonly { ids: Int32Array }[]): Promise<LlamaEmbedResult> {
+    const ref = await this.#ensureLoaded();
+    let total = 0;
+    for (const r of rows) total += r.ids.length;
+    const ids = new Int32Array(total);
+    let o = 0;
+    for (const r of rows) {
+      ids.set(r.ids, o);
+      o += r.ids.length;
+    }
+    const t0 = performance.now();
+    const reply = await this.#call<VectorsMessage>(
+      {
+        type: "EMBED_BATCH",
+        req_id: this.#nextReq++,
+        model_ref: ref,
+        pooling: this.spec.pooling,
+        normalize: this.spec.normalize,
+        items: rows.map((r, i) => ({ id: i, n_tokens: r.ids.length })),
+      },
+      encodeI32LE(ids),
+      this.#opts.requestTimeoutMs ?? WORKER_TIMEOUTS.requestMs,
+    );
+    const { dims, n } = reply.msg;
+    if (n !== rows.length) {
+      throw new SynapseError(
+        "engine_output_invalid",
+        `Engine worker answered ${n} vectors for ${rows.length} rows`,
+        { details: { model_id: this.spec.modelId } },
+      );
+    }
+    const data = reply.tensor!;
+    const nonFinite = new Uint8Array(n);
+    for (let r = 0; r < n; r++) {
+      for (let d = r * dims; d < (r + 1) * dims; d++) {
+        if (!Number.isFinite(data[d]!)) {
+          nonFinite[r] = 1;
+          break;
+        }
+      }
+    }
+    return { data, dims, nonFinite, runMs: performance.now() - t0 };
+  }
+
+  /**
+   * Greedy generation from prompt ids.
+   *
+   * @param ids Prompt token ids (specials included).
+   * @param maxTokens Most tokens to generate (≥ 1).
+   * @param grammar GBNF source, already validated by the module.
+   * @throws {SynapseError} `invalid_request` (`details.reason` `grammar_invalid`) when llama.cpp
+   *   refuses the grammar; `engine_crashed`; `probe_required`.
+   */
+  async generate(
+    ids: Int32Array,
+    maxTokens: number,
+    grammar?: string,
+  ): Promise<LlamaGenerateResult> {
+    const ref = await this.#ensureLoaded();
+    const t0 = performance.now();
+    const reply = await this.#call<TextMessage>(
+      {
+        type: "GENERATE",
+        req_id: this.#nextReq++,
+        model_ref: ref,
+        max_tokens: maxTokens,
+        ...(grammar === undefined ? {} : { grammar }),
+      },
+      encodeI32LE(ids),
+      this.#opts.generateTimeoutMs ?? WORKER_TIMEOUTS.generateMs,
+    );
+    const m = reply.msg;
+    return {
+      finishReason: m.finish_reason,
+      generatedIds: m.generated_token_ids ?? [],
+      nPrompt: m.n_prompt,
+      workerText: m.text,
+      runMs: performance.now() - t0,
+    };
+  }
+
+  /** Shuts the worker down. */
+  async close(): Promise<void> {
+    await this.worker.close();
+  }
+
+  async #ensureLoaded(): Promise<string> {
+    // Refuses at once when quarantined; otherwise starts a worker if there is none.
+    await this.worker.connection();
+    if (this.#ref !== undefined && this.#refGeneration === this.worker.generation) return this.#ref;
+    this.#loading ??= this.#load().finally(() => this.#loading = undefined);
+    return await this.#loading;
+  }
+
+  async #load(): Promise<string> {
+    const generation = this.worker.generation;
+    const s = this.spec;
+    const reply = await this.#call<LoadedMessage>(
+      {
+        type: "LOAD",
+        req_id: this.#nextReq++,
+        artifact_path: s.ggufPath,
+        artifact_digest: s.ggufDigest,
+        format: "gguf",
+        runtime_config: runtimeConfig(s),
+      },
+      undefined,
+      this.#opts.loadTimeoutMs ?? WORKER_TIMEOUTS.loadMs,
+    );
+    this.#ref = reply.msg.model_ref;
+    this.#refGeneration = generation;
+    this.#dims = reply.msg.dims;
+    return this.#ref;
+  }
+
+  async #call<M extends LoadedMessage | VectorsMessage | TextMessage>(
+    msg: Parameters<SupervisedWorker["call"]>[0],
+    tensor: Uint8Array | undefined,
+    timeoutMs: number,
+  ) {
+    this.#inFlight++;
+    try {
+      return await this.worker.call<M>(msg, tensor, timeoutMs);
+    } catch (err) {
+      if (err instanceof WorkerErrReply) throw mapWorkerErr(err, this.spec.modelId, msg.type);
+      throw err;
+    } finally {
+      this.#inFlight--;
+    }
+  }
+}
+
+/** The runtime config sent in LOAD; its canonical JSON is the crash-budget key. */
+export function runtimeConfig(s: LlamaModelSpec): Record<string, unknown> {
+  return { mode: s.mode, context_size: s.contextSize, threads: s.threads };
+}
+
+/** Canonical (sorted-key) JSON of a model's runtime config plus its digest: the crash-budget key. */
+export function canonicalRuntimeConfig(s: LlamaModelSpec): string {
+  const rc = { ...runtimeConfig(s), artifact_digest: s.ggufDigest };
+  return JSON.stringify(Object.fromEntries(Object.entries(rc).sort(([a], [b]) => a < b ? -1 : 1)));
+}
+
+/**
+ * Maps a worker `ERR` to a stable error: `artifact_invalid` stays; a refused grammar is
+ * `invalid_request` (reason `grammar_invalid`); `oom` is `backend_unavailable`; anything else
+ * is `backend_unavailable` naming the worker's code.
+ */
+export function mapWorkerErr(err: WorkerErrReply, modelId: string, request: string): SynapseError {
+  const details = { model_id: modelId, worker_code: err.workerCode, request };
+  switch (err.workerCode) {
+    case "artifact_invalid":
+      return new SynapseError(
+        "artifact_invalid",
+        `Cannot load model '${modelId}': ${err.message}`,
+        {
+          details,
+        },
+      );
+    case "grammar_invalid":
+      return new SynapseError("invalid_request", `Cannot use grammar: ${err.message}`, {
+        details: { ...details, field: "grammar", reason: "grammar_invalid" },
+      });
+    default:
+      return new SynapseError(
+        "backend_unavailable",
+        `Engine worker refused ${request} for model '${modelId}': ${err.workerCode}: ${err.message}`,
+        { details },
+      );
+  }
+}

@@ -1,0 +1,442 @@
+/**
+ * The llama.cpp worker process (contract.md §7): node-llama-cpp 3.21.1 behind the worker
+ * protocol. The module spawns it with `--socket PATH --nonce HEX`; it connects, sends HELLO with
+ * its engine identity (`llama.cpp-worker`, the node-llama-cpp version, build flags naming the GPU
+ * backend, so a CUDA or Metal build has its own fingerprint), waits for ACK and then answers one
+ * request at a time: LOAD, EMBED_BATCH, GENERATE, UNLOAD, PING, SHUTDOWN. Token ids in, vectors
+ * or token ids out: the module owns tokenization.
+ *
+ * It runs in its own process because llama.cpp asserts abort the process; the module survives
+ * that and reports `engine_crashed`.
+ *
+ * Hidden flags for tests make a real worker misbehave (never used in production):
+ * `--test-abort-after N` (libc `abort()` on request N+1), `--test-hang-after N` (never answer
+ * request N+1), `--test-garbage-frame` (answer the first request with a non-JSON frame),
+ * `--test-oversize-frame` (announce a frame over the negotiated max), `--test-truncated-frame`
+ * (write half a frame, then exit), `--test-no-hello`, `--test-wrong-nonce`,
+ * `--test-protocol-version V`, `--test-engine NAME`, `--test-log-burst N` (print N lines at
+ * start), `--test-exit-before-connect`.
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import process from "node:process";
+import {
+  getLlama,
+  type Llama,
+  type LlamaContext,
+  type LlamaContextSequence,
+  type LlamaEmbeddingContext,
+  type LlamaGrammar,
+  LlamaGrammarEvaluationState,
+  LlamaLogLevel,
+  type LlamaModel,
+  type Token,
+} from "node-llama-cpp";
+import { encodeFrame, FrameDecoder } from "../lib/workers/frame.ts";
+import {
+  decodeFromModule,
+  decodeI32LE,
+  encodeControl,
+  encodeF32LE,
+  type FinishReason,
+  type ModuleToWorkerMessage,
+  type WorkerToModuleMessage,
+} from "../lib/workers/messages.ts";
+import { WORKER_PROTOCOL_VERSION } from "../lib/workers/handshake.ts";
+import {
+  LLAMA_WORKER_ENGINE,
+  LLAMA_WORKER_VERSION,
+  llamaBuildFlags,
+} from "../lib/engines/llama/identity.ts";
+
+const MAX_FRAME = 64 * 1024 * 1024;
+
+interface Loaded {
+  model: LlamaModel;
+  mode: "embed" | "generate";
+  embedding?: LlamaEmbeddingContext;
+  context?: LlamaContext;
+  sequence?: LlamaContextSequence;
+  /** GGUF pooling as the worker wire spells it. */
+  pooling: "mean" | "cls" | "last";
+}
+
+const { values: flags } = parseArgs({
+  // `main.ts worker llama …` passes its own two words first.
+  args: Deno.args[0] === "worker" && Deno.args[1] === "llama" ? Deno.args.slice(2) : Deno.args,
+  options: {
+    socket: { type: "string" },
+    nonce: { type: "string" },
+    "test-abort-after": { type: "string" },
+    "test-hang-after": { type: "string" },
+    "test-garbage-frame": { type: "boolean" },
+    "test-oversize-frame": { type: "boolean" },
+    "test-truncated-frame": { type: "boolean" },
+    "test-no-hello": { type: "boolean" },
+    "test-wrong-nonce": { type: "boolean" },
+    "test-protocol-version": { type: "string" },
+    "test-engine": { type: "string" },
+    "test-log-burst": { type: "string" },
+    "test-exit-before-connect": { type: "boolean" },
+  },
+  strict: true,
+});
+
+if (flags.socket === undefined || flags.nonce === undefined) {
+  console.error("llama worker: --socket PATH and --nonce HEX are required");
+  Deno.exit(2);
+}
+
+const burst = Number(flags["test-log-burst"] ?? 0);
+for (let i = 0; i < burst; i++) console.error(`llama worker: test log line ${i}`);
+if (flags["test-exit-before-connect"]) {
+  console.error("llama worker: exiting before connecting (test hook)");
+  Deno.exit(3);
+}
+
+const llama: Llama = await getLlama({
+  gpu: "auto",
+  build: "never",
+  logLevel: LlamaLogLevel.warn,
+  logger: (level, message) => {
+    const m = message.trimEnd();
+    if (m !== "") console.error(`llama.cpp ${LlamaLogLevel[level] ?? level}: ${m}`);
+  },
+});
+
+const conn = await Deno.connect({ transport: "unix", path: flags.socket });
+const decoder = new FrameDecoder({ maxFrameBytes: MAX_FRAME });
+const inbox: Uint8Array[] = [];
+let wake: (() => void) | undefined;
+let closed = false;
+
+async function writeAll(bytes: Uint8Array): Promise<void> {
+  let off = 0;
+  while (off < bytes.byteLength) off += await conn.write(bytes.subarray(off));
+}
+
+async function send(msg: WorkerToModuleMessage, tensor?: Uint8Array): Promise<void> {
+  await writeAll(encodeFrame(encodeControl(msg), { maxFrameBytes: negotiated }));
+  if (tensor !== undefined) await writeAll(encodeFrame(tensor, { maxFrameBytes: negotiated }));
+}
+
+async function readLoop(): Promise<void> {
+  const buf = new Uint8Array(256 * 1024);
+  try {
+    while (true) {
+      const n = await conn.read(buf);
+      if (n === null) break;
+      for (const f of decoder.push(buf.subarray(0, n))) inbox.push(f);
+      wake?.();
+    }
+  } catch (err) {
+    console.error(`llama worker: connection failed: ${(err as Error).message}`);
+  }
+  closed = true;
+  wake?.();
+}
+
+function nextFrame(): Promise<Uint8Array | undefined> {
+  return new Promise((resolve) => {
+    const check = () => {
+      const f = inbox.shift();
+      if (f !== undefined || closed) {
+        wake = undefined;
+        resolve(f);
+      } else wake = check;
+    };
+    check();
+  });
+}
+
+let negotiated = MAX_FRAME;
+void readLoop();
+
+if (flags["test-no-hello"]) {
+  console.error("llama worker: not sending HELLO (test hook)");
+  setInterval(() => {}, 1 << 30);
+  await new Promise(() => {});
+}
+
+await send({
+  type: "HELLO",
+  v: flags["test-protocol-version"] !== undefined
+    ? Number(flags["test-protocol-version"])
+    : WORKER_PROTOCOL_VERSION,
+  nonce: flags["test-wrong-nonce"] ? "0000000000000000" : flags.nonce,
+  engine: {
+    engine: flags["test-engine"] ?? LLAMA_WORKER_ENGINE,
+    version: LLAMA_WORKER_VERSION,
+    build_flags: llamaBuildFlags(llama.gpu, llama.llamaCppRelease.release),
+  },
+  pid: Deno.pid,
+  max_frame: MAX_FRAME,
+});
+
+const ackFrame = await nextFrame();
+if (ackFrame === undefined) Deno.exit(0);
+const ack = decodeFromModule(ackFrame);
+if (ack.type !== "ACK" || !ack.accept) {
+  console.error(`llama worker: expected ACK, got ${ack.type}`);
+  Deno.exit(2);
+}
+negotiated = ack.max_frame;
+decoder.setMaxFrameBytes(negotiated);
+
+const models = new Map<string, Loaded>();
+const grammars = new Map<string, LlamaGrammar>();
+let nextRef = 1;
+let handled = 0;
+const abortAfter = flags["test-abort-after"] === undefined
+  ? Infinity
+  : Number(flags["test-abort-after"]);
+const hangAfter = flags["test-hang-after"] === undefined
+  ? Infinity
+  : Number(flags["test-hang-after"]);
+
+while (true) {
+  const frame = await nextFrame();
+  if (frame === undefined) break;
+  const msg = decodeFromModule(frame);
+  if (msg.type === "SHUTDOWN") break;
+  if (msg.type === "ACK") continue;
+  if (handled >= abortAfter) {
+    console.error("llama worker: GGML_ASSERT-style abort (test hook --test-abort-after)");
+    abortProcess();
+  }
+  if (handled >= hangAfter) {
+    console.error("llama worker: hanging (test hook --test-hang-after)");
+    setInterval(() => {}, 1 << 30);
+    await new Promise(() => {});
+  }
+  handled++;
+  if (flags["test-garbage-frame"]) {
+    await writeAll(encodeFrame(new TextEncoder().encode("\u0000not json{")));
+    continue;
+  }
+  if (flags["test-oversize-frame"]) {
+    const header = new Uint8Array(4);
+    new DataView(header.buffer).setUint32(0, negotiated + 1, true);
+    await writeAll(header);
+    continue;
+  }
+  if (flags["test-truncated-frame"]) {
+    const whole = encodeFrame(
+      encodeControl({ type: "PONG", req_id: 0, rss_mb: 1, models_loaded: 0 }),
+    );
+    await writeAll(whole.subarray(0, Math.floor(whole.byteLength / 2)));
+    conn.close();
+    Deno.exit(0);
+  }
+  const tensor = needsTensor(msg) ? await nextFrame() : undefined;
+  if (needsTensor(msg) && tensor === undefined) break;
+  try {
+    await handle(msg, tensor);
+  } catch (err) {
+    const reqId = (msg as { req_id?: number }).req_id;
+    await send({
+      type: "ERR",
+      ...(reqId === undefined ? {} : { req_id: reqId }),
+      code: (err as { workerCode?: string }).workerCode ?? "engine_error",
+      msg: (err as Error).message ?? String(err),
+    });
+  }
+}
+try {
+  conn.close();
+} catch { /* closed */ }
+Deno.exit(0);
+
+function needsTensor(msg: ModuleToWorkerMessage): boolean {
+  return msg.type === "EMBED_BATCH" || msg.type === "GENERATE" || msg.type === "RERANK" ||
+    msg.type === "RERANK_SEQUENCES";
+}
+
+function refused(code: string, message: string): Error {
+  return Object.assign(new Error(message), { workerCode: code });
+}
+
+async function handle(msg: ModuleToWorkerMessage, tensor: Uint8Array | undefined): Promise<void> {
+  switch (msg.type) {
+    case "LOAD":
+      return await load(msg);
+    case "EMBED_BATCH":
+      return await embed(msg, tensor!);
+    case "GENERATE":
+      return await generate(msg, tensor!);
+    case "UNLOAD": {
+      const m = models.get(msg.model_ref);
+      models.delete(msg.model_ref);
+      await m?.embedding?.dispose();
+      await m?.context?.dispose();
+      await m?.model.dispose();
+      return await send({ type: "UNLOADED", req_id: msg.req_id });
+    }
+    case "PING":
+      return await send({
+        type: "PONG",
+        req_id: msg.req_id,
+        rss_mb: Math.round(process.memoryUsage().rss / 1048576),
+        models_loaded: models.size,
+      });
+    case "RERANK":
+    case "RERANK_SEQUENCES":
+      throw refused("unsupported_request", `${msg.type} is not served by the llama worker`);
+    default:
+      throw refused("unknown_type", `unexpected ${msg.type}`);
+  }
+}
+
+async function load(msg: Extract<ModuleToWorkerMessage, { type: "LOAD" }>): Promise<void> {
+  if (msg.format !== "gguf") throw refused("config_invalid", `format '${msg.format}' is not gguf`);
+  const rc = msg.runtime_config;
+  const mode = rc.mode;
+  const contextSize = rc.context_size;
+  const threads = rc.threads;
+  if (mode !== "embed" && mode !== "generate") {
+    throw refused("config_invalid", "runtime_config.mode must be 'embed' or 'generate'");
+  }
+  if (typeof contextSize !== "number" || !Number.isInteger(contextSize) || contextSize < 8) {
+    throw refused("config_invalid", "runtime_config.context_size must be an integer >= 8");
+  }
+  if (typeof threads !== "number" || !Number.isInteger(threads) || threads < 1) {
+    throw refused("config_invalid", "runtime_config.threads must be a positive integer");
+  }
+  const t0 = performance.now();
+  let model: LlamaModel;
+  try {
+    model = await llama.loadModel({
+      modelPath: msg.artifact_path,
+      gpuLayers: llama.gpu === false ? 0 : "auto",
+    });
+  } catch (err) {
+    throw refused(
+      "artifact_invalid",
+      `cannot load ${msg.artifact_path}: ${(err as Error).message}`,
+    );
+  }
+  const loaded: Loaded = { model, mode, pooling: ggufPooling(model) };
+  try {
+    if (mode === "embed") {
+      loaded.embedding = await model.createEmbeddingContext({ contextSize, threads });
+    } else {
+      loaded.context = await model.createContext({ contextSize, threads, sequences: 1 });
+      loaded.sequence = loaded.context.getSequence();
+    }
+  } catch (err) {
+    await model.dispose();
+    throw refused("oom", `cannot create a context: ${(err as Error).message}`);
+  }
+  const ref = `m${nextRef++}`;
+  models.set(ref, loaded);
+  await send({
+    type: "LOADED",
+    req_id: msg.req_id,
+    model_ref: ref,
+    dims: model.embeddingVectorSize,
+    cold_load_ms: Math.round((performance.now() - t0) * 1000) / 1000,
+  });
+}
+
+function ggufPooling(model: LlamaModel): "mean" | "cls" | "last" {
+  const meta = model.fileInfo.metadata as Record<string, unknown>;
+  const arch = (meta.general as { architecture?: string } | undefined)?.architecture ?? "";
+  const p = (meta[arch] as { pooling_type?: number } | undefined)?.pooling_type;
+  return p === 1 ? "mean" : p === 2 ? "cls" : "last";
+}
+
+function modelFor(ref: string, mode: "embed" | "generate"): Loaded {
+  const m = models.get(ref);
+  if (m === undefined) throw refused("unknown_model", `no model '${ref}' is loaded`);
+  if (m.mode !== mode) throw refused("config_invalid", `model '${ref}' was loaded for ${m.mode}`);
+  return m;
+}
+
+async function embed(
+  msg: Extract<ModuleToWorkerMessage, { type: "EMBED_BATCH" }>,
+  tensor: Uint8Array,
+): Promise<void> {
+  const m = modelFor(msg.model_ref, "embed");
+  if (msg.pooling !== m.pooling) {
+    throw refused(
+      "config_invalid",
+      `pooling '${msg.pooling}' requested, the GGUF pools with '${m.pooling}'`,
+    );
+  }
+  let total = 0;
+  for (const it of msg.items) total += it.n_tokens;
+  const ids = decodeI32LE(tensor, total);
+  const dims = m.model.embeddingVectorSize;
+  const out = new Float32Array(msg.items.length * dims);
+  let o = 0;
+  for (let i = 0; i < msg.items.length; i++) {
+    const n = msg.items[i]!.n_tokens;
+    const tokens = Array.from(ids.subarray(o, o + n)) as Token[];
+    o += n;
+    const v = (await m.embedding!.getEmbeddingFor(tokens)).vector;
+    if (v.length !== dims) throw refused("engine_error", `embedding of length ${v.length}`);
+    let norm = 0;
+    for (let d = 0; d < dims; d++) norm += v[d]! * v[d]!;
+    const scale = msg.normalize && norm > 0 ? 1 / Math.sqrt(norm) : 1;
+    for (let d = 0; d < dims; d++) out[i * dims + d] = v[d]! * scale;
+  }
+  await send({ type: "VECTORS", req_id: msg.req_id, dims, n: msg.items.length }, encodeF32LE(out));
+}
+
+async function generate(
+  msg: Extract<ModuleToWorkerMessage, { type: "GENERATE" }>,
+  tensor: Uint8Array,
+): Promise<void> {
+  const m = modelFor(msg.model_ref, "generate");
+  const prompt = Array.from(decodeI32LE(tensor)) as Token[];
+  if (prompt.length === 0) throw refused("config_invalid", "empty prompt");
+  let state: LlamaGrammarEvaluationState | undefined;
+  if (msg.grammar !== undefined) {
+    let g = grammars.get(msg.grammar);
+    if (g === undefined) {
+      try {
+        g = await llama.createGrammar({ grammar: msg.grammar });
+      } catch (err) {
+        throw refused("grammar_invalid", `grammar refused by llama.cpp: ${(err as Error).message}`);
+      }
+      if (grammars.size >= 32) grammars.delete(grammars.keys().next().value!);
+      grammars.set(msg.grammar, g);
+    }
+    state = new LlamaGrammarEvaluationState({ model: m.model, grammar: g });
+  }
+  const seq = m.sequence!;
+  await seq.clearHistory();
+  const generated: number[] = [];
+  let finish: FinishReason = "max_tokens";
+  const it = seq.evaluate(prompt, {
+    temperature: 0,
+    yieldEogToken: true,
+    ...(state === undefined ? {} : { grammarEvaluationState: state }),
+  });
+  for await (const tok of it) {
+    if (m.model.isEogToken(tok)) {
+      finish = state === undefined ? "stop_token" : "grammar_complete";
+      break;
+    }
+    generated.push(tok);
+    if (generated.length >= msg.max_tokens) break;
+  }
+  await send({
+    type: "TEXT",
+    req_id: msg.req_id,
+    text: m.model.detokenize(generated as Token[]),
+    n_prompt: prompt.length,
+    n_gen: generated.length,
+    finish_reason: finish,
+    generated_token_ids: generated,
+  });
+}
+
+function abortProcess(): never {
+  const libc = Deno.dlopen(Deno.build.os === "darwin" ? "libc.dylib" : "libc.so.6", {
+    abort: { parameters: [], result: "void" },
+  });
+  libc.symbols.abort();
+  Deno.exit(134);
+}
