@@ -258,6 +258,9 @@ export class Synapse implements AsyncDisposable {
     const lane = new OrtLane({ intraOpThreads: threads, allowSpinning: true, quietTwin: true });
     const bulkLane = new OrtLane({ intraOpThreads: threads, allowSpinning: false, niceness: 10 });
     const log = workerOptions.log ?? stderrLog;
+    // Worker ids are slots (llama-0, llama-1, …) so the launcher can grant the socket paths ahead
+    // of time (Deno's unix-socket permission names exact paths).
+    let llamaSlot = 0;
     this.registry = new ModelRegistry(lane, bulkLane, {
       threadPolicy: config.knob,
       maxBatchTokens: config.inline.max_tokens,
@@ -269,6 +272,7 @@ export class Synapse implements AsyncDisposable {
             extraArgs: workerOptions.llamaWorkerArgs ?? [],
           }),
           runtimeDir: source.workerRuntimeDir ?? defaultWorkerRuntimeDir(),
+          workerId: `llama-${llamaSlot++}`,
           loadTimeoutMs: config.worker.load_timeout_ms,
           ...(workerOptions.workerHandshakeTimeoutMs === undefined ? {} : {
             acceptTimeoutMs: workerOptions.workerHandshakeTimeoutMs,

@@ -50,6 +50,8 @@ export interface LlamaLaneOptions {
   launch: WorkerLaunch;
   /** Socket directory (0700). */
   runtimeDir: string;
+  /** Worker id (names the socket, `SYNAPSE_WORKER_ID`). @default `llama:<model id>` */
+  workerId?: string;
   /** LOAD timeout, ms (`worker.load_timeout_ms`). @default 180000 */
   loadTimeoutMs?: number;
   /** Timeout of other requests, ms. @default 30000 */
@@ -118,7 +120,7 @@ export class LlamaLane {
       ...(options.now === undefined ? {} : { now: options.now }),
       start: {
         engine: "llama.cpp-worker",
-        workerId: `llama:${spec.modelId}`,
+        workerId: options.workerId ?? `llama:${spec.modelId}`,
         runtimeDir: options.runtimeDir,
         launch: options.launch,
         ...(options.acceptTimeoutMs === undefined
