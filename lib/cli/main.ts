@@ -17,6 +17,7 @@ import { embedCommand } from "./commands/embed.ts";
 import { jobCommand } from "./commands/job.ts";
 import { modelsCommand } from "./commands/models.ts";
 import { rerankCommand } from "./commands/rerank.ts";
+import { generateCommand } from "./commands/generate.ts";
 import { serveCommand } from "./commands/serve.ts";
 import { VERSION_LINE, versionCommand } from "./commands/version.ts";
 
@@ -27,6 +28,7 @@ export const COMMANDS: readonly Command[] = Object.freeze([
   embedCommand,
   jobCommand,
   rerankCommand,
+  generateCommand,
   modelsCommand,
   callCommand,
   serveCommand,

@@ -142,6 +142,7 @@ export class WorkerConnection {
   #dead: SynapseError | undefined;
   #chain: Promise<unknown> = Promise.resolve();
   #exit: Promise<Deno.CommandStatus>;
+  #exitStatus: Deno.CommandStatus | undefined;
   #onDeath: ((err: SynapseError) => void) | undefined;
 
   private constructor(init: {
@@ -165,6 +166,7 @@ export class WorkerConnection {
     this.#decoder = init.decoder;
     this.#frames = init.frames;
     this.#exit = init.exit;
+    void this.#exit.then((st) => this.#exitStatus = st, () => {});
   }
 
   /** The engine identity from HELLO. */
@@ -175,6 +177,11 @@ export class WorkerConnection {
   /** Set once the worker is gone (crashed, killed or shut down): why. */
   get dead(): SynapseError | undefined {
     return this.#dead;
+  }
+
+  /** How the worker process ended (`signal` is `"SIGABRT"` after an abort); unset while it runs. */
+  get exitStatus(): Deno.CommandStatus | undefined {
+    return this.#exitStatus;
   }
 
   /** The last {@link LOG_TAIL_BYTES} of the worker's output. */
@@ -194,16 +201,31 @@ export class WorkerConnection {
    *   `spawn_failed`, `exited_before_hello`, `accept_timeout`, `hello_timeout`,
    *   `version_mismatch`, `nonce_mismatch`, `engine_mismatch`, `identity_mismatch`,
    *   `frame_too_large`, `truncated`, `bad_json`, `bad_message`, `unknown_type`, `eof`;
-   *   the worker is killed and its log tail attached.
+   *   the worker is killed and its log tail attached. `spawn_failed` also covers a socket that
+   *   cannot be created (a runtime dir too long for the 108-byte unix path limit).
    */
   static async start(options: WorkerStartOptions): Promise<WorkerConnection> {
     const maxFrame = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-    await Deno.mkdir(options.runtimeDir, { recursive: true, mode: 0o700 });
-    if (Deno.build.os !== "windows") await Deno.chmod(options.runtimeDir, 0o700);
-    const path = workerSocketPath(options.runtimeDir, options.workerId);
-    await Deno.remove(path).catch(() => {});
-    const listener = Deno.listen({ transport: "unix", path });
     const log = new LogTail(LOG_TAIL_BYTES);
+    const path = workerSocketPath(options.runtimeDir, options.workerId);
+    let listener: Deno.UnixListener;
+    try {
+      await Deno.mkdir(options.runtimeDir, { recursive: true, mode: 0o700 });
+      if (Deno.build.os !== "windows") await Deno.chmod(options.runtimeDir, 0o700);
+      await Deno.remove(path).catch(() => {});
+      listener = Deno.listen({ transport: "unix", path });
+    } catch (err) {
+      // No worker can start (e.g. a runtime dir too long for a unix socket path): typed, so the
+      // supervisor counts it and quarantines the key instead of passing a raw error up.
+      throw crashError(
+        options.workerId,
+        "spawn_failed",
+        `cannot listen on '${path}': ${errorText(err)}`,
+        log,
+        undefined,
+        err,
+      );
+    }
     let child: Deno.ChildProcess | undefined;
     let conn: Deno.Conn | undefined;
     const timers: ReturnType<typeof setTimeout>[] = [];
@@ -487,6 +509,10 @@ export class WorkerConnection {
       if (this.#dead !== undefined) return;
       const code = err instanceof WorkerProtocolError ? err.code : "io_error";
       this.#die(code, `broke the connection: ${errorText(err)}`);
+    } finally {
+      // Nothing more will arrive. A request still waiting hears it now, also when the connection
+      // was already dead (shut down, then killed), where #die returned without waking it.
+      this.#wake?.();
     }
   }
 

@@ -193,7 +193,7 @@ export function checkGbnf(source: string, options: CheckGbnfOptions = {}): Check
     );
   }
   if (typeof source !== "string") {
-    throw refusal(String(source), "syntax", "expected a string", 0, undefined);
+    throw refusal("", "syntax", "expected a string", 0, undefined);
   }
   checkEncoding(source, maxBytes);
   const parser = new GbnfParser(source, maxRules);

@@ -119,7 +119,7 @@ const VALID: { name: string; source: string; rules: string[] }[] = [
   { name: "empty root", source: "root ::=", rules: ["root"] },
 ];
 
-/** What llama.cpp 's own parser (node-llama-cpp 3.21.1) does with a grammar checkGbnf() refuses. */
+/** What llama.cpp's own parser (node-llama-cpp 3.21.1) does with a grammar checkGbnf() refuses. */
 type LlamaVerdict =
   | "refuses" // llama.cpp throws: "Failed to parse grammar"
   | "accepts" // llama.cpp accepts it: checkGbnf() is stricter on purpose
@@ -648,7 +648,8 @@ Deno.test("checkGbnf() abbreviates long left-recursive cycles", () => {
  * `llama_grammar_init_impl` without a model: parse, root check, left-recursion check, initial
  * stacks) on each grammar, in a child process: llama.cpp prints every refused grammar to stderr,
  * and a grammar that kills llama.cpp must not take the test runner with it. The child's data
- * segment is capped (1 GB) so that a runaway allocation fails fast instead of taking the machine.
+ * segment is capped (1 GB) so that a runaway allocation fails fast instead of taking the machine;
+ * a probe that outlives its timeout is killed and reported as signal "timeout".
  *
  * @returns true for each grammar llama.cpp accepted.
  */
@@ -693,19 +694,21 @@ async function llamaProbe(
 ): Promise<
   { success: boolean; code: number; signal: string | null; stdout: string; stderrTail: string }
 > {
-  const out = await new Deno.Command("bash", {
-    args: [
-      "-c",
-      'ulimit -d 1000000 && exec "$0" eval --no-check "$1"',
-      Deno.execPath(),
-      PROBE,
-    ],
-    cwd: ROOT,
-    env: { GBNF_PROBE_INPUT: input, DENO_NO_UPDATE_CHECK: "1" },
-    stdout: "piped",
-    stderr: "piped",
-    signal: AbortSignal.timeout(timeoutMs),
-  }).output();
+  const signal = AbortSignal.timeout(timeoutMs);
+  let out: Deno.CommandOutput;
+  try {
+    out = await new Deno.Command("bash", {
+      args: ["-c", 'ulimit -d 1000000 && exec "$0" eval --no-check "$1"', Deno.execPath(), PROBE],
+      cwd: ROOT,
+      env: { GBNF_PROBE_INPUT: input, DENO_NO_UPDATE_CHECK: "1" },
+      stdout: "piped",
+      stderr: "piped",
+      signal,
+    }).output();
+  } catch (err) {
+    if (!signal.aborted) throw err;
+    return { success: false, code: -1, signal: "timeout", stdout: "", stderrTail: "" };
+  }
   return {
     success: out.success,
     code: out.code,
@@ -753,7 +756,7 @@ Deno.test({
     try {
       await Deno.writeTextFile(input, JSON.stringify([grammar.source]));
       const out = await llamaProbe(input, 60_000);
-      assert.ok(out.stdout.includes("ready"), "llama.cpp did not load");
+      assert.ok(out.signal === "timeout" || out.stdout.includes("ready"), "llama.cpp did not load");
       assert.equal(out.success, false, `llama.cpp survived: ${out.stdout}`);
       assert.ok(!/^[01]$/m.test(out.stdout), `llama.cpp answered: ${out.stdout}`);
     } finally {

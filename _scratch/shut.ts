@@ -1,0 +1,13 @@
+import { WorkerConnection } from "../lib/workers/host.ts";
+import { resolveLlamaWorkerLaunch } from "../lib/engines/llama/launch.ts";
+const dir = await Deno.makeTempDir({ dir: "/tmp", prefix: "syn" });
+const { promise: hanging, resolve } = Promise.withResolvers<void>();
+const c = await WorkerConnection.start({ engine: "llama.cpp-worker", workerId: "w", runtimeDir: dir, launch: resolveLlamaWorkerLaunch({ extraArgs: ["--test-hang-after", "1"], env: () => undefined }), onLogLine: (l) => { if (l.includes("hanging")) resolve(); } });
+await c.request({ type: "PING", req_id: 1 }, undefined, 5000);
+const t0 = performance.now();
+const p = c.request({ type: "PING", req_id: 2 }, undefined, 8000).catch((e) => e);
+await hanging;
+await c.shutdown(300);
+console.log("shutdown done", performance.now() - t0);
+const e = await p;
+console.log("request settled", performance.now() - t0, e.details?.reason);

@@ -1,0 +1,641 @@
+/**
+ * Worker host, supervisor and llama lane against real worker processes (`workers/llama.ts` and
+ * its hidden `--test-…` hooks), no mocks: every way a worker can fail the handshake or break the
+ * connection afterwards is a typed `engine_crashed` with its `details.reason`, the process is gone
+ * afterwards, and the host starts a healthy worker right after (contract.md §7, F13).
+ */
+import assert from "node:assert/strict";
+import { SynapseError } from "../../lib/contract/errors.ts";
+import { DEFAULT_CONFIG } from "../../lib/config/config.ts";
+import type { PreloadModelConfig, SynapseConfig } from "../../lib/config/config.ts";
+import { resolveLlamaWorkerLaunch } from "../../lib/engines/llama/launch.ts";
+import { LlamaLane } from "../../lib/engines/llama/llama_lane.ts";
+import type { LlamaModelSpec } from "../../lib/engines/llama/llama_lane.ts";
+import { serveHttp } from "../../lib/http/server.ts";
+import type { MachineProfile } from "../../lib/identity/machine_profile.ts";
+import type { LogSink } from "../../lib/log/log.ts";
+import { createSynapse } from "../../lib/synapse.ts";
+import { WorkerConnection, WorkerErrReply } from "../../lib/workers/host.ts";
+import type { WorkerStartOptions } from "../../lib/workers/host.ts";
+import { encodeI32LE } from "../../lib/workers/messages.ts";
+import type { PongMessage } from "../../lib/workers/messages.ts";
+import { SupervisedWorker } from "../../lib/workers/supervisor.ts";
+import { MODELS, resultOf, semanticError } from "../_helpers.ts";
+
+const LLAMA_DIR = `${MODELS}/synapse-tiny-llama`;
+const EMBED_DIR = `${MODELS}/synapse-tiny-embed`;
+
+/** A socket directory short enough for the 108-byte unix path limit, removed on dispose. */
+async function runtimeDir(): Promise<AsyncDisposable & { path: string }> {
+  const path = await Deno.makeTempDir({ dir: "/tmp", prefix: "syn" });
+  return {
+    path,
+    async [Symbol.asyncDispose]() {
+      await Deno.remove(path, { recursive: true });
+    },
+  };
+}
+
+/** Start options of a real llama worker with `extra` test hooks (env ignored: the sibling bin). */
+function workerOptions(
+  dir: string,
+  extra: string[] = [],
+  more: Partial<WorkerStartOptions> = {},
+): WorkerStartOptions {
+  return {
+    engine: "llama.cpp-worker",
+    workerId: "host-test",
+    runtimeDir: dir,
+    launch: resolveLlamaWorkerLaunch({ extraArgs: extra, env: () => undefined }),
+    ...more,
+  };
+}
+
+const PING = (req_id = 1) => ({ type: "PING" as const, req_id });
+
+/** Asserts `err` is `engine_crashed` (transient, retry hint) with one of `reasons`. */
+function assertCrash(err: unknown, reasons: string[]): Record<string, unknown> {
+  assert.ok(err instanceof SynapseError, `expected a SynapseError, got ${err}`);
+  assert.equal(err.code, "engine_crashed", err.message);
+  assert.equal(err.errorClass, "transient");
+  assert.ok((err.retryAfterMs ?? 0) > 0, "engine_crashed carries a retry hint");
+  const d = err.details as Record<string, unknown>;
+  assert.ok(reasons.includes(String(d.reason)), `reason ${d.reason} ∉ ${reasons}: ${err.message}`);
+  assert.equal(typeof d.log_tail, "string");
+  return d;
+}
+
+/** Rejection of `p`, which must reject. */
+async function rejection(p: Promise<unknown>): Promise<unknown> {
+  try {
+    await p;
+  } catch (err) {
+    return err;
+  }
+  assert.fail("expected a rejection");
+}
+
+/** Asserts the process `pid` no longer exists (exited and reaped). */
+function assertGone(pid: unknown): void {
+  assert.equal(typeof pid, "number", "the crash names the worker's pid");
+  if (Deno.build.os === "linux") {
+    assert.throws(() => Deno.statSync(`/proc/${pid}`), Deno.errors.NotFound, `pid ${pid} lives`);
+  } else {
+    assert.throws(() => Deno.kill(pid as number, "SIGCONT"), `pid ${pid} lives`);
+  }
+}
+
+/** Asserts nothing is left in the socket directory (the listener's socket was removed). */
+function assertNoSocket(dir: string): void {
+  assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name), []);
+}
+
+/** The host starts a healthy worker that answers PING, then shuts it down. */
+async function assertHealthyStart(dir: string): Promise<void> {
+  const conn = await WorkerConnection.start(workerOptions(dir));
+  try {
+    const pong = await conn.request<PongMessage>(PING(7), undefined, 10_000);
+    assert.equal(pong.msg.type, "PONG");
+    assert.equal(pong.msg.req_id, 7);
+  } finally {
+    await conn.shutdown();
+  }
+  assert.equal(conn.exitStatus?.success, true, "SHUTDOWN ends the worker with exit code 0");
+  assertGone(conn.pid);
+  assertNoSocket(dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handshake
+
+const HANDSHAKE_CASES: {
+  name: string;
+  extra: string[];
+  more?: Partial<WorkerStartOptions>;
+  reason: string;
+  tail?: string;
+}[] = [
+  { name: "a HELLO with the wrong nonce", extra: ["--test-wrong-nonce"], reason: "nonce_mismatch" },
+  {
+    name: "a HELLO of protocol version 1",
+    extra: ["--test-protocol-version", "1"],
+    reason: "version_mismatch",
+  },
+  {
+    name: "a HELLO with an unknown engine name",
+    extra: ["--test-engine", "bogus-engine"],
+    reason: "engine_mismatch",
+  },
+  {
+    name: "a HELLO whose engine version is not the expected one",
+    extra: [],
+    more: { expectedVersion: "0.0.0" },
+    reason: "identity_mismatch",
+  },
+  {
+    name: "a worker that never sends HELLO",
+    extra: ["--test-no-hello"],
+    more: { helloTimeoutMs: 1_500 },
+    reason: "hello_timeout",
+    tail: "not sending HELLO",
+  },
+  {
+    name: "a worker that exits before connecting",
+    extra: ["--test-exit-before-connect"],
+    reason: "exited_before_hello",
+    tail: "exiting before connecting",
+  },
+];
+
+for (const c of HANDSHAKE_CASES) {
+  Deno.test(`WorkerConnection.start() refuses ${c.name} and kills the worker`, async () => {
+    await using dir = await runtimeDir();
+    const t0 = performance.now();
+    const err = await rejection(WorkerConnection.start(workerOptions(dir.path, c.extra, c.more)));
+    const d = assertCrash(err, [c.reason]);
+    assert.equal(d.worker_id, "host-test");
+    if (c.tail !== undefined) {
+      assert.match(String(d.log_tail), new RegExp(c.tail), "the log tail holds the worker's words");
+    }
+    if (c.reason === "hello_timeout") {
+      assert.ok(performance.now() - t0 >= 1_500, "waited the HELLO timeout");
+    }
+    assertGone(d.pid);
+    assertNoSocket(dir.path);
+    await assertHealthyStart(dir.path);
+  });
+}
+
+Deno.test("WorkerConnection.start() reports a program that cannot be spawned as spawn_failed", async () => {
+  await using dir = await runtimeDir();
+  const err = await rejection(WorkerConnection.start({
+    ...workerOptions(dir.path),
+    launch: { command: `${dir.path}/no-such-worker`, args: [] },
+  }));
+  const d = assertCrash(err, ["spawn_failed"]);
+  assert.equal(d.pid, undefined, "nothing was spawned");
+  assert.match((err as Error).message, /no-such-worker/);
+  assertNoSocket(dir.path);
+  await assertHealthyStart(dir.path);
+});
+
+Deno.test("WorkerConnection.start() kills a program that never connects (accept_timeout)", async () => {
+  await using dir = await runtimeDir();
+  const t0 = performance.now();
+  const err = await rejection(WorkerConnection.start({
+    ...workerOptions(dir.path),
+    // `exec`: the pid the host holds is the sleeping program itself.
+    launch: { command: "bash", args: ["-c", "echo not a worker >&2; exec sleep 30", "bash"] },
+    acceptTimeoutMs: 1_000,
+  }));
+  const d = assertCrash(err, ["accept_timeout"]);
+  assert.ok(performance.now() - t0 < 10_000, "not the sleep's 30 s");
+  assert.match(String(d.log_tail), /not a worker/);
+  assertGone(d.pid);
+  assertNoSocket(dir.path);
+  await assertHealthyStart(dir.path);
+});
+
+Deno.test("WorkerConnection.start() reports a socket path over the unix limit as spawn_failed", async () => {
+  await using dir = await runtimeDir();
+  const long = `${dir.path}/${"d".repeat(110)}`;
+  const err = await rejection(WorkerConnection.start(workerOptions(long)));
+  const d = assertCrash(err, ["spawn_failed"]);
+  assert.equal(d.pid, undefined, "nothing was spawned");
+  assert.match((err as Error).message, /cannot listen on/);
+  await Deno.remove(long); // the directory itself could be made
+  await assertHealthyStart(dir.path);
+});
+
+// ---------------------------------------------------------------------------------------------
+// After the handshake
+
+const BROKEN_FRAME_CASES: { name: string; flag: string; reasons: string[] }[] = [
+  { name: "a frame that is not JSON", flag: "--test-garbage-frame", reasons: ["bad_json"] },
+  {
+    name: "a frame over the negotiated max",
+    flag: "--test-oversize-frame",
+    reasons: ["frame_too_large"],
+  },
+  { name: "half a frame, then EOF", flag: "--test-truncated-frame", reasons: ["truncated", "eof"] },
+];
+
+for (const c of BROKEN_FRAME_CASES) {
+  Deno.test(`WorkerConnection.request() answers ${c.name} with engine_crashed and kills the worker`, async () => {
+    await using dir = await runtimeDir();
+    const conn = await WorkerConnection.start(workerOptions(dir.path, [c.flag]));
+    const err = await rejection(conn.request(PING(), undefined, 10_000));
+    const d = assertCrash(err, c.reasons);
+    assert.equal(d.pid, conn.pid);
+    assert.equal(conn.dead, err, "the connection is dead with that error");
+    // Every later request gets the same answer at once, without touching the worker.
+    assert.equal(await rejection(conn.request(PING(2), undefined, 10_000)), err);
+    await conn.settled();
+    assert.ok(conn.exitStatus !== undefined, "the process ended");
+    assertGone(conn.pid);
+    await assertHealthyStart(dir.path);
+  });
+}
+
+Deno.test("WorkerConnection.request() reports an aborting worker (SIGABRT) with its last words", async () => {
+  await using dir = await runtimeDir();
+  const conn = await WorkerConnection.start(workerOptions(dir.path, ["--test-abort-after", "1"]));
+  const pong = await conn.request(PING(1), undefined, 10_000);
+  assert.equal(pong.msg.type, "PONG");
+  const err = await rejection(conn.request(PING(2), undefined, 10_000));
+  assertCrash(err, ["eof", "exited", "io_error"]);
+  await conn.settled();
+  assert.equal(conn.exitStatus?.signal, "SIGABRT");
+  const d = (err as SynapseError).details as Record<string, unknown>;
+  assert.match(String(d.log_tail), /abort \(test hook --test-abort-after\)/);
+  assert.equal(d.log_tail, conn.logTail());
+  assertGone(conn.pid);
+  await assertHealthyStart(dir.path);
+});
+
+Deno.test("WorkerConnection.request() times out a hung worker and kills it", async () => {
+  await using dir = await runtimeDir();
+  const conn = await WorkerConnection.start(workerOptions(dir.path, ["--test-hang-after", "1"]));
+  await conn.request(PING(1), undefined, 10_000);
+  const t0 = performance.now();
+  const err = await rejection(conn.request(PING(2), undefined, 1_000));
+  const ms = performance.now() - t0;
+  assertCrash(err, ["timeout"]);
+  assert.ok(ms >= 990 && ms < 5_000, `answered after ${ms} ms`);
+  await conn.settled();
+  assert.equal(conn.exitStatus?.signal, "SIGKILL", "the host killed it");
+  assert.match(conn.logTail(), /hanging \(test hook/);
+  assertGone(conn.pid);
+  await assertHealthyStart(dir.path);
+});
+
+Deno.test("WorkerConnection.request() answers engine_crashed when the worker is SIGKILLed mid-request", async () => {
+  await using dir = await runtimeDir();
+  const { promise: hanging, resolve } = Promise.withResolvers<void>();
+  const conn = await WorkerConnection.start(workerOptions(dir.path, ["--test-hang-after", "1"], {
+    onLogLine: (line) => {
+      if (line.includes("hanging")) resolve();
+    },
+  }));
+  await conn.request(PING(1), undefined, 10_000);
+  const t0 = performance.now();
+  const inFlight = rejection(conn.request(PING(2), undefined, 30_000));
+  await hanging; // the worker holds the request
+  Deno.kill(conn.pid, "SIGKILL");
+  const err = await inFlight;
+  assertCrash(err, ["eof", "exited", "io_error"]);
+  assert.ok(performance.now() - t0 < 10_000, "not the 30 s request timeout");
+  await conn.settled();
+  assert.equal(conn.exitStatus?.signal, "SIGKILL");
+  assertGone(conn.pid);
+  await assertHealthyStart(dir.path);
+});
+
+Deno.test("WorkerConnection.shutdown() fails the request in flight at once when it kills a hung worker", async () => {
+  await using dir = await runtimeDir();
+  const { promise: hanging, resolve } = Promise.withResolvers<void>();
+  const conn = await WorkerConnection.start(workerOptions(dir.path, ["--test-hang-after", "1"], {
+    onLogLine: (line) => {
+      if (line.includes("hanging")) resolve();
+    },
+  }));
+  await conn.request(PING(1), undefined, 10_000);
+  const inFlight = rejection(conn.request(PING(2), undefined, 15_000));
+  await hanging;
+  const t0 = performance.now();
+  await conn.shutdown(300); // SHUTDOWN is never read: killed after the grace period
+  const err = await inFlight;
+  const ms = performance.now() - t0;
+  assert.ok(err instanceof SynapseError);
+  assert.equal(err.code, "engine_crashed");
+  assert.equal((err.details as { reason: string }).reason, "shutdown");
+  // Before the fix the waiter was never woken and sat out its own 15 s timeout.
+  assert.ok(ms < 5_000, `the request in flight was answered ${ms} ms after shutdown began`);
+  assert.equal(conn.exitStatus?.signal, "SIGKILL");
+  assertGone(conn.pid);
+});
+
+Deno.test("WorkerConnection.request() treats a worker ERR as an answer, not a crash", async () => {
+  await using dir = await runtimeDir();
+  const conn = await WorkerConnection.start(workerOptions(dir.path));
+  try {
+    const err = await rejection(conn.request(
+      {
+        type: "RERANK",
+        req_id: 1,
+        model_ref: "m1",
+        query_n_tokens: 1,
+        candidates: [{ n_tokens: 1 }],
+      },
+      encodeI32LE(Int32Array.of(1, 2)),
+      10_000,
+    ));
+    assert.ok(err instanceof WorkerErrReply, `expected WorkerErrReply, got ${err}`);
+    assert.equal(err.workerCode, "unsupported_request");
+    assert.equal(conn.dead, undefined);
+    const pong = await conn.request<PongMessage>(PING(2), undefined, 10_000);
+    assert.equal(pong.msg.req_id, 2);
+    assert.equal(conn.dead, undefined, "same connection, same worker");
+    assert.equal(conn.exitStatus, undefined);
+  } finally {
+    await conn.shutdown();
+  }
+  assertGone(conn.pid);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Supervision
+
+Deno.test("SupervisedWorker restarts within the crash budget and quarantines the third crash in 60 s", async () => {
+  await using dir = await runtimeDir();
+  let t = 1_000_000;
+  const sw = new SupervisedWorker({
+    key: "k",
+    now: () => t,
+    start: workerOptions(dir.path, ["--test-abort-after", "1"]),
+  });
+  try {
+    const pids: number[] = [];
+    for (let i = 1; i <= 3; i++) {
+      const conn = await sw.connection();
+      const pong = await sw.call(PING(1), undefined, 10_000);
+      assert.equal(pong.msg.type, "PONG", `worker ${i} answers`);
+      assert.equal(sw.generation, i);
+      assert.equal(sw.status().state, "ready");
+      pids.push(conn.pid);
+      assertCrash(await rejection(sw.call(PING(2), undefined, 10_000)), ["eof", "exited"]);
+      await conn.settled();
+      assertGone(conn.pid);
+      const st = sw.status();
+      assert.equal(st.recent_crashes, i);
+      assert.equal(st.state, i < 3 ? "idle" : "quarantined");
+      t += 10_000;
+    }
+    assert.equal(new Set(pids).size, 3, "each restart is a new process");
+    const err = await rejection(sw.call(PING(3), undefined, 10_000));
+    assert.ok(err instanceof SynapseError);
+    assert.equal(err.code, "probe_required");
+    assert.equal(err.errorClass, "permanent");
+    const d = err.details as { reason: string; crashes: { at_ms: number; reason: string }[] };
+    assert.equal(d.reason, "worker_quarantined");
+    assert.deepEqual(d.crashes.map((c) => c.at_ms), [1_000_000, 1_010_000, 1_020_000]);
+    assert.equal(sw.generation, 3, "a quarantined key starts no worker");
+    const st = sw.status();
+    assert.equal(st.state, "quarantined");
+    assert.equal(st.quarantine?.reason, "worker_quarantined");
+    assert.equal(st.total_crashes, 3);
+    t += 3_600_000;
+    assert.equal(sw.status().state, "quarantined", "for the host's lifetime");
+  } finally {
+    await sw.close();
+  }
+});
+
+Deno.test("SupervisedWorker does not quarantine crashes more than 60 s apart", async () => {
+  await using dir = await runtimeDir();
+  let t = 0;
+  const sw = new SupervisedWorker({
+    key: "k",
+    now: () => t,
+    start: workerOptions(dir.path, ["--test-abort-after", "1"]),
+  });
+  try {
+    for (let i = 1; i <= 3; i++) {
+      await sw.call(PING(1), undefined, 10_000);
+      assertCrash(await rejection(sw.call(PING(2), undefined, 10_000)), ["eof", "exited"]);
+      assert.equal(sw.status().recent_crashes, 1);
+      t += 60_001;
+    }
+    const pong = await sw.call(PING(1), undefined, 10_000);
+    assert.equal(pong.msg.type, "PONG");
+    const st = sw.status();
+    assert.equal(st.state, "ready");
+    assert.equal(st.generation, 4);
+    assert.equal(st.total_crashes, 3);
+    assert.equal(st.quarantine, undefined);
+  } finally {
+    await sw.close();
+  }
+});
+
+Deno.test("SupervisedWorker counts failed handshakes as crashes", async () => {
+  await using dir = await runtimeDir();
+  const sw = new SupervisedWorker({
+    key: "k",
+    start: workerOptions(dir.path, ["--test-wrong-nonce"]),
+  });
+  try {
+    for (let i = 1; i <= 3; i++) {
+      const d = assertCrash(await rejection(sw.call(PING(1), undefined, 10_000)), [
+        "nonce_mismatch",
+      ]);
+      assertGone(d.pid);
+    }
+    const err = await rejection(sw.connection());
+    assert.ok(err instanceof SynapseError);
+    assert.equal(err.code, "probe_required");
+    assert.equal((err.details as { reason: string }).reason, "worker_quarantined");
+    assert.equal(sw.status().state, "quarantined");
+  } finally {
+    await sw.close();
+  }
+  assertNoSocket(dir.path);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Llama lane
+
+function generateSpec(): LlamaModelSpec {
+  return {
+    modelId: "tiny-gen",
+    ggufPath: `${LLAMA_DIR}/model.gguf`,
+    ggufDigest: `sha256:${"0".repeat(64)}`,
+    mode: "generate",
+    contextSize: 512,
+    threads: 1,
+    pooling: "last",
+    normalize: false,
+  };
+}
+
+/** A log sink that keeps every line with the time it arrived. */
+function captureLog(): {
+  log: LogSink;
+  lines: { at: number; level: string; target: string; message: string; fields?: object }[];
+} {
+  const lines: { at: number; level: string; target: string; message: string; fields?: object }[] =
+    [];
+  return {
+    lines,
+    log: (level, target, message, fields) =>
+      lines.push({ at: performance.now(), level, target, message, ...(fields ? { fields } : {}) }),
+  };
+}
+
+Deno.test("LlamaLane.generate() survives a worker abort: engine_crashed once, then a new worker reloads the model", async () => {
+  await using dir = await runtimeDir();
+  const { log } = captureLog();
+  const lane = new LlamaLane(generateSpec(), {
+    launch: resolveLlamaWorkerLaunch({ extraArgs: ["--test-abort-after", "2"], env: () => {} }),
+    runtimeDir: dir.path,
+    log,
+  });
+  try {
+    const ids = Int32Array.of(1, 10, 20, 30, 40);
+    const first = await lane.generate(ids, 8);
+    assert.ok(first.generatedIds.length > 0, "the tiny model generates");
+    assert.equal(first.nPrompt, ids.length);
+    const pid1 = lane.worker.pid!;
+    assert.equal(lane.worker.generation, 1);
+    const err = await rejection(lane.generate(ids, 8));
+    assertCrash(err, ["eof", "exited"]);
+    assert.equal(lane.inFlight, 0);
+    const again = await lane.generate(ids, 8);
+    assert.equal(lane.worker.generation, 2, "a fresh worker");
+    assert.notEqual(lane.worker.pid, pid1);
+    assert.deepEqual(again.generatedIds, first.generatedIds, "same ids, same greedy output");
+    assert.equal(again.finishReason, first.finishReason);
+    assertGone(pid1);
+    assert.equal(lane.status().recent_crashes, 1);
+  } finally {
+    await lane.close();
+  }
+});
+
+Deno.test("LlamaLane caps forwarded worker lines per second and reports the dropped count", async () => {
+  await using dir = await runtimeDir();
+  const cap = captureLog();
+  const lane = new LlamaLane(generateSpec(), {
+    launch: resolveLlamaWorkerLaunch({
+      extraArgs: ["--test-log-burst", "200", "--test-abort-after", "0"],
+      env: () => {},
+    }),
+    runtimeDir: dir.path,
+    log: cap.log,
+    forwardLinesPerSec: 5,
+  });
+  try {
+    await lane.worker.connection(); // the worker printed its 200 lines before connecting
+    const burst = cap.lines.filter((l) => l.target === "worker.llama.tiny-gen");
+    assert.ok(burst.length >= 1 && burst.length <= 5, `${burst.length} lines forwarded`);
+    assert.equal(burst[0]!.message, "llama worker: test log line 0");
+    for (const l of burst) assert.ok(l.at - burst[0]!.at < 1_000);
+    // A line more than a second later (its abort message) gets through, carrying the count.
+    await new Promise((r) => setTimeout(r, 1_100));
+    const conn = await lane.worker.connection();
+    assertCrash(await rejection(lane.load()), ["eof", "exited"]);
+    await conn.settled();
+    const later = cap.lines.filter((l) =>
+      l.target === "worker.llama.tiny-gen" && l.at - burst[0]!.at >= 1_000
+    );
+    assert.ok(later.length >= 1, "a later line is forwarded");
+    const dropped = (later[0]!.fields as { dropped?: number }).dropped ?? 0;
+    assert.ok(dropped >= 195, `dropped=${dropped}`);
+    const crashLine = cap.lines.find((l) => l.level === "error");
+    assert.match(String(crashLine?.message), /worker crashed/);
+  } finally {
+    await lane.close();
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
+// F13 end to end
+
+const MACHINE = {
+  os_build: "test",
+  arch: "x86_64",
+  chip_model: "test",
+  ram_class: "unknown",
+  engine_identities: [],
+} as unknown as MachineProfile;
+
+Deno.test("F13: an aborting llama model costs engine_crashed per call, then quarantine; the ORT model keeps serving and /health says degraded", async () => {
+  await using dir = await runtimeDir();
+  const store = await Deno.makeTempDir({ prefix: "synapse-test-" });
+  const cap = captureLog();
+  const entries: Partial<PreloadModelConfig>[] = [
+    {
+      engine: "ort",
+      model_path: `${EMBED_DIR}/model.onnx`,
+      tokenizer_path: `${EMBED_DIR}/tokenizer.json`,
+      config_path: `${EMBED_DIR}/config.json`,
+      model_id: "emb",
+      task: "embed",
+    },
+    {
+      engine: "llama",
+      model_path: LLAMA_DIR,
+      tokenizer_path: `${LLAMA_DIR}/tokenizer.json`,
+      model_id: "gen",
+      task: "generate",
+      worker_runtime_dir: dir.path,
+    },
+  ];
+  const config: SynapseConfig = {
+    ...structuredClone(DEFAULT_CONFIG),
+    preload_models: entries.map((e) => ({
+      pooling: "mean",
+      normalize: true,
+      max_tokens: 512,
+      ...e,
+    })) as PreloadModelConfig[],
+  };
+  const syn = await createSynapse({
+    config,
+    storePath: `${store}/store.db`,
+    machineProfile: MACHINE,
+    log: cap.log,
+    // LOAD is request 1, so every GENERATE aborts the worker.
+    llamaWorkerArgs: ["--test-abort-after", "1"],
+  });
+  const server = serveHttp(syn, {});
+  try {
+    const embed = async () => {
+      assert.equal(
+        resultOf(await syn.call("embed.query", { model: "emb", text: "serving" })).dims,
+        32,
+      );
+    };
+    resultOf(await syn.call("models.list", {}));
+    await embed();
+    const oneshot = () =>
+      syn.call("microllm.oneshot", { model: "gen", prompt: "Hi", max_tokens: 4 });
+    for (let i = 1; i <= 3; i++) {
+      const e = semanticError(await oneshot());
+      assert.equal(e.code, "engine_crashed", `call ${i}: ${JSON.stringify(e)}`);
+      assert.equal(e.class, "transient");
+      assert.ok(e.retry_after_ms > 0, "a retry hint");
+      assert.ok(String(e.details?.log_tail ?? "").length > 0, "the worker's last words");
+      await embed();
+    }
+    const q = semanticError(await oneshot());
+    assert.equal(q.code, "probe_required", JSON.stringify(q));
+    assert.equal(q.class, "permanent");
+    assert.equal(q.details?.reason, "worker_quarantined");
+    assert.equal(q.details?.crashes?.length, 3);
+    await embed();
+
+    const models = resultOf(await syn.call("models.list", {})).models;
+    const gen = models.find((m: { model_id: string }) => m.model_id === "gen");
+    assert.equal(gen.serving_admission, "quarantined", JSON.stringify(gen));
+    assert.equal(gen.serving_admission_reason.reason, "worker_quarantined");
+    assert.equal(gen.worker.total_crashes, 3);
+    const lanes = resultOf(await syn.call("admission.status", {})).lanes;
+    const llamaLane = lanes.find((l: { engine: string }) => l.engine === "llama");
+    assert.equal(llamaLane?.serving_admission, "quarantined", JSON.stringify(lanes));
+    assert.equal(llamaLane?.serving_admission_reason.reason, "worker_quarantined");
+
+    const res = await fetch(`http://127.0.0.1:${server.port}/health`);
+    const health = await res.json();
+    assert.equal(res.status, 200);
+    assert.equal(health.status, "degraded");
+    const hgen = health.models.find((m: { model_id: string }) => m.model_id === "gen");
+    assert.equal(hgen.serving_admission, "quarantined");
+    assert.equal(hgen.serving_admission_reason.reason, "worker_quarantined");
+    assert.ok(cap.lines.some((l) => l.level === "error" && /worker crashed/.test(l.message)));
+  } finally {
+    await server.shutdown();
+    await syn.dispose();
+    await Deno.remove(store, { recursive: true });
+  }
+});
