@@ -238,5 +238,84 @@ console.log(`  ratio synapse / direct  ${(sEmb / dEmb).toFixed(3)}  (target >= 0
 await syn2.dispose();
 await embCtx.dispose();
 await model.dispose();
+
+// ---------- generation beside embeddings ----------
+// embed.query latency on the MiniLM-shaped ONNX model, idle and while microllm.oneshot runs
+// back to back on the GGUF model: generation has its own worker and queue class (decode), so it
+// must not starve the embedding lane.
+const MINILM = `${ROOT}/fixtures/bench/minilm-shaped`;
+const env3 = {
+  ...env,
+  XDG_DATA_HOME: `${tmp}/data3`,
+  SYNAPSE_CONFIG_JSON: JSON.stringify({
+    knob: "balanced",
+    preload_models: [
+      {
+        engine: "ort",
+        model_path: `${MINILM}/model.onnx`,
+        tokenizer_path: `${MINILM}/tokenizer.json`,
+        config_path: `${MINILM}/config.json`,
+        model_id: "minilm-shaped",
+      },
+      {
+        engine: "llama",
+        model_path: MODEL_DIR,
+        tokenizer_path: `${MODEL_DIR}/tokenizer.json`,
+        model_id: "llama-135m-gen",
+        task: "generate",
+        max_tokens: CONTEXT,
+      },
+    ],
+  }),
+};
+const syn3 = await createSynapse({
+  config: loadConfig({ env: env3, cwd: tmp }).config,
+  env: env3,
+  log: nullLog,
+});
+const queries = corpus.slice(0, 60).map((t) => t.split(" ").slice(0, 12).join(" "));
+async function queryLatencies(): Promise<number[]> {
+  const out: number[] = [];
+  for (const q of queries) {
+    const t0 = performance.now();
+    const r = await syn3.call("embed.query", { text: q, model: "minilm-shaped" });
+    out.push(performance.now() - t0);
+    if (r.kind !== "result") throw new Error(JSON.stringify(r.body));
+    await new Promise((res) => setTimeout(res, 20));
+  }
+  return out.sort((a, b) => a - b);
+}
+await queryLatencies(); // warm
+const idle = await queryLatencies();
+let generating = true;
+let genTokens = 0;
+const genStart = performance.now();
+const loop = (async () => {
+  while (generating) {
+    const r = await syn3.call("microllm.oneshot", {
+      model: "llama-135m-gen",
+      prompt: prompts[genTokens % prompts.length]!,
+      max_tokens: GEN_TOKENS,
+      deadline_ms: 600_000,
+    });
+    genTokens += (r.body as { result: { n_gen?: number } }).result.n_gen ?? 0;
+  }
+})();
+const loaded = await queryLatencies();
+generating = false;
+await loop;
+const genTps = genTokens / ((performance.now() - genStart) / 1000);
+const pct = (xs: number[], p: number) => xs[Math.min(xs.length - 1, Math.floor(p * xs.length))]!;
+console.log(`embed.query beside generation (${queries.length} queries each):`);
+console.log(
+  `  idle p50 ${pct(idle, 0.5).toFixed(2)} ms, p95 ${pct(idle, 0.95).toFixed(2)} ms`,
+);
+console.log(
+  `  while generating p50 ${pct(loaded, 0.5).toFixed(2)} ms, p95 ${
+    pct(loaded, 0.95).toFixed(2)
+  } ms (generation went on at ${genTps.toFixed(1)} tokens/s)`,
+);
+console.log(`  p95 loaded / p50 idle ${(pct(loaded, 0.95) / pct(idle, 0.5)).toFixed(2)}`);
+await syn3.dispose();
 await Deno.remove(tmp, { recursive: true }).catch(() => {});
 Deno.exit(0);

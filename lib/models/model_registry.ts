@@ -468,7 +468,17 @@ export class ModelRegistry {
       scheduler,
       runner: { run: (_ref, rows) => lane.embed(rows) },
     };
-    const { dims, coldLoadMs, identity } = await lane.load();
+    let loaded: Awaited<ReturnType<LlamaLane["load"]>>;
+    try {
+      loaded = await lane.load();
+    } catch (err) {
+      // A failed model stays failed: its worker must not linger (nor show as serving).
+      delete m.own;
+      scheduler.dispose();
+      await lane.close().catch(() => {});
+      throw err;
+    }
+    const { dims, coldLoadMs, identity } = loaded;
     const engine: EngineIdentity = {
       engine: identity.engine,
       version: identity.version,

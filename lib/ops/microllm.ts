@@ -124,7 +124,7 @@ export async function microllmOneshot(
   const limits = ctx.config.inline;
   const maxQueueMs = p.max_queue_ms ?? limits.max_queue_ms;
   using permit = ctx.admission.admit({
-    bytes: utf8Length(p.prompt) + (grammar?.length ?? 0),
+    bytes: utf8Length(p.prompt) + (grammar === undefined ? 0 : utf8Length(grammar)),
     deadlineMs: p.deadline_ms ?? limits.deadline_ms,
     maxQueueMs,
     queueClass: "decode",

@@ -80,8 +80,10 @@ export function modelRow(m: LoadedModel): ModelRow {
   if (m.numericProfileId) row.numeric_profile_id = m.numericProfileId;
   if (m.state === "ready") row.dims = m.dims;
   if (m.task === "embed") {
-    row.pooling = m.source.pooling;
-    row.normalize = m.source.normalize;
+    // The profile's pooling is what the engine does (a GGUF pools as its metadata says).
+    const p = m.profile?.pooling;
+    row.pooling = typeof p === "string" ? p : m.source.pooling;
+    row.normalize = m.profile ? m.profile.normalization === "l2" : m.source.normalize;
   }
   if (m.testModel) row.test_model = true;
   if (m.coldLoadMs !== undefined) row.warm_load_cost_hint_ms = Math.round(m.coldLoadMs);
@@ -159,7 +161,7 @@ export function admissionStatus(ctx: OpContext, rawParams: unknown): AdmissionSt
       interactive: s.classes.interactive.tokensPerSecond,
       bulk: s.classes.bulk.tokensPerSecond,
     },
-    models: ctx.registry.list().filter((m) => m.own === undefined).map((m) => m.modelId),
+    models: ctx.registry.list().filter((m) => m.engine === "ort").map((m) => m.modelId),
   });
   const ownLanes = ctx.registry.list().filter((m) => m.own !== undefined).map((m) => {
     const s = m.own!.scheduler.stats();

@@ -250,9 +250,12 @@ Deno.test("microllmOneshot() constrains output with a grammar and refuses bad on
     assert.ok(r.text === "yes" || r.text === "no", r.text);
     assert.equal(r.finish_reason, "grammar_complete");
     assert.ok(r.n_gen >= 1 && r.n_gen < 16);
-    assert.equal(r.text, s.syn.registry.resolve("gen", "generate").tokenizer!.decode(
-      r.generated_token_ids,
-    ));
+    assert.equal(
+      r.text,
+      s.syn.registry.resolve("gen", "generate").tokenizer!.decode(
+        r.generated_token_ids,
+      ),
+    );
   });
 
   await t.step("a JSON-shaped grammar gives text of that shape", async () => {
@@ -361,22 +364,28 @@ Deno.test("microllmOneshot() refuses malformed params, limits, bad prompts and w
     assert.equal(resultOf(await call({ model: "gen", prompt: "hi", max_tokens: 8 })).n_gen, 8);
   });
 
-  await t.step("a missing, zero, negative, fractional or string max_tokens is a channel error (F16)", async () => {
-    for (const max_tokens of [undefined, 0, -1, 1.5, "8", null]) {
-      const params: Record<string, unknown> = { model: "gen", prompt: "hi" };
-      if (max_tokens !== undefined) params.max_tokens = max_tokens;
-      assertChannelNames(await call(params), "max_tokens");
-    }
-  });
+  await t.step(
+    "a missing, zero, negative, fractional or string max_tokens is a channel error (F16)",
+    async () => {
+      for (const max_tokens of [undefined, 0, -1, 1.5, "8", null]) {
+        const params: Record<string, unknown> = { model: "gen", prompt: "hi" };
+        if (max_tokens !== undefined) params.max_tokens = max_tokens;
+        assertChannelNames(await call(params), "max_tokens");
+      }
+    },
+  );
 
-  await t.step("a missing or non-string prompt or grammar is a channel error naming it", async () => {
-    assertChannelNames(await call({ model: "gen", max_tokens: 2 }), "prompt");
-    assertChannelNames(await call({ model: "gen", prompt: 7, max_tokens: 2 }), "prompt");
-    assertChannelNames(
-      await call({ model: "gen", prompt: "hi", max_tokens: 2, grammar: ["root"] }),
-      "grammar",
-    );
-  });
+  await t.step(
+    "a missing or non-string prompt or grammar is a channel error naming it",
+    async () => {
+      assertChannelNames(await call({ model: "gen", max_tokens: 2 }), "prompt");
+      assertChannelNames(await call({ model: "gen", prompt: 7, max_tokens: 2 }), "prompt");
+      assertChannelNames(
+        await call({ model: "gen", prompt: "hi", max_tokens: 2, grammar: ["root"] }),
+        "grammar",
+      );
+    },
+  );
 
   await t.step("an unknown field is a channel error naming it (F16)", async () => {
     for (const field of ["temperature", "maxTokens", "stop"]) {
@@ -402,15 +411,71 @@ Deno.test("microllmOneshot() refuses malformed params, limits, bad prompts and w
     assert.equal(row.total_crashes, 0);
   });
 
-  await t.step("an unknown model is unknown_model; an embedding model is invalid_request", async () => {
-    let e = semanticError(await call({ model: "nope", prompt: "hi", max_tokens: 2 }));
-    assert.equal(e.code, "unknown_model");
-    assert.equal(e.details.model_id, "nope");
-    e = semanticError(await call({ model: "gguf-embed", prompt: "hi", max_tokens: 2 }));
-    assert.equal(e.code, "invalid_request");
-    assert.equal(e.details.model_id, "gguf-embed");
-    assert.equal(e.details.task, "embed");
+  await t.step(
+    "a required_fingerprint other than the model's is substitution_rejected",
+    async () => {
+      const gen = s.syn.registry.resolve("gen", "generate");
+      const other = s.syn.registry.resolve("bytes", "generate");
+      const e = semanticError(
+        await call({
+          model: "gen",
+          prompt: "hi",
+          max_tokens: 2,
+          required_fingerprint: other.fingerprint,
+        }),
+      );
+      assert.equal(e.code, "substitution_rejected");
+      const r = resultOf(
+        await call({
+          model: "gen",
+          prompt: "hi",
+          max_tokens: 2,
+          required_fingerprint: gen.fingerprint,
+        }),
+      );
+      assert.equal(r.fingerprint, gen.fingerprint);
+    },
+  );
+
+  await t.step(
+    "an unknown model is unknown_model; an embedding model is invalid_request",
+    async () => {
+      let e = semanticError(await call({ model: "nope", prompt: "hi", max_tokens: 2 }));
+      assert.equal(e.code, "unknown_model");
+      assert.equal(e.details.model_id, "nope");
+      e = semanticError(await call({ model: "gguf-embed", prompt: "hi", max_tokens: 2 }));
+      assert.equal(e.code, "invalid_request");
+      assert.equal(e.details.model_id, "gguf-embed");
+      assert.equal(e.details.task, "embed");
+    },
+  );
+});
+
+Deno.test("microllmOneshot() counts the grammar in UTF-8 bytes against inline.byte_budget", async () => {
+  await using s = await start({
+    grammar_enabled: true,
+    inline: { byte_budget: 18 },
+    preload_models: [llamaEntry(GEN, "gen", "generate")],
   });
+  // "hi" is 2 bytes; the grammar 17 (its three "é" are 2 bytes each): 19 > 18.
+  const grammar = 'root ::= "\u00e9\u00e9\u00e9"';
+  assert.equal(new TextEncoder().encode(grammar).length, 17);
+  const e = semanticError(
+    await s.syn.call("microllm.oneshot", { model: "gen", prompt: "hi", max_tokens: 2, grammar }),
+  );
+  assert.equal(e.code, "queue_full");
+  assert.equal(e.details.request_bytes, 19);
+  // One "é" less fits: 2 + 15 bytes.
+  const r = resultOf(
+    await s.syn.call("microllm.oneshot", {
+      model: "gen",
+      prompt: "hi",
+      max_tokens: 8,
+      grammar: grammar.replace("\u00e9", ""),
+    }),
+  );
+  assert.equal(r.text, "\u00e9\u00e9");
+  assert.equal(r.finish_reason, "grammar_complete");
 });
 
 /** Byte of a llama2 byte-fallback token: ids 3..258 are `<0x00>`..`<0xFF>`. */
@@ -441,7 +506,11 @@ Deno.test("microllmOneshot() answers valid UTF-8 for byte tokens cut anywhere, a
   await t.step("every max_tokens from 1 to 7", async () => {
     for (let k = 1; k <= 7; k++) {
       const r = resultOf(
-        await s.syn.call("microllm.oneshot", { model: "bytes", prompt: "Hello there", max_tokens: k }),
+        await s.syn.call("microllm.oneshot", {
+          model: "bytes",
+          prompt: "Hello there",
+          max_tokens: k,
+        }),
       );
       assert.equal(r.n_gen, k);
       assert.equal(r.finish_reason, "max_tokens");
