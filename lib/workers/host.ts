@@ -228,6 +228,7 @@ export class WorkerConnection {
     }
     let child: Deno.ChildProcess | undefined;
     let conn: Deno.Conn | undefined;
+    let accepting: Promise<Deno.Conn> | undefined;
     const timers: ReturnType<typeof setTimeout>[] = [];
     const fail = (reason: string, message: string, cause?: unknown): never => {
       throw crashError(options.workerId, reason, message, log, child?.pid, cause);
@@ -256,8 +257,9 @@ export class WorkerConnection {
       const exit = proc.status;
       const timeout = (ms: number, tag: string) =>
         new Promise<string>((resolve) => timers.push(setTimeout(() => resolve(tag), ms)));
+      accepting = listener.accept();
       const accepted = await Promise.race([
-        listener.accept(),
+        accepting,
         exit.then(() => "exited"),
         timeout(options.acceptTimeoutMs ?? WORKER_TIMEOUTS.acceptMs, "timeout"),
       ]);
@@ -335,6 +337,15 @@ export class WorkerConnection {
       try {
         listener.close();
       } catch { /* already closed */ }
+      // Deno unlinks the socket's path when the listener is dropped, which with an accept pending
+      // happens only once that accept settles: wait for it, or it would unlink the socket of the
+      // next worker started on this path.
+      const late = await accepting?.catch(() => undefined);
+      if (late !== undefined && late !== conn) {
+        try {
+          late.close();
+        } catch { /* already closed */ }
+      }
       await Deno.remove(path).catch(() => {});
       try {
         conn?.close();

@@ -17,6 +17,7 @@ import type { LogSink } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import { WorkerConnection, WorkerErrReply } from "../../lib/workers/host.ts";
 import type { WorkerStartOptions } from "../../lib/workers/host.ts";
+import { workerSocketPath } from "../../lib/workers/handshake.ts";
 import { encodeI32LE } from "../../lib/workers/messages.ts";
 import type { PongMessage } from "../../lib/workers/messages.ts";
 import { SupervisedWorker } from "../../lib/workers/supervisor.ts";
@@ -166,6 +167,28 @@ for (const c of HANDSHAKE_CASES) {
   });
 }
 
+Deno.test("WorkerConnection.start() leaves the socket path to the next worker after one exits before connecting", async () => {
+  await using dir = await runtimeDir();
+  const path = workerSocketPath(dir.path, "host-test");
+  // Deno unlinks a unix socket's path when its listener is dropped, and with an accept pending
+  // that happens late: it used to unlink the socket of the next listener on the same path
+  // (about one time in two), so the restarted worker could not connect.
+  for (let i = 0; i < 8; i++) {
+    const err = await rejection(
+      WorkerConnection.start(workerOptions(dir.path, ["--test-exit-before-connect"])),
+    );
+    assertCrash(err, ["exited_before_hello"]);
+    const next = Deno.listen({ transport: "unix", path });
+    try {
+      await new Promise((r) => setTimeout(r, 50));
+      assert.ok(Deno.statSync(path).isSocket, `round ${i}: the next socket is still there`);
+    } finally {
+      next.close();
+    }
+  }
+  await assertHealthyStart(dir.path);
+});
+
 Deno.test("WorkerConnection.start() reports a program that cannot be spawned as spawn_failed", async () => {
   await using dir = await runtimeDir();
   const err = await rejection(WorkerConnection.start({
@@ -217,7 +240,7 @@ const BROKEN_FRAME_CASES: { name: string; flag: string; reasons: string[] }[] = 
     flag: "--test-oversize-frame",
     reasons: ["frame_too_large"],
   },
-  { name: "half a frame, then EOF", flag: "--test-truncated-frame", reasons: ["truncated", "eof"] },
+  { name: "half a frame, then EOF", flag: "--test-truncated-frame", reasons: ["truncated"] },
 ];
 
 for (const c of BROKEN_FRAME_CASES) {
