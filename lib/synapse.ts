@@ -199,6 +199,9 @@ function llamaSourceFromPreload(entry: SynapseConfig["preload_models"][number]):
   return source;
 }
 
+/** Nice value of generation workers (interactive lanes run at 0, the bulk ORT lane at 10). */
+export const DECODE_WORKER_NICE = 5;
+
 /** Worker options of a {@link Synapse} (from {@link SynapseOptions}). */
 export interface SynapseWorkerOptions {
   log?: LogSink;
@@ -269,7 +272,12 @@ export class Synapse implements AsyncDisposable {
         new LlamaLane(spec, {
           launch: resolveLlamaWorkerLaunch({
             ...(source.workerBin === undefined ? {} : { workerBin: source.workerBin }),
-            extraArgs: workerOptions.llamaWorkerArgs ?? [],
+            // Generation runs below the interactive lanes (decode class; nice 5, between the
+            // interactive lane's 0 and the bulk lane's 10).
+            extraArgs: [
+              ...(spec.mode === "generate" ? ["--nice", String(DECODE_WORKER_NICE)] : []),
+              ...(workerOptions.llamaWorkerArgs ?? []),
+            ],
           }),
           runtimeDir: source.workerRuntimeDir ?? defaultWorkerRuntimeDir(),
           workerId: `llama-${llamaSlot++}`,

@@ -17,6 +17,9 @@
  * `--test-protocol-version V`, `--test-engine NAME`, `--test-log-burst N` (print N lines at
  * start), `--test-exit-before-connect`.
  *
+ * `--nice N` (0…19) lowers the whole process's CPU priority (generation workers run at 5 so the
+ * module's interactive embedding lanes go first on shared cores).
+ *
  * @module
  */
 import { parseArgs } from "node:util";
@@ -44,6 +47,7 @@ import {
   type WorkerToModuleMessage,
 } from "../lib/workers/messages.ts";
 import { WORKER_PROTOCOL_VERSION } from "../lib/workers/handshake.ts";
+import { setThreadNice, threadIds } from "../ffi/priority.ts";
 import {
   LLAMA_WORKER_ENGINE,
   LLAMA_WORKER_VERSION,
@@ -79,6 +83,7 @@ const { values: flags } = parseArgs({
     "test-engine": { type: "string" },
     "test-log-burst": { type: "string" },
     "test-exit-before-connect": { type: "boolean" },
+    nice: { type: "string" },
   },
   strict: true,
 });
@@ -93,6 +98,17 @@ for (let i = 0; i < burst; i++) console.error(`llama worker: test log line ${i}`
 if (flags["test-exit-before-connect"]) {
   console.error("llama worker: exiting before connecting (test hook)");
   Deno.exit(3);
+}
+
+// `--nice N`: lower this process's CPU priority before any engine thread exists, so every thread
+// (Deno's and llama.cpp's, which inherit it) yields to the module's interactive lanes.
+if (flags.nice !== undefined) {
+  const nice = Number(flags.nice);
+  if (!Number.isInteger(nice) || nice < 0 || nice > 19) {
+    console.error(`llama worker: --nice must be an integer in 0..19: received '${flags.nice}'`);
+    Deno.exit(2);
+  }
+  for (const tid of threadIds()) setThreadNice(tid, nice);
 }
 
 const llama: Llama = await getLlama({

@@ -344,12 +344,14 @@ export async function runMicroBatches(
 }
 
 /**
- * True while the bulk lane has work (a job running, a bulk task queued or on the engine): the
- * interactive lane then runs on its quiet twin session so the two lanes share cores well.
+ * True while other engine work shares the cores: the bulk lane has work (a job running, a bulk
+ * task queued or on the engine) or a llama worker is busy (generation, GGUF embeddings). The
+ * interactive lane then runs on its quiet twin session so the lanes share cores well.
  */
 export function bulkBusy(ctx: OpContext): boolean {
   return ctx.registry.bulkLane.inFlight > 0 || ctx.jobs.running.size > 0 ||
-    ctx.jobs.scheduler.waiters > 0 || ctx.jobs.scheduler.inFlight > 0;
+    ctx.jobs.scheduler.waiters > 0 || ctx.jobs.scheduler.inFlight > 0 ||
+    ctx.registry.list().some((m) => m.own !== undefined && m.own.llama.inFlight > 0);
 }
 
 /** The item error of a non-finite output (field report F6). */
