@@ -14,6 +14,7 @@
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
+import { utf8Length } from "../ops/_text.ts";
 import {
   DEFAULT_MAX_FRAME_BYTES,
   encodeFrame,
@@ -518,6 +519,11 @@ export class WorkerConnection {
       }
     } catch (err) {
       if (this.#dead !== undefined) return;
+      if (err instanceof Deno.errors.ConnectionReset) {
+        // A worker that dies with unread data in its socket resets it: the same as EOF.
+        this.#die("eof", `closed the connection (${errorText(err)})`);
+        return;
+      }
       const code = err instanceof WorkerProtocolError ? err.code : "io_error";
       this.#die(code, `broke the connection: ${errorText(err)}`);
     } finally {
@@ -660,6 +666,9 @@ function errorText(err: unknown): string {
  * The last `cap` bytes of a worker's stdout and stderr, interleaved by line as they arrive, and
  * the pumps that read them.
  */
+const tailEncoder = new TextEncoder();
+const tailDecoder = new TextDecoder();
+
 class LogTail {
   #cap: number;
   #lines: string[] = [];
@@ -672,15 +681,19 @@ class LogTail {
 
   add(line: string): void {
     this.#lines.push(line);
-    this.#bytes += line.length + 1;
+    this.#bytes += utf8Length(line) + 1;
     while (this.#bytes > this.#cap && this.#lines.length > 1) {
-      this.#bytes -= this.#lines.shift()!.length + 1;
+      this.#bytes -= utf8Length(this.#lines.shift()!) + 1;
     }
   }
 
+  /** The tail, at most `cap` UTF-8 bytes (a character cut at the start is dropped). */
   text(): string {
-    const s = this.#lines.join("\n");
-    return s.length > this.#cap ? s.slice(s.length - this.#cap) : s;
+    const bytes = tailEncoder.encode(this.#lines.join("\n"));
+    if (bytes.byteLength <= this.#cap) return tailDecoder.decode(bytes);
+    let start = bytes.byteLength - this.#cap;
+    while (start < bytes.byteLength && (bytes[start]! & 0xc0) === 0x80) start++;
+    return tailDecoder.decode(bytes.subarray(start));
   }
 
   pump(

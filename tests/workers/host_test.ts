@@ -15,7 +15,7 @@ import { serveHttp } from "../../lib/http/server.ts";
 import type { MachineProfile } from "../../lib/identity/machine_profile.ts";
 import type { LogSink } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";
-import { WorkerConnection, WorkerErrReply } from "../../lib/workers/host.ts";
+import { LOG_TAIL_BYTES, WorkerConnection, WorkerErrReply } from "../../lib/workers/host.ts";
 import type { WorkerStartOptions } from "../../lib/workers/host.ts";
 import { workerSocketPath } from "../../lib/workers/handshake.ts";
 import { encodeI32LE } from "../../lib/workers/messages.ts";
@@ -660,4 +660,19 @@ Deno.test("F13: an aborting llama model costs engine_crashed per call, then quar
     await syn.dispose();
     await Deno.remove(store, { recursive: true });
   }
+});
+
+Deno.test("WorkerConnection.start() keeps the last 8 KiB of the worker's output, in UTF-8 bytes", async () => {
+  await using dir = await runtimeDir();
+  const err = await rejection(
+    WorkerConnection.start(
+      workerOptions(dir.path, ["--test-log-burst", "2000", "--test-exit-before-connect"]),
+    ),
+  );
+  const d = assertCrash(err, ["exited_before_hello"]);
+  const tail = String(d.log_tail);
+  const bytes = new TextEncoder().encode(tail).byteLength;
+  assert.ok(bytes <= LOG_TAIL_BYTES && bytes > LOG_TAIL_BYTES - 200, `tail of ${bytes} bytes`);
+  assert.match(tail, /exiting before connecting/, "the last line is kept");
+  assert.doesNotMatch(tail, /test log line 0\n/, "the first lines are gone");
 });
