@@ -89,6 +89,21 @@ export async function openClient(url: string | undefined, io: CliIO): Promise<Sy
 }
 
 /**
+ * Prints an outcome as indented JSON on stdout: the result payload (or its semantic error inside
+ * `result`), or the channel error body. Commands call it for `--json`.
+ *
+ * @returns The exit code of the outcome (0 result, 1 semantic error, 2 channel error).
+ */
+export function printJsonOutcome(outcome: ClientOutcome, io: CliIO): number {
+  io.out(JSON.stringify(
+    outcome.kind === "channel" ? outcome.body : (outcome.body as { result: unknown }).result,
+    null,
+    2,
+  ));
+  return cliExitFor(outcome.kind);
+}
+
+/**
  * Prints a refusal as `error: <code>: <message>` on stderr and returns its exit code.
  *
  * @param outcome A semantic or channel outcome.

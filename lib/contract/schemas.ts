@@ -7,8 +7,8 @@
 import { z } from "zod";
 import { invalidRequest } from "./errors.ts";
 
-/** Common params of embed / rerank / microllm (contract.md §1), plus `truncate`. */
-const common = {
+/** Common params of embed / rerank / microllm (contract.md §1), without `truncate`. */
+export const COMMON_PARAMS = {
   /** Model id; `model_id` is an accepted alias. */
   model: z.string().min(1).optional(),
   model_id: z.string().min(1).optional(),
@@ -22,6 +22,11 @@ const common = {
   allow_equivalent: z.boolean().optional(),
   required_epoch: z.number().int().nonnegative().optional(),
   accept_declared: z.boolean().optional(),
+};
+
+/** The common params plus `truncate` (embed and rerank). */
+const common = {
+  ...COMMON_PARAMS,
   /**
    * Cut over-long inputs to the model's max_tokens and disclose it, instead of refusing with
    * `sequence_too_long` (field report F2). @default false

@@ -19,7 +19,7 @@ import { z } from "zod";
 import { SynapseError } from "../contract/errors.ts";
 import { buildEnvelope } from "../contract/envelope.ts";
 import type { Envelope } from "../contract/envelope.ts";
-import { parseParams, requestedModel } from "../contract/schemas.ts";
+import { COMMON_PARAMS, parseParams, requestedModel } from "../contract/schemas.ts";
 import { checkGbnf } from "../engines/llama/gbnf.ts";
 import { decodeGenerated } from "../tokenize/token_bytes.ts";
 import { requestSignal } from "../sched/request_signal.ts";
@@ -29,15 +29,7 @@ import type { CallOptions, OpContext } from "./context.ts";
 
 /** `microllm.oneshot` params: the common params (no `truncate`) plus prompt, max_tokens, grammar. */
 export const MicrollmOneshotParams = z.strictObject({
-  model: z.string().min(1).optional(),
-  model_id: z.string().min(1).optional(),
-  deadline_ms: z.number().int().positive().optional(),
-  max_queue_ms: z.number().int().nonnegative().optional(),
-  target_fingerprint: z.string().optional(),
-  required_fingerprint: z.string().optional(),
-  allow_equivalent: z.boolean().optional(),
-  required_epoch: z.number().int().nonnegative().optional(),
-  accept_declared: z.boolean().optional(),
+  ...COMMON_PARAMS,
   prompt: z.string(),
   max_tokens: z.number().int().positive(),
   grammar: z.string().optional(),

@@ -5,7 +5,13 @@
  * @module
  */
 import { cliExitFor } from "../../http/status_table.ts";
-import { openClient, parseCommandArgs, reportError, UsageError } from "../_command.ts";
+import {
+  openClient,
+  parseCommandArgs,
+  printJsonOutcome,
+  reportError,
+  UsageError,
+} from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 
 const USAGE =
@@ -81,14 +87,7 @@ async function runGenerate(args: string[], io: CliIO): Promise<number> {
   const client = await openClient(values.url, io);
   try {
     const outcome = await client.call("microllm.oneshot", params);
-    if (values.json) {
-      io.out(JSON.stringify(
-        outcome.kind === "channel" ? outcome.body : (outcome.body as { result: unknown }).result,
-        null,
-        2,
-      ));
-      return cliExitFor(outcome.kind);
-    }
+    if (values.json) return printJsonOutcome(outcome, io);
     if (outcome.kind !== "result") return reportError(outcome, io);
     const res = (outcome.body as { result: GeneratePrintable }).result;
     io.out(res.text);

@@ -4,7 +4,13 @@
  * @module
  */
 import { cliExitFor } from "../../http/status_table.ts";
-import { openClient, parseCommandArgs, reportError, UsageError } from "../_command.ts";
+import {
+  openClient,
+  parseCommandArgs,
+  printJsonOutcome,
+  reportError,
+  UsageError,
+} from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 
 const USAGE = `usage: ck-synapse models list [--json] [--url URL]
@@ -47,14 +53,7 @@ async function runModels(args: string[], io: CliIO): Promise<number> {
   const client = await openClient(values.url, io);
   try {
     const outcome = await client.call("models.list", {});
-    if (values.json) {
-      io.out(JSON.stringify(
-        outcome.kind === "channel" ? outcome.body : (outcome.body as { result: unknown }).result,
-        null,
-        2,
-      ));
-      return cliExitFor(outcome.kind);
-    }
+    if (values.json) return printJsonOutcome(outcome, io);
     if (outcome.kind !== "result") return reportError(outcome, io);
     const res = (outcome.body as { result: ModelsPrintable }).result;
     const rows = res.models.map((m) => [
