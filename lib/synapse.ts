@@ -199,6 +199,18 @@ function llamaSourceFromPreload(entry: SynapseConfig["preload_models"][number]):
   return source;
 }
 
+let llamaSlot = 0;
+
+/**
+ * The next llama worker id, `llama-<slot>@<pid>`: slots count up per process and the pid keeps
+ * two Synapse processes (or a server and a test run) from sharing a socket path in the common
+ * runtime dir. The launcher grants exactly these paths (slots 0–15 of its own pid, which `exec`
+ * keeps), because Deno's unix-socket permission names exact paths.
+ */
+export function nextLlamaWorkerId(): string {
+  return `llama-${llamaSlot++}@${Deno.pid}`;
+}
+
 /** Nice value of generation workers (interactive lanes run at 0, the bulk ORT lane at 10). */
 export const DECODE_WORKER_NICE = 5;
 
@@ -261,9 +273,7 @@ export class Synapse implements AsyncDisposable {
     const lane = new OrtLane({ intraOpThreads: threads, allowSpinning: true, quietTwin: true });
     const bulkLane = new OrtLane({ intraOpThreads: threads, allowSpinning: false, niceness: 10 });
     const log = workerOptions.log ?? stderrLog;
-    // Worker ids are slots (llama-0, llama-1, …) so the launcher can grant the socket paths ahead
-    // of time (Deno's unix-socket permission names exact paths).
-    let llamaSlot = 0;
+
     this.registry = new ModelRegistry(lane, bulkLane, {
       threadPolicy: config.knob,
       maxBatchTokens: config.inline.max_tokens,
@@ -280,7 +290,7 @@ export class Synapse implements AsyncDisposable {
             ],
           }),
           runtimeDir: source.workerRuntimeDir ?? defaultWorkerRuntimeDir(),
-          workerId: `llama-${llamaSlot++}`,
+          workerId: nextLlamaWorkerId(),
           loadTimeoutMs: config.worker.load_timeout_ms,
           ...(workerOptions.workerHandshakeTimeoutMs === undefined ? {} : {
             acceptTimeoutMs: workerOptions.workerHandshakeTimeoutMs,

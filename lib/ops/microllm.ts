@@ -63,6 +63,22 @@ export interface MicrollmResult extends Envelope {
   inference_time_ms: number;
 }
 
+/** Settles with `p`, or rejects with `signal.reason` as soon as `signal` aborts. */
+function untilAborted<T>(signal: AbortSignal, p: Promise<T>): Promise<T> {
+  if (signal.aborted) {
+    p.catch(() => {});
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => {
+      p.catch(() => {});
+      reject(signal.reason);
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
 /**
  * Runs `microllm.oneshot`.
  *
@@ -128,18 +144,25 @@ export async function microllmOneshot(
     maxQueueMs,
   });
   let startedMs = 0;
-  const out = await own.scheduler.submit({
-    cls: "decode",
-    tokens: nPrompt + p.max_tokens,
-    maxQueueMs,
-    signal: req.signal,
-    label: "microllm.oneshot",
-    run: () => {
-      req.started();
-      startedMs = ctx.now();
-      return own.llama.generate(seq.ids, p.max_tokens, grammar);
-    },
-  });
+  // The deadline holds while the worker generates too: the caller is answered
+  // deadline_exceeded on time, while the generation (which cannot be interrupted inside the
+  // worker) finishes and keeps the lane's slot until then. A hung worker is still caught by the
+  // GENERATE timeout.
+  const out = await untilAborted(
+    req.signal,
+    own.scheduler.submit({
+      cls: "decode",
+      tokens: nPrompt + p.max_tokens,
+      maxQueueMs,
+      signal: req.signal,
+      label: "microllm.oneshot",
+      run: () => {
+        req.started();
+        startedMs = ctx.now();
+        return own.llama.generate(seq.ids, p.max_tokens, grammar);
+      },
+    }),
+  );
   const decoded = decodeGenerated(out.generatedIds, model.tokenizer!.tokenBytes);
   const result: MicrollmResult = {
     ...buildEnvelope({

@@ -240,7 +240,9 @@ export class WorkerConnection {
       try {
         child = new Deno.Command(options.launch.command, {
           args: [...options.launch.args, "--socket", path, "--nonce", nonce],
-          env: { ...options.launch.env, SYNAPSE_WORKER_ID: options.workerId },
+          // NO_COLOR: Deno's own error output (an uncaught error) then has no ANSI codes in the
+          // forwarded log lines and the crash report's log tail.
+          env: { NO_COLOR: "1", ...options.launch.env, SYNAPSE_WORKER_ID: options.workerId },
           stdin: "null",
           stdout: "piped",
           stderr: "piped",

@@ -19,6 +19,9 @@ port. Prints "listening on http://HOST:PORT" once bound, and runs until SIGINT o
   --http HOST:PORT   address to listen on, e.g. 127.0.0.1:8080
   --subc FILE        serve on the subc bus (not available in this build)`;
 
+/** How long a stopping server lets in-flight requests finish before it stops the engines, ms. */
+export const SHUTDOWN_GRACE_MS = 10_000;
+
 /** The `serve` command. */
 export const serveCommand: Command = {
   name: "serve",
@@ -80,7 +83,19 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
       server.finished,
     ]);
     io.err("shutting down");
-    await server.shutdown();
+    // In-flight requests get a grace period; then the engines stop (a hung worker is killed and
+    // its request answered engine_crashed), so a stop never waits for a 180 s generate timeout.
+    const drained = server.shutdown();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const grace = new Promise<"timeout">((r) =>
+      timer = setTimeout(() => r("timeout"), SHUTDOWN_GRACE_MS)
+    );
+    if (await Promise.race([drained.then(() => "drained" as const), grace]) === "timeout") {
+      io.err(`requests still running after ${SHUTDOWN_GRACE_MS} ms: stopping the engines`);
+      await synapse.dispose();
+    }
+    clearTimeout(timer);
+    await drained;
     return cliExitFor("result");
   } finally {
     for (const s of signals) Deno.removeSignalListener(s, onSignal);
