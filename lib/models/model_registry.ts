@@ -117,7 +117,14 @@ export interface LoadedModel {
   coldLoadMs?: number;
   /** Milliseconds since the epoch when loading started. */
   loadStartedMs: number;
+  /** Load attempts so far (a transient failure is retried lazily). */
+  loadAttempts?: number;
+  /** Milliseconds since the epoch of the last failed attempt. */
+  failedAtMs?: number;
 }
+
+/** Lazy retries of a load that failed transiently; after them the failure is permanent. */
+export const LOAD_RETRIES = 2;
 
 /** Options of {@link ModelRegistry}. */
 export interface ModelRegistryOptions {
@@ -219,9 +226,31 @@ export class ModelRegistry {
       loadStartedMs: this.#now(),
     };
     this.#models.set(source.modelId, m);
+    return this.#attempt(m);
+  }
+
+  /** One load attempt; a transient failure may be retried by {@link resolve}. */
+  #attempt(m: LoadedModel): Promise<LoadedModel> {
+    m.loadAttempts = (m.loadAttempts ?? 0) + 1;
     return this.#load(m).then(() => m, (err) => {
+      const e = toSynapseError(err, "artifact_invalid");
       m.state = "failed";
-      m.error = toSynapseError(err, "artifact_invalid");
+      m.failedAtMs = this.#now();
+      m.error = e.errorClass === "transient" && m.loadAttempts! > LOAD_RETRIES
+        ? new SynapseError(
+          "probe_required",
+          `Cannot serve model '${m.modelId}': loading failed ${m.loadAttempts} times; last: ${e.message}`,
+          {
+            cause: e,
+            details: {
+              model_id: m.modelId,
+              reason: "load_failed_repeatedly",
+              attempts: m.loadAttempts,
+              last_error: e.toWire(),
+            },
+          },
+        )
+        : e;
       return m;
     });
   }
@@ -277,7 +306,25 @@ export class ModelRegistry {
         },
       );
     }
-    if (m.state === "failed") throw m.error!;
+    if (m.state === "failed") {
+      // A transient load failure (a worker that crashed while starting) is retried lazily, at
+      // most LOAD_RETRIES times, once its retry hint has passed; then the error is permanent.
+      const e = m.error!;
+      if (
+        e.errorClass === "transient" && (m.loadAttempts ?? 1) <= LOAD_RETRIES &&
+        this.#now() - (m.failedAtMs ?? 0) >= (e.retryAfterMs ?? 0)
+      ) {
+        m.state = "loading";
+        delete m.error;
+        void this.#attempt(m);
+        throw new SynapseError(
+          "model_loading",
+          `Cannot serve ${task}: model '${m.modelId}' is loading again after a transient failure`,
+          { retryAfterMs: 250, details: { model_id: m.modelId, attempt: m.loadAttempts } },
+        );
+      }
+      throw e;
+    }
     return m;
   }
 

@@ -62,3 +62,48 @@ Deno.test("microllm.oneshot answers deadline_exceeded on time while a hung worke
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a model whose worker fails at start is retried lazily twice, then refused permanently", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-retry-" });
+  const env = {
+    XDG_DATA_HOME: `${dir}/data`,
+    XDG_CONFIG_HOME: `${dir}/config`,
+    HOME: dir,
+    SYNAPSE_CONFIG_JSON: JSON.stringify({
+      preload_models: [{
+        engine: "llama",
+        model_path: GEN,
+        tokenizer_path: `${GEN}/tokenizer.json`,
+        task: "generate",
+        model_id: "gen",
+      }],
+    }),
+  };
+  const { config } = loadConfig({ env, cwd: dir });
+  const syn = await createSynapse({
+    config,
+    env,
+    log: nullLog,
+    llamaWorkerArgs: ["--test-exit-before-connect"],
+  });
+  try {
+    const call = () => syn.call("microllm.oneshot", { prompt: "hi", max_tokens: 4 });
+    const codes: string[] = [];
+    // Attempt 1 failed at boot; each call after the retry hint starts one more attempt.
+    for (let i = 0; i < 20 && !codes.includes("probe_required"); i++) {
+      const e = semanticError(await call());
+      if (codes.at(-1) !== e.code) codes.push(e.code);
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    assert.equal(codes[0], "engine_crashed", `codes ${codes}`);
+    assert.ok(codes.includes("model_loading"), `codes ${codes}`);
+    assert.equal(codes.at(-1), "probe_required", `codes ${codes}`);
+    const last = semanticError(await call());
+    assert.equal(last.code, "probe_required");
+    assert.equal(last.details?.reason, "load_failed_repeatedly");
+    assert.equal(last.details?.attempts, 3);
+  } finally {
+    await syn.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
