@@ -292,7 +292,7 @@ export class ModelRegistry {
     if (m.task !== task) {
       throw new SynapseError(
         "invalid_request",
-        `Cannot serve ${task} with model '${m.modelId}': it is an ${m.task} model`,
+        `Cannot serve ${task} with model '${m.modelId}': it serves ${m.task}`,
         { details: { model_id: m.modelId, task: m.task } },
       );
     }

@@ -53,7 +53,8 @@ import { SynapseError } from "../../contract/errors.ts";
  * Why {@link checkGbnf} refused a grammar; the stable `details.reason` of its error.
  *
  * - `syntax`: not GBNF; the message says what was expected and what was found.
- * - `bad_escape`: an unknown escape (`\q`), too few hex digits, or a code point above U+10FFFF.
+ * - `bad_escape`: an unknown escape (`\q`), too few hex digits, a code point above U+10FFFF, or
+ *   a surrogate code point (U+D800…U+DFFF).
  * - `bad_range`: a reversed class range such as `[z-a]`.
  * - `empty_class`: `[]` or `[^]` (llama.cpp reads it as "nothing", which is never what was meant).
  * - `bad_repetition`: `{m,n}` with n < m, a bound above {@link MAX_REPEAT}, or nested
@@ -620,6 +621,11 @@ class GbnfParser {
     const cp = parseInt(text, 16);
     if (cp > 0x10ffff) {
       throw this.#fail("bad_escape", `code point 0x${text} is beyond U+10FFFF`, at);
+    }
+    if (cp >= 0xd800 && cp <= 0xdfff) {
+      // A surrogate is no character: llama.cpp would force its 3-byte encoding (ED A0 80 …) out
+      // of the model, which is not UTF-8.
+      throw this.#fail("bad_escape", `code point 0x${text} is a surrogate, not a character`, at);
     }
     return cp;
   }

@@ -311,6 +311,11 @@ export class LlamaLane {
       return await this.worker.call<M>(msg, tensor, timeoutMs);
     } catch (err) {
       if (err instanceof WorkerErrReply) throw mapWorkerErr(err, this.spec.modelId, msg.type);
+      // Name the model (the worker id is a slot); the details object is kept, not copied: the
+      // host fills in the log tail once the dead worker's last lines are read.
+      if (err instanceof SynapseError && err.details !== undefined) {
+        (err.details as Record<string, unknown>).model_id ??= this.spec.modelId;
+      }
       throw err;
     } finally {
       this.#inFlight--;
