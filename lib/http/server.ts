@@ -321,8 +321,11 @@ interface HealthModel {
   model_id: string;
   state: "loading" | "ready" | "failed";
   test_model?: true;
-  /** Present when the model's worker broke its crash budget. */
-  serving_admission?: "quarantined";
+  /**
+   * `quarantined` when the model's worker broke its crash budget; `unresponsive` when it has been
+   * busy longer than the request timeout without a pause.
+   */
+  serving_admission?: "quarantined" | "unresponsive";
   serving_admission_reason?: Record<string, unknown>;
 }
 
@@ -337,13 +340,24 @@ function health(synapse: HttpBackend): Response {
     const row: HealthModel = { model_id: m.modelId, state: m.state };
     if (m.testModel) row.test_model = true;
     const q = m.own?.llama.status().quarantine;
+    const busyMs = m.own?.llama.busyMs ?? 0;
+    const threshold = m.own?.llama.requestTimeoutMs ?? Infinity;
     if (q !== undefined) {
       row.serving_admission = "quarantined";
       row.serving_admission_reason = { ...q };
+    } else if (busyMs > threshold) {
+      // Busy past the request timeout without a pause: likely hung (its GENERATE timeout will
+      // kill it); say so instead of "ok".
+      row.serving_admission = "unresponsive";
+      row.serving_admission_reason = {
+        reason: "worker_busy",
+        busy_ms: Math.round(busyMs),
+        threshold_ms: threshold,
+      };
     }
     return row;
   });
-  const quarantined = models.some((m) => m.serving_admission === "quarantined");
+  const quarantined = models.some((m) => m.serving_admission !== undefined);
   const ready = models.some((m) => m.state === "ready" && m.serving_admission === undefined);
   const loading = models.some((m) => m.state === "loading");
   const failed = models.some((m) => m.state === "failed");

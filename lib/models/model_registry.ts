@@ -480,6 +480,12 @@ export class ModelRegistry {
       );
     }
     const facts = await readGgufFacts(src.modelPath, m.modelId);
+    // A config.json beside the GGUF may label a generated test model (scripts/gen_gguf.ts).
+    try {
+      const dir = src.modelPath.slice(0, Math.max(0, src.modelPath.lastIndexOf("/"))) || ".";
+      const cfg = JSON.parse(await Deno.readTextFile(`${dir}/config.json`));
+      if (cfg?.synapse_test_model === true) m.testModel = true;
+    } catch { /* no config.json: nothing to label */ }
     const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
     checkVocabulary(m.modelId, facts, tokenizer);
     const contextSize = src.contextSize ?? Math.min(facts.contextLength, 2048);

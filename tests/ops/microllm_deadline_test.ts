@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "../../lib/config/config.ts";
 import { nullLog } from "../../lib/log/log.ts";
+import { serveHttp } from "../../lib/http/server.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import { MODELS, semanticError } from "../_helpers.ts";
 
@@ -34,8 +35,12 @@ Deno.test("microllm.oneshot answers deadline_exceeded on time while a hung worke
     env,
     log: nullLog,
     llamaWorkerArgs: ["--test-hang-after", "1"],
+    workerRequestTimeoutMs: 1000,
   });
+  const server = serveHttp(syn, { hostname: "127.0.0.1", port: 0 });
   try {
+    const before = await (await fetch(`http://127.0.0.1:${server.port}/health`)).json();
+    assert.equal(before.status, "ok");
     const t0 = performance.now();
     const out = await syn.call("microllm.oneshot", {
       prompt: "hello",
@@ -55,7 +60,18 @@ Deno.test("microllm.oneshot answers deadline_exceeded on time while a hung worke
       max_queue_ms: 300,
     });
     assert.equal(semanticError(next).code, "deadline_exceeded");
+    // Busy past the request timeout without a pause: /health says so instead of "ok" (503
+    // unavailable here: the only model cannot serve).
+    const res = await fetch(`http://127.0.0.1:${server.port}/health`);
+    const health = await res.json();
+    assert.equal(res.status, 503);
+    assert.equal(health.status, "unavailable");
+    const row = health.models.find((m: { model_id: string }) => m.model_id === "gen");
+    assert.equal(row.serving_admission, "unresponsive");
+    assert.equal(row.serving_admission_reason.reason, "worker_busy");
+    assert.ok(row.serving_admission_reason.busy_ms > 1000);
   } finally {
+    await server.shutdown();
     const t1 = performance.now();
     await syn.dispose();
     assert.ok(performance.now() - t1 < 5000, "dispose kills the hung worker without waiting");

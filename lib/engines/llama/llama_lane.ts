@@ -106,6 +106,7 @@ export class LlamaLane {
   #loading: Promise<string> | undefined;
   #nextReq = 1;
   #inFlight = 0;
+  #busySince: number | undefined;
   #dims = 0;
 
   constructor(spec: LlamaModelSpec, options: LlamaLaneOptions) {
@@ -139,6 +140,8 @@ export class LlamaLane {
           reason: String(d.reason),
           recent_crashes: status.recent_crashes,
           quarantined: status.state === "quarantined",
+          // Lines cut by the rate limit since the last forwarded one would otherwise go unsaid.
+          ...(limiter.dropped > 0 ? { dropped: limiter.dropped } : {}),
         });
       },
     });
@@ -147,6 +150,20 @@ export class LlamaLane {
   /** Requests sent and not answered. */
   get inFlight(): number {
     return this.#inFlight;
+  }
+
+  /**
+   * How long the worker has been busy without a pause, ms (0 when idle): `/health` reports a
+   * worker busy past the request timeout, which is how a hung worker looks before its GENERATE
+   * timeout kills it.
+   */
+  get busyMs(): number {
+    return this.#busySince === undefined ? 0 : performance.now() - this.#busySince;
+  }
+
+  /** Timeout of requests other than LOAD and GENERATE, ms (the `/health` busy threshold). */
+  get requestTimeoutMs(): number {
+    return this.#opts.requestTimeoutMs ?? WORKER_TIMEOUTS.requestMs;
   }
 
   /** Vector width (embed mode) from LOADED. */
@@ -306,7 +323,7 @@ export class LlamaLane {
     tensor: Uint8Array | undefined,
     timeoutMs: number,
   ) {
-    this.#inFlight++;
+    if (this.#inFlight++ === 0) this.#busySince = performance.now();
     try {
       return await this.worker.call<M>(msg, tensor, timeoutMs);
     } catch (err) {
@@ -318,7 +335,7 @@ export class LlamaLane {
       }
       throw err;
     } finally {
-      this.#inFlight--;
+      if (--this.#inFlight === 0) this.#busySince = undefined;
     }
   }
 }
