@@ -117,7 +117,7 @@ if (only === undefined || only === "generate") {
     throw new Error(`bench model failed to load: ${JSON.stringify(gen.result.models[0])}`);
   }
 
-  async function synapseGenerate(prompt: string): Promise<number[]> {
+  const synapseGenerate = async (prompt: string): Promise<number[]> => {
     const out = await syn.call("microllm.oneshot", {
       prompt,
       max_tokens: GEN_TOKENS,
@@ -127,14 +127,14 @@ if (only === undefined || only === "generate") {
     const r = (out.body as { result: { generated_token_ids?: number[]; error?: unknown } }).result;
     if (r.error !== undefined) throw new Error(JSON.stringify(r.error));
     return r.generated_token_ids!;
-  }
+  };
 
   // Warm both paths.
   await directGenerate(promptIds[0]!);
   await synapseGenerate(prompts[0]!);
 
   const refCache = new Map<number, number[]>();
-  async function directGenerateOnceCached(i: number): Promise<number[]> {
+  const directGenerateOnceCached = async (i: number): Promise<number[]> => {
     let v = refCache.get(i);
     if (v === undefined) {
       // Reference ids, outside the timed sections.
@@ -142,7 +142,7 @@ if (only === undefined || only === "generate") {
       refCache.set(i, v);
     }
     return v;
-  }
+  };
 
   let directTokens = 0;
   let directMs = 0;
@@ -287,7 +287,7 @@ if (only === undefined || only === "beside") {
     log: nullLog,
   });
   const queries = corpus.slice(0, 60).map((t) => t.split(" ").slice(0, 12).join(" "));
-  async function queryLatencies(): Promise<number[]> {
+  const queryLatencies = async (): Promise<number[]> => {
     const out: number[] = [];
     for (const q of queries) {
       const t0 = performance.now();
@@ -297,7 +297,7 @@ if (only === undefined || only === "beside") {
       await new Promise((res) => setTimeout(res, 20));
     }
     return out.sort((a, b) => a - b);
-  }
+  };
   await queryLatencies(); // warm
   const idle = await queryLatencies();
   let generating = true;
