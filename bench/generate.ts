@@ -8,8 +8,8 @@
  * ```
  *
  * - **generate**: 64-token greedy generations of the same prompts (the same token ids) through
- *   `microllm.oneshot` and through `LlamaContextSequence.evaluate` with `temperature: 0`; rounds
- *   alternate the two paths so both see the same machine. Tokens/s = generated tokens / wall
+ *   `microllm.oneshot` and through `LlamaContextSequence.evaluate` with `temperature: 0`; each
+ *   prompt runs on both paths back to back, in alternating order, so both see the same machine. Tokens/s = generated tokens / wall
  *   time. The generated ids must be identical (checked).
  * - **embed**: `embed.batch` on the same GGUF loaded as an embedding model versus
  *   `LlamaEmbeddingContext.getEmbeddingFor` on the same ids, one passage at a time in both.
@@ -149,10 +149,12 @@ if (only === undefined || only === "generate") {
   let synTokens = 0;
   let synMs = 0;
   let identical = true;
+  // Call for call: each prompt runs on both paths back to back, the order alternating, so both
+  // see the same machine (this 2-core VM drifts by ±10% over a minute).
   for (let r = 0; r < rounds; r++) {
-    const order = r % 2 === 0 ? ["direct", "synapse"] : ["synapse", "direct"];
-    for (const path of order) {
-      for (let i = 0; i < prompts.length; i++) {
+    for (let i = 0; i < prompts.length; i++) {
+      const order = (r + i) % 2 === 0 ? ["direct", "synapse"] : ["synapse", "direct"];
+      for (const path of order) {
         const t0 = performance.now();
         if (path === "direct") {
           const ids = await directGenerate(promptIds[i]!);
