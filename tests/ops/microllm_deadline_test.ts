@@ -1,7 +1,8 @@
 /**
- * microllm.oneshot keeps its deadline while the worker generates: a worker that hangs mid
- * generation answers deadline_exceeded at `deadline_ms`, not at the 180 s GENERATE timeout, and
- * disposing the instance kills the hung worker at once.
+ * Worker faults as a caller of microllm.oneshot sees them: a worker that hangs mid generation
+ * answers deadline_exceeded at `deadline_ms` (not at the 180 s GENERATE timeout), /health says
+ * the worker is unresponsive, and disposing the instance kills it at once; a model whose worker
+ * fails at start is retried lazily, then refused permanently.
  */
 import assert from "node:assert/strict";
 import { loadConfig } from "../../lib/config/config.ts";
@@ -12,7 +13,11 @@ import { MODELS, semanticError } from "../_helpers.ts";
 
 const GEN = `${MODELS}/synapse-tiny-llama`;
 
-Deno.test("microllm.oneshot answers deadline_exceeded on time while a hung worker generates", async () => {
+/** A Synapse serving the tiny generation model, its workers started with `workerArgs`. */
+async function start(
+  workerArgs: string[],
+  more: Partial<Parameters<typeof createSynapse>[0]> = {},
+): Promise<{ syn: Awaited<ReturnType<typeof createSynapse>>; dir: string }> {
   const dir = await Deno.makeTempDir({ prefix: "synapse-deadline-" });
   const env = {
     XDG_DATA_HOME: `${dir}/data`,
@@ -29,14 +34,19 @@ Deno.test("microllm.oneshot answers deadline_exceeded on time while a hung worke
     }),
   };
   const { config } = loadConfig({ env, cwd: dir });
-  // LOAD is request 1; the worker hangs on the first GENERATE.
   const syn = await createSynapse({
     config,
     env,
     log: nullLog,
-    llamaWorkerArgs: ["--test-hang-after", "1"],
-    workerRequestTimeoutMs: 1000,
+    llamaWorkerArgs: workerArgs,
+    ...more,
   });
+  return { syn, dir };
+}
+
+Deno.test("microllm.oneshot answers deadline_exceeded on time while a hung worker generates", async () => {
+  // LOAD is request 1; the worker hangs on the first GENERATE.
+  const { syn, dir } = await start(["--test-hang-after", "1"], { workerRequestTimeoutMs: 1000 });
   const server = serveHttp(syn, { hostname: "127.0.0.1", port: 0 });
   try {
     const before = await (await fetch(`http://127.0.0.1:${server.port}/health`)).json();
@@ -80,28 +90,7 @@ Deno.test("microllm.oneshot answers deadline_exceeded on time while a hung worke
 });
 
 Deno.test("a model whose worker fails at start is retried lazily twice, then refused permanently", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "synapse-retry-" });
-  const env = {
-    XDG_DATA_HOME: `${dir}/data`,
-    XDG_CONFIG_HOME: `${dir}/config`,
-    HOME: dir,
-    SYNAPSE_CONFIG_JSON: JSON.stringify({
-      preload_models: [{
-        engine: "llama",
-        model_path: GEN,
-        tokenizer_path: `${GEN}/tokenizer.json`,
-        task: "generate",
-        model_id: "gen",
-      }],
-    }),
-  };
-  const { config } = loadConfig({ env, cwd: dir });
-  const syn = await createSynapse({
-    config,
-    env,
-    log: nullLog,
-    llamaWorkerArgs: ["--test-exit-before-connect"],
-  });
+  const { syn, dir } = await start(["--test-exit-before-connect"]);
   try {
     const call = () => syn.call("microllm.oneshot", { prompt: "hi", max_tokens: 4 });
     const codes: string[] = [];
