@@ -14,7 +14,6 @@
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
-import { utf8Length } from "../ops/_text.ts";
 import {
   DEFAULT_MAX_FRAME_BYTES,
   encodeFrame,
@@ -674,6 +673,8 @@ const tailDecoder = new TextDecoder();
 class LogTail {
   #cap: number;
   #lines: string[] = [];
+  /** UTF-8 bytes of each line, newline included. */
+  #sizes: number[] = [];
   #bytes = 0;
   #pumps: Promise<void>[] = [];
 
@@ -682,10 +683,13 @@ class LogTail {
   }
 
   add(line: string): void {
+    const bytes = tailEncoder.encode(line).byteLength + 1;
     this.#lines.push(line);
-    this.#bytes += utf8Length(line) + 1;
+    this.#sizes.push(bytes);
+    this.#bytes += bytes;
     while (this.#bytes > this.#cap && this.#lines.length > 1) {
-      this.#bytes -= utf8Length(this.#lines.shift()!) + 1;
+      this.#lines.shift();
+      this.#bytes -= this.#sizes.shift()!;
     }
   }
 
