@@ -26,7 +26,7 @@ import { buildCorpus } from "./corpus.ts";
 import { createSynapse } from "../lib/synapse.ts";
 import { loadConfig } from "../lib/config/config.ts";
 import { threadsForKnob } from "../lib/models/model_registry.ts";
-import { ORT_MICRO_BATCH } from "../lib/models/model_registry.ts";
+import { ORT_MICRO_BATCH } from "../lib/engines/ort/ort_engine.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");
 const MODEL_DIR = `${ROOT}/fixtures/bench/minilm-shaped`;

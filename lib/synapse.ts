@@ -5,38 +5,33 @@
  *
  * @module
  */
-import { fileURLToPath } from "node:url";
 import { loadConfig } from "./config/config.ts";
 import type { SynapseConfig } from "./config/config.ts";
 import { SynapseError } from "./contract/errors.ts";
-import { ORT_ENGINE, OrtLane } from "./engines/ort/ort_lane.ts";
+import { ORT_ENGINE } from "./engines/ort/ort_lane.ts";
 import { acquireLease, leaseFileName, leaseRoot } from "./lease/lease.ts";
 import type { FileLock } from "../ffi/flock.ts";
-import { ModelRegistry, threadsForKnob } from "./models/model_registry.ts";
-import type { LoadedModel, ModelSource, ModelTask } from "./models/model_registry.ts";
-import type { Pooling } from "./engines/ort/pooling.ts";
+import { ModelRegistry } from "./models/model_registry.ts";
+import type { ModelEntry, ModelSource } from "./models/model.ts";
+import { defaultModelSources, sourceFromPreload } from "./models/sources.ts";
 import { dispatch } from "./ops/dispatcher.ts";
 import type { OpOutcome } from "./ops/dispatcher.ts";
 import type { CallOptions, OpContext } from "./ops/context.ts";
 import { Admission } from "./sched/admission.ts";
-import { LaneScheduler } from "./sched/lane_scheduler.ts";
 import { JobStore } from "./store/job_store.ts";
 import { Store } from "./store/store.ts";
 import { storePath } from "./paths.ts";
 import { machineProfileHash, probeMachineProfile } from "./identity/machine_profile.ts";
 import type { MachineProfile } from "./identity/machine_profile.ts";
 import type { EnvSource } from "./paths.ts";
-import { LlamaLane } from "./engines/llama/llama_lane.ts";
+import { LlamaEngine } from "./engines/llama/llama_engine.ts";
 import { defaultWorkerRuntimeDir, resolveLlamaWorkerLaunch } from "./engines/llama/launch.ts";
 import { type LogSink, stderrLog } from "./log/log.ts";
 
 /** Version of this build, printed by `ck-synapse version`. */
 export const SYNAPSE_VERSION = "0.1.0";
 
-/** Directory of the generated test models (scripts/gen_models.ts). */
-export const FIXTURE_MODELS_DIR: string = fileURLToPath(
-  new URL("../fixtures/models", import.meta.url),
-);
+export { defaultModelSources, FIXTURE_MODELS_DIR, sourceFromPreload } from "./models/sources.ts";
 
 /** Options of {@link createSynapse}. */
 export interface SynapseOptions {
@@ -72,131 +67,8 @@ export interface SynapseOptions {
   workerRequestTimeoutMs?: number;
   /** GENERATE timeout, ms. @default 180000 */
   workerGenerateTimeoutMs?: number;
-}
-
-/**
- * The models served when none is configured: the two generated test models, labelled as such.
- */
-export function defaultModelSources(dir: string = FIXTURE_MODELS_DIR): ModelSource[] {
-  return [
-    {
-      modelId: "synapse-tiny-embed",
-      task: "embed",
-      modelPath: `${dir}/synapse-tiny-embed/model.onnx`,
-      tokenizerPath: `${dir}/synapse-tiny-embed/tokenizer.json`,
-      configPath: `${dir}/synapse-tiny-embed/config.json`,
-      pooling: "mean",
-      normalize: true,
-      testModel: true,
-    },
-    {
-      modelId: "synapse-tiny-rerank",
-      task: "rerank",
-      modelPath: `${dir}/synapse-tiny-rerank/model.onnx`,
-      tokenizerPath: `${dir}/synapse-tiny-rerank/tokenizer.json`,
-      configPath: `${dir}/synapse-tiny-rerank/config.json`,
-      pooling: "cls",
-      normalize: false,
-      testModel: true,
-    },
-  ];
-}
-
-/**
- * Turns a `preload_models[]` entry into a model source. `model_path` may name model.onnx or
- * the model directory (model.onnx, tokenizer.json, config.json inside).
- *
- * @throws {SynapseError} `invalid_request` for an engine this build does not serve.
- */
-export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
-  if (entry.engine === "llama") return llamaSourceFromPreload(entry);
-  if (entry.engine !== "ort") {
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot preload '${
-        entry.model_id ?? entry.model_path
-      }': engine '${entry.engine}' is not available in this build (ort and llama)`,
-      {
-        details: { field: "preload_models.engine", engine: entry.engine },
-      },
-    );
-  }
-  if (entry.task === "generate") {
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot preload '${
-        entry.model_id ?? entry.model_path
-      }': task 'generate' needs engine 'llama'`,
-      { details: { field: "preload_models.task", engine: entry.engine, task: entry.task } },
-    );
-  }
-  let modelPath = entry.model_path;
-  let dir: string;
-  let isDir = !modelPath.endsWith(".onnx");
-  try {
-    isDir = Deno.statSync(modelPath).isDirectory;
-  } catch { /* missing: the load reports it, naming the file */ }
-  if (!isDir) {
-    dir = modelPath.slice(0, Math.max(0, modelPath.lastIndexOf("/"))) || ".";
-  } else {
-    dir = modelPath.replace(/\/+$/, "");
-    modelPath = `${dir}/model.onnx`;
-  }
-  const name = dir.split("/").filter(Boolean).pop() ?? "model";
-  const task: ModelTask = entry.task === "rerank" ? "rerank" : "embed";
-  const source: ModelSource = {
-    modelId: entry.model_id ?? name,
-    task,
-    modelPath,
-    tokenizerPath: entry.tokenizer_path ?? `${dir}/tokenizer.json`,
-    configPath: entry.config_path ?? `${dir}/config.json`,
-    // config.json beside the model is optional unless named explicitly.
-    configOptional: entry.config_path === undefined,
-    pooling: (entry.pooling ?? "mean") as Pooling,
-    normalize: entry.normalize ?? true,
-  };
-  if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
-  return source;
-}
-
-/**
- * A `preload_models[]` entry with `engine: "llama"`: `model_path` names the `.gguf` file or a
- * directory holding `model.gguf`; `tokenizer_path` defaults to `tokenizer.json` beside it.
- */
-function llamaSourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
-  let modelPath = entry.model_path;
-  let isDir = !modelPath.endsWith(".gguf");
-  try {
-    isDir = Deno.statSync(modelPath).isDirectory;
-  } catch { /* missing: the load reports it, naming the file */ }
-  const dir = isDir
-    ? modelPath.replace(/\/+$/, "")
-    : modelPath.slice(0, Math.max(0, modelPath.lastIndexOf("/"))) || ".";
-  if (isDir) modelPath = `${dir}/model.gguf`;
-  const name = dir.split("/").filter(Boolean).pop() ?? "model";
-  if (entry.task === "rerank") {
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot preload '${
-        entry.model_id ?? name
-      }': engine 'llama' serves embed and generate, not rerank`,
-      { details: { field: "preload_models.task", engine: "llama", task: entry.task } },
-    );
-  }
-  const source: ModelSource = {
-    modelId: entry.model_id ?? name,
-    task: entry.task === "generate" ? "generate" : "embed",
-    engine: "llama",
-    modelPath,
-    tokenizerPath: entry.tokenizer_path ?? `${dir}/tokenizer.json`,
-    pooling: (entry.pooling ?? "mean") as Pooling,
-    normalize: entry.normalize ?? true,
-  };
-  if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
-  if (entry.artifact_digest !== undefined) source.artifactDigest = entry.artifact_digest;
-  if (entry.worker_bin !== undefined) source.workerBin = entry.worker_bin;
-  if (entry.worker_runtime_dir !== undefined) source.workerRuntimeDir = entry.worker_runtime_dir;
-  return source;
+  /** First background-retry delay after a transient model load failure, ms (doubles). @default 1000 */
+  loadRetryBaseMs?: number;
 }
 
 let llamaSlot = 0;
@@ -221,12 +93,14 @@ export interface SynapseWorkerOptions {
   workerHandshakeTimeoutMs?: number;
   workerRequestTimeoutMs?: number;
   workerGenerateTimeoutMs?: number;
+  loadRetryBaseMs?: number;
 }
 
 /** A running Synapse instance. */
 export class Synapse implements AsyncDisposable {
   readonly config: SynapseConfig;
   readonly store: Store;
+  /** Models and the lanes they run on (the registry owns and disposes every engine). */
   readonly registry: ModelRegistry;
   readonly admission: Admission;
   readonly context: OpContext;
@@ -234,22 +108,17 @@ export class Synapse implements AsyncDisposable {
   readonly jobStore: JobStore;
   /** Jobs of earlier generations failed with `module_restarted` at this boot. */
   readonly inheritedJobs: number;
-  /** Scheduler of the interactive lane. */
-  readonly interactive: LaneScheduler;
-  /** Scheduler of the bulk lane. */
-  readonly bulk: LaneScheduler;
-  #sweeper: ReturnType<typeof setInterval> | undefined;
-  #leases: FileLock[];
-  /** Resolves when every preloaded model is ready or failed. */
-  readonly modelsSettled: Promise<LoadedModel[]>;
-  #disposed = false;
-
-  /** @internal Use {@link createSynapse}. */
+  /** Resolves when every preloaded model is ready or failed (background retries aside). */
+  readonly modelsSettled: Promise<ModelEntry[]>;
   /** The machine this instance runs on (contract.md §5). */
   readonly machineProfile: MachineProfile;
   /** `sha256` of the machine profile; keys certification rows. */
   readonly machineProfileHash: string;
+  #sweeper: ReturnType<typeof setInterval> | undefined;
+  #leases: FileLock[];
+  #disposed = false;
 
+  /** @internal Use {@link createSynapse}. */
   constructor(
     config: SynapseConfig,
     store: Store,
@@ -264,22 +133,32 @@ export class Synapse implements AsyncDisposable {
     this.machineProfile = machine;
     this.machineProfileHash = machineProfileHash(machine);
     this.store = store;
-    const threads = threadsForKnob(config.knob);
-    // The two lanes share the machine's cores. onnxruntime's spinning threads are fastest when a
-    // lane runs alone but burn a sharing lane's CPU (measured on 2 cores: bulk kept 41% of its
-    // solo rate beside spinning queries, 91% beside blocking ones). So the bulk lane never spins,
-    // and the interactive lane has a spinning session for when it is alone and a quiet twin for
-    // while a bulk job runs.
-    const lane = new OrtLane({ intraOpThreads: threads, allowSpinning: true, quietTwin: true });
-    const bulkLane = new OrtLane({ intraOpThreads: threads, allowSpinning: false, niceness: 10 });
     const log = workerOptions.log ?? stderrLog;
-
-    this.registry = new ModelRegistry(lane, bulkLane, {
+    this.admission = new Admission({
+      byteBudget: config.inline.byte_budget,
+      maxQueueMs: config.inline.max_queue_ms,
+      estimatedExecutionMs: config.inline.estimated_execution_ms,
+      maxConcurrentWorkers: config.inline.max_concurrent_workers,
+    }, { now });
+    this.jobStore = new JobStore(store, { clock: now });
+    // Jobs of an earlier generation that were queued or running died with that process.
+    this.inheritedJobs = this.jobStore.inheritEarlierGenerations(store.moduleGeneration);
+    const running = new Map<string, Promise<void>>();
+    this.registry = new ModelRegistry({
+      admission: this.admission,
       threadPolicy: config.knob,
       maxBatchTokens: config.inline.max_tokens,
+      interactivePermits: config.inline.max_concurrent_workers,
+      estimatedExecutionMs: config.inline.estimated_execution_ms,
+      // A job between quanta (tokenizing its next slice) still shares the cores.
+      externalBusy: () => running.size > 0,
+      ...(workerOptions.loadRetryBaseMs === undefined
+        ? {}
+        : { loadRetryBaseMs: workerOptions.loadRetryBaseMs }),
+      log,
       now,
       llama: (spec, source) =>
-        new LlamaLane(spec, {
+        new LlamaEngine(spec, {
           launch: resolveLlamaWorkerLaunch({
             ...(source.workerBin === undefined ? {} : { workerBin: source.workerBin }),
             // Generation runs below the interactive lanes (decode class; nice 5, between the
@@ -306,43 +185,28 @@ export class Synapse implements AsyncDisposable {
           forwardLinesPerSec: config.log.worker_forward_lines_per_sec,
         }),
     });
-    this.admission = new Admission({
-      byteBudget: config.inline.byte_budget,
-      maxQueueMs: config.inline.max_queue_ms,
-      estimatedExecutionMs: config.inline.estimated_execution_ms,
-      maxConcurrentWorkers: config.inline.max_concurrent_workers,
-    }, { now });
     const storeRef = store;
-    this.jobStore = new JobStore(store, { clock: now });
-    // Jobs of an earlier generation that were queued or running died with that process.
-    this.inheritedJobs = this.jobStore.inheritEarlierGenerations(store.moduleGeneration);
-    const permits = Math.max(1, config.inline.max_concurrent_workers);
-    this.interactive = new LaneScheduler({
-      permits,
-      defaultRunMs: config.inline.estimated_execution_ms,
-    });
-    this.bulk = new LaneScheduler({ permits: 1 });
     this.context = {
       config,
       registry: this.registry,
       admission: this.admission,
-      interactive: this.interactive,
-      jobs: { store: this.jobStore, scheduler: this.bulk, running: new Map() },
+      jobs: { store: this.jobStore, running },
       moduleGeneration: store.moduleGeneration,
       tableEpoch: () => storeRef.tableEpoch,
       now,
       machineProfileHash: this.machineProfileHash,
+      log,
     };
     this.modelsSettled = Promise.all(sources.map((s) => this.registry.load(s))).then((ms) => {
       for (const m of ms) {
-        if (m.state === "ready") {
+        if (m.ready) {
           try {
             store.upsertModel({
               model_id: m.modelId,
               engine: m.engine,
               task: m.task,
-              fingerprint: m.fingerprint!,
-              config_json: JSON.stringify({ source: m.source, profile: m.profile }),
+              fingerprint: m.ready.fingerprint,
+              config_json: JSON.stringify({ source: m.source, profile: m.ready.profile }),
             });
           } catch { /* the store is advisory for models; serving goes on */ }
         }
@@ -396,18 +260,17 @@ export class Synapse implements AsyncDisposable {
     return this.#disposed;
   }
 
-  /** Stops the lanes and workers and closes the store. Idempotent. */
+  /** Stops the lanes and workers (through the registry), closes the store, frees the leases. Idempotent. */
   async dispose(): Promise<void> {
     if (this.#disposed) return;
     this.#disposed = true;
     if (this.#sweeper !== undefined) clearInterval(this.#sweeper);
-    this.interactive.dispose();
-    this.bulk.dispose();
-    this.registry.lane.dispose();
-    this.registry.bulkLane.dispose();
-    await this.registry.closeOwnLanes();
-    this.store.dispose();
-    for (const l of this.#leases) l.release();
+    try {
+      await this.registry.dispose();
+    } finally {
+      this.store.dispose();
+      for (const l of this.#leases) l.release();
+    }
   }
 
   [Symbol.asyncDispose](): Promise<void> {
@@ -469,22 +332,35 @@ export async function createSynapse(options: SynapseOptions = {}): Promise<Synap
     for (const l of leases) l.release();
     throw err;
   }
-  const sources = config.preload_models.length > 0
-    ? config.preload_models.map(sourceFromPreload)
-    : defaultModelSources();
-  const syn = new Synapse(config, store, sources, options.now ?? Date.now, machine, leases, {
-    ...(options.log === undefined ? {} : { log: options.log }),
-    ...(options.llamaWorkerArgs === undefined ? {} : { llamaWorkerArgs: options.llamaWorkerArgs }),
-    ...(options.workerHandshakeTimeoutMs === undefined
-      ? {}
-      : { workerHandshakeTimeoutMs: options.workerHandshakeTimeoutMs }),
-    ...(options.workerRequestTimeoutMs === undefined
-      ? {}
-      : { workerRequestTimeoutMs: options.workerRequestTimeoutMs }),
-    ...(options.workerGenerateTimeoutMs === undefined
-      ? {}
-      : { workerGenerateTimeoutMs: options.workerGenerateTimeoutMs }),
-  });
+  let syn: Synapse;
+  try {
+    const sources = config.preload_models.length > 0
+      ? config.preload_models.map(sourceFromPreload)
+      : defaultModelSources();
+    syn = new Synapse(config, store, sources, options.now ?? Date.now, machine, leases, {
+      ...(options.log === undefined ? {} : { log: options.log }),
+      ...(options.llamaWorkerArgs === undefined
+        ? {}
+        : { llamaWorkerArgs: options.llamaWorkerArgs }),
+      ...(options.workerHandshakeTimeoutMs === undefined
+        ? {}
+        : { workerHandshakeTimeoutMs: options.workerHandshakeTimeoutMs }),
+      ...(options.workerRequestTimeoutMs === undefined
+        ? {}
+        : { workerRequestTimeoutMs: options.workerRequestTimeoutMs }),
+      ...(options.workerGenerateTimeoutMs === undefined
+        ? {}
+        : { workerGenerateTimeoutMs: options.workerGenerateTimeoutMs }),
+      ...(options.loadRetryBaseMs === undefined
+        ? {}
+        : { loadRetryBaseMs: options.loadRetryBaseMs }),
+    });
+  } catch (err) {
+    // Nothing may leak from a failed start: the store and both leases go with it.
+    store.dispose();
+    for (const l of leases) l.release();
+    throw err;
+  }
   if (options.waitForModels ?? true) await syn.modelsSettled;
   return syn;
 }

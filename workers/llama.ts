@@ -335,7 +335,14 @@ async function load(msg: Extract<ModuleToWorkerMessage, { type: "LOAD" }>): Prom
   const loaded: Loaded = { model, mode, pooling: ggufPooling(model) };
   try {
     if (mode === "embed") {
-      loaded.embedding = await model.createEmbeddingContext({ contextSize, threads });
+      // node-llama-cpp refuses an input of `contextSize` tokens or more (its check is `>=`),
+      // while the module certifies sequences of up to `context_size` tokens: one more slot makes
+      // a sequence of exactly `context_size` tokens run (field report F22). Positions stay below
+      // context_size, so the numbers are those of the certified context.
+      loaded.embedding = await model.createEmbeddingContext({
+        contextSize: contextSize + 1,
+        threads,
+      });
     } else {
       loaded.context = await model.createContext({ contextSize, threads, sequences: 1 });
       loaded.sequence = loaded.context.getSequence();

@@ -52,7 +52,13 @@ export type StableErrorCode =
   | "model_in_use"
   | "engine_output_invalid"
   /** microllm: a grammar was sent while `grammar_enabled` is false (owned-decode vocabulary). */
-  | "grammar_disabled";
+  | "grammar_disabled"
+  /**
+   * A bug in Synapse (an invariant broke, an unexpected exception): permanent and not safe to
+   * retry, so a client does not retry a bug forever. No stable code of contract.md §2 fits; the
+   * module logs the stack. Never used for engine faults (those are `engine_crashed`).
+   */
+  | "internal_error";
 
 /** Channel codes (contract.md §1): the request never reached an operation's logic. */
 export type ChannelErrorCode =
@@ -121,6 +127,7 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, ErrorCodeInfo>> = Object.fr
   model_in_use: P,
   engine_output_invalid: P,
   grammar_disabled: P,
+  internal_error: P,
   unknown_method: P,
   store_failure: T(100),
   module_not_initialized: T(100),

@@ -339,9 +339,10 @@ function health(synapse: HttpBackend): Response {
   const models: HealthModel[] = synapse.registry.list().map((m) => {
     const row: HealthModel = { model_id: m.modelId, state: m.state };
     if (m.testModel) row.test_model = true;
-    const q = m.own?.llama.status().quarantine;
-    const busyMs = m.own?.llama.busyMs ?? 0;
-    const threshold = m.own?.llama.requestTimeoutMs ?? Infinity;
+    const h = m.ready?.interactive.engine.health();
+    const q = h?.quarantine;
+    const busyMs = h?.busyMs ?? 0;
+    const threshold = h?.busyLimitMs ?? Infinity;
     if (q !== undefined) {
       row.serving_admission = "quarantined";
       row.serving_admission_reason = { ...q };
@@ -432,7 +433,7 @@ async function openAiEmbeddings(
         );
       }
     }
-    const res = await embedItems(synapse.context, common, items, "interactive", {
+    const res = await embedItems(synapse.context, common, items, {
       signal: req.signal,
     });
     // Without a request_key an over-limit batch is refused, never turned into a job.

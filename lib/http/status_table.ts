@@ -14,7 +14,7 @@
  * | 422 | the request parses but asks for something that cannot be served as asked: change the request (truncate, accept a declared identity, another model) | `sequence_too_long`, `substitution_rejected`, `declared_identity_not_accepted`, `engine_output_invalid`, `op_not_supported_for_remote`, `sentinel_calibration_refused` |
  * | 424 | a remote provider's credentials need the operator (not the HTTP caller's authentication, so not 401) | `needs_reauth`, `needs_reauth_expired`, `credential_config_invalid` |
  * | 429 | over the admission budget; retry after the hint | `queue_full` |
- * | 500 | the module failed, or holds an unusable artifact | `store_failure`, `encode_failed`, `artifact_invalid`, `self_check_failed` |
+ * | 500 | the module failed (a bug), or holds an unusable artifact | `internal_error`, `store_failure`, `encode_failed`, `artifact_invalid`, `self_check_failed` |
  * | 501 | this machine or build has no backend for it | `backend_unavailable`, `owned_cuda_unsupported` |
  * | 502 | an upstream (download host, remote provider) failed or misbehaved | `download_failed`, `provider_protocol_violation` |
  * | 503 | temporarily unable to serve; retry after the hint | `model_loading`, `engine_crashed`, `provider_unavailable`, `module_restarted`, `module_not_initialized`, `disposed` |
@@ -56,6 +56,7 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.freeze({
   needs_reauth_expired: 424,
   credential_config_invalid: 424,
   queue_full: 429,
+  internal_error: 500,
   store_failure: 500,
   encode_failed: 500,
   artifact_invalid: 500,

@@ -1,143 +1,84 @@
 /**
- * Loaded models: their files, tokenizer, numeric profile, fingerprint and lane. A model is
- * `loading` until its engine session is up; requests for it meanwhile get `model_loading` with a
- * retry hint (field report F9), never an implicit wait.
+ * The models this process serves, and the lanes they run on. The registry owns every engine
+ * runtime (the two ORT threads, each llama worker), their schedulers and the lanes over them,
+ * and disposes them all.
+ *
+ * A model is `loading` until its engine is up; requests meanwhile get `model_loading` with a
+ * retry hint (field report F9), never an implicit wait. A load that fails transiently (a worker
+ * that could not start on a busy machine) is retried in the background with backoff, at most
+ * {@link LOAD_RETRIES} times and within the worker's crash budget; then the failure is permanent
+ * (`probe_required`, reason `load_failed_repeatedly`). Field report F20.
  *
  * @module
  */
 import { SynapseError, toSynapseError } from "../contract/errors.ts";
-import { fingerprint, numericProfileId } from "../identity/numeric_profile.ts";
-import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
-import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
-import { ORT_ENGINE, OrtLane } from "../engines/ort/ort_lane.ts";
-import type { OrtRow, OrtRunResult } from "../engines/ort/ort_lane.ts";
-import type { Pooling } from "../engines/ort/pooling.ts";
-import type { LlamaLane, LlamaModelSpec } from "../engines/llama/llama_lane.ts";
-import { type GgufFacts, readGgufFacts, sha256File } from "../engines/llama/gguf.ts";
+import type { ThreadPolicy } from "../identity/numeric_profile.ts";
+import { OrtLane } from "../engines/ort/ort_lane.ts";
+import type { OrtEngine } from "../engines/ort/ort_engine.ts";
+import type { Engine } from "../engines/engine.ts";
+import { Lane } from "../lanes/lane.ts";
+import type { Admission } from "../sched/admission.ts";
 import { LaneScheduler } from "../sched/lane_scheduler.ts";
+import type { LaneStats } from "../sched/lane_scheduler.ts";
+import { type LogSink, nullLog } from "../log/log.ts";
+import { identityOf, loadOrtModel } from "./load_ort.ts";
+import { type LlamaEngineFactory, loadLlamaModel } from "./load_llama.ts";
+import type { ModelEntry, ModelSource, ModelTask, ReadyModel } from "./model.ts";
 
-/** What a model computes. */
-export type ModelTask = "embed" | "rerank" | "generate";
-
-/** Engine lane kind of a model. */
-export type ModelEngine = "ort" | "llama";
-
-/** Engine identity as it appears in envelopes and profiles (contract.md §3). */
-export interface EngineIdentity {
-  engine: string;
-  version: string;
-  build_flags?: Readonly<Record<string, string>>;
-}
-
-/**
- * Runs micro-batches of one model: the ORT lanes, or an adapter over a llama worker. Rows carry
- * ids with specials (type ids are ignored by engines that have none).
- */
-export interface EmbedRunner {
-  run(
-    modelRef: string,
-    rows: readonly OrtRow[],
-    options?: { quiet?: boolean },
-  ): Promise<OrtRunResult>;
-}
-
-/** Makes the lane of a GGUF model (the registry owns it from then on). */
-export type LlamaLaneFactory = (spec: LlamaModelSpec, source: ModelSource) => LlamaLane;
-
-/** Lifecycle of a loaded model. */
-export type ModelState = "loading" | "ready" | "failed";
-
-/** Where a model's files are and how to serve it. */
-export interface ModelSource {
-  modelId: string;
-  task: ModelTask;
-  /** Engine lane. @default "ort" */
-  engine?: ModelEngine;
-  /** model.onnx, or the .gguf file for the llama engine */
-  modelPath: string;
-  /** tokenizer.json */
-  tokenizerPath: string;
-  /** config.json, when there is one. */
-  configPath?: string;
-  /** A missing `configPath` is not an error (defaults apply). @default false */
-  configOptional?: boolean;
-  pooling: Pooling;
-  normalize: boolean;
-  /** Largest sequence, specials included; default from config.json's max_position_embeddings. */
-  maxTokens?: number;
-  /** Labelled as a test model everywhere it appears. */
-  testModel?: boolean;
-  /** llama: context size in tokens. @default min(GGUF context_length, 2048) */
-  contextSize?: number;
-  /** Expected `sha256:<hex>` of the artifact; a different file is refused. */
-  artifactDigest?: string;
-  /** llama: worker program override (`worker_bin`). */
-  workerBin?: string;
-  /** llama: socket directory (`worker_runtime_dir`). */
-  workerRuntimeDir?: string;
-}
-
-/** Micro-batch shape the ORT lane certifies (part of every ORT profile). */
-export const ORT_MICRO_BATCH = Object.freeze({
-  /** Padded tokens per engine call. */
-  maxMicroBatchTokens: 4096,
-  /** Rows per engine call. */
-  maxSequences: 64,
-});
-
-/** Prompt-template identity of the cross-encoder pair layout (part of rerank profiles). */
-export const RERANK_PAIR_TEMPLATE = "synapse-rerank-cls-query-sep-doc-sep-v1";
-
-/** A model known to the registry. */
-export interface LoadedModel {
-  readonly source: ModelSource;
-  readonly modelId: string;
-  readonly task: ModelTask;
-  readonly engine: ModelEngine;
-  /** Identity of the engine that serves it (set when ready). */
-  engineIdentity?: EngineIdentity;
-  /**
-   * A lane of its own (llama models): its scheduler and runner serve both interactive and bulk
-   * work of this model; ORT models share the registry's lanes.
-   */
-  own?: { scheduler: LaneScheduler; runner: EmbedRunner; llama: LlamaLane };
-  /** GGUF facts (llama models). */
-  gguf?: GgufFacts;
-  state: ModelState;
-  /** Set when state is `failed`. */
-  error?: SynapseError;
-  tokenizer?: SanitizedTokenizer;
-  profile?: NumericProfile;
-  numericProfileId?: string;
-  fingerprint?: string;
-  /** Vector width (embed) or 1 (rerank). */
-  dims: number;
-  maxTokens: number;
-  testModel: boolean;
-  coldLoadMs?: number;
-  /** Milliseconds since the epoch when loading started. */
-  loadStartedMs: number;
-  /** Load attempts so far (a transient failure is retried lazily). */
-  loadAttempts?: number;
-  /** Milliseconds since the epoch of the last failed attempt. */
-  failedAtMs?: number;
-}
-
-/** Lazy retries of a load that failed transiently; after them the failure is permanent. */
+/** Background retries of a load that failed transiently; after them the failure is permanent. */
 export const LOAD_RETRIES = 2;
 
 /** Options of {@link ModelRegistry}. */
 export interface ModelRegistryOptions {
+  /** The module's admission (byte budget, refusal counters), shared by every lane. */
+  admission: Admission;
   /** Thread policy (the config knob), part of every profile. @default "balanced" */
   threadPolicy?: ThreadPolicy;
   /** Aggregate token budget of one inline request (`inline.max_tokens`). @default 8192 */
   maxBatchTokens?: number;
-  /** Wall clock in ms. @default Date.now */
-  now?: () => number;
-  /** Makes llama lanes; without it a llama model fails to load with `backend_unavailable`. */
-  llama?: LlamaLaneFactory;
+  /** Engine slots of the interactive ORT thread (`inline.max_concurrent_workers`). @default 2 */
+  interactivePermits?: number;
+  /** Run time assumed before any run was measured, ms (`inline.estimated_execution_ms`). @default 25 */
+  estimatedExecutionMs?: number;
+  /** onnxruntime intra-op threads per ORT thread. @default threadsForKnob(threadPolicy) */
+  ortThreads?: number;
+  /** Nice value of the bulk ORT thread (0 … 19). @default 10 */
+  bulkNice?: number;
+  /** Makes llama engines; without it a llama model fails to load with `backend_unavailable`. */
+  llama?: LlamaEngineFactory;
   /** Threads of a llama worker. @default threadsForKnob(threadPolicy) */
   llamaThreads?: number;
+  /**
+   * Work sharing the cores that the registry does not see (a durable job between quanta): the
+   * interactive ORT lane then runs its quiet session. @default never
+   */
+  externalBusy?: () => boolean;
+  /** First background-retry delay after a transient load failure, ms (doubles). @default 1000 */
+  loadRetryBaseMs?: number;
+  /** Module log. @default nullLog */
+  log?: LogSink;
+  /** Wall clock in ms. @default Date.now */
+  now?: () => number;
+}
+
+/** One row of `admission.status.lanes` (a scheduler and the models on it). */
+export interface LaneStatusRow {
+  lane: string;
+  engine: string;
+  task?: ModelTask;
+  intra_op_threads?: number;
+  permits: number;
+  in_flight: number;
+  waiters: number;
+  depths: LaneStats["depths"];
+  meeting_deadlines: Record<string, number>;
+  start_delay_p50_ms: Record<string, number>;
+  start_delay_p95_ms: Record<string, number>;
+  tokens_per_second: Record<string, number>;
+  worker?: Record<string, unknown>;
+  serving_admission?: "serving" | "quarantined";
+  serving_admission_reason?: Record<string, unknown>;
+  models: string[];
 }
 
 /**
@@ -155,104 +96,144 @@ export function threadsForKnob(knob: string, cores = navigator.hardwareConcurren
   }
 }
 
-/**
- * Shapes a session runs once at load: the micro-batch budget at the longest sequence and at
- * many short rows, which sizes onnxruntime's memory arena for what requests will send.
- */
-export function warmupShapes(maxTokens: number): [number, number][] {
-  const { maxMicroBatchTokens, maxSequences } = ORT_MICRO_BATCH;
-  const long = Math.min(maxTokens, maxMicroBatchTokens);
-  const shortLen = Math.max(1, Math.floor(maxMicroBatchTokens / maxSequences));
-  return [[Math.max(1, Math.floor(maxMicroBatchTokens / long)), long], [maxSequences, shortLen]];
+interface OwnRuntime {
+  engine: Engine;
+  scheduler: LaneScheduler;
 }
 
 /**
- * The models this process serves. Each model has a session on the interactive lane (loaded at
- * boot) and one on the bulk lane (loaded on the first job), each lane its own Worker thread, so
- * an interactive request never waits for a bulk quantum to finish.
+ * The models this process serves. ORT models share two Worker threads — interactive (loaded at
+ * boot) and bulk (loaded on a model's first job), so an interactive request never waits for a
+ * bulk quantum — each with one scheduler. A GGUF model has a llama worker and a scheduler of its
+ * own, which its interactive, bulk and decode work share.
  */
-export class ModelRegistry {
-  /** Lane of interactive and control work (embed.query, inline batches, small reranks). */
-  readonly lane: OrtLane;
-  /** Lane of bulk work (durable jobs, large reranks); models load on first use. */
-  readonly bulkLane: OrtLane;
-  #models = new Map<string, LoadedModel>();
+export class ModelRegistry implements AsyncDisposable {
+  #entries = new Map<string, ModelEntry>();
+  #waiters = new Map<string, (() => void)[]>();
+  #timers = new Set<ReturnType<typeof setTimeout>>();
+  #own = new Map<string, OwnRuntime>();
+  #ortInteractive: OrtLane;
+  #ortBulk: OrtLane;
+  #ortInteractiveSched: LaneScheduler;
+  #ortBulkSched: LaneScheduler;
+  #admission: Admission;
   #threadPolicy: ThreadPolicy;
   #maxBatchTokens: number;
-  #now: () => number;
-  #llama: LlamaLaneFactory | undefined;
+  #llama: LlamaEngineFactory | undefined;
   #llamaThreads: number;
+  #externalBusy: () => boolean;
+  #retryBaseMs: number;
+  #log: LogSink;
+  #now: () => number;
+  #disposed = false;
 
-  constructor(lane: OrtLane, bulkLane: OrtLane, options: ModelRegistryOptions = {}) {
-    this.lane = lane;
-    this.bulkLane = bulkLane;
-    this.#llama = options.llama;
-    this.#threadPolicy = options.threadPolicy ?? "balanced";
-    this.#llamaThreads = options.llamaThreads ??
-      threadsForKnob(typeof this.#threadPolicy === "string" ? this.#threadPolicy : "balanced");
+  constructor(options: ModelRegistryOptions) {
+    const policy = options.threadPolicy ?? "balanced";
+    const knob = typeof policy === "string" ? policy : "balanced";
+    const threads = options.ortThreads ?? threadsForKnob(knob);
+    // The two threads share the machine's cores. onnxruntime's spinning threads are fastest when
+    // a lane runs alone but burn a sharing lane's CPU (measured on 2 cores: bulk kept 41% of its
+    // solo rate beside spinning queries, 91% beside blocking ones). So the bulk thread never
+    // spins, and the interactive thread has a spinning session for when it is alone and a quiet
+    // twin for while other engine work runs.
+    this.#ortInteractive = new OrtLane({
+      intraOpThreads: threads,
+      allowSpinning: true,
+      quietTwin: true,
+    });
+    this.#ortBulk = new OrtLane({
+      intraOpThreads: threads,
+      allowSpinning: false,
+      niceness: options.bulkNice ?? 10,
+    });
+    this.#ortInteractiveSched = new LaneScheduler({
+      permits: Math.max(1, options.interactivePermits ?? 2),
+      defaultRunMs: options.estimatedExecutionMs ?? 25,
+    });
+    this.#ortBulkSched = new LaneScheduler({ permits: 1 });
+    this.#admission = options.admission;
+    this.#threadPolicy = policy;
     this.#maxBatchTokens = options.maxBatchTokens ?? 8192;
+    this.#llama = options.llama;
+    this.#llamaThreads = options.llamaThreads ?? threadsForKnob(knob);
+    this.#externalBusy = options.externalBusy ?? (() => false);
+    this.#retryBaseMs = options.loadRetryBaseMs ?? 1000;
+    this.#log = options.log ?? nullLog;
     this.#now = options.now ?? Date.now;
   }
 
   /** All models, in load order. */
-  list(): LoadedModel[] {
-    return [...this.#models.values()];
+  list(): ModelEntry[] {
+    return [...this.#entries.values()];
+  }
+
+  /** Engine calls in flight on every runtime. */
+  get engineCallsInFlight(): number {
+    let n = this.#ortInteractive.inFlight + this.#ortBulk.inFlight;
+    for (const own of this.#own.values()) n += own.engine.inFlight;
+    return n;
   }
 
   /**
-   * Starts loading a model; resolves when it is ready or failed (never rejects).
-   *
-   * @throws {SynapseError} `invalid_request` when the id is already taken.
+   * True while engine work other than interactive ORT queries shares the cores: the bulk thread
+   * has work, a llama worker is busy, or {@link ModelRegistryOptions.externalBusy} says so. The
+   * interactive ORT lane then runs on its quiet session so the lanes share cores well.
    */
-  load(source: ModelSource): Promise<LoadedModel> {
-    if (this.#models.has(source.modelId)) {
+  otherEnginesBusy(): boolean {
+    if (this.#ortBulk.inFlight > 0 || this.#ortBulkSched.waiters > 0) return true;
+    if (this.#ortBulkSched.inFlight > 0 || this.#externalBusy()) return true;
+    for (const own of this.#own.values()) if (own.engine.inFlight > 0) return true;
+    return false;
+  }
+
+  /**
+   * Starts loading a model; resolves when it is ready or failed (never rejects). A transient
+   * failure schedules a background retry; {@link ready} waits for the end of those.
+   *
+   * @throws {SynapseError} `invalid_request` when the id is already taken; `disposed`.
+   */
+  load(source: ModelSource): Promise<ModelEntry> {
+    this.#ensureNotDisposed();
+    if (this.#entries.has(source.modelId)) {
       throw new SynapseError(
         "invalid_request",
         `Cannot load model '${source.modelId}': the id is already loaded`,
-        {
-          details: { model_id: source.modelId },
-        },
+        { details: { model_id: source.modelId } },
       );
     }
-    const m: LoadedModel = {
+    const entry: ModelEntry = {
       source,
       modelId: source.modelId,
       task: source.task,
       engine: source.engine ?? "ort",
       state: "loading",
-      dims: 0,
-      maxTokens: source.maxTokens ?? 512,
       testModel: source.testModel ?? false,
       loadStartedMs: this.#now(),
+      loadAttempts: 0,
     };
-    this.#models.set(source.modelId, m);
-    return this.#attempt(m);
+    this.#entries.set(source.modelId, entry);
+    return this.#attempt(entry);
   }
 
-  /** One load attempt; a transient failure may be retried by {@link resolve}. */
-  #attempt(m: LoadedModel): Promise<LoadedModel> {
-    m.loadAttempts = (m.loadAttempts ?? 0) + 1;
-    return this.#load(m).then(() => m, (err) => {
-      const e = toSynapseError(err, "artifact_invalid");
-      m.state = "failed";
-      m.failedAtMs = this.#now();
-      m.error = e.errorClass === "transient" && m.loadAttempts! > LOAD_RETRIES
-        ? new SynapseError(
-          "probe_required",
-          `Cannot serve model '${m.modelId}': loading failed ${m.loadAttempts} times; last: ${e.message}`,
-          {
-            cause: e,
-            details: {
-              model_id: m.modelId,
-              reason: "load_failed_repeatedly",
-              attempts: m.loadAttempts,
-              last_error: e.toWire(),
-            },
-          },
-        )
-        : e;
-      return m;
-    });
+  /**
+   * Resolves once the model is ready, or rejects with its final load error (after any
+   * background retries). For tests and operators; requests never wait (they get
+   * `model_loading`).
+   *
+   * @throws {SynapseError} `unknown_model`; the load error.
+   */
+  async ready(modelId: string): Promise<ReadyModel> {
+    const entry = this.#entries.get(modelId);
+    if (entry === undefined) throw unknownModel(modelId, undefined, [...this.#entries.keys()]);
+    while (entry.state === "loading" || entry.retryAtMs !== undefined) {
+      await new Promise<void>((resolve) => {
+        const list = this.#waiters.get(modelId) ?? [];
+        list.push(resolve);
+        this.#waiters.set(modelId, list);
+      });
+    }
+    if (entry.ready) return entry.ready;
+    throw entry.error!;
   }
 
   /**
@@ -260,34 +241,18 @@ export class ModelRegistry {
    *
    * @param modelId Requested id; the first ready-or-loading model of the task when undefined.
    * @throws {SynapseError} `unknown_model {model_id}`; `invalid_request` when the model serves
-   *   another task; `model_loading` (transient, retry hint) while loading; the load error when
-   *   loading failed.
+   *   another task; `model_loading` (transient, retry hint) while loading or waiting for a
+   *   background retry; the load error when loading failed for good.
    */
-  resolve(modelId: string | undefined, task: ModelTask): LoadedModel {
-    let m: LoadedModel | undefined;
+  resolve(modelId: string | undefined, task: ModelTask): ReadyModel {
+    let m: ModelEntry | undefined;
     if (modelId === undefined) {
       m = this.list().find((x) => x.task === task && x.state !== "failed") ??
         this.list().find((x) => x.task === task);
-      if (!m) {
-        throw new SynapseError(
-          "unknown_model",
-          `Cannot serve ${task}: no ${task} model is loaded`,
-          {
-            details: { model_id: null, task },
-          },
-        );
-      }
+      if (!m) throw unknownModel(null, task);
     } else {
-      m = this.#models.get(modelId);
-      if (!m) {
-        throw new SynapseError(
-          "unknown_model",
-          `Cannot serve ${task}: unknown model '${modelId}'`,
-          {
-            details: { model_id: modelId, known: [...this.#models.keys()] },
-          },
-        );
-      }
+      m = this.#entries.get(modelId);
+      if (!m) throw unknownModel(modelId, task, [...this.#entries.keys()]);
     }
     if (m.task !== task) {
       throw new SynapseError(
@@ -300,313 +265,281 @@ export class ModelRegistry {
       throw new SynapseError(
         "model_loading",
         `Cannot serve ${task}: model '${m.modelId}' is loading`,
-        {
-          retryAfterMs: 250,
-          details: { model_id: m.modelId },
-        },
+        { retryAfterMs: 250, details: { model_id: m.modelId, attempt: m.loadAttempts } },
       );
     }
     if (m.state === "failed") {
-      // A transient load failure (a worker that crashed while starting) is retried lazily, at
-      // most LOAD_RETRIES times, once its retry hint has passed; then the error is permanent.
-      const e = m.error!;
-      if (
-        e.errorClass === "transient" && (m.loadAttempts ?? 1) <= LOAD_RETRIES &&
-        this.#now() - (m.failedAtMs ?? 0) >= (e.retryAfterMs ?? 0)
-      ) {
-        m.state = "loading";
-        delete m.error;
-        void this.#attempt(m);
+      if (m.retryAtMs !== undefined) {
         throw new SynapseError(
           "model_loading",
-          `Cannot serve ${task}: model '${m.modelId}' is loading again after a transient failure`,
-          { retryAfterMs: 250, details: { model_id: m.modelId, attempt: m.loadAttempts } },
+          `Cannot serve ${task}: model '${m.modelId}' failed to load (${m.error?.message}); loading again in the background`,
+          {
+            retryAfterMs: Math.max(1, m.retryAtMs - this.#now()),
+            details: {
+              model_id: m.modelId,
+              attempt: m.loadAttempts,
+              reason: "retrying_after_failure",
+              last_error: m.error?.toWire(),
+            },
+          },
         );
       }
-      throw e;
+      throw m.error!;
     }
-    return m;
+    return m.ready!;
   }
 
-  /** Stops the llama workers of every model. */
-  async closeOwnLanes(): Promise<void> {
-    await Promise.all(
-      this.list().map(async (m) => {
-        m.own?.scheduler.dispose();
-        await m.own?.llama.close().catch(() => {});
-      }),
-    );
+  /** Status rows of every scheduler and the models on it (`admission.status.lanes`). */
+  laneStatus(): LaneStatusRow[] {
+    const ortModels = this.list().filter((m) => m.engine === "ort").map((m) => m.modelId);
+    const rows: LaneStatusRow[] = [
+      schedRow("ort-interactive", "ort", this.#ortInteractiveSched.stats(), ortModels),
+      schedRow("ort-bulk", "ort", this.#ortBulkSched.stats(), ortModels),
+    ];
+    rows[0]!.intra_op_threads = this.#ortInteractive.intraOpThreads;
+    rows[1]!.intra_op_threads = this.#ortBulk.intraOpThreads;
+    for (const [modelId, own] of this.#own) {
+      const row = schedRow(`llama-${modelId}`, own.engine.kind, own.scheduler.stats(), [modelId]);
+      const h = own.engine.health();
+      row.task = own.engine.task;
+      if (h.worker !== undefined) row.worker = { ...h.worker };
+      row.serving_admission = h.quarantine ? "quarantined" : "serving";
+      if (h.quarantine) row.serving_admission_reason = h.quarantine;
+      rows.push(row);
+    }
+    return rows;
   }
 
-  async #load(m: LoadedModel): Promise<void> {
-    if (m.engine === "llama") return await this.#loadLlama(m);
-    if (m.task === "generate") {
-      throw new SynapseError(
-        "invalid_request",
-        `Cannot load model '${m.modelId}': generation needs the llama engine (a GGUF model)`,
-        { details: { model_id: m.modelId, task: m.task, engine: m.engine } },
-      );
-    }
-    const src = m.source;
-    let modelBytes: Uint8Array;
-    try {
-      modelBytes = await Deno.readFile(src.modelPath);
-    } catch (err) {
-      throw new SynapseError(
-        "artifact_invalid",
-        `Cannot load model '${m.modelId}': cannot read ${src.modelPath}: ${(err as Error).message}`,
-        {
-          cause: err,
-          details: { model_id: m.modelId, file: src.modelPath },
-        },
-      );
-    }
-    // WebCrypto hashes off the main thread: a 90 MB model must not stall /health or refusals.
-    const modelDigest = "sha256:" +
-      toHex(await crypto.subtle.digest("SHA-256", modelBytes as Uint8Array<ArrayBuffer>));
-    modelBytes = new Uint8Array(0);
-    const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
-    let config: Record<string, unknown> = {};
-    if (src.configPath !== undefined) {
-      try {
-        config = JSON.parse(await Deno.readTextFile(src.configPath));
-      } catch (err) {
-        if (!(src.configOptional && err instanceof Deno.errors.NotFound)) {
-          throw new SynapseError(
-            "artifact_invalid",
-            `Cannot load model '${m.modelId}': cannot read ${src.configPath}: ${
-              (err as Error).message
-            }`,
-            {
-              cause: err,
-              details: { model_id: m.modelId, file: src.configPath },
-            },
-          );
-        }
-      }
-    }
-    const maxPos = typeof config.max_position_embeddings === "number"
-      ? config.max_position_embeddings
-      : 512;
-    m.maxTokens = src.maxTokens ??
-      (typeof config.synapse_max_tokens === "number" ? config.synapse_max_tokens : maxPos);
-    if (m.maxTokens > maxPos || m.maxTokens < tokenizer.singleSpecialTokens + 1) {
-      throw new SynapseError(
-        "artifact_invalid",
-        `Cannot load model '${m.modelId}': max_tokens ${m.maxTokens} must be between ${
-          tokenizer.singleSpecialTokens + 1
-        } (special tokens plus one) and the model's ${maxPos} positions (max_position_embeddings)`,
-        { details: { model_id: m.modelId, max_tokens: m.maxTokens, max_positions: maxPos } },
-      );
-    }
-    if (config.synapse_test_model === true) m.testModel = true;
-    const spec = {
-      modelRef: m.modelId,
-      path: src.modelPath,
-      task: m.task as "embed" | "rerank",
-      pooling: src.pooling,
-      normalize: src.normalize,
-      warmupShapes: warmupShapes(m.maxTokens),
-    };
-    const { dims, coldLoadMs } = await this.lane.load(spec);
-    this.bulkLane.register(spec);
-    const profile: NumericProfile = {
-      model_digest: modelDigest,
-      quant: "f32",
-      engine: {
-        engine: ORT_ENGINE.engine,
-        version: ORT_ENGINE.version,
-        build_flags: { ...ORT_ENGINE.build_flags },
-      },
-      sanitized_tokenizer_digest: tokenizer.digest,
-      pooling: m.task === "rerank" ? "cls" : src.pooling,
-      normalization: m.task === "embed" && src.normalize ? "l2" : "none",
-      dtype: "f32",
-      flash_attention: "disabled",
-      certified_shape: {
-        max_context_tokens: m.maxTokens,
-        max_batch_tokens: this.#maxBatchTokens,
-        max_micro_batch_tokens: ORT_MICRO_BATCH.maxMicroBatchTokens,
-        max_sequences: ORT_MICRO_BATCH.maxSequences,
-      },
-      ...(m.task === "rerank" ? { prompt_template: RERANK_PAIR_TEMPLATE } : {}),
-      thread_policy: this.#threadPolicy,
-      operation: m.task,
-    };
-    m.engineIdentity = ORT_ENGINE;
-    m.tokenizer = tokenizer;
-    m.profile = profile;
-    m.numericProfileId = numericProfileId(profile);
-    m.fingerprint = fingerprint(profile);
-    m.dims = dims;
-    m.coldLoadMs = coldLoadMs;
-    m.state = "ready";
+  /** True after {@link dispose}. */
+  get disposed(): boolean {
+    return this.#disposed;
   }
+
   /**
-   * Loads a GGUF model on its own llama worker: checks digest, format and that the GGUF's
-   * vocabulary is the tokenizer.json's (the module tokenizes; another vocabulary would feed the
-   * engine wrong ids), starts the worker, loads, and computes the profile with the identity the
-   * worker announced (so a CUDA or Metal build has its own fingerprint).
+   * Stops every lane: queued work is refused (`disposed`), the ORT threads stop and llama
+   * workers shut down (SHUTDOWN, then kill after a grace period). Idempotent.
    */
-  async #loadLlama(m: LoadedModel): Promise<void> {
-    const src = m.source;
-    if (this.#llama === undefined) {
-      throw new SynapseError(
-        "backend_unavailable",
-        `Cannot load model '${m.modelId}': the llama engine is not available in this instance`,
-        { details: { model_id: m.modelId, backends: [{ backend: "llama", reason: "no_worker" }] } },
-      );
-    }
-    if (m.task === "rerank") {
-      throw new SynapseError(
-        "invalid_request",
-        `Cannot load model '${m.modelId}': the llama engine serves embed and generate, not rerank`,
-        { details: { model_id: m.modelId, task: m.task, engine: m.engine } },
-      );
-    }
-    const digest = await sha256File(src.modelPath, m.modelId);
-    if (src.artifactDigest !== undefined && src.artifactDigest !== digest) {
-      throw new SynapseError(
-        "artifact_invalid",
-        `Cannot load model '${m.modelId}': ${src.modelPath} has digest ${digest}, expected ${src.artifactDigest}`,
-        {
-          details: {
-            model_id: m.modelId,
-            file: src.modelPath,
-            expected: src.artifactDigest,
-            digest,
-          },
-        },
-      );
-    }
-    const facts = await readGgufFacts(src.modelPath, m.modelId);
-    // A config.json beside the GGUF may label a generated test model (scripts/gen_gguf.ts).
-    try {
-      const dir = src.modelPath.slice(0, Math.max(0, src.modelPath.lastIndexOf("/"))) || ".";
-      const cfg = JSON.parse(await Deno.readTextFile(`${dir}/config.json`));
-      if (cfg?.synapse_test_model === true) m.testModel = true;
-    } catch { /* no config.json: nothing to label */ }
-    const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
-    checkVocabulary(m.modelId, facts, tokenizer);
-    const contextSize = src.contextSize ?? Math.min(facts.contextLength, 2048);
-    if (contextSize > facts.contextLength || contextSize < 16) {
-      throw new SynapseError(
-        "artifact_invalid",
-        `Cannot load model '${m.modelId}': context size ${contextSize} must be between 16 and the model's ${facts.contextLength}`,
-        {
-          details: {
-            model_id: m.modelId,
-            context_size: contextSize,
-            context_length: facts.contextLength,
-          },
-        },
-      );
-    }
-    const mode = m.task === "generate" ? "generate" : "embed";
-    m.maxTokens = Math.min(src.maxTokens ?? contextSize, contextSize);
-    const spec: LlamaModelSpec = {
-      modelId: m.modelId,
-      ggufPath: src.modelPath,
-      ggufDigest: digest,
-      mode,
-      contextSize,
-      threads: this.#llamaThreads,
-      pooling: facts.pooling,
-      normalize: mode === "embed" && src.normalize,
-    };
-    const lane = this.#llama(spec, src);
-    const scheduler = new LaneScheduler({ permits: 1 });
-    m.own = {
-      llama: lane,
-      scheduler,
-      runner: { run: (_ref, rows) => lane.embed(rows) },
-    };
-    let loaded: Awaited<ReturnType<LlamaLane["load"]>>;
-    try {
-      loaded = await lane.load();
-    } catch (err) {
-      // A failed model stays failed: its worker must not linger (nor show as serving).
-      delete m.own;
-      scheduler.dispose();
-      await lane.close().catch(() => {});
-      throw err;
-    }
-    const { dims, coldLoadMs, identity } = loaded;
-    const engine: EngineIdentity = {
-      engine: identity.engine,
-      version: identity.version,
-      ...(identity.build_flags === undefined ? {} : { build_flags: { ...identity.build_flags } }),
-    };
-    const profile: NumericProfile = {
-      model_digest: digest,
-      quant: facts.quant,
-      engine: { ...engine, build_flags: { ...(engine.build_flags ?? {}) } },
-      sanitized_tokenizer_digest: tokenizer.digest,
-      pooling: mode === "embed"
-        ? (facts.pooling === "last" ? "last_token" : facts.pooling)
-        : "last_token",
-      normalization: spec.normalize ? "l2" : "none",
-      dtype: facts.dtype,
-      flash_attention: "disabled",
-      certified_shape: {
-        max_context_tokens: contextSize,
-        max_batch_tokens: this.#maxBatchTokens,
-        max_micro_batch_tokens: contextSize,
-        max_sequences: 1,
-      },
-      thread_policy: this.#threadPolicy,
-      operation: m.task,
-    };
-    m.engineIdentity = engine;
-    m.gguf = facts;
-    m.tokenizer = tokenizer;
-    m.profile = profile;
-    m.numericProfileId = numericProfileId(profile);
-    m.fingerprint = fingerprint(profile);
-    m.dims = mode === "embed" ? dims : 0;
-    m.coldLoadMs = coldLoadMs;
-    m.state = "ready";
+  async dispose(): Promise<void> {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    for (const t of this.#timers) clearTimeout(t);
+    this.#timers.clear();
+    this.#ortInteractiveSched.dispose();
+    this.#ortBulkSched.dispose();
+    for (const own of this.#own.values()) own.scheduler.dispose();
+    this.#ortInteractive.dispose();
+    this.#ortBulk.dispose();
+    await Promise.all([...this.#own.values()].map((own) => own.engine.dispose().catch(() => {})));
+    this.#own.clear();
+    for (const list of this.#waiters.values()) for (const w of list) w();
+    this.#waiters.clear();
   }
-}
 
-/**
- * Refuses a GGUF whose vocabulary differs from the tokenizer's: same size, same piece at every id.
- *
- * @throws {SynapseError} `artifact_invalid` with `details.reason` `tokenizer_mismatch`.
- */
-function checkVocabulary(modelId: string, facts: GgufFacts, tokenizer: SanitizedTokenizer): void {
-  const vocab = tokenizer.idToToken();
-  const tokens = facts.tokens;
-  let bad = tokens.length === vocab.length ? -1 : Math.min(tokens.length, vocab.length);
-  if (bad < 0) {
-    for (let i = 0; i < tokens.length; i++) {
-      // The GGUF reader decodes strings with a default TextDecoder, which drops a leading BOM
-      // (llama2's token 31759 is U+FEFF): compare without it.
-      if (tokens[i] !== vocab[i] && tokens[i] !== vocab[i]?.replace(/^\uFEFF/, "")) {
-        bad = i;
-        break;
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.dispose();
+  }
+
+  /** One load attempt; resolves with the entry, ready or failed. */
+  async #attempt(entry: ModelEntry): Promise<ModelEntry> {
+    entry.loadAttempts++;
+    entry.state = "loading";
+    delete entry.retryAtMs;
+    delete entry.error;
+    try {
+      entry.ready = await this.#load(entry);
+      entry.state = "ready";
+      if (entry.loadAttempts > 1) {
+        this.#log("info", "synapse.models", `model '${entry.modelId}' loaded`, {
+          attempt: entry.loadAttempts,
+        });
       }
+    } catch (err) {
+      this.#failed(entry, err);
     }
+    this.#wake(entry.modelId);
+    return entry;
   }
-  if (bad >= 0) {
-    throw new SynapseError(
-      "artifact_invalid",
-      `Cannot load model '${modelId}': the GGUF vocabulary (${tokens.length} tokens) is not the tokenizer's (${vocab.length}); first difference at id ${bad}`,
-      {
-        details: {
-          model_id: modelId,
-          reason: "tokenizer_mismatch",
-          gguf_tokens: tokens.length,
-          tokenizer_tokens: vocab.length,
-          first_mismatch_id: bad,
-          gguf_piece: tokens[bad] ?? null,
-          tokenizer_piece: vocab[bad] ?? null,
+
+  #failed(entry: ModelEntry, err: unknown): void {
+    const e = toSynapseError(err, "artifact_invalid");
+    entry.state = "failed";
+    entry.failedAtMs = this.#now();
+    const transient = e.errorClass === "transient";
+    if (transient && entry.loadAttempts <= LOAD_RETRIES && !this.#disposed) {
+      const delay = Math.max(
+        e.retryAfterMs ?? 0,
+        this.#retryBaseMs * 2 ** (entry.loadAttempts - 1),
+      );
+      entry.error = e;
+      entry.retryAtMs = entry.failedAtMs + delay;
+      this.#log("warn", "synapse.models", `model '${entry.modelId}' failed to load; retrying`, {
+        code: e.code,
+        message: e.message,
+        attempt: entry.loadAttempts,
+        retry_in_ms: delay,
+      });
+      const timer = setTimeout(() => {
+        this.#timers.delete(timer);
+        if (!this.#disposed) void this.#attempt(entry);
+      }, delay);
+      // Not unref'd: a pending retry is work in progress ({@link ready} may be waiting on it);
+      // dispose clears it.
+      this.#timers.add(timer);
+      return;
+    }
+    entry.error = transient
+      ? new SynapseError(
+        "probe_required",
+        `Cannot serve model '${entry.modelId}': loading failed ${entry.loadAttempts} times; last: ${e.message}`,
+        {
+          cause: e,
+          details: {
+            model_id: entry.modelId,
+            reason: "load_failed_repeatedly",
+            attempts: entry.loadAttempts,
+            last_error: e.toWire(),
+          },
         },
-      },
-    );
+      )
+      : e;
+    this.#log("error", "synapse.models", `model '${entry.modelId}' failed to load`, {
+      code: entry.error.code,
+      message: entry.error.message,
+      attempts: entry.loadAttempts,
+    });
+  }
+
+  #wake(modelId: string): void {
+    const list = this.#waiters.get(modelId);
+    this.#waiters.delete(modelId);
+    for (const w of list ?? []) w();
+  }
+
+  async #load(entry: ModelEntry): Promise<ReadyModel> {
+    const src = entry.source;
+    if (entry.engine === "llama") {
+      const l = await loadLlamaModel(src, {
+        factory: this.#llama,
+        threads: this.#llamaThreads,
+        threadPolicy: this.#threadPolicy,
+        maxBatchTokens: this.#maxBatchTokens,
+      });
+      if (this.#disposed) {
+        await l.engine.dispose();
+        throw new SynapseError("disposed", "Cannot load model: the registry was disposed");
+      }
+      const scheduler = new LaneScheduler({ permits: 1 });
+      this.#own.set(entry.modelId, { engine: l.engine, scheduler });
+      const name = `llama-${entry.modelId}`;
+      const base = { name, engine: l.engine, scheduler, admission: this.#admission };
+      entry.testModel = l.testModel;
+      entry.coldLoadMs = l.coldLoadMs;
+      return {
+        modelId: entry.modelId,
+        task: entry.task,
+        engineKind: "llama",
+        tokenizer: l.tokenizer,
+        profile: l.profile,
+        ...identityOf(l.profile),
+        dims: l.dims,
+        maxTokens: l.maxTokens,
+        testModel: l.testModel,
+        identity: l.identity,
+        interactive: new Lane({
+          ...base,
+          cls: entry.task === "generate" ? "decode" : "interactive",
+          now: this.#now,
+        }),
+        bulk: new Lane({ ...base, cls: "bulk", now: this.#now }),
+        gguf: l.gguf,
+      };
+    }
+    const o = await loadOrtModel(src, {
+      interactive: this.#ortInteractive,
+      bulk: this.#ortBulk,
+      threadPolicy: this.#threadPolicy,
+      maxBatchTokens: this.#maxBatchTokens,
+    });
+    entry.testModel = o.testModel;
+    entry.coldLoadMs = o.coldLoadMs;
+    return {
+      modelId: entry.modelId,
+      task: entry.task,
+      engineKind: "ort",
+      tokenizer: o.tokenizer,
+      profile: o.profile,
+      ...identityOf(o.profile),
+      dims: o.interactive.dims,
+      maxTokens: o.maxTokens,
+      testModel: o.testModel,
+      identity: o.interactive.identity,
+      interactive: this.#ortLane("ort-interactive", o.interactive, "interactive"),
+      bulk: this.#ortLane("ort-bulk", o.bulk, "bulk"),
+    };
+  }
+
+  #ortLane(name: string, engine: OrtEngine, cls: "interactive" | "bulk"): Lane {
+    return new Lane({
+      name,
+      engine,
+      cls,
+      scheduler: cls === "interactive" ? this.#ortInteractiveSched : this.#ortBulkSched,
+      admission: this.#admission,
+      // While other engine work shares the cores, interactive runs use the quiet session.
+      ...(cls === "interactive" ? { quiet: () => this.otherEnginesBusy() } : {}),
+      now: this.#now,
+    });
+  }
+
+  #ensureNotDisposed(): void {
+    if (this.#disposed) {
+      throw new SynapseError("disposed", "Cannot use the model registry: it was disposed");
+    }
   }
 }
 
-function toHex(buf: ArrayBuffer): string {
-  return Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
+function unknownModel(
+  modelId: string | null,
+  task: ModelTask | undefined,
+  known?: string[],
+): SynapseError {
+  return new SynapseError(
+    "unknown_model",
+    modelId === null
+      ? `Cannot serve ${task}: no ${task} model is loaded`
+      : `Cannot serve ${task ?? "requests"}: unknown model '${modelId}'`,
+    { details: { model_id: modelId, ...(task ? { task } : {}), ...(known ? { known } : {}) } },
+  );
+}
+
+function schedRow(lane: string, engine: string, s: LaneStats, models: string[]): LaneStatusRow {
+  return {
+    lane,
+    engine,
+    permits: s.permits,
+    in_flight: s.inFlight,
+    waiters: s.waiters,
+    depths: s.depths,
+    meeting_deadlines: {
+      interactive: s.classes.interactive.meetingDeadlines,
+      bulk: s.classes.bulk.meetingDeadlines,
+      decode: s.classes.decode.meetingDeadlines,
+    },
+    start_delay_p50_ms: {
+      interactive: s.classes.interactive.startDelayP50Ms,
+      bulk: s.classes.bulk.startDelayP50Ms,
+      decode: s.classes.decode.startDelayP50Ms,
+    },
+    start_delay_p95_ms: {
+      interactive: s.classes.interactive.startDelayP95Ms,
+      bulk: s.classes.bulk.startDelayP95Ms,
+      decode: s.classes.decode.startDelayP95Ms,
+    },
+    tokens_per_second: {
+      interactive: s.classes.interactive.tokensPerSecond,
+      bulk: s.classes.bulk.tokensPerSecond,
+      decode: s.classes.decode.tokensPerSecond,
+    },
+    models,
+  };
 }

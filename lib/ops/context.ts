@@ -1,6 +1,7 @@
 /**
- * What an operation needs from the running module: models, admission, identity counters and
- * config. One context per Synapse instance; operations are plain functions of it.
+ * What an operation needs from the running module: models (and through them their lanes),
+ * admission counters, durable jobs, identity counters, config and the log. One context per
+ * Synapse instance; operations are plain functions of it.
  *
  * @module
  */
@@ -8,13 +9,11 @@ import type { ModelRegistry } from "../models/model_registry.ts";
 import type { Admission } from "../sched/admission.ts";
 import type { SynapseConfig } from "../config/config.ts";
 import type { JobStore } from "../store/job_store.ts";
-import type { LaneScheduler } from "../sched/lane_scheduler.ts";
+import type { LogSink } from "../log/log.ts";
 
-/** Durable jobs: their store, the bulk lane's scheduler, and the runs in flight. */
+/** Durable jobs: their store and the runs in flight. */
 export interface JobsContext {
   readonly store: JobStore;
-  /** Scheduler of the bulk lane (jobs run there in quanta). */
-  readonly scheduler: LaneScheduler;
   /** Job runs in flight in this process, by job id. */
   readonly running: Map<string, Promise<void>>;
 }
@@ -22,10 +21,10 @@ export interface JobsContext {
 /** Shared state handed to every operation. */
 export interface OpContext {
   readonly config: SynapseConfig;
+  /** Models; a ready model carries its lanes. */
   readonly registry: ModelRegistry;
+  /** The module's admission (byte budget, refusal counters) for `admission.status`. */
   readonly admission: Admission;
-  /** Scheduler of the interactive lane. */
-  readonly interactive: LaneScheduler;
   readonly jobs: JobsContext;
   /** Incremented at every boot (from the store). */
   readonly moduleGeneration: number;
@@ -35,6 +34,8 @@ export interface OpContext {
   now(): number;
   /** Hash of the machine profile this instance runs on (contract.md §5). */
   readonly machineProfileHash: string;
+  /** Module log (bugs are logged here with their stack). */
+  readonly log: LogSink;
 }
 
 /** Per-call options every operation takes. */

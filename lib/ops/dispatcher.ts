@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { SynapseError, toSynapseError } from "../contract/errors.ts";
+import { SynapseError } from "../contract/errors.ts";
 import type { ChannelError, WireError } from "../contract/errors.ts";
 import { embedBatch, embedQuery } from "./embed.ts";
 import { rerankScore } from "./rerank.ts";
@@ -13,6 +13,7 @@ import { embedResult } from "./jobs.ts";
 import { admissionStatus, modelsList } from "./models.ts";
 import { microllmOneshot } from "./microllm.ts";
 import type { CallOptions, OpContext } from "./context.ts";
+import { asOperationError } from "./_errors.ts";
 
 /** Outcome of one call, already in its wire shape. */
 export type OpOutcome =
@@ -62,32 +63,25 @@ export async function dispatch(
     const result = await op.handler(ctx, params ?? {}, options);
     return { kind: "result", body: { result } };
   } catch (err) {
-    return outcomeOf(ctx, err);
+    return outcomeOf(ctx, err, method);
   }
 }
 
-/** Wraps an error thrown by an operation into its wire shape. */
-export function outcomeOf(ctx: { moduleGeneration: number }, err: unknown): OpOutcome {
-  const e = !isAbort(err)
-    ? toSynapseError(err, "engine_crashed")
-    : (err as DOMException).name === "TimeoutError"
-    ? new SynapseError("deadline_exceeded", "Cannot finish: the request's deadline_ms passed", {
-      details: { reason: "deadline" },
-      cause: err,
-    })
-    : new SynapseError("deadline_exceeded", "Cannot finish: the caller cancelled the request", {
-      details: { reason: "cancelled" },
-      cause: err,
-    });
+/**
+ * Wraps an error thrown by an operation into its wire shape. A bug (anything that is not a
+ * {@link SynapseError} or an aborted signal) is logged with its stack and answered
+ * `internal_error`, permanent.
+ */
+export function outcomeOf(
+  ctx: Pick<OpContext, "moduleGeneration" | "log">,
+  err: unknown,
+  what = "the request",
+): OpOutcome {
+  const e = asOperationError(err, ctx, what);
   if (e.channel) return { kind: "channel", body: e.toChannel(), error: e };
   return {
     kind: "semantic",
     body: { result: { module_generation: ctx.moduleGeneration, error: e.toWire() } },
     error: e,
   };
-}
-
-/** True for what an aborted AbortSignal throws (`signal.throwIfAborted()`, fetch, timers). */
-function isAbort(err: unknown): boolean {
-  return err instanceof DOMException && (err.name === "AbortError" || err.name === "TimeoutError");
 }

@@ -12,19 +12,24 @@ import type { WireError } from "../contract/errors.ts";
 import { buildEnvelope } from "../contract/envelope.ts";
 import type { Envelope } from "../contract/envelope.ts";
 import { EmbedResultParams, parseParams } from "../contract/schemas.ts";
-import { planMicroBatches } from "../engines/ort/micro_batch.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import { requestDigest } from "../identity/request_digest.ts";
 import { sha256Hex } from "../identity/sha256.ts";
-import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
-import type { EmbedRunner, LoadedModel } from "../models/model_registry.ts";
+import type { ReadyModel } from "../models/model.ts";
 import { quantumTokensFor, takeQuantum } from "../sched/quantum.ts";
-import { runPipelined } from "../sched/pipeline.ts";
 import type { JobRow, JobState } from "../store/job_store.ts";
-import type { EncodedSequence } from "../tokenize/tokenizer.ts";
-import { nonFiniteError, prepareItems } from "./embed.ts";
-import type { EmbedItem, EmbedVector, ItemError, TruncationDisclosure } from "./embed.ts";
+import {
+  type EmbedItem,
+  type EmbedVector,
+  type ItemError,
+  type PreparedItem,
+  prepareItems,
+  rowError,
+  type TruncationDisclosure,
+  vectorLine,
+} from "./_embedding.ts";
 import type { OpContext } from "./context.ts";
+import { asOperationError } from "./_errors.ts";
 
 /** Response of an `embed.batch` that became (or attached to) a job (contract.md §1). */
 export interface JobAccepted {
@@ -69,17 +74,10 @@ export interface EmbedResultPage extends Envelope {
   error?: WireError;
 }
 
-/** A tokenized item ready to run. */
-export interface PreparedItem {
-  index: number;
-  item: EmbedItem;
-  seq: EncodedSequence;
-}
-
 /** Inputs of {@link submitEmbedJob}. */
 export interface EmbedJobRequest {
   requestKey: string;
-  model: LoadedModel;
+  model: ReadyModel;
   items: EmbedItem[];
   /** Items already tokenized (small over-token batches); otherwise the runner tokenizes. */
   prepared?: PreparedItem[];
@@ -105,7 +103,7 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
   const digest = requestDigest({
     op: "embed.batch",
     modelId: req.model.modelId,
-    constraints: { truncate: req.truncate, fingerprint: req.model.fingerprint! },
+    constraints: { truncate: req.truncate, fingerprint: req.model.fingerprint },
     items: req.items.map((it, i) => ({ id: it.id, contentSha256: submitted[i]! })),
   });
   const ttl = ctx.config.jobs;
@@ -132,11 +130,11 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
     // Budget accounting is keyed on the job: an attach (a retry) is never counted twice.
     let permit;
     try {
-      permit = ctx.admission.admit({
+      // One admission for the whole job: its bytes count against the budget until it ends.
+      permit = req.model.bulk.admit({
         bytes: req.bytes,
         deadlineMs: ttl.execution_ttl_ms,
         maxQueueMs: Number.MAX_SAFE_INTEGER,
-        queueClass: "bulk",
       });
     } catch (err) {
       // Refused: end the fresh job (queue_full is transient and safe to retry, so the same key
@@ -158,7 +156,7 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
     attached,
     items_total: job.itemsTotal ?? req.items.length,
     model_id: req.model.modelId,
-    fingerprint: req.model.fingerprint!,
+    fingerprint: req.model.fingerprint,
   };
 }
 
@@ -170,9 +168,7 @@ async function runEmbedJob(
 ): Promise<void> {
   const store = ctx.jobs.store;
   const pageBytes = ctx.config.jobs.result_page_bytes;
-  const lane: EmbedRunner = req.model.own?.runner ?? ctx.registry.bulkLane;
-  const sched = req.model.own?.scheduler ?? ctx.jobs.scheduler;
-  const tokenizer = req.model.tokenizer!;
+  const lane = req.model.bulk;
   let pageNo = 0;
   // Progress stored with a page counts only items whose results are committed (readable).
   let committedItems = 0;
@@ -227,61 +223,33 @@ async function runEmbedJob(
     const lengths = order.map((p) => p.seq.ids.length);
     let start = 0;
     while (start < order.length) {
-      const tps = sched.classStats("bulk").tokensPerSecond;
+      const tps = lane.tokensPerSecond;
       const quantum = tps > 0
         ? quantumTokensFor(tps, { maxTokens: ctx.config.jobs.bulk_quantum_tokens })
         : Math.min(1024, ctx.config.jobs.bulk_quantum_tokens);
       const end = takeQuantum(lengths, start, quantum);
       const slice = order.slice(start, end);
-      const tokens = lengths.slice(start, end).reduce((a, b) => a + b, 0);
-      const outputs = await sched.submit({
-        cls: "bulk",
-        tokens,
-        label: `${jobId}@${start}`,
-        run: async () => {
-          const plan = planMicroBatches(slice.map((p) => p.seq.ids.length), {
-            maxBatchTokens: ORT_MICRO_BATCH.maxMicroBatchTokens,
-            maxSequences: ORT_MICRO_BATCH.maxSequences,
-          });
-          return await runPipelined(plan, async (idx) => ({
-            idx,
-            res: await lane.run(req.model.modelId, idx.map((k) => slice[k]!.seq)),
-          }));
-        },
+      // One quantum per run: it joins the back of the bulk queue, so interactive work preempts
+      // between quanta (contract.md §6).
+      const out = await lane.run(
+        { kind: "embed", rows: slice.map((x) => x.seq) },
+        { label: `${jobId}@${start}` },
+      );
+      slice.forEach((x, k) => {
+        const row = out.rows[k]!;
+        if (row.kind !== "ok") {
+          (page.item_errors ??= []).push(rowError(req.model, x, row));
+          return;
+        }
+        const line = vectorLine(req.model, x, row.values, submittedSha256[x.index]!);
+        add(line.vector, line.count, line.disclosure);
       });
-      for (const { idx, res } of outputs) {
-        idx.forEach((k, r) => {
-          const x = slice[k]!;
-          if (res.nonFinite[r] === 1) {
-            (page.item_errors ??= []).push(nonFiniteError(req.model, x));
-            return;
-          }
-          const submitted = submittedSha256[x.index]!;
-          const content = x.seq.truncated
-            ? sha256Hex(tokenizer.decode(x.seq.keptContentIds))
-            : submitted;
-          add(
-            {
-              id: x.item.id,
-              vector: Array.from(res.data.subarray(r * res.dims, (r + 1) * res.dims)),
-              content_sha256: content,
-              submitted_sha256: submitted,
-            },
-            x.seq.effectiveTokens,
-            {
-              submitted_tokens: x.seq.submittedTokens,
-              effective_tokens: x.seq.effectiveTokens,
-              truncated: x.seq.truncated,
-            },
-          );
-        });
-      }
       start = end;
     }
     commit();
     store.finish(jobId, "done");
   } catch (err) {
-    const e = toSynapseError(err, "engine_crashed");
+    const e = asOperationError(err, ctx, `job ${jobId}`);
     try {
       commit();
     } catch { /* keep the pages already committed */ }
@@ -316,7 +284,7 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
   const pageNo = p.page ?? 0;
   const stored = store.readPage(job.jobId, pageNo);
   const params = job.params as { model_id?: string; fingerprint?: string };
-  const model = ctx.registry.list().find((m) => m.modelId === params.model_id);
+  const model = ctx.registry.list().find((m) => m.modelId === params.model_id)?.ready;
   let body: StoredPage = emptyPage();
   if (stored) body = JSON.parse(stored.pageJson) as StoredPage;
   else if (!(pageNo === 0 && job.pageCount === 0)) {
@@ -333,7 +301,7 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
       fingerprint: params.fingerprint ?? model?.fingerprint ?? "",
       tableEpoch: ctx.tableEpoch(),
       dims: model?.dims ?? 0,
-      engine: model?.engineIdentity ?? ORT_ENGINE,
+      engine: model?.identity ?? ORT_ENGINE,
       moduleGeneration: ctx.moduleGeneration,
       modelId: params.model_id ?? "",
       testModel: model?.testModel ?? false,

@@ -22,8 +22,7 @@ import type { Envelope } from "../contract/envelope.ts";
 import { COMMON_PARAMS, parseParams, requestedModel } from "../contract/schemas.ts";
 import { checkGbnf } from "../engines/llama/gbnf.ts";
 import { decodeGenerated } from "../tokenize/token_bytes.ts";
-import { requestSignal } from "../sched/request_signal.ts";
-import { checkFingerprint } from "./embed.ts";
+import { checkFingerprint } from "./_embedding.ts";
 import { checkText, utf8Length } from "./_text.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 
@@ -63,22 +62,6 @@ export interface MicrollmResult extends Envelope {
   inference_time_ms: number;
 }
 
-/** Settles with `p`, or rejects with `signal.reason` as soon as `signal` aborts. */
-function untilAborted<T>(signal: AbortSignal, p: Promise<T>): Promise<T> {
-  if (signal.aborted) {
-    p.catch(() => {});
-    return Promise.reject(signal.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => {
-      p.catch(() => {});
-      reject(signal.reason);
-    };
-    signal.addEventListener("abort", onAbort, { once: true });
-    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
-  });
-}
-
 /**
  * Runs `microllm.oneshot`.
  *
@@ -115,13 +98,16 @@ export async function microllmOneshot(
   checkText(p.prompt, "prompt", { field: "prompt" });
   const model = ctx.registry.resolve(requestedModel(p), "generate");
   checkFingerprint(model, p);
-  const own = model.own;
-  if (own === undefined) {
-    throw new Error(`Generation model '${model.modelId}' has no lane. This is a bug`);
-  }
-  const seq = model.tokenizer!.encode(p.prompt, { maxTokens: model.maxTokens, truncate: false });
+  const limits = ctx.config.inline;
+  const lane = model.interactive;
+  using permit = lane.admit({
+    bytes: utf8Length(p.prompt) + (grammar === undefined ? 0 : utf8Length(grammar)),
+    deadlineMs: p.deadline_ms ?? limits.deadline_ms,
+    maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
+  });
+  const seq = model.tokenizer.encode(p.prompt, { maxTokens: model.maxTokens, truncate: false });
   const nPrompt = seq.ids.length;
-  const context = model.profile!.certified_shape.max_context_tokens;
+  const context = model.profile.certified_shape.max_context_tokens;
   if (nPrompt + p.max_tokens > context) {
     throw new SynapseError(
       "sequence_too_long",
@@ -129,47 +115,31 @@ export async function microllmOneshot(
       { details: { tokens: nPrompt + p.max_tokens, max_tokens: context, field: "prompt" } },
     );
   }
-  const limits = ctx.config.inline;
-  const maxQueueMs = p.max_queue_ms ?? limits.max_queue_ms;
-  using permit = ctx.admission.admit({
-    bytes: utf8Length(p.prompt) + (grammar === undefined ? 0 : utf8Length(grammar)),
-    deadlineMs: p.deadline_ms ?? limits.deadline_ms,
-    maxQueueMs,
-    queueClass: "decode",
-    predictedDelayMs: own.scheduler.predictedStartDelayMs("decode"),
-  });
-  using req = requestSignal({
-    ...(options.signal === undefined ? {} : { callerSignal: options.signal }),
-    deadlineMs: permit.deadlineAtMs - ctx.now(),
-    maxQueueMs,
-  });
-  let startedMs = 0;
-  // The deadline holds while the worker generates too: the caller is answered
-  // deadline_exceeded on time, while the generation (which cannot be interrupted inside the
-  // worker) finishes and keeps the lane's slot until then. A hung worker is still caught by the
-  // GENERATE timeout.
-  const out = await untilAborted(
-    req.signal,
-    own.scheduler.submit({
-      cls: "decode",
-      tokens: nPrompt + p.max_tokens,
-      maxQueueMs,
-      signal: req.signal,
-      label: "microllm.oneshot",
-      run: () => {
-        req.started();
-        startedMs = ctx.now();
-        return own.llama.generate(seq.ids, p.max_tokens, grammar);
+  // The deadline and the caller's signal hold while the worker generates: the caller is
+  // answered on time, and the worker is told to stop (CANCEL), freeing the lane within a token.
+  const run = await lane.run(
+    {
+      kind: "generate",
+      request: {
+        ids: seq.ids,
+        maxTokens: p.max_tokens,
+        ...(grammar === undefined ? {} : { grammar }),
       },
-    }),
+    },
+    {
+      permit,
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
+      label: "microllm.oneshot",
+    },
   );
-  const decoded = decodeGenerated(out.generatedIds, model.tokenizer!.tokenBytes);
+  const out = run.output;
+  const decoded = decodeGenerated(out.generatedIds, model.tokenizer.tokenBytes);
   const result: MicrollmResult = {
     ...buildEnvelope({
-      fingerprint: model.fingerprint!,
+      fingerprint: model.fingerprint,
       tableEpoch: ctx.tableEpoch(),
       dims: 0,
-      engine: model.engineIdentity!,
+      engine: model.identity,
       moduleGeneration: ctx.moduleGeneration,
       modelId: model.modelId,
       testModel: model.testModel,
@@ -185,8 +155,8 @@ export async function microllmOneshot(
       effective_tokens: seq.effectiveTokens,
       truncated: false,
     }],
-    queue_time_ms: startedMs - permit.admittedAtMs,
-    inference_time_ms: Math.round(out.runMs * 1000) / 1000,
+    queue_time_ms: run.queueTimeMs,
+    inference_time_ms: Math.round(run.inferenceMs * 1000) / 1000,
   };
   if (decoded.droppedTailBytes > 0 || decoded.replacedSequences > 0) {
     result.text_repair = {

@@ -4,8 +4,8 @@
  * @module
  */
 import { AdmissionStatusParams, ModelsListParams, parseParams } from "../contract/schemas.ts";
-import type { LoadedModel } from "../models/model_registry.ts";
-import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
+import type { ModelEntry } from "../models/model.ts";
+import type { LaneStatusRow } from "../models/model_registry.ts";
 import type { OpContext } from "./context.ts";
 import type { InlineConfig } from "../config/config.ts";
 
@@ -48,42 +48,40 @@ export interface ModelsListResult {
 }
 
 /** Builds one row. */
-export function modelRow(m: LoadedModel): ModelRow {
+export function modelRow(m: ModelEntry): ModelRow {
+  const r = m.ready;
   const row: ModelRow = {
     model_id: m.modelId,
     state: m.state,
     task: m.task,
     engine: m.engine,
-    fingerprints: m.fingerprint ? [m.fingerprint] : [],
-    recommended_batch: m.own
-      ? { rows: 1, token_budget: m.maxTokens }
-      : { rows: ORT_MICRO_BATCH.maxSequences, token_budget: ORT_MICRO_BATCH.maxMicroBatchTokens },
-    max_tokens: m.maxTokens,
+    fingerprints: r ? [r.fingerprint] : [],
+    // What one engine call of this model holds (the lane cuts micro-batches to it).
+    recommended_batch: r
+      ? {
+        rows: r.interactive.engine.limits.maxSequences,
+        token_budget: r.interactive.engine.limits.maxMicroBatchTokens,
+      }
+      : { rows: 1, token_budget: m.source.maxTokens ?? 512 },
+    max_tokens: r?.maxTokens ?? m.source.maxTokens ?? 512,
     max_tokens_source: "runtime_bucket",
-    dtype: typeof m.profile?.dtype === "string" ? m.profile.dtype : "f32",
+    dtype: typeof r?.profile.dtype === "string" ? r.profile.dtype : "f32",
     device_class: deviceClass(m),
     certified: false,
   };
-  if (m.own) {
-    const st = m.own.llama.status();
-    row.worker = {
-      state: st.state,
-      generation: st.generation,
-      recent_crashes: st.recent_crashes,
-      total_crashes: st.total_crashes,
-      ...(st.pid === undefined ? {} : { pid: st.pid }),
-      ...(st.last_crash ? { last_crash: st.last_crash } : {}),
-    };
-    row.serving_admission = st.quarantine ? "quarantined" : "serving";
-    if (st.quarantine) row.serving_admission_reason = { ...st.quarantine };
+  const health = r?.interactive.engine.health();
+  if (health?.worker !== undefined) {
+    row.worker = { ...health.worker };
+    row.serving_admission = health.quarantine ? "quarantined" : "serving";
+    if (health.quarantine) row.serving_admission_reason = { ...health.quarantine };
   }
-  if (m.numericProfileId) row.numeric_profile_id = m.numericProfileId;
-  if (m.state === "ready") row.dims = m.dims;
+  if (r) row.numeric_profile_id = r.numericProfileId;
+  if (r) row.dims = r.dims;
   if (m.task === "embed") {
     // The profile's pooling is what the engine does (a GGUF pools as its metadata says).
-    const p = m.profile?.pooling;
+    const p = r?.profile.pooling;
     row.pooling = typeof p === "string" ? p : m.source.pooling;
-    row.normalize = m.profile ? m.profile.normalization === "l2" : m.source.normalize;
+    row.normalize = r ? r.profile.normalization === "l2" : m.source.normalize;
   }
   if (m.testModel) row.test_model = true;
   if (m.coldLoadMs !== undefined) row.warm_load_cost_hint_ms = Math.round(m.coldLoadMs);
@@ -91,8 +89,8 @@ export function modelRow(m: LoadedModel): ModelRow {
   return row;
 }
 
-function deviceClass(m: LoadedModel): ModelRow["device_class"] {
-  const backend = m.engineIdentity?.build_flags?.backend;
+function deviceClass(m: ModelEntry): ModelRow["device_class"] {
+  const backend = m.ready?.identity.build_flags?.backend;
   return backend === "cuda" || backend === "metal" || backend === "vulkan" ? backend : "cpu";
 }
 
@@ -137,69 +135,26 @@ export function admissionStatus(ctx: OpContext, rawParams: unknown): AdmissionSt
   parseParams("admission.status", AdmissionStatusParams, rawParams);
   const a = ctx.admission;
   const inFlight = a.inFlight;
-  const lane = ctx.registry.lane;
-  const inter = ctx.interactive.stats();
-  const bulk = ctx.jobs.scheduler.stats();
+  const lanes = ctx.registry.laneStatus();
   const counters = ctx.jobs.store.counters();
-  const laneRow = (name: string, s: typeof inter, threads: number) => ({
-    lane: name,
-    engine: "ort",
-    intra_op_threads: threads,
-    permits: s.permits,
-    in_flight: s.inFlight,
-    waiters: s.waiters,
-    depths: s.depths,
-    meeting_deadlines: {
-      interactive: s.classes.interactive.meetingDeadlines,
-      bulk: s.classes.bulk.meetingDeadlines,
-    },
-    start_delay_p50_ms: {
-      interactive: s.classes.interactive.startDelayP50Ms,
-      bulk: s.classes.bulk.startDelayP50Ms,
-    },
-    tokens_per_second: {
-      interactive: s.classes.interactive.tokensPerSecond,
-      bulk: s.classes.bulk.tokensPerSecond,
-    },
-    models: ctx.registry.list().filter((m) => m.engine === "ort").map((m) => m.modelId),
-  });
-  const ownLanes = ctx.registry.list().filter((m) => m.own !== undefined).map((m) => {
-    const s = m.own!.scheduler.stats();
-    const w = m.own!.llama.status();
-    return {
-      lane: `llama-${m.modelId}`,
-      engine: "llama",
-      task: m.task,
-      permits: s.permits,
-      in_flight: s.inFlight,
-      waiters: s.waiters,
-      depths: s.depths,
-      start_delay_p50_ms: {
-        interactive: s.classes.interactive.startDelayP50Ms,
-        bulk: s.classes.bulk.startDelayP50Ms,
-        decode: s.classes.decode.startDelayP50Ms,
-      },
-      worker: w,
-      serving_admission: w.quarantine ? "quarantined" : "serving",
-      ...(w.quarantine ? { serving_admission_reason: w.quarantine } : {}),
-      models: [m.modelId],
-    };
-  });
+  const depth = (cls: "interactive" | "bulk" | "control"): number =>
+    lanes.reduce((n, l) => n + l.depths[cls], 0);
+  const inter: LaneStatusRow | undefined = lanes.find((l) => l.lane === "ort-interactive");
   return {
     module_generation: ctx.moduleGeneration,
     machine_profile_hash: ctx.machineProfileHash,
     knob: ctx.config.knob,
     queue_depths: {
-      interactive: inter.depths.interactive + bulk.depths.interactive,
-      bulk: inter.depths.bulk + bulk.depths.bulk,
-      control: inter.depths.control + bulk.depths.control,
+      interactive: depth("interactive"),
+      bulk: depth("bulk"),
+      control: depth("control"),
     },
     execution: {
-      waiters: inter.waiters + bulk.waiters,
+      waiters: lanes.reduce((n, l) => n + l.waiters, 0),
       in_flight: inFlight.interactive + inFlight.bulk + inFlight.control + inFlight.decode,
-      engine_calls_in_flight: lane.inFlight + ctx.registry.bulkLane.inFlight,
-      wait_p50_ms: inter.classes.interactive.startDelayP50Ms,
-      wait_p95_ms: inter.classes.interactive.startDelayP95Ms,
+      engine_calls_in_flight: ctx.registry.engineCallsInFlight,
+      wait_p50_ms: inter?.start_delay_p50_ms.interactive ?? 0,
+      wait_p95_ms: inter?.start_delay_p95_ms.interactive ?? 0,
     },
     bytes_in_flight: a.bytesInFlight,
     refusals: Object.fromEntries(a.refusals),
@@ -210,10 +165,6 @@ export function admissionStatus(ctx: OpContext, rawParams: unknown): AdmissionSt
     jobs_inherited: counters.inherited,
     jobs_open: counters.open,
     jobs: { ...ctx.config.jobs },
-    lanes: [
-      laneRow("ort-interactive", inter, lane.intraOpThreads),
-      laneRow("ort-bulk", bulk, ctx.registry.bulkLane.intraOpThreads),
-      ...ownLanes,
-    ],
+    lanes: lanes.map((l) => ({ ...l })),
   };
 }

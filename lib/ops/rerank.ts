@@ -10,15 +10,9 @@ import { SynapseError } from "../contract/errors.ts";
 import { buildEnvelope } from "../contract/envelope.ts";
 import type { Envelope } from "../contract/envelope.ts";
 import { parseParams, requestedModel, RerankScoreParams } from "../contract/schemas.ts";
-import { planMicroBatches } from "../engines/ort/micro_batch.ts";
-import { runPipelined } from "../sched/pipeline.ts";
-import { requestSignal } from "../sched/request_signal.ts";
-import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
-import { ORT_MICRO_BATCH } from "../models/model_registry.ts";
 import type { EncodedSequence } from "../tokenize/tokenizer.ts";
 import { checkContentTokens, checkText, utf8Length } from "./_text.ts";
-import { bulkBusy, checkFingerprint } from "./embed.ts";
-import type { TruncationDisclosure } from "./embed.ts";
+import { checkFingerprint, disclosureOf, type TruncationDisclosure } from "./_embedding.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 
 /** Most candidates a rerank may have and still run as interactive work (contract.md §1). */
@@ -78,18 +72,13 @@ export async function rerankScore(
   for (const c of p.candidates) bytes += utf8Length(c);
   // Up to 20 candidates is interactive work; more runs in the bulk class on the bulk lane, so a
   // large rerank never delays queries (contract.md §1).
-  const bulk = p.candidates.length > INTERACTIVE_RERANK_CANDIDATES;
-  const sched = bulk ? ctx.jobs.scheduler : ctx.interactive;
-  const cls = bulk ? "bulk" : "interactive";
-  const maxQueueMs = p.max_queue_ms ?? limits.max_queue_ms;
-  using permit = ctx.admission.admit({
+  const lane = p.candidates.length > INTERACTIVE_RERANK_CANDIDATES ? model.bulk : model.interactive;
+  using permit = lane.admit({
     bytes,
     deadlineMs: p.deadline_ms ?? limits.deadline_ms,
-    maxQueueMs,
-    queueClass: cls,
-    predictedDelayMs: sched.predictedStartDelayMs(cls),
+    maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
   });
-  const tokenizer = model.tokenizer!;
+  const tokenizer = model.tokenizer;
   checkContentTokens(tokenizer.tokenize(p.query).length, "query", { field: "query" });
   const seqs: EncodedSequence[] = p.candidates.map((c, i) => {
     const seq = tokenizer.encodePair(p.query, c, {
@@ -103,54 +92,34 @@ export async function rerankScore(
     });
     return seq;
   });
-  let startedMs = 0;
-  const scores = new Array<number>(seqs.length);
-  let inferenceMs = 0;
-  const plan = planMicroBatches(seqs.map((s) => s.ids.length), {
-    maxBatchTokens: ORT_MICRO_BATCH.maxMicroBatchTokens,
-    maxSequences: ORT_MICRO_BATCH.maxSequences,
-  });
-  const lane = bulk ? ctx.registry.bulkLane : ctx.registry.lane;
-  using req = requestSignal({
-    ...(options.signal === undefined ? {} : { callerSignal: options.signal }),
-    deadlineMs: permit.deadlineAtMs - ctx.now(),
-    maxQueueMs,
-  });
-  await sched.submit({
-    cls,
-    tokens: seqs.reduce((a, s) => a + s.ids.length, 0),
-    maxQueueMs,
-    signal: req.signal,
-    label: "rerank",
-    run: async (grant) => {
-      req.started();
-      startedMs = ctx.now();
-      await runPipelined(plan, async (idx) => {
-        const res = await lane.run(model.modelId, idx.map((k) => seqs[k]!), {
-          quiet: !bulk && bulkBusy(ctx),
-        });
-        inferenceMs += res.runMs;
-        idx.forEach((k, r) => {
-          if (res.nonFinite[r] === 1) {
-            throw new SynapseError(
-              "engine_output_invalid",
-              `Cannot rerank candidate ${k}: the model produced NaN or Infinity`,
-              {
-                details: { item_id: String(k), model_id: model.modelId },
-              },
-            );
-          }
-          scores[k] = res.data[r]!;
-        });
-      }, grant.signal === undefined ? {} : { signal: grant.signal });
+  const out = await lane.run(
+    { kind: "score", rows: seqs },
+    {
+      permit,
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
+      label: "rerank",
     },
+  );
+  // Scores align with candidates: a candidate that cannot be scored refuses the request.
+  const scores = out.rows.map((row, k) => {
+    if (row.kind === "ok") return row.values[0]!;
+    if (row.kind === "non_finite") {
+      throw new SynapseError(
+        "engine_output_invalid",
+        `Cannot rerank candidate ${k}: the model produced NaN or Infinity`,
+        { details: { item_id: String(k), model_id: model.modelId } },
+      );
+    }
+    throw new SynapseError(row.error.code, `Cannot rerank candidate ${k}: ${row.error.message}`, {
+      details: { ...row.error.details, item_id: String(k), model_id: model.modelId },
+    });
   });
   return {
     ...buildEnvelope({
-      fingerprint: model.fingerprint!,
+      fingerprint: model.fingerprint,
       tableEpoch: ctx.tableEpoch(),
       dims: 1,
-      engine: ORT_ENGINE,
+      engine: model.identity,
       moduleGeneration: ctx.moduleGeneration,
       modelId: model.modelId,
       testModel: model.testModel,
@@ -159,12 +128,8 @@ export async function rerankScore(
     score_kind: "raw_logit",
     sigmoid_scores: scores.map((s) => 1 / (1 + Math.exp(-s))),
     real_token_counts: seqs.map((s) => s.effectiveTokens),
-    truncation_disclosures: seqs.map((s) => ({
-      submitted_tokens: s.submittedTokens,
-      effective_tokens: s.effectiveTokens,
-      truncated: s.truncated,
-    })),
-    queue_time_ms: startedMs - permit.admittedAtMs,
-    inference_time_ms: Math.round(inferenceMs * 1000) / 1000,
+    truncation_disclosures: seqs.map(disclosureOf),
+    queue_time_ms: out.queueTimeMs,
+    inference_time_ms: Math.round(out.inferenceMs * 1000) / 1000,
   };
 }

@@ -230,7 +230,7 @@ export class LaneScheduler implements Disposable {
   /** Tasks queued now, all classes. */
   get waiters(): number {
     return this.#queues.control.length + this.#queues.interactive.length +
-      this.#queues.bulk.length;
+      this.#queues.bulk.length + this.#queues.decode.length;
   }
 
   /** True after {@link dispose}. */

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { SynapseError } from "../../lib/contract/errors.ts";
 import { outcomeOf } from "../../lib/ops/dispatcher.ts";
+import { nullLog } from "../../lib/log/log.ts";
 import type { OpOutcome } from "../../lib/ops/dispatcher.ts";
 import { isLoopbackHostname, serveHttp } from "../../lib/http/server.ts";
 import type { HttpBackend, ServeHttpOptions } from "../../lib/http/server.ts";
@@ -106,7 +107,7 @@ Deno.test("serveHttp() answers /health 503 loading while no model is ready, degr
 
 Deno.test("serveHttp() sets Retry-After and retry-after-ms on a transient refusal", async () => {
   const refusal = outcomeOf(
-    { moduleGeneration: 7 },
+    { moduleGeneration: 7, log: nullLog },
     new SynapseError("queue_full", "Cannot admit request: over byte_budget"),
   );
   const server = serveHttp(fakeBackend([], refusal), {});

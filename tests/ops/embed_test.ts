@@ -119,14 +119,29 @@ Deno.test("F2: max_tokens is served untruncated, max_tokens + 1 is sequence_too_
   assert.equal(tr.vectors[0].content_sha256, sha(exact));
 });
 
-Deno.test("F3: an input far over the context is cut only at the model's certified context, disclosed", async () => {
+Deno.test("F3: a batch far over the context is cut only at the model's certified context, each item disclosed", async () => {
   await using t = await startSynapse();
-  const long = Array(5000).fill("word").join(" ");
-  const r = resultOf(await t.syn.call("embed.query", { text: long, truncate: true }));
-  assert.deepEqual(r.truncation_disclosures[0], {
-    submitted_tokens: 5002,
-    effective_tokens: 512,
-    truncated: true,
+  // The limit is the one the model's profile certifies (and models.list reports), not a constant.
+  const limit = t.syn.registry.resolve(undefined, "embed").profile.certified_shape
+    .max_context_tokens;
+  const list = resultOf(await t.syn.call("models.list", {}));
+  assert.equal(list.models.find((m: { task: string }) => m.task === "embed").max_tokens, limit);
+  const lengths = [5000, limit - 1, 3 * limit, limit - 2];
+  const items = lengths.map((n, i) => ({ id: `w${i}`, text: Array(n).fill("word").join(" ") }));
+  const r = resultOf(await t.syn.call("embed.batch", { items, truncate: true }));
+  assert.equal(r.vectors.length, items.length);
+  lengths.forEach((n, i) => {
+    // [CLS] word × n [SEP]; at most the certified context is kept, never a smaller internal cut.
+    const kept = Math.min(n, limit - 2);
+    assert.deepEqual(r.truncation_disclosures[i], {
+      submitted_tokens: n + 2,
+      effective_tokens: kept + 2,
+      truncated: n + 2 > limit,
+    });
+    assert.equal(r.real_token_counts[i], kept + 2);
+    assert.equal(r.vectors[i].submitted_sha256, sha(items[i]!.text));
+    // The content hash is that of the kept words, exactly.
+    assert.equal(r.vectors[i].content_sha256, sha(Array(kept).fill("word").join(" ")));
   });
 });
 

@@ -115,41 +115,43 @@ Deno.test("F8: single embeds during a bulk job start within max_queue_ms or are 
   });
   const bulk = Array.from({ length: 400 }, (_, i) => `bulk passage ${i} ` + "text ".repeat(40));
   const job = resultOf(await t.syn.call("embed.batch", { texts: bulk, request_key: "bulk" }));
-  // Wait until the job is running on the bulk lane.
-  for (let i = 0; i < 500; i++) {
-    const r = resultOf(await t.syn.call("embed.result", { job_id: job.job_id }));
-    if (r.items_done > 0 || r.state === "running") break;
-    await new Promise((res) => setTimeout(res, 10));
-  }
-  const t0 = performance.now();
+  const state = () => t.syn.jobStore.get(job.job_id)!;
+  // Wait (on the store's state, not a clock) until the job runs on the bulk lane.
+  while (state().state === "queued") await new Promise((res) => setTimeout(res, 5));
+  // Hold the bulk lane's next quantum until every query has been answered: the job is running
+  // (one quantum on the engine or queued) the whole time, so the queries really compete with it.
+  const bulkLane = t.syn.registry.resolve("minilm", "embed").bulk;
+  const hold = bulkLane.reserve();
   const outcomes = await Promise.all(
     Array.from(
       { length: 80 },
       (_, i) =>
         t.syn.call("embed.query", { text: `query ${i}`, max_queue_ms: 500 }).then((o) => ({
           o,
-          ms: performance.now() - t0,
+          jobState: state().state,
         })),
     ),
   );
+  (await hold).release();
   let served = 0;
-  for (const { o } of outcomes) {
+  for (const { o, jobState } of outcomes) {
+    assert.equal(jobState, "running", "every query was answered while the job ran");
     if (o.kind === "result") {
       served++;
+      // Started within max_queue_ms (the module's own start-time measurement; timers may fire
+      // a little late on a busy machine).
       // deno-lint-ignore no-explicit-any
-      assert.ok((o.body.result as any).queue_time_ms <= 500 + 50);
+      assert.ok((o.body.result as any).queue_time_ms <= 500 + 250);
     } else {
       const e = semanticError(o);
       assert.ok(["queue_full", "deadline_exceeded"].includes(e.code), e.code);
       assert.ok(e.retry_after_ms > 0);
     }
   }
-  assert.ok(served > 0);
-  const r = resultOf(await t.syn.call("embed.result", { job_id: job.job_id }));
-  assert.ok(r.state === "running" || r.state === "done");
+  assert.ok(served > 0, "interactive queries are served while a bulk job runs");
   const status = resultOf(await t.syn.call("admission.status", {}));
-  assert.equal(status.lanes.length, 2);
-  await waitJob(t.syn, job.job_id);
+  assert.ok(status.lanes.some((l: { lane: string }) => l.lane === "ort-bulk"));
+  assert.equal((await waitJob(t.syn, job.job_id)).state, "done");
 });
 
 Deno.test("F10: a cancelled inline request stops at the next micro-batch and releases its budget", async () => {
@@ -159,25 +161,26 @@ Deno.test("F10: a cancelled inline request stops at the next micro-batch and rel
   });
   // 64 texts of ~300 tokens: five micro-batches of ~4096 tokens, two in flight at a time.
   const texts = Array.from({ length: 64 }, (_, i) => `long passage ${i} ` + "token ".repeat(300));
-  let t0 = performance.now();
-  resultOf(await t.syn.call("embed.batch", { texts }));
-  const full = performance.now() - t0;
+  // Count the engine calls; the caller goes away as soon as the first call has answered.
+  const engine = t.syn.registry.resolve(undefined, "embed").interactive.engine;
+  const embed = engine.embed.bind(engine);
   const ac = new AbortController();
-  t0 = performance.now();
-  const pending = t.syn.call("embed.batch", { texts: texts.map((x) => x + " again") }, {
-    signal: ac.signal,
-  });
-  setTimeout(() => ac.abort(), 20);
-  const e = semanticError(await pending);
-  const took = performance.now() - t0;
+  let calls = 0;
+  engine.embed = async (rows, options) => {
+    calls++;
+    const out = await embed(rows, options);
+    ac.abort(new DOMException("client went away", "AbortError"));
+    return out;
+  };
+  const e = semanticError(await t.syn.call("embed.batch", { texts }, { signal: ac.signal }));
   assert.equal(e.code, "deadline_exceeded");
   assert.equal(e.details.reason, "cancelled");
-  assert.ok(
-    took < full * 0.75,
-    `cancelled after ${took.toFixed(0)} ms of a ${full.toFixed(0)} ms batch`,
-  );
+  // Five micro-batches planned; after the abort no new call starts (the one already in flight
+  // when the first answered may finish).
+  assert.ok(calls >= 1 && calls <= 2, `${calls} engine calls of 5`);
+  engine.embed = embed;
   assert.equal(t.syn.admission.bytesInFlight, 0);
-  assert.equal(t.syn.interactive.inFlight, 0);
+  assert.equal(t.syn.registry.resolve(undefined, "embed").interactive.stats().inFlight, 0);
   resultOf(await t.syn.call("embed.query", { text: "still serving" }));
 });
 
@@ -203,9 +206,9 @@ Deno.test("F8: a query still queued at max_queue_ms is refused with deadline_exc
   // Occupy both interactive permits with long-running fake work.
   let release!: () => void;
   const gate = new Promise<void>((r) => (release = r));
-  const blockers = [0, 1].map(() =>
-    t.syn.interactive.submit({ cls: "interactive", tokens: 1, run: () => gate })
-  );
+  const lane = t.syn.registry.resolve(undefined, "embed").interactive;
+  const blockers = await Promise.all([0, 1].map(() => lane.reserve()));
+  gate.then(() => blockers.forEach((b) => b.release()));
   const t0 = performance.now();
   const e = semanticError(
     await t.syn.call("embed.query", { text: "waits too long", max_queue_ms: 100 }),
@@ -216,7 +219,7 @@ Deno.test("F8: a query still queued at max_queue_ms is refused with deadline_exc
   assert.equal(e.retry_after_ms, 100);
   assert.ok(took < 1000, `refused after ${took.toFixed(0)} ms`);
   release();
-  await Promise.all(blockers);
+  await gate;
   const status = resultOf(await t.syn.call("admission.status", {}));
   assert.ok(status.lanes[0].meeting_deadlines.interactive < 1);
   assert.equal(t.syn.admission.bytesInFlight, 0);

@@ -4,6 +4,7 @@
  * (field reports F11, F12, F14, F16).
  */
 import assert from "node:assert/strict";
+import type { LlamaEngine } from "../../lib/engines/llama/llama_engine.ts";
 import { getLlama, LlamaLogLevel, type Token } from "node-llama-cpp";
 import { loadConfig } from "../../lib/config/config.ts";
 import { serveHttp } from "../../lib/http/server.ts";
@@ -148,7 +149,7 @@ Deno.test("microllmOneshot() generates greedily, bounded by max_tokens, with the
   await t.step("the prompt and max_tokens may fill the context exactly, not one more", async () => {
     // "gen-long" takes prompts as long as its context, so the prompt does most of the filling.
     const long = s.syn.registry.resolve("gen-long", "generate");
-    const context = long.profile!.certified_shape.max_context_tokens;
+    const context = long.profile.certified_shape.max_context_tokens;
     assert.equal(long.maxTokens, context);
     const prompt = Array(context - 8).fill("word").join(" ");
     const nPrompt = tok.encode(prompt, { maxTokens: context }).ids.length;
@@ -199,9 +200,9 @@ Deno.test({
     await using s = await start({});
     const gen = s.syn.registry.resolve("gen", "generate");
     const threads = threadsForKnob(s.syn.config.knob);
-    assert.equal(gen.own!.llama.spec.threads, threads);
-    const contextSize = gen.profile!.certified_shape.max_context_tokens;
-    assert.equal(gen.own!.llama.spec.contextSize, contextSize);
+    assert.equal((gen.interactive.engine as LlamaEngine).spec.threads, threads);
+    const contextSize = gen.profile.certified_shape.max_context_tokens;
+    assert.equal((gen.interactive.engine as LlamaEngine).spec.contextSize, contextSize);
     const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.disabled });
     try {
       const model = await llama.loadModel({ modelPath: `${GEN}/model.gguf` });

@@ -78,12 +78,13 @@ Deno.test("rerank with more than 20 candidates runs in the bulk class on the bul
     await t.syn.call("rerank.score", { query: "which document", candidates: docs }),
   );
   assert.equal(big.scores.length, 30);
-  assert.equal(t.syn.bulk.classStats("bulk").dispatched, 1);
-  assert.equal(t.syn.interactive.classStats("interactive").dispatched, 0);
+  const model = t.syn.registry.resolve(undefined, "rerank");
+  assert.equal(model.bulk.stats().classes.bulk.dispatched, 1);
+  assert.equal(model.interactive.stats().classes.interactive.dispatched, 0);
   const small = resultOf(
     await t.syn.call("rerank.score", { query: "which document", candidates: docs.slice(0, 5) }),
   );
-  assert.equal(t.syn.interactive.classStats("interactive").dispatched, 1);
+  assert.equal(model.interactive.stats().classes.interactive.dispatched, 1);
   small.scores.forEach((s: number, i: number) => assert.ok(Math.abs(s - big.scores[i]) < 1e-5));
   assert.equal(big.fingerprint, small.fingerprint);
 });

@@ -473,7 +473,7 @@ Deno.test("LaneScheduler never loses or double-runs a task over 1000 random sequ
     };
     const check = (): void => {
       const d = lane.depths();
-      assert.equal(lane.waiters, d.control + d.interactive + d.bulk, ctx);
+      assert.equal(lane.waiters, d.control + d.interactive + d.bulk + d.decode, ctx);
       assert.equal(lane.inFlight, running.size, ctx);
       assert.ok(lane.inFlight <= permits, ctx);
       // Work-conserving: no free slot while work waits.

@@ -9,8 +9,8 @@ import { SynapseError } from "../../lib/contract/errors.ts";
 import { DEFAULT_CONFIG } from "../../lib/config/config.ts";
 import type { PreloadModelConfig, SynapseConfig } from "../../lib/config/config.ts";
 import { resolveLlamaWorkerLaunch } from "../../lib/engines/llama/launch.ts";
-import { LlamaLane } from "../../lib/engines/llama/llama_lane.ts";
-import type { LlamaModelSpec } from "../../lib/engines/llama/llama_lane.ts";
+import { LlamaEngine } from "../../lib/engines/llama/llama_engine.ts";
+import type { LlamaModelSpec } from "../../lib/engines/llama/llama_engine.ts";
 import { serveHttp } from "../../lib/http/server.ts";
 import type { MachineProfile } from "../../lib/identity/machine_profile.ts";
 import type { LogSink } from "../../lib/log/log.ts";
@@ -494,25 +494,25 @@ function captureLog(): {
   };
 }
 
-Deno.test("LlamaLane.generate() survives a worker abort: engine_crashed once, then a new worker reloads the model", async () => {
+Deno.test("LlamaEngine.generate() survives a worker abort: engine_crashed once, then a new worker reloads the model", async () => {
   await using dir = await runtimeDir();
   const { log } = captureLog();
-  const lane = new LlamaLane(generateSpec(), {
+  const lane = new LlamaEngine(generateSpec(), {
     launch: resolveLlamaWorkerLaunch({ extraArgs: ["--test-abort-after", "2"], env: () => {} }),
     runtimeDir: dir.path,
     log,
   });
   try {
     const ids = Int32Array.of(1, 10, 20, 30, 40);
-    const first = await lane.generate(ids, 8);
+    const first = await lane.generate({ ids, maxTokens: 8 });
     assert.ok(first.generatedIds.length > 0, "the tiny model generates");
     assert.equal(first.nPrompt, ids.length);
     const pid1 = lane.worker.pid!;
     assert.equal(lane.worker.generation, 1);
-    const err = await rejection(lane.generate(ids, 8));
+    const err = await rejection(lane.generate({ ids, maxTokens: 8 }));
     assertCrash(err, ["eof", "exited"]);
     assert.equal(lane.inFlight, 0);
-    const again = await lane.generate(ids, 8);
+    const again = await lane.generate({ ids, maxTokens: 8 });
     assert.equal(lane.worker.generation, 2, "a fresh worker");
     assert.notEqual(lane.worker.pid, pid1);
     assert.deepEqual(again.generatedIds, first.generatedIds, "same ids, same greedy output");
@@ -520,14 +520,14 @@ Deno.test("LlamaLane.generate() survives a worker abort: engine_crashed once, th
     assertGone(pid1);
     assert.equal(lane.status().recent_crashes, 1);
   } finally {
-    await lane.close();
+    await lane.dispose();
   }
 });
 
-Deno.test("LlamaLane caps forwarded worker lines per second and reports the dropped count", async () => {
+Deno.test("LlamaEngine caps forwarded worker lines per second and reports the dropped count", async () => {
   await using dir = await runtimeDir();
   const cap = captureLog();
-  const lane = new LlamaLane(generateSpec(), {
+  const lane = new LlamaEngine(generateSpec(), {
     launch: resolveLlamaWorkerLaunch({
       extraArgs: ["--test-log-burst", "200", "--test-abort-after", "0"],
       env: () => {},
@@ -556,7 +556,7 @@ Deno.test("LlamaLane caps forwarded worker lines per second and reports the drop
     const crashLine = cap.lines.find((l) => l.level === "error");
     assert.match(String(crashLine?.message), /worker crashed/);
   } finally {
-    await lane.close();
+    await lane.dispose();
   }
 });
 

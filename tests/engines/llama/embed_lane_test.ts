@@ -4,10 +4,12 @@
  * module runs before a worker sees a file.
  */
 import assert from "node:assert/strict";
+import type { LlamaEngine } from "../../../lib/engines/llama/llama_engine.ts";
 import { getLlama, LlamaLogLevel, type Token } from "node-llama-cpp";
 import { loadConfig } from "../../../lib/config/config.ts";
 import { nullLog } from "../../../lib/log/log.ts";
 import { threadsForKnob } from "../../../lib/models/model_registry.ts";
+import { SanitizedTokenizer } from "../../../lib/tokenize/tokenizer.ts";
 import { createSynapse } from "../../../lib/synapse.ts";
 import type { Synapse } from "../../../lib/synapse.ts";
 import { cosine, MODELS, preload, resultOf, semanticError } from "../../_helpers.ts";
@@ -87,9 +89,9 @@ Deno.test({
     });
     const m = s.syn.registry.resolve("gguf-embed", "embed");
     const threads = threadsForKnob(s.syn.config.knob);
-    assert.equal(m.own!.llama.spec.threads, threads);
-    const contextSize = m.profile!.certified_shape.max_context_tokens;
-    assert.equal(m.own!.llama.spec.contextSize, contextSize);
+    assert.equal((m.interactive.engine as LlamaEngine).spec.threads, threads);
+    const contextSize = m.profile.certified_shape.max_context_tokens;
+    assert.equal((m.interactive.engine as LlamaEngine).spec.contextSize, contextSize);
 
     const query = resultOf(
       await s.syn.call("embed.query", { model: "gguf-embed", text: TEXTS[0], id: "q" }),
@@ -150,8 +152,8 @@ Deno.test({
     assert.notEqual(m.fingerprint, gen.fingerprint);
     assert.notEqual(m.fingerprint, ort.fingerprint);
     assert.notEqual(ort.provenance.engine.engine, "llama.cpp-worker");
-    assert.equal(m.profile!.model_digest, gen.profile!.model_digest);
-    assert.equal(m.profile!.pooling, "last_token"); // the GGUF says pooling_type 3
+    assert.equal(m.profile.model_digest, gen.profile.model_digest);
+    assert.equal(m.profile.pooling, "last_token"); // the GGUF says pooling_type 3
     const list = await rows(s.syn);
     assert.equal(list.get("gguf-embed").dims, 64);
     assert.equal(list.get("gguf-embed").engine, "llama");
@@ -270,4 +272,69 @@ Deno.test("preload_models accepts engine 'llama.cpp' as the llama engine", async
   const r = resultOf(await s.syn.call("embed.query", { model: "aliased", text: "hi" }));
   assert.equal(r.provenance.engine.engine, "llama.cpp-worker");
   assert.equal(r.dims, 64);
+});
+
+/** A text of exactly `n` tokens (specials included) for the tiny llama tokenizer. */
+async function textOfTokens(n: number): Promise<string> {
+  const tok = await SanitizedTokenizer.fromFile(`${GEN}/tokenizer.json`);
+  const count = (t: string) => tok.encode(t, { maxTokens: 1 << 20 }).ids.length;
+  // "a" and each " a" are one token; the BOS is the only special.
+  const text = Array(n - 1).fill("a").join(" ");
+  assert.equal(count(text), n);
+  return text;
+}
+
+Deno.test({
+  name: "F22: an item of exactly the lane's context is served; one over is that item's error only",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    // max_tokens at the lane's context: the GGUF's context_length (2048 for the fixture).
+    await using s = await start({
+      preload_models: [llamaEntry("gguf-embed", "embed", { max_tokens: 2048 })],
+    });
+    const model = s.syn.registry.resolve("gguf-embed", "embed");
+    assert.equal(model.maxTokens, 2048);
+    assert.equal(model.profile.certified_shape.max_context_tokens, 2048);
+    const exact = await textOfTokens(2048);
+    const over = exact + " a";
+    const res = resultOf(
+      await s.syn.call("embed.batch", {
+        items: [{ id: "exact", text: exact }, { id: "over", text: over }, { id: "s", text: "hi" }],
+      }),
+    );
+    assert.deepEqual(res.vectors.map((v: { id: string }) => v.id), ["exact", "s"]);
+    assert.deepEqual(res.real_token_counts, [2048, 2]);
+    assert.equal(res.truncation_disclosures[0].truncated, false);
+    assert.equal(res.item_errors.length, 1);
+    assert.equal(res.item_errors[0].id, "over");
+    assert.equal(res.item_errors[0].error.code, "sequence_too_long");
+    assert.deepEqual(
+      {
+        tokens: res.item_errors[0].error.details.tokens,
+        max: res.item_errors[0].error.details.max_tokens,
+      },
+      { tokens: 2049, max: 2048 },
+    );
+    assert.ok(Math.abs(l2(res.vectors[0].vector) - 1) < 1e-4);
+  },
+});
+
+Deno.test("F22: a configured max_tokens above the lane's context is refused at load, never clamped", async () => {
+  await using s = await start({
+    preload_models: [
+      llamaEntry("too-long", "embed", { max_tokens: 8192 }),
+      preload(ORT, "ort-embed"),
+    ],
+  });
+  const err = semanticError(await s.syn.call("embed.query", { model: "too-long", text: "hi" }));
+  assert.equal(err.code, "artifact_invalid");
+  assert.equal(err.details.reason, "max_tokens_over_context");
+  assert.equal(err.details.max_tokens, 8192);
+  assert.equal(err.details.context_size, 2048);
+  const list = await rows(s.syn);
+  assert.equal(list.get("too-long").state, "failed");
+  assert.equal(list.get("too-long").error.code, "artifact_invalid");
+  // The other model serves.
+  resultOf(await s.syn.call("embed.query", { model: "ort-embed", text: "hi" }));
 });

@@ -1,5 +1,5 @@
 /**
- * The llama.cpp lane of one GGUF model, module side: a supervised worker process
+ * The llama.cpp engine of one GGUF model, module side: a supervised worker process
  * (`workers/llama.ts`) that loads the model and answers EMBED_BATCH or GENERATE with token ids
  * in and vectors or token ids out. A crash costs one request (`engine_crashed`); the next call
  * starts a fresh worker and reloads the model lazily; beyond the crash budget the lane is
@@ -8,6 +8,19 @@
  * @module
  */
 import { SynapseError } from "../../contract/errors.ts";
+import type {
+  Engine,
+  EngineBatchOutput,
+  EngineCallOptions,
+  EngineHealth,
+  EngineIdentity,
+  EngineLimits,
+  EngineRow,
+  GenerateOutput,
+  GenerateRequest,
+  ModelTask,
+} from "../engine.ts";
+import { LLAMA_WORKER_ENGINE, LLAMA_WORKER_VERSION } from "./identity.ts";
 import { LineRateLimiter, type LogSink, stderrLog } from "../../log/log.ts";
 import { WORKER_TIMEOUTS, WorkerErrReply, type WorkerLaunch } from "../../workers/host.ts";
 import type { WorkerEngineIdentity } from "../../workers/host.ts";
@@ -44,8 +57,8 @@ export interface LlamaModelSpec {
   normalize: boolean;
 }
 
-/** Options of {@link LlamaLane}. */
-export interface LlamaLaneOptions {
+/** Options of {@link LlamaEngine}. */
+export interface LlamaEngineOptions {
   /** How to start the worker. */
   launch: WorkerLaunch;
   /** Socket directory (0700). */
@@ -71,36 +84,21 @@ export interface LlamaLaneOptions {
   now?: () => number;
 }
 
-/** Output of one EMBED_BATCH, in the shape the embed path consumes. */
-export interface LlamaEmbedResult {
-  /** Row-major `[rows, dims]`. */
-  data: Float32Array;
-  dims: number;
-  /** 1 where the row held NaN or ±Infinity. */
-  nonFinite: Uint8Array;
-  /** Round-trip time in ms. */
-  runMs: number;
-}
-
-/** Output of one GENERATE. */
-export interface LlamaGenerateResult {
-  finishReason: TextMessage["finish_reason"];
-  generatedIds: number[];
-  nPrompt: number;
-  /** The worker's own detokenization (informational; the module decodes the ids itself). */
-  workerText: string;
-  /** Round-trip time in ms. */
-  runMs: number;
-}
-
 /**
- * The lane of one GGUF model. Requests go to the worker one at a time; the lane's scheduler
+ * The engine of one GGUF model. Requests go to the worker one at a time; the lane's scheduler
  * decides their order.
+ *
+ * Limits: one sequence per engine call (the worker evaluates each sequence alone, so the profile
+ * certifies `max_sequences: 1`), at most the context size in tokens.
  */
-export class LlamaLane {
+export class LlamaEngine implements Engine {
+  readonly kind = "llama";
   readonly spec: LlamaModelSpec;
   readonly worker: SupervisedWorker;
-  #opts: LlamaLaneOptions;
+  readonly task: ModelTask;
+  readonly limits: EngineLimits;
+  #opts: LlamaEngineOptions;
+  #disposed = false;
   #ref: string | undefined;
   #refGeneration = -1;
   #loading: Promise<string> | undefined;
@@ -109,9 +107,15 @@ export class LlamaLane {
   #busySince: number | undefined;
   #dims = 0;
 
-  constructor(spec: LlamaModelSpec, options: LlamaLaneOptions) {
+  constructor(spec: LlamaModelSpec, options: LlamaEngineOptions) {
     this.spec = spec;
     this.#opts = options;
+    this.task = spec.mode === "generate" ? "generate" : "embed";
+    this.limits = {
+      maxSequenceTokens: spec.contextSize,
+      maxMicroBatchTokens: spec.contextSize,
+      maxSequences: 1,
+    };
     const log = options.log ?? stderrLog;
     const limiter = new LineRateLimiter(options.forwardLinesPerSec ?? 50);
     const target = `worker.llama.${spec.modelId}`;
@@ -166,19 +170,41 @@ export class LlamaLane {
     return this.#opts.requestTimeoutMs ?? WORKER_TIMEOUTS.requestMs;
   }
 
-  /** Vector width (embed mode) from LOADED. */
+  /** Vector width from LOADED (embed mode); 0 for a generation engine. */
   get dims(): number {
-    return this.#dims;
+    return this.task === "embed" ? this.#dims : 0;
   }
 
-  /** Engine identity of the worker (after the first load). */
-  get identity(): WorkerEngineIdentity | undefined {
-    return this.worker.identity;
+  /**
+   * Engine identity the worker announced in its first HELLO (before any worker started: the
+   * name and version this build's worker announces, without build flags).
+   */
+  get identity(): EngineIdentity {
+    return this.worker.identity ?? { engine: LLAMA_WORKER_ENGINE, version: LLAMA_WORKER_VERSION };
   }
 
   /** Supervision state. */
   status(): SupervisorStatus {
     return this.worker.status();
+  }
+
+  health(): EngineHealth {
+    const st = this.worker.status();
+    return {
+      state: this.#disposed ? "disposed" : st.state,
+      inFlight: this.#inFlight,
+      busyMs: this.busyMs,
+      busyLimitMs: this.requestTimeoutMs,
+      worker: {
+        state: st.state,
+        generation: st.generation,
+        recent_crashes: st.recent_crashes,
+        total_crashes: st.total_crashes,
+        ...(st.pid === undefined ? {} : { pid: st.pid }),
+        ...(st.last_crash ? { last_crash: st.last_crash } : {}),
+      },
+      ...(st.quarantine ? { quarantine: { ...st.quarantine } } : {}),
+    };
   }
 
   /**
@@ -203,7 +229,13 @@ export class LlamaLane {
    *
    * @throws {SynapseError} `engine_crashed`, `probe_required`, or the mapped worker ERR.
    */
-  async embed(rows: readonly { ids: Int32Array }[]): Promise<LlamaEmbedResult> {
+  async embed(
+    rows: readonly Pick<EngineRow, "ids">[],
+    options: EngineCallOptions = {},
+  ): Promise<EngineBatchOutput> {
+    this.#ensureNotDisposed();
+    if (this.task !== "embed") throw this.#wrongTask("embed");
+    options.signal?.throwIfAborted();
     const ref = await this.#ensureLoaded();
     let total = 0;
     for (const r of rows) total += r.ids.length;
@@ -247,31 +279,37 @@ export class LlamaLane {
     return { data, dims, nonFinite, runMs: performance.now() - t0 };
   }
 
+  /** The llama worker does not score pairs (RERANK is answered `unsupported_request`). */
+  score(): Promise<EngineBatchOutput> {
+    return Promise.reject(this.#wrongTask("rerank"));
+  }
+
   /**
-   * Greedy generation from prompt ids.
+   * Greedy generation from prompt ids. Aborting `options.signal` sends CANCEL: the worker stops
+   * between tokens and the call resolves with `finishReason: "cancelled"`.
    *
-   * @param ids Prompt token ids (specials included).
-   * @param maxTokens Most tokens to generate (≥ 1).
-   * @param grammar GBNF source, already validated by the module.
    * @throws {SynapseError} `invalid_request` (`details.reason` `grammar_invalid`) when llama.cpp
    *   refuses the grammar; `engine_crashed`; `probe_required`.
    */
   async generate(
-    ids: Int32Array,
-    maxTokens: number,
-    grammar?: string,
-  ): Promise<LlamaGenerateResult> {
+    request: GenerateRequest,
+    options: EngineCallOptions = {},
+  ): Promise<GenerateOutput> {
+    this.#ensureNotDisposed();
+    if (this.task !== "generate") throw this.#wrongTask("generate");
+    options.signal?.throwIfAborted();
     const ref = await this.#ensureLoaded();
     const t0 = performance.now();
+    const reqId = this.#nextReq++;
     const reply = await this.#call<TextMessage>(
       {
         type: "GENERATE",
-        req_id: this.#nextReq++,
+        req_id: reqId,
         model_ref: ref,
-        max_tokens: maxTokens,
-        ...(grammar === undefined ? {} : { grammar }),
+        max_tokens: request.maxTokens,
+        ...(request.grammar === undefined ? {} : { grammar: request.grammar }),
       },
-      encodeI32LE(ids),
+      encodeI32LE(request.ids),
       this.#opts.generateTimeoutMs ?? WORKER_TIMEOUTS.generateMs,
     );
     const m = reply.msg;
@@ -279,14 +317,41 @@ export class LlamaLane {
       finishReason: m.finish_reason,
       generatedIds: m.generated_token_ids ?? [],
       nPrompt: m.n_prompt,
-      workerText: m.text,
       runMs: performance.now() - t0,
     };
   }
 
-  /** Shuts the worker down. */
-  async close(): Promise<void> {
+  /** Shuts the worker down. Idempotent. */
+  async dispose(): Promise<void> {
+    this.#disposed = true;
     await this.worker.close();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.dispose();
+  }
+
+  #ensureNotDisposed(): void {
+    if (this.#disposed) {
+      throw new SynapseError(
+        "disposed",
+        `Cannot use model '${this.spec.modelId}': its engine was disposed`,
+      );
+    }
+  }
+
+  #wrongTask(what: ModelTask): SynapseError {
+    return new SynapseError(
+      "backend_unavailable",
+      `Cannot ${what} with model '${this.spec.modelId}': its llama worker was loaded for ${this.task}`,
+      {
+        details: {
+          model_id: this.spec.modelId,
+          task: this.task,
+          backends: [{ backend: "llama", reason: `loaded_for_${this.task}` }],
+        },
+      },
+    );
   }
 
   async #ensureLoaded(): Promise<string> {

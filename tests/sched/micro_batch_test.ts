@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { planMicroBatches } from "../../../lib/engines/ort/micro_batch.ts";
+import { planMicroBatches } from "../../lib/sched/micro_batch.ts";
 
 Deno.test("planMicroBatches() sorts by length and keeps every index once", () => {
   const lengths = [50, 3, 10, 3, 200, 11];

@@ -1,0 +1,152 @@
+/**
+ * The engine interface (design.md, "Engines and lanes"): one loaded model on one runtime — ORT in
+ * a Worker thread, a llama.cpp worker process, later a native FFI shim or a remote provider. An
+ * engine takes token ids and gives vectors, scores or generated ids; it knows nothing of doors,
+ * params, admission or envelopes. The shape follows TEI's backend trait (`health`, `embed`,
+ * `predict`, identity), plus generation and cancellation.
+ *
+ * Every engine passes the shared contract suite `tests/engines/_engine_contract.ts`.
+ *
+ * @module
+ */
+
+/** Engine identity as it appears in envelopes and profiles (contract.md §3, §4 `engine`). */
+export interface EngineIdentity {
+  engine: string;
+  version: string;
+  build_flags?: Readonly<Record<string, string>>;
+}
+
+/** What a model computes. */
+export type ModelTask = "embed" | "rerank" | "generate";
+
+/** One sequence for an engine: token ids with specials, already truncated. */
+export interface EngineRow {
+  ids: Int32Array;
+  /** Segment ids (cross-encoder pairs); engines without them ignore it. */
+  typeIds: Int32Array;
+}
+
+/**
+ * What one engine call may hold and what one sequence may be (the certified shape of the
+ * model's profile, contract.md §4 `certified_shape`). The lane cuts micro-batches to these.
+ */
+export interface EngineLimits {
+  /** Longest sequence in tokens, specials included. */
+  maxSequenceTokens: number;
+  /** Padded tokens (rows × longest row) one call may hold. */
+  maxMicroBatchTokens: number;
+  /** Rows one call may hold. */
+  maxSequences: number;
+}
+
+/** Output of one {@link Engine.embed} or {@link Engine.score} call. */
+export interface EngineBatchOutput {
+  /** Row-major `[rows, dims]`: L2-normalised vectors when the profile says so, or raw scores. */
+  data: Float32Array;
+  /** Values per row (hidden size, or 1 for scores). */
+  dims: number;
+  /** 1 where the row's output held NaN or ±Infinity (field report F6). */
+  nonFinite: Uint8Array;
+  /** Engine time in ms. */
+  runMs: number;
+}
+
+/** One greedy generation (contract.md §1 `microllm.oneshot`). */
+export interface GenerateRequest {
+  /** Prompt token ids, specials included. */
+  ids: Int32Array;
+  /** Most tokens to generate (≥ 1). */
+  maxTokens: number;
+  /** GBNF source, already validated by the module. */
+  grammar?: string;
+}
+
+/** Why a generation ended (contract.md §1). */
+export type FinishReason = "stop_token" | "max_tokens" | "grammar_complete" | "cancelled";
+
+/** Result of {@link Engine.generate}. */
+export interface GenerateOutput {
+  finishReason: FinishReason;
+  generatedIds: number[];
+  nPrompt: number;
+  /** Engine time in ms. */
+  runMs: number;
+}
+
+/** Options of one engine call. */
+export interface EngineCallOptions {
+  /**
+   * Stops the call at its next boundary (between tokens of a generation, between items of a
+   * worker batch). A generation that stops answers `finish_reason: "cancelled"`; other calls
+   * reject with `signal.reason`.
+   */
+  signal?: AbortSignal;
+  /** Run the call so that it shares the cores well (ORT: the non-spinning session). */
+  quiet?: boolean;
+}
+
+/** Health of an engine, read from cached state (never an engine call). */
+export interface EngineHealth {
+  /**
+   * `ready`: serving; `idle`: not started yet (a worker starts on the first call); `starting`;
+   * `quarantined`: past its crash budget (contract.md §7), refusing with `probe_required`;
+   * `disposed`.
+   */
+  state: "ready" | "idle" | "starting" | "quarantined" | "disposed";
+  /** Calls sent and not answered. */
+  inFlight: number;
+  /** ms the engine has been busy without a pause (0 when idle). */
+  busyMs: number;
+  /** Busy longer than this many ms looks hung (`/health` says `unresponsive`). */
+  busyLimitMs: number;
+  /** Worker supervision facts of a worker-backed engine (pid, crashes, quarantine …). */
+  worker?: Record<string, unknown>;
+  /** Why it is quarantined, when it is. */
+  quarantine?: Record<string, unknown>;
+}
+
+/**
+ * One loaded model on one runtime. Calls may overlap; the engine serialises them as its runtime
+ * needs (its lane's scheduler decides their order). Disposal releases the runtime's resources for
+ * this model and is idempotent.
+ */
+export interface Engine extends AsyncDisposable {
+  /** Runtime kind, e.g. `"ort"`, `"llama"`. */
+  readonly kind: string;
+  /** What the loaded model computes. */
+  readonly task: ModelTask;
+  /** Identity that enters the model's profile and every envelope. */
+  readonly identity: EngineIdentity;
+  /** Sequence and micro-batch limits of this engine for this model. */
+  readonly limits: EngineLimits;
+  /** Output width: hidden size (embed), 1 (rerank), 0 (generate). */
+  readonly dims: number;
+  /** Calls sent and not answered. */
+  readonly inFlight: number;
+  /** Cached health. */
+  health(): EngineHealth;
+  /**
+   * Embeds rows in one call (≤ `limits.maxSequences` rows).
+   *
+   * @throws {SynapseError} `engine_crashed` (transient) when the runtime fails; `probe_required`
+   *   when quarantined; `backend_unavailable` when the engine does not embed.
+   */
+  embed(rows: readonly EngineRow[], options?: EngineCallOptions): Promise<EngineBatchOutput>;
+  /**
+   * Scores cross-encoder pair rows in one call; `dims` is 1, raw logits.
+   *
+   * @throws {SynapseError} as {@link Engine.embed}.
+   */
+  score(rows: readonly EngineRow[], options?: EngineCallOptions): Promise<EngineBatchOutput>;
+  /**
+   * Greedy generation. Aborting `options.signal` stops it within one token and resolves with
+   * `finishReason: "cancelled"` and the tokens generated so far.
+   *
+   * @throws {SynapseError} `engine_crashed`, `probe_required`, `invalid_request` (a grammar the
+   *   engine refuses), `backend_unavailable` when the engine does not generate.
+   */
+  generate(request: GenerateRequest, options?: EngineCallOptions): Promise<GenerateOutput>;
+  /** Releases the model's runtime resources. Idempotent. */
+  dispose(): Promise<void>;
+}

@@ -1,0 +1,239 @@
+/**
+ * Loading a GGUF model on the llama engine: the module checks the artifact before any worker
+ * sees its path (streamed SHA-256 against the optional expected digest, GGUF magic and metadata,
+ * the GGUF vocabulary equal to the tokenizer.json's id by id), sets the lane's limits from the
+ * model (context from `<arch>.context_length` up to a cap; a configured `max_tokens` the lane
+ * cannot run is refused, never clamped — field report F22), starts the worker, loads, and
+ * computes the profile with the identity the worker announced (so a CUDA or Metal build has its
+ * own fingerprint).
+ *
+ * @module
+ */
+import { SynapseError } from "../contract/errors.ts";
+import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
+import { type GgufFacts, readGgufFacts, sha256File } from "../engines/llama/gguf.ts";
+import type { LlamaEngine, LlamaModelSpec } from "../engines/llama/llama_engine.ts";
+import type { EngineIdentity } from "../engines/engine.ts";
+import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
+import { LLAMA_CONTEXT_CAP, type ModelSource } from "./model.ts";
+
+/** Makes the engine of a GGUF model (the registry owns it from then on). */
+export type LlamaEngineFactory = (spec: LlamaModelSpec, source: ModelSource) => LlamaEngine;
+
+/** What {@link loadLlamaModel} needs from the registry. */
+export interface LlamaLoadContext {
+  /** Makes the engine; without it a llama model fails with `backend_unavailable`. */
+  factory: LlamaEngineFactory | undefined;
+  /** llama.cpp threads of the worker. */
+  threads: number;
+  threadPolicy: ThreadPolicy;
+  /** `inline.max_tokens`: the certified batch-token budget. */
+  maxBatchTokens: number;
+}
+
+/** A loaded GGUF model, before its lanes exist. */
+export interface LlamaLoaded {
+  tokenizer: SanitizedTokenizer;
+  profile: NumericProfile;
+  identity: EngineIdentity;
+  maxTokens: number;
+  testModel: boolean;
+  coldLoadMs: number;
+  dims: number;
+  gguf: GgufFacts;
+  engine: LlamaEngine;
+}
+
+/**
+ * Loads a GGUF model on its own llama worker.
+ *
+ * @throws {SynapseError} `artifact_invalid` (unreadable file, digest mismatch, not a GGUF,
+ *   `tokenizer_mismatch`, a context size or `max_tokens` the model cannot run —
+ *   `details.reason` `context_over_model` / `max_tokens_over_context`); `invalid_request` for
+ *   rerank; `backend_unavailable` without a llama engine; `engine_crashed` / `probe_required`
+ *   from the worker.
+ */
+export async function loadLlamaModel(
+  src: ModelSource,
+  ctx: LlamaLoadContext,
+): Promise<LlamaLoaded> {
+  const modelId = src.modelId;
+  if (ctx.factory === undefined) {
+    throw new SynapseError(
+      "backend_unavailable",
+      `Cannot load model '${modelId}': the llama engine is not available in this instance`,
+      { details: { model_id: modelId, backends: [{ backend: "llama", reason: "no_worker" }] } },
+    );
+  }
+  if (src.task === "rerank") {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot load model '${modelId}': the llama engine serves embed and generate, not rerank`,
+      { details: { model_id: modelId, task: src.task, engine: "llama" } },
+    );
+  }
+  const digest = await sha256File(src.modelPath, modelId);
+  if (src.artifactDigest !== undefined && src.artifactDigest !== digest) {
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot load model '${modelId}': ${src.modelPath} has digest ${digest}, expected ${src.artifactDigest}`,
+      {
+        details: { model_id: modelId, file: src.modelPath, expected: src.artifactDigest, digest },
+      },
+    );
+  }
+  const facts = await readGgufFacts(src.modelPath, modelId);
+  let testModel = src.testModel === true;
+  // A config.json beside the GGUF may label a generated test model (scripts/gen_gguf.ts).
+  try {
+    const dir = src.modelPath.slice(0, Math.max(0, src.modelPath.lastIndexOf("/"))) || ".";
+    const cfg = JSON.parse(await Deno.readTextFile(`${dir}/config.json`));
+    if (cfg?.synapse_test_model === true) testModel = true;
+  } catch { /* no config.json: nothing to label */ }
+  const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
+  checkVocabulary(modelId, facts, tokenizer);
+  const { contextSize, maxTokens } = llamaLimits(modelId, src, facts);
+  const mode = src.task === "generate" ? "generate" : "embed";
+  const spec: LlamaModelSpec = {
+    modelId,
+    ggufPath: src.modelPath,
+    ggufDigest: digest,
+    mode,
+    contextSize,
+    threads: ctx.threads,
+    pooling: facts.pooling,
+    normalize: mode === "embed" && src.normalize,
+  };
+  const engine = ctx.factory(spec, src);
+  let loaded: Awaited<ReturnType<LlamaEngine["load"]>>;
+  try {
+    loaded = await engine.load();
+  } catch (err) {
+    // A failed model stays failed: its worker must not linger (nor show as serving).
+    await engine.dispose().catch(() => {});
+    throw err;
+  }
+  const { dims, coldLoadMs, identity } = loaded;
+  const engineId: EngineIdentity = {
+    engine: identity.engine,
+    version: identity.version,
+    ...(identity.build_flags === undefined ? {} : { build_flags: { ...identity.build_flags } }),
+  };
+  const profile: NumericProfile = {
+    model_digest: digest,
+    quant: facts.quant,
+    engine: { ...engineId, build_flags: { ...(engineId.build_flags ?? {}) } },
+    sanitized_tokenizer_digest: tokenizer.digest,
+    pooling: mode === "embed"
+      ? (facts.pooling === "last" ? "last_token" : facts.pooling)
+      : "last_token",
+    normalization: spec.normalize ? "l2" : "none",
+    dtype: facts.dtype,
+    flash_attention: "disabled",
+    certified_shape: {
+      max_context_tokens: contextSize,
+      max_batch_tokens: ctx.maxBatchTokens,
+      max_micro_batch_tokens: engine.limits.maxMicroBatchTokens,
+      max_sequences: engine.limits.maxSequences,
+    },
+    thread_policy: ctx.threadPolicy,
+    operation: src.task,
+  };
+  return {
+    tokenizer,
+    profile,
+    identity: engineId,
+    maxTokens,
+    testModel,
+    coldLoadMs,
+    dims: mode === "embed" ? dims : 0,
+    gguf: facts,
+    engine,
+  };
+}
+
+/**
+ * The lane limits of a GGUF model: the context is the source's `contextSize`, else the GGUF's
+ * `<arch>.context_length` up to {@link LLAMA_CONTEXT_CAP}; `max_tokens` is the source's, else
+ * the context. Nothing is clamped: a limit the model cannot run refuses the load.
+ *
+ * @throws {SynapseError} `artifact_invalid` with `details.reason` `context_over_model` (a context
+ *   size outside [16, context_length]) or `max_tokens_over_context`.
+ */
+export function llamaLimits(
+  modelId: string,
+  src: Pick<ModelSource, "contextSize" | "maxTokens">,
+  facts: Pick<GgufFacts, "contextLength">,
+): { contextSize: number; maxTokens: number } {
+  const contextSize = src.contextSize ?? Math.min(facts.contextLength, LLAMA_CONTEXT_CAP);
+  if (contextSize > facts.contextLength || contextSize < 16) {
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot load model '${modelId}': context size ${contextSize} must be between 16 and the model's ${facts.contextLength} (context_length)`,
+      {
+        details: {
+          model_id: modelId,
+          reason: "context_over_model",
+          context_size: contextSize,
+          context_length: facts.contextLength,
+        },
+      },
+    );
+  }
+  const maxTokens = src.maxTokens ?? contextSize;
+  if (maxTokens > contextSize || maxTokens < 2) {
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot load model '${modelId}': max_tokens ${maxTokens} must be between 2 and the lane's context of ${contextSize} tokens (the GGUF's context_length ${facts.contextLength}, capped at ${LLAMA_CONTEXT_CAP})`,
+      {
+        details: {
+          model_id: modelId,
+          reason: "max_tokens_over_context",
+          field: "max_tokens",
+          max_tokens: maxTokens,
+          context_size: contextSize,
+          context_length: facts.contextLength,
+        },
+      },
+    );
+  }
+  return { contextSize, maxTokens };
+}
+
+/**
+ * Refuses a GGUF whose vocabulary differs from the tokenizer's: same size, same piece at every id.
+ *
+ * @throws {SynapseError} `artifact_invalid` with `details.reason` `tokenizer_mismatch`.
+ */
+function checkVocabulary(modelId: string, facts: GgufFacts, tokenizer: SanitizedTokenizer): void {
+  const vocab = tokenizer.idToToken();
+  const tokens = facts.tokens;
+  let bad = tokens.length === vocab.length ? -1 : Math.min(tokens.length, vocab.length);
+  if (bad < 0) {
+    for (let i = 0; i < tokens.length; i++) {
+      // The GGUF reader decodes strings with a default TextDecoder, which drops a leading BOM
+      // (llama2's token 31759 is U+FEFF): compare without it.
+      if (tokens[i] !== vocab[i] && tokens[i] !== vocab[i]?.replace(/^\uFEFF/, "")) {
+        bad = i;
+        break;
+      }
+    }
+  }
+  if (bad >= 0) {
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot load model '${modelId}': the GGUF vocabulary (${tokens.length} tokens) is not the tokenizer's (${vocab.length}); first difference at id ${bad}`,
+      {
+        details: {
+          model_id: modelId,
+          reason: "tokenizer_mismatch",
+          gguf_tokens: tokens.length,
+          tokenizer_tokens: vocab.length,
+          first_mismatch_id: bad,
+          gguf_piece: tokens[bad] ?? null,
+          tokenizer_piece: vocab[bad] ?? null,
+        },
+      },
+    );
+  }
+}

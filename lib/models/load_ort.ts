@@ -1,0 +1,163 @@
+/**
+ * Loading an ONNX model on the ORT engine: reads and hashes the file, loads the sanitized
+ * tokenizer and config.json, checks the sequence limit against the model's positions, loads the
+ * session on the interactive thread (the bulk thread loads it on its first job) and computes the
+ * numeric profile and fingerprint (contract.md §4).
+ *
+ * @module
+ */
+import { SynapseError } from "../contract/errors.ts";
+import { fingerprint, numericProfileId } from "../identity/numeric_profile.ts";
+import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
+import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
+import type { OrtLane } from "../engines/ort/ort_lane.ts";
+import { ORT_MICRO_BATCH, OrtEngine, warmupShapes } from "../engines/ort/ort_engine.ts";
+import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
+import type { ModelSource } from "./model.ts";
+
+/** Prompt-template identity of the cross-encoder pair layout (part of rerank profiles). */
+export const RERANK_PAIR_TEMPLATE = "synapse-rerank-cls-query-sep-doc-sep-v1";
+
+/** What {@link loadOrtModel} needs from the registry. */
+export interface OrtLoadContext {
+  /** Thread of interactive work; the model loads here now. */
+  interactive: OrtLane;
+  /** Thread of bulk work; the model is registered and loads on first use. */
+  bulk: OrtLane;
+  threadPolicy: ThreadPolicy;
+  /** `inline.max_tokens`: the certified batch-token budget. */
+  maxBatchTokens: number;
+}
+
+/** A loaded ORT model, before its lanes exist. */
+export interface OrtLoaded {
+  tokenizer: SanitizedTokenizer;
+  profile: NumericProfile;
+  maxTokens: number;
+  testModel: boolean;
+  coldLoadMs: number;
+  interactive: OrtEngine;
+  bulk: OrtEngine;
+}
+
+/**
+ * Loads an ORT model.
+ *
+ * @throws {SynapseError} `artifact_invalid` naming the file that cannot be read or the limit that
+ *   does not fit (`max_tokens` outside [specials + 1, max_position_embeddings]); `invalid_request`
+ *   for a generation task.
+ */
+export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promise<OrtLoaded> {
+  const modelId = src.modelId;
+  if (src.task === "generate") {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot load model '${modelId}': generation needs the llama engine (a GGUF model)`,
+      { details: { model_id: modelId, task: src.task, engine: "ort" } },
+    );
+  }
+  let modelBytes: Uint8Array;
+  try {
+    modelBytes = await Deno.readFile(src.modelPath);
+  } catch (err) {
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot load model '${modelId}': cannot read ${src.modelPath}: ${(err as Error).message}`,
+      { cause: err, details: { model_id: modelId, file: src.modelPath } },
+    );
+  }
+  // WebCrypto hashes off the main thread: a 90 MB model must not stall /health or refusals.
+  const modelDigest = "sha256:" +
+    toHex(await crypto.subtle.digest("SHA-256", modelBytes as Uint8Array<ArrayBuffer>));
+  modelBytes = new Uint8Array(0);
+  const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
+  const config = await readConfig(src);
+  const maxPos = typeof config.max_position_embeddings === "number"
+    ? config.max_position_embeddings
+    : 512;
+  const maxTokens = src.maxTokens ??
+    (typeof config.synapse_max_tokens === "number" ? config.synapse_max_tokens : maxPos);
+  if (maxTokens > maxPos || maxTokens < tokenizer.singleSpecialTokens + 1) {
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot load model '${modelId}': max_tokens ${maxTokens} must be between ${
+        tokenizer.singleSpecialTokens + 1
+      } (special tokens plus one) and the model's ${maxPos} positions (max_position_embeddings)`,
+      { details: { model_id: modelId, max_tokens: maxTokens, max_positions: maxPos } },
+    );
+  }
+  const task = src.task;
+  const spec = {
+    load: {
+      modelRef: modelId,
+      path: src.modelPath,
+      task,
+      pooling: src.pooling,
+      normalize: src.normalize,
+      warmupShapes: warmupShapes(maxTokens),
+    },
+    maxSequenceTokens: maxTokens,
+  };
+  const { engine: interactive, coldLoadMs } = await OrtEngine.load(ctx.interactive, spec);
+  const bulk = OrtEngine.lazy(ctx.bulk, spec, interactive.dims);
+  const profile: NumericProfile = {
+    model_digest: modelDigest,
+    quant: "f32",
+    engine: {
+      engine: ORT_ENGINE.engine,
+      version: ORT_ENGINE.version,
+      build_flags: { ...ORT_ENGINE.build_flags },
+    },
+    sanitized_tokenizer_digest: tokenizer.digest,
+    pooling: task === "rerank" ? "cls" : src.pooling,
+    normalization: task === "embed" && src.normalize ? "l2" : "none",
+    dtype: "f32",
+    flash_attention: "disabled",
+    certified_shape: {
+      max_context_tokens: maxTokens,
+      max_batch_tokens: ctx.maxBatchTokens,
+      max_micro_batch_tokens: ORT_MICRO_BATCH.maxMicroBatchTokens,
+      max_sequences: ORT_MICRO_BATCH.maxSequences,
+    },
+    ...(task === "rerank" ? { prompt_template: RERANK_PAIR_TEMPLATE } : {}),
+    thread_policy: ctx.threadPolicy,
+    operation: task,
+  };
+  return {
+    tokenizer,
+    profile,
+    maxTokens,
+    testModel: src.testModel === true || config.synapse_test_model === true,
+    coldLoadMs,
+    interactive,
+    bulk,
+  };
+}
+
+/** Profile id and fingerprint of a profile. */
+export function identityOf(profile: NumericProfile): {
+  numericProfileId: string;
+  fingerprint: string;
+} {
+  return { numericProfileId: numericProfileId(profile), fingerprint: fingerprint(profile) };
+}
+
+async function readConfig(src: ModelSource): Promise<Record<string, unknown>> {
+  if (src.configPath === undefined) return {};
+  try {
+    return JSON.parse(await Deno.readTextFile(src.configPath));
+  } catch (err) {
+    if (src.configOptional && err instanceof Deno.errors.NotFound) return {};
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot load model '${src.modelId}': cannot read ${src.configPath}: ${
+        (err as Error).message
+      }`,
+      { cause: err, details: { model_id: src.modelId, file: src.configPath } },
+    );
+  }
+}
+
+function toHex(buf: ArrayBuffer): string {
+  return Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
+}

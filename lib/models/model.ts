@@ -1,0 +1,114 @@
+/**
+ * What the registry knows of a model: where its files are ({@link ModelSource}), its lifecycle
+ * ({@link ModelEntry}), and, once loaded, the {@link ReadyModel} every operation serves from —
+ * tokenizer, profile, fingerprint and lanes, always present.
+ *
+ * @module
+ */
+import type { SynapseError } from "../contract/errors.ts";
+import type { EngineIdentity, ModelTask } from "../engines/engine.ts";
+import type { GgufFacts } from "../engines/llama/gguf.ts";
+import type { Pooling } from "../engines/ort/pooling.ts";
+import type { NumericProfile } from "../identity/numeric_profile.ts";
+import type { Lane } from "../lanes/lane.ts";
+import type { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
+
+export type { EngineIdentity, ModelTask };
+
+/** Engine kind of a model. */
+export type ModelEngine = "ort" | "llama";
+
+/** Lifecycle of a model. */
+export type ModelState = "loading" | "ready" | "failed";
+
+/** Where a model's files are and how to serve it. */
+export interface ModelSource {
+  modelId: string;
+  task: ModelTask;
+  /** Engine. @default "ort" */
+  engine?: ModelEngine;
+  /** model.onnx, or the .gguf file for the llama engine */
+  modelPath: string;
+  /** tokenizer.json */
+  tokenizerPath: string;
+  /** config.json, when there is one. */
+  configPath?: string;
+  /** A missing `configPath` is not an error (defaults apply). @default false */
+  configOptional?: boolean;
+  pooling: Pooling;
+  normalize: boolean;
+  /**
+   * Largest sequence in tokens, specials included. ORT: default from config.json's
+   * max_position_embeddings. llama: default the usable context; a value above it fails the load.
+   */
+  maxTokens?: number;
+  /** Labelled as a test model everywhere it appears. */
+  testModel?: boolean;
+  /**
+   * llama: context size in tokens. @default min(GGUF `<arch>.context_length`,
+   * {@link LLAMA_CONTEXT_CAP})
+   */
+  contextSize?: number;
+  /** Expected `sha256:<hex>` of the artifact; a different file is refused. */
+  artifactDigest?: string;
+  /** llama: worker program override (`worker_bin`). */
+  workerBin?: string;
+  /** llama: socket directory (`worker_runtime_dir`). */
+  workerRuntimeDir?: string;
+}
+
+/** Largest context a llama lane sets up when the source names none (contract.md §3: 8192). */
+export const LLAMA_CONTEXT_CAP = 8192;
+
+/**
+ * A loaded model: everything an operation needs, always present. A model has two lanes on the
+ * same engine runtime or on two threads of it: `interactive` (queries, inline batches, small
+ * reranks; a generation model's interactive lane runs in the `decode` class) and `bulk`
+ * (durable jobs, large reranks).
+ */
+export interface ReadyModel {
+  readonly modelId: string;
+  readonly task: ModelTask;
+  readonly engineKind: ModelEngine;
+  readonly tokenizer: SanitizedTokenizer;
+  readonly profile: NumericProfile;
+  readonly numericProfileId: string;
+  /** 64 hex chars (contract.md §4). */
+  readonly fingerprint: string;
+  /** Vector width (embed), 1 (rerank), 0 (generate). */
+  readonly dims: number;
+  /** Longest sequence in tokens, specials included (the profile's `max_context_tokens` for ORT). */
+  readonly maxTokens: number;
+  readonly testModel: boolean;
+  /** Identity of the engine that serves it. */
+  readonly identity: EngineIdentity;
+  readonly interactive: Lane;
+  readonly bulk: Lane;
+  /** GGUF facts (llama models). */
+  readonly gguf?: GgufFacts;
+}
+
+/** A model known to the registry, in any state. */
+export interface ModelEntry {
+  readonly source: ModelSource;
+  readonly modelId: string;
+  readonly task: ModelTask;
+  readonly engine: ModelEngine;
+  state: ModelState;
+  /** Set when state is `ready`. */
+  ready?: ReadyModel;
+  /** Set when state is `failed`. */
+  error?: SynapseError;
+  /** Labelled as a test model (known from the source, or from config.json once loaded). */
+  testModel: boolean;
+  /** ms since the epoch when the first load started. */
+  loadStartedMs: number;
+  /** Load attempts so far. */
+  loadAttempts: number;
+  /** ms since the epoch of the last failed attempt. */
+  failedAtMs?: number;
+  /** ms since the epoch when the next background attempt is due (a transient failure). */
+  retryAtMs?: number;
+  /** Cold-load time of the successful attempt, ms. */
+  coldLoadMs?: number;
+}

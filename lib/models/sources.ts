@@ -1,0 +1,141 @@
+/**
+ * Where a model's files are: the generated test models served when none is configured, and the
+ * `preload_models[]` entries of the config (contract.md §9) turned into {@link ModelSource}s.
+ *
+ * @module
+ */
+import { fileURLToPath } from "node:url";
+import type { SynapseConfig } from "../config/config.ts";
+import { SynapseError } from "../contract/errors.ts";
+import type { Pooling } from "../engines/ort/pooling.ts";
+import type { ModelSource, ModelTask } from "./model.ts";
+
+/** Directory of the generated test models (scripts/gen_models.ts). */
+export const FIXTURE_MODELS_DIR: string = fileURLToPath(
+  new URL("../../fixtures/models", import.meta.url),
+);
+
+/**
+ * The models served when none is configured: the two generated test models, labelled as such.
+ */
+export function defaultModelSources(dir: string = FIXTURE_MODELS_DIR): ModelSource[] {
+  return [
+    {
+      modelId: "synapse-tiny-embed",
+      task: "embed",
+      modelPath: `${dir}/synapse-tiny-embed/model.onnx`,
+      tokenizerPath: `${dir}/synapse-tiny-embed/tokenizer.json`,
+      configPath: `${dir}/synapse-tiny-embed/config.json`,
+      pooling: "mean",
+      normalize: true,
+      testModel: true,
+    },
+    {
+      modelId: "synapse-tiny-rerank",
+      task: "rerank",
+      modelPath: `${dir}/synapse-tiny-rerank/model.onnx`,
+      tokenizerPath: `${dir}/synapse-tiny-rerank/tokenizer.json`,
+      configPath: `${dir}/synapse-tiny-rerank/config.json`,
+      pooling: "cls",
+      normalize: false,
+      testModel: true,
+    },
+  ];
+}
+
+/**
+ * Turns a `preload_models[]` entry into a model source. `model_path` may name model.onnx or
+ * the model directory (model.onnx, tokenizer.json, config.json inside).
+ *
+ * @throws {SynapseError} `invalid_request` for an engine this build does not serve.
+ */
+export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
+  if (entry.engine === "llama") return llamaSourceFromPreload(entry);
+  if (entry.engine !== "ort") {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot preload '${
+        entry.model_id ?? entry.model_path
+      }': engine '${entry.engine}' is not available in this build (ort and llama)`,
+      {
+        details: { field: "preload_models.engine", engine: entry.engine },
+      },
+    );
+  }
+  if (entry.task === "generate") {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot preload '${
+        entry.model_id ?? entry.model_path
+      }': task 'generate' needs engine 'llama'`,
+      { details: { field: "preload_models.task", engine: entry.engine, task: entry.task } },
+    );
+  }
+  let modelPath = entry.model_path;
+  let dir: string;
+  let isDir = !modelPath.endsWith(".onnx");
+  try {
+    isDir = Deno.statSync(modelPath).isDirectory;
+  } catch { /* missing: the load reports it, naming the file */ }
+  if (!isDir) {
+    dir = modelPath.slice(0, Math.max(0, modelPath.lastIndexOf("/"))) || ".";
+  } else {
+    dir = modelPath.replace(/\/+$/, "");
+    modelPath = `${dir}/model.onnx`;
+  }
+  const name = dir.split("/").filter(Boolean).pop() ?? "model";
+  const task: ModelTask = entry.task === "rerank" ? "rerank" : "embed";
+  const source: ModelSource = {
+    modelId: entry.model_id ?? name,
+    task,
+    modelPath,
+    tokenizerPath: entry.tokenizer_path ?? `${dir}/tokenizer.json`,
+    configPath: entry.config_path ?? `${dir}/config.json`,
+    // config.json beside the model is optional unless named explicitly.
+    configOptional: entry.config_path === undefined,
+    pooling: (entry.pooling ?? "mean") as Pooling,
+    normalize: entry.normalize ?? true,
+  };
+  if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
+  return source;
+}
+
+/**
+ * A `preload_models[]` entry with `engine: "llama"`: `model_path` names the `.gguf` file or a
+ * directory holding `model.gguf`; `tokenizer_path` defaults to `tokenizer.json` beside it.
+ */
+function llamaSourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
+  let modelPath = entry.model_path;
+  let isDir = !modelPath.endsWith(".gguf");
+  try {
+    isDir = Deno.statSync(modelPath).isDirectory;
+  } catch { /* missing: the load reports it, naming the file */ }
+  const dir = isDir
+    ? modelPath.replace(/\/+$/, "")
+    : modelPath.slice(0, Math.max(0, modelPath.lastIndexOf("/"))) || ".";
+  if (isDir) modelPath = `${dir}/model.gguf`;
+  const name = dir.split("/").filter(Boolean).pop() ?? "model";
+  if (entry.task === "rerank") {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot preload '${
+        entry.model_id ?? name
+      }': engine 'llama' serves embed and generate, not rerank`,
+      { details: { field: "preload_models.task", engine: "llama", task: entry.task } },
+    );
+  }
+  const source: ModelSource = {
+    modelId: entry.model_id ?? name,
+    task: entry.task === "generate" ? "generate" : "embed",
+    engine: "llama",
+    modelPath,
+    tokenizerPath: entry.tokenizer_path ?? `${dir}/tokenizer.json`,
+    pooling: (entry.pooling ?? "mean") as Pooling,
+    normalize: entry.normalize ?? true,
+  };
+  if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
+  if (entry.artifact_digest !== undefined) source.artifactDigest = entry.artifact_digest;
+  if (entry.worker_bin !== undefined) source.workerBin = entry.worker_bin;
+  if (entry.worker_runtime_dir !== undefined) source.workerRuntimeDir = entry.worker_runtime_dir;
+  return source;
+}

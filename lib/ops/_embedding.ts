@@ -1,0 +1,215 @@
+/**
+ * The embedding core every embedding-shaped operation shares (embed.query, embed.batch, jobs,
+ * rerank, microllm): item checks and tokenization with per-item truncation facts, the
+ * per-item results of a lane run, the vector line with its hashes (contract.md §3), and the
+ * fingerprint check. Operations import this module; it imports no operation.
+ *
+ * @module
+ */
+import { SynapseError, toSynapseError } from "../contract/errors.ts";
+import type { WireError } from "../contract/errors.ts";
+import type { CommonParams } from "../contract/schemas.ts";
+import { sha256Hex } from "../identity/sha256.ts";
+import type { RowOutput } from "../lanes/lane.ts";
+import type { ReadyModel } from "../models/model.ts";
+import type { EncodedSequence } from "../tokenize/tokenizer.ts";
+import { checkContentTokens, checkText } from "./_text.ts";
+
+/** One embedded item (contract.md §3). */
+export interface EmbedVector {
+  id: string;
+  vector: number[];
+  /** SHA-256 hex of the kept content: equals `submitted_sha256` unless the item was truncated. */
+  content_sha256: string;
+  /** SHA-256 hex of the submitted UTF-8 text. */
+  submitted_sha256: string;
+}
+
+/** Per-item truncation disclosure (contract.md §3). */
+export interface TruncationDisclosure {
+  submitted_tokens: number;
+  effective_tokens: number;
+  truncated: boolean;
+}
+
+/** An item the operation could not serve; the rest of the batch was. */
+export interface ItemError {
+  id: string;
+  /** Position in the request. */
+  index: number;
+  error: WireError;
+}
+
+/** One text to embed. */
+export interface EmbedItem {
+  id: string;
+  text: string;
+}
+
+/** A tokenized item ready to run. */
+export interface PreparedItem {
+  /** Position in the request. */
+  index: number;
+  item: EmbedItem;
+  seq: EncodedSequence;
+}
+
+/** Result of {@link prepareItems}. */
+export interface PreparedItems {
+  prepared: PreparedItem[];
+  /** Errors by position in `items` (sparse). */
+  errors: (ItemError | undefined)[];
+  /** Effective tokens of the prepared items. */
+  tokens: number;
+}
+
+/**
+ * The cheap checks of item texts, before admission: an empty or whitespace-only text (F1) or a
+ * lone surrogate (F14) is an item error.
+ *
+ * @param offset Position of `items[0]` in the request.
+ * @returns Errors by position in `items` (sparse).
+ */
+export function checkItemTexts(
+  items: readonly EmbedItem[],
+  offset = 0,
+): (ItemError | undefined)[] {
+  const errors: (ItemError | undefined)[] = new Array(items.length);
+  for (let i = 0; i < items.length; i++) {
+    const item = items[i]!;
+    try {
+      checkText(item.text, `item '${item.id}'`, { item_id: item.id });
+    } catch (err) {
+      errors[i] = {
+        id: item.id,
+        index: offset + i,
+        error: toSynapseError(err, "invalid_request").toWire(),
+      };
+    }
+  }
+  return errors;
+}
+
+/**
+ * Checks and tokenizes items; an item that cannot be embedded (empty, invalid Unicode, too long
+ * without truncation) becomes an item error instead (field reports F1, F2, F14).
+ *
+ * @param offset Position of `items[0]` in the request.
+ * @param checked Errors of {@link checkItemTexts} already run on `items`; those items are skipped.
+ */
+export function prepareItems(
+  model: ReadyModel,
+  items: readonly EmbedItem[],
+  truncate: boolean,
+  offset = 0,
+  checked?: (ItemError | undefined)[],
+): PreparedItems {
+  const errors: (ItemError | undefined)[] = checked ?? new Array(items.length);
+  const prepared: PreparedItem[] = [];
+  let tokens = 0;
+  for (let i = 0; i < items.length; i++) {
+    const item = items[i]!;
+    if (errors[i] !== undefined) continue;
+    try {
+      if (checked === undefined) checkText(item.text, `item '${item.id}'`, { item_id: item.id });
+      const seq = model.tokenizer.encode(item.text, {
+        maxTokens: model.maxTokens,
+        truncate,
+        itemId: item.id,
+      });
+      checkContentTokens(seq.keptContentIds.length, `item '${item.id}'`, { item_id: item.id });
+      tokens += seq.effectiveTokens;
+      prepared.push({ index: offset + i, item, seq });
+    } catch (err) {
+      errors[i] = {
+        id: item.id,
+        index: offset + i,
+        error: toSynapseError(err, "invalid_request").toWire(),
+      };
+    }
+  }
+  return { prepared, errors, tokens };
+}
+
+/**
+ * The item error of a row the lane could not serve: a non-finite output (F6) is
+ * `engine_output_invalid`; an engine refusal keeps its code and names the item.
+ */
+export function rowError(model: ReadyModel, x: PreparedItem, out: RowOutput): ItemError {
+  const error = out.kind === "error"
+    ? new SynapseError(out.error.code, `Cannot embed item '${x.item.id}': ${out.error.message}`, {
+      details: { ...out.error.details, item_id: x.item.id, model_id: model.modelId },
+      ...(out.error.retryAfterMs === undefined ? {} : { retryAfterMs: out.error.retryAfterMs }),
+    })
+    : new SynapseError(
+      "engine_output_invalid",
+      `Cannot embed item '${x.item.id}': the model produced NaN or Infinity`,
+      { details: { item_id: x.item.id, model_id: model.modelId } },
+    );
+  return { id: x.item.id, index: x.index, error: error.toWire() };
+}
+
+/**
+ * The vector line of one served item, with its hashes.
+ *
+ * @param submittedSha256 The text's hash when already known (jobs hash each text once).
+ */
+export function vectorLine(
+  model: ReadyModel,
+  x: PreparedItem,
+  values: Float32Array,
+  submittedSha256: string = sha256Hex(x.item.text),
+): { vector: EmbedVector; count: number; disclosure: TruncationDisclosure } {
+  const content = x.seq.truncated
+    ? sha256Hex(model.tokenizer.decode(x.seq.keptContentIds))
+    : submittedSha256;
+  return {
+    vector: {
+      id: x.item.id,
+      vector: Array.from(values),
+      content_sha256: content,
+      submitted_sha256: submittedSha256,
+    },
+    count: x.seq.effectiveTokens,
+    disclosure: disclosureOf(x.seq),
+  };
+}
+
+/** The truncation disclosure of a sequence. */
+export function disclosureOf(seq: EncodedSequence): TruncationDisclosure {
+  return {
+    submitted_tokens: seq.submittedTokens,
+    effective_tokens: seq.effectiveTokens,
+    truncated: seq.truncated,
+  };
+}
+
+/**
+ * Refuses a request whose `required_fingerprint` differs from the model's: Synapse never
+ * serves vectors of another numeric profile in its place.
+ *
+ * @throws {SynapseError} `substitution_rejected`.
+ */
+export function checkFingerprint(model: ReadyModel, p: CommonParams): void {
+  if (p.required_fingerprint !== undefined && p.required_fingerprint !== model.fingerprint) {
+    throw new SynapseError(
+      "substitution_rejected",
+      `Cannot serve model '${model.modelId}': its fingerprint ${model.fingerprint} is not the required ${p.required_fingerprint}`,
+      {
+        details: {
+          model_id: model.modelId,
+          fingerprint: model.fingerprint,
+          required_fingerprint: p.required_fingerprint,
+        },
+      },
+    );
+  }
+}
+
+/** Rebuilds a SynapseError from its wire form (single-item operations rethrow item errors). */
+export function wireToError(w: WireError): SynapseError {
+  return new SynapseError(w.code, w.message, {
+    ...(w.details === undefined ? {} : { details: w.details }),
+    ...(w.retry_after_ms === undefined ? {} : { retryAfterMs: w.retry_after_ms }),
+  });
+}
