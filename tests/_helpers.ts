@@ -2,6 +2,7 @@
  * Shared test helpers: a real Synapse on a temp store with a config layered exactly as an
  * operator's would be (SYNAPSE_CONFIG_JSON through loadConfig).
  */
+import type { LogSink } from "../lib/log/log.ts";
 import { fileURLToPath } from "node:url";
 import { loadConfig } from "../lib/config/config.ts";
 import { createSynapse } from "../lib/synapse.ts";
@@ -24,7 +25,10 @@ export interface TestSynapse extends AsyncDisposable {
 /**
  * Starts a Synapse on a temp store with `overrides` as SYNAPSE_CONFIG_JSON.
  */
-export async function startSynapse(overrides: Record<string, unknown> = {}): Promise<TestSynapse> {
+export async function startSynapse(
+  overrides: Record<string, unknown> = {},
+  options: { log?: LogSink } = {},
+): Promise<TestSynapse> {
   const dir = await Deno.makeTempDir({ prefix: "synapse-test-" });
   const env = {
     XDG_DATA_HOME: `${dir}/data`,
@@ -33,7 +37,11 @@ export async function startSynapse(overrides: Record<string, unknown> = {}): Pro
     SYNAPSE_CONFIG_JSON: JSON.stringify(overrides),
   };
   const { config } = loadConfig({ env, cwd: dir });
-  const syn = await createSynapse({ config, env });
+  const syn = await createSynapse({
+    config,
+    env,
+    ...(options.log === undefined ? {} : { log: options.log }),
+  });
   return {
     syn,
     dir,

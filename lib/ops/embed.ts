@@ -140,7 +140,7 @@ export async function embedItems(
   const truncate = p.truncate ?? false;
   let bytes = 0;
   for (const it of items) bytes += utf8Length(it.text);
-  // Over the item limit: a job, tokenized by its runner in chunks (never here, where a large
+  // Over the item limit: a job, tokenized by the job in chunks (never here, where a large
   // batch would hold the event loop).
   if (items.length > limits.max_items || bytes > limits.byte_budget) {
     const limit = items.length > limits.max_items

@@ -79,7 +79,7 @@ export interface EmbedJobRequest {
   requestKey: string;
   model: ReadyModel;
   items: EmbedItem[];
-  /** Items already tokenized (small over-token batches); otherwise the runner tokenizes. */
+  /** Items already tokenized (small over-token batches); otherwise the job tokenizes. */
   prepared?: PreparedItem[];
   /** Item errors found while tokenizing `prepared`. */
   itemErrors?: ItemError[];
@@ -87,7 +87,7 @@ export interface EmbedJobRequest {
   bytes: number;
 }
 
-/** Items tokenized per slice before the runner yields the event loop. */
+/** Items tokenized per slice before the job yields the event loop. */
 const TOKENIZE_SLICE = 256;
 
 /**

@@ -1,0 +1,56 @@
+/**
+ * The layers of lib/ (README "Layout"): a module may import from its own area or from a lower
+ * layer, never from a higher one — so the doors sit on ops, ops on models and lanes, lanes on
+ * engines and the scheduler, and an engine never reaches up into a door or an operation.
+ */
+import assert from "node:assert/strict";
+import { ROOT } from "./_helpers.ts";
+
+/** Areas of lib/, lowest first; areas on one line are one layer (they may import each other). */
+const LAYERS: string[][] = [
+  ["identity", "paths.ts", "log"],
+  ["contract"],
+  ["config", "tokenize", "store", "lease", "sched", "workers"],
+  ["engines"],
+  ["lanes"],
+  ["models"],
+  ["ops"],
+  ["synapse.ts"],
+  ["http"],
+  ["cli"],
+];
+
+function layerOf(area: string): number {
+  const i = LAYERS.findIndex((l) => l.includes(area));
+  if (i < 0) throw new Error(`lib/${area} has no layer in tests/layering_test.ts: add it`);
+  return i;
+}
+
+async function* tsFiles(dir: string): AsyncGenerator<string> {
+  for await (const e of Deno.readDir(dir)) {
+    const p = `${dir}/${e.name}`;
+    if (e.isDirectory) yield* tsFiles(p);
+    else if (e.name.endsWith(".ts")) yield p;
+  }
+}
+
+Deno.test("no module in lib/ imports from a layer above its own", async () => {
+  const lib = `${ROOT}/lib`;
+  const upward: string[] = [];
+  let checked = 0;
+  for await (const file of tsFiles(lib)) {
+    const area = file.slice(lib.length + 1).split("/")[0]!;
+    const text = await Deno.readTextFile(file);
+    for (const m of text.matchAll(/^(?:import|export)[^;]*?from "(\.[^"]+)"/gms)) {
+      const target = new URL(m[1]!, `file://${file}`).pathname;
+      if (!target.startsWith(lib + "/")) continue; // ffi/, outside lib
+      const to = target.slice(lib.length + 1).split("/")[0]!;
+      checked++;
+      if (to !== area && layerOf(to) > layerOf(area)) {
+        upward.push(`${file.slice(lib.length + 1)} imports ${to}`);
+      }
+    }
+  }
+  assert.ok(checked > 200, `only ${checked} imports seen: the scan is broken`);
+  assert.deepEqual(upward, []);
+});
