@@ -60,10 +60,11 @@ export function setThreadNice(tid: number, nice: number): boolean {
  * create later inherit it; this needs no /proc access, which Deno grants only with `--allow-all`.
  *
  * @param pgid Process group id; pass the caller's pid when it leads its group (spawned with
- *   `detached: true`). 0 would mean the caller's group, which for a process that does not lead
- *   one is its parent's: callers name the group.
+ *   `detached: true`). 0 (libc's "the caller's group", which for a process that does not lead
+ *   one is its parent's) is refused: callers name the group.
  * @param nice −20 … 19; raising it needs no privilege.
- * @throws {RangeError} when `pgid` is not a positive integer or `nice` not an integer in −20…19.
+ * @throws {RangeError} when `pgid` is not a positive integer, or `nice` not an integer in
+ *   −20…19.
  * @throws {Error} when the kernel refuses, naming errno: ESRCH when no group `pgid` exists (the
  *   caller does not lead one), EACCES when lowering needs privilege; also on Windows.
  */
