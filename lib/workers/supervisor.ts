@@ -170,6 +170,21 @@ export class SupervisedWorker {
     return await conn.request<M>(msg, tensor, timeoutMs);
   }
 
+  /**
+   * Asks the live worker to stop request `reqId` (CANCEL, see `WorkerConnection.cancel`): a
+   * GENERATE then answers TEXT with `finish_reason: "cancelled"` and the tokens so far, an
+   * EMBED_BATCH an ERR `cancelled`. Does nothing when no worker is live (idle, starting,
+   * quarantined, closed) or the id is not queued or in flight.
+   *
+   * @param reqId `req_id` of a request passed to {@link call}.
+   * @returns Resolves once the CANCEL is written (or ignored); never rejects.
+   */
+  async cancel(reqId: number): Promise<void> {
+    const conn = this.#conn;
+    if (conn === undefined || conn.dead !== undefined) return;
+    await conn.cancel(reqId);
+  }
+
   /** Kills the live worker (tests and operators: SIGKILL, counted as a crash). */
   killForTest(): number | undefined {
     const pid = this.pid;
