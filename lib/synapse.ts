@@ -61,7 +61,7 @@ export interface SynapseOptions {
    * `workers/llama.ts`). @default []
    */
   llamaWorkerArgs?: string[];
-  /** Accept and HELLO timeouts of workers, ms (tests shorten them). @default 5000 */
+  /** Accept and HELLO timeouts of workers, ms (tests shorten them). @default config `worker.start_timeout_ms` */
   workerHandshakeTimeoutMs?: number;
   /** Timeout of worker requests other than LOAD and GENERATE, ms. @default 30000 */
   workerRequestTimeoutMs?: number;
@@ -171,10 +171,9 @@ export class Synapse implements AsyncDisposable {
           runtimeDir: source.workerRuntimeDir ?? defaultWorkerRuntimeDir(),
           workerId: nextLlamaWorkerId(),
           loadTimeoutMs: config.worker.load_timeout_ms,
-          ...(workerOptions.workerHandshakeTimeoutMs === undefined ? {} : {
-            acceptTimeoutMs: workerOptions.workerHandshakeTimeoutMs,
-            helloTimeoutMs: workerOptions.workerHandshakeTimeoutMs,
-          }),
+          // A worker may take long to start on a busy machine (F20): worker.start_timeout_ms.
+          acceptTimeoutMs: workerOptions.workerHandshakeTimeoutMs ?? config.worker.start_timeout_ms,
+          helloTimeoutMs: workerOptions.workerHandshakeTimeoutMs ?? config.worker.start_timeout_ms,
           ...(workerOptions.workerRequestTimeoutMs === undefined
             ? {}
             : { requestTimeoutMs: workerOptions.workerRequestTimeoutMs }),

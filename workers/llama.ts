@@ -6,6 +6,15 @@
  * request at a time: LOAD, EMBED_BATCH, GENERATE, UNLOAD, PING, SHUTDOWN. Token ids in, vectors
  * or token ids out: the module owns tokenization.
  *
+ * CANCEL `{req_id}` may arrive while a request runs: the reader takes it out of the frame queue
+ * (the other frames keep their order) and the request stops at its next token (GENERATE answers
+ * TEXT with `finish_reason: "cancelled"` and the tokens so far) or item (EMBED_BATCH answers ERR
+ * `cancelled`). A CANCEL for a request that is neither running nor queued is ignored.
+ *
+ * When the module goes away (EOF on the socket) the worker stops what it runs and SIGKILLs its
+ * own process group, itself included, when it leads one (the host spawns it detached), so
+ * nothing it started outlives the module.
+ *
  * It runs in its own process because llama.cpp asserts abort the process; the module survives
  * that and reports `engine_crashed`.
  *
@@ -15,10 +24,16 @@
  * `--test-oversize-frame` (announce a frame over the negotiated max), `--test-truncated-frame`
  * (write half a frame, then exit), `--test-no-hello`, `--test-wrong-nonce`,
  * `--test-protocol-version V`, `--test-engine NAME`, `--test-log-burst N` (print N lines at
- * start), `--test-exit-before-connect`.
+ * start), `--test-exit-before-connect`, `--test-connect-after-file PATH` (connect only once PATH
+ * exists), `--test-wait-cancel-after N` (after N generated tokens or embedded items, wait for
+ * the CANCEL of that request; only the first request that gets that far), `--test-spawn-child`
+ * (start a helper process that shares the worker's stderr and process group and runs until
+ * killed).
  *
- * `--nice N` (0…19) lowers the whole process's CPU priority (generation workers run at 5 so the
- * module's interactive embedding lanes go first on shared cores).
+ * `--nice N` (0…19) lowers the CPU priority of the worker's whole process group, every thread of
+ * it and those created later (generation workers run at 5 so the module's interactive embedding
+ * lanes go first on shared cores). The worker must lead its group (the host spawns it detached);
+ * when the kernel refuses, it says "llama worker: cannot set nice …" on stderr and exits 2.
  *
  * @module
  */
@@ -47,7 +62,8 @@ import {
   type WorkerToModuleMessage,
 } from "../lib/workers/messages.ts";
 import { WORKER_PROTOCOL_VERSION } from "../lib/workers/handshake.ts";
-import { setThreadNice, threadIds } from "../ffi/priority.ts";
+import { setProcessGroupNice } from "../ffi/priority.ts";
+import { killOwnProcessGroup } from "../ffi/process_group.ts";
 import {
   LLAMA_WORKER_ENGINE,
   LLAMA_WORKER_VERSION,
@@ -83,6 +99,9 @@ const { values: flags } = parseArgs({
     "test-engine": { type: "string" },
     "test-log-burst": { type: "string" },
     "test-exit-before-connect": { type: "boolean" },
+    "test-connect-after-file": { type: "string" },
+    "test-wait-cancel-after": { type: "string" },
+    "test-spawn-child": { type: "boolean" },
     nice: { type: "string" },
   },
   strict: true,
@@ -100,15 +119,32 @@ if (flags["test-exit-before-connect"]) {
   Deno.exit(3);
 }
 
-// `--nice N`: lower this process's CPU priority before any engine thread exists, so every thread
-// (Deno's and llama.cpp's, which inherit it) yields to the module's interactive lanes.
+// `--nice N`: lower the CPU priority of the whole process group (this process leads it): every
+// thread that exists now (Deno's), and, by inheritance, llama.cpp's threads and node-llama-cpp's
+// binary-test child, so all of them yield to the module's interactive lanes.
 if (flags.nice !== undefined) {
   const nice = Number(flags.nice);
   if (!Number.isInteger(nice) || nice < 0 || nice > 19) {
     console.error(`llama worker: --nice must be an integer in 0..19: received '${flags.nice}'`);
     Deno.exit(2);
   }
-  for (const tid of threadIds()) setThreadNice(tid, nice);
+  try {
+    setProcessGroupNice(Deno.pid, nice);
+  } catch (err) {
+    console.error(`llama worker: cannot set nice ${nice}: ${(err as Error).message}`);
+    Deno.exit(2);
+  }
+}
+
+if (flags["test-spawn-child"]) {
+  const helper = new Deno.Command(Deno.execPath(), {
+    args: ["eval", "setInterval(() => {}, 1 << 30)"],
+    stdin: "null",
+    stdout: "null",
+    stderr: "inherit",
+  }).spawn();
+  helper.unref();
+  console.error(`llama worker: test child ${helper.pid} (test hook)`);
 }
 
 const llama: Llama = await getLlama({
@@ -121,11 +157,33 @@ const llama: Llama = await getLlama({
   },
 });
 
+const barrier = flags["test-connect-after-file"];
+if (barrier !== undefined) {
+  console.error(`llama worker: waiting for ${barrier} before connecting (test hook)`);
+  while (!(await exists(barrier))) await new Promise((r) => setTimeout(r, 10));
+}
+
 const conn = await Deno.connect({ transport: "unix", path: flags.socket });
 const decoder = new FrameDecoder({ maxFrameBytes: MAX_FRAME });
-const inbox: Uint8Array[] = [];
+/**
+ * Frames read and not yet taken, in order: control messages (decoded once, here), the tensor
+ * frame after a request that has one, and frames that did not decode (the main loop fails on
+ * them in turn).
+ */
+type Inbound =
+  | { kind: "control"; msg: ModuleToWorkerMessage }
+  | { kind: "tensor"; frame: Uint8Array }
+  | { kind: "invalid"; error: unknown };
+const inbox: Inbound[] = [];
 let wake: (() => void) | undefined;
 let closed = false;
+/** req_ids read and not yet answered: a CANCEL for one of them counts. */
+const pending = new Set<number>();
+/** req_ids cancelled while pending. */
+const cancelled = new Set<number>();
+/** Woken when a CANCEL is taken or the connection closes. */
+let cancelWake: (() => void) | undefined;
+let tensorNext = false;
 
 async function writeAll(bytes: Uint8Array): Promise<void> {
   let off = 0;
@@ -143,7 +201,7 @@ async function readLoop(): Promise<void> {
     while (true) {
       const n = await conn.read(buf);
       if (n === null) break;
-      for (const f of decoder.push(buf.subarray(0, n))) inbox.push(f);
+      for (const f of decoder.push(buf.subarray(0, n))) take(f);
       wake?.();
     }
   } catch (err) {
@@ -151,9 +209,36 @@ async function readLoop(): Promise<void> {
   }
   closed = true;
   wake?.();
+  cancelWake?.();
 }
 
-function nextFrame(): Promise<Uint8Array | undefined> {
+/** Sorts one frame: a CANCEL is applied at once, everything else queues in order. */
+function take(frame: Uint8Array): void {
+  if (tensorNext) {
+    tensorNext = false;
+    inbox.push({ kind: "tensor", frame });
+    return;
+  }
+  let msg: ModuleToWorkerMessage;
+  try {
+    msg = decodeFromModule(frame);
+  } catch (error) {
+    inbox.push({ kind: "invalid", error });
+    return;
+  }
+  if (msg.type === "CANCEL") {
+    if (pending.has(msg.req_id)) {
+      cancelled.add(msg.req_id);
+      cancelWake?.();
+    }
+    return;
+  }
+  if ("req_id" in msg) pending.add(msg.req_id);
+  tensorNext = needsTensor(msg);
+  inbox.push({ kind: "control", msg });
+}
+
+function next(): Promise<Inbound | undefined> {
   return new Promise((resolve) => {
     const check = () => {
       const f = inbox.shift();
@@ -164,6 +249,46 @@ function nextFrame(): Promise<Uint8Array | undefined> {
     };
     check();
   });
+}
+
+/** The next control message; undefined once the connection is closed. */
+async function nextControl(): Promise<ModuleToWorkerMessage | undefined> {
+  const f = await next();
+  if (f === undefined) return undefined;
+  if (f.kind === "invalid") throw f.error;
+  if (f.kind === "tensor") throw new Error("llama worker: a tensor frame without its request");
+  return f.msg;
+}
+
+/** True once request `reqId` is cancelled or the module has gone away. */
+function stopRequested(reqId: number): boolean {
+  return closed || cancelled.has(reqId);
+}
+
+/** Test hook `--test-wait-cancel-after`: waits until request `reqId` is cancelled (once). */
+async function waitForCancel(reqId: number, done: number, unit: string): Promise<void> {
+  waitCancelAfter = Infinity;
+  console.error(`llama worker: waiting for CANCEL after ${done} ${unit} (test hook)`);
+  while (!stopRequested(reqId)) await new Promise<void>((r) => cancelWake = r);
+  cancelWake = undefined;
+}
+
+/** The module has gone away: SIGKILLs this worker's group when it leads one, else exits 0. */
+function exitModuleGone(): never {
+  try {
+    conn.close();
+  } catch { /* closed */ }
+  killOwnProcessGroup();
+  Deno.exit(0);
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 let negotiated = MAX_FRAME;
@@ -190,9 +315,8 @@ await send({
   max_frame: MAX_FRAME,
 });
 
-const ackFrame = await nextFrame();
-if (ackFrame === undefined) Deno.exit(0);
-const ack = decodeFromModule(ackFrame);
+const ack = await nextControl();
+if (ack === undefined) exitModuleGone();
 if (ack.type !== "ACK" || !ack.accept) {
   console.error(`llama worker: expected ACK, got ${ack.type}`);
   Deno.exit(2);
@@ -210,11 +334,14 @@ const abortAfter = flags["test-abort-after"] === undefined
 const hangAfter = flags["test-hang-after"] === undefined
   ? Infinity
   : Number(flags["test-hang-after"]);
+/** `--test-wait-cancel-after`: holds one request only, the first to get that far. */
+let waitCancelAfter = flags["test-wait-cancel-after"] === undefined
+  ? Infinity
+  : Number(flags["test-wait-cancel-after"]);
 
 while (true) {
-  const frame = await nextFrame();
-  if (frame === undefined) break;
-  const msg = decodeFromModule(frame);
+  const msg = await nextControl();
+  if (msg === undefined) exitModuleGone();
   if (msg.type === "SHUTDOWN") break;
   if (msg.type === "ACK") continue;
   if (handled >= abortAfter) {
@@ -245,18 +372,32 @@ while (true) {
     conn.close();
     Deno.exit(0);
   }
-  const tensor = needsTensor(msg) ? await nextFrame() : undefined;
-  if (needsTensor(msg) && tensor === undefined) break;
+  let tensor: Uint8Array | undefined;
+  if (needsTensor(msg)) {
+    const t = await next();
+    if (t === undefined) exitModuleGone();
+    if (t.kind !== "tensor") throw new Error(`llama worker: ${msg.type} without its tensor`);
+    tensor = t.frame;
+  }
+  const reqId = (msg as { req_id?: number }).req_id;
   try {
     await handle(msg, tensor);
   } catch (err) {
-    const reqId = (msg as { req_id?: number }).req_id;
-    await send({
-      type: "ERR",
-      ...(reqId === undefined ? {} : { req_id: reqId }),
-      code: (err as { workerCode?: string }).workerCode ?? "engine_error",
-      msg: (err as Error).message ?? String(err),
-    });
+    try {
+      await send({
+        type: "ERR",
+        ...(reqId === undefined ? {} : { req_id: reqId }),
+        code: (err as { workerCode?: string }).workerCode ?? "engine_error",
+        msg: (err as Error).message ?? String(err),
+      });
+    } catch {
+      exitModuleGone(); // the answer cannot be written: the module is gone
+    }
+  } finally {
+    if (reqId !== undefined) {
+      pending.delete(reqId);
+      cancelled.delete(reqId);
+    }
   }
 }
 try {
@@ -394,6 +535,10 @@ async function embed(
   const out = new Float32Array(msg.items.length * dims);
   let o = 0;
   for (let i = 0; i < msg.items.length; i++) {
+    if (i >= waitCancelAfter) await waitForCancel(msg.req_id, i, "items");
+    if (stopRequested(msg.req_id)) {
+      throw refused("cancelled", `EMBED_BATCH cancelled after ${i} of ${msg.items.length} items`);
+    }
     const n = msg.items[i]!.n_tokens;
     const tokens = Array.from(ids.subarray(o, o + n)) as Token[];
     o += n;
@@ -432,18 +577,29 @@ async function generate(
   await seq.clearHistory();
   const generated: number[] = [];
   let finish: FinishReason = "max_tokens";
-  const it = seq.evaluate(prompt, {
-    temperature: 0,
-    yieldEogToken: true,
-    ...(state === undefined ? {} : { grammarEvaluationState: state }),
-  });
-  for await (const tok of it) {
-    if (m.model.isEogToken(tok)) {
-      finish = state === undefined ? "stop_token" : "grammar_complete";
-      break;
+  if (stopRequested(msg.req_id)) finish = "cancelled";
+  else {
+    const it = seq.evaluate(prompt, {
+      temperature: 0,
+      yieldEogToken: true,
+      ...(state === undefined ? {} : { grammarEvaluationState: state }),
+    });
+    // Precedence at a token boundary (contract.md §6): natural completion, then cancel.
+    for await (const tok of it) {
+      if (m.model.isEogToken(tok)) {
+        finish = state === undefined ? "stop_token" : "grammar_complete";
+        break;
+      }
+      generated.push(tok);
+      if (generated.length >= msg.max_tokens) break;
+      if (generated.length === waitCancelAfter) {
+        await waitForCancel(msg.req_id, generated.length, "tokens");
+      }
+      if (stopRequested(msg.req_id)) {
+        finish = "cancelled";
+        break;
+      }
     }
-    generated.push(tok);
-    if (generated.length >= msg.max_tokens) break;
   }
   await send({
     type: "TEXT",

@@ -97,6 +97,14 @@ export interface WorkerConfig {
    * @default {900000}
    */
   load_timeout_ms: number;
+  /**
+   * Worker start timeout, in milliseconds: how long a spawned worker may take to connect to its
+   * socket, and then again to send HELLO. A loaded machine can need tens of seconds (F20; the
+   * contract's 5 s failed workers at boot on a busy 2-core machine).
+   *
+   * @default {60000}
+   */
+  start_timeout_ms: number;
 }
 
 /** `log` section. */
@@ -365,7 +373,7 @@ export const DEFAULT_CONFIG: Readonly<SynapseConfig> = deepFreeze(
     certify_observation: false,
     sidecar_spec: {},
     remote_providers: [],
-    worker: { load_timeout_ms: 900_000 },
+    worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000 },
     log: { perf_interval_secs: 0, worker_forward_lines_per_sec: 50 },
     inline: {
       max_items: 64,
@@ -433,7 +441,10 @@ const LayerSchema = z.strictObject({
   hf_endpoint: nonEmpty.optional(),
   sidecar_spec: z.record(z.string(), z.unknown()).optional(),
   remote_providers: z.array(z.record(z.string(), z.unknown())).optional(),
-  worker: z.strictObject({ load_timeout_ms: positiveInt.optional() }).optional(),
+  worker: z.strictObject({
+    load_timeout_ms: positiveInt.optional(),
+    start_timeout_ms: positiveInt.optional(),
+  }).optional(),
   log: z.strictObject({
     perf_interval_secs: nonNegativeInt.optional(),
     worker_forward_lines_per_sec: nonNegativeInt.optional(),

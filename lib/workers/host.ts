@@ -9,10 +9,19 @@
  * Any I/O error, EOF, protocol violation or timeout kills the worker and answers
  * `engine_crashed` (transient, retry hint) with the last 8 KiB of the worker's output in
  * `details.log_tail`; a worker `ERR` frame is an answer, not a crash ({@link WorkerErrReply}).
- * Crash budgets and restarts live one level up, in `supervisor.ts`.
+ * When the process is gone, `details` names how it ended: `signal` (`"SIGKILL"`, `"SIGABRT"`, …)
+ * or `exit_code`. Crash budgets and restarts live one level up, in `supervisor.ts`.
+ *
+ * Each worker leads its own process group (spawned with `detached: true`, which calls `setsid()`
+ * on Unix), and every kill path (crash, timeout, shutdown grace expiry, failed start) kills the
+ * whole group, so nothing the worker started (node-llama-cpp's binary-test child) outlives it. A
+ * clean shutdown ends the group too. If the module itself is SIGKILLed, the worker reads EOF on
+ * its socket and kills its own group (`workers/llama.ts`); a worker that is in the middle of a
+ * request stops at its next token or item.
  *
  * @module
  */
+import { killProcessGroup } from "../../ffi/process_group.ts";
 import { SynapseError } from "../contract/errors.ts";
 import {
   DEFAULT_MAX_FRAME_BYTES,
@@ -69,9 +78,15 @@ export interface WorkerStartOptions {
    * identity the model's fingerprint was computed with).
    */
   expectedBuildFlags?: Record<string, string>;
-  /** ms to wait for the worker to connect. @default 5000 */
+  /**
+   * ms to wait for the worker to connect (config `worker.start_timeout_ms`).
+   * @default {DEFAULT_WORKER_START_TIMEOUT_MS}
+   */
   acceptTimeoutMs?: number;
-  /** ms to wait for HELLO once connected. @default 5000 */
+  /**
+   * ms to wait for HELLO once connected (config `worker.start_timeout_ms`).
+   * @default {DEFAULT_WORKER_START_TIMEOUT_MS}
+   */
   helloTimeoutMs?: number;
   /** Our largest frame in bytes. @default 64 MiB */
   maxFrameBytes?: number;
@@ -88,14 +103,28 @@ export interface WorkerReply<M extends WorkerToModuleMessage = WorkerToModuleMes
 /** Bytes of worker output kept for crash reports (contract.md §7: the last 8 KiB). */
 export const LOG_TAIL_BYTES = 8 * 1024;
 
-/** Default per-request timeouts, ms (contract.md §7). */
+/**
+ * Default of each start phase (accept, then HELLO), ms: the default of `worker.start_timeout_ms`.
+ * contract.md §7 says 5 s, which failed workers at boot on a loaded 2-core machine (F20).
+ */
+export const DEFAULT_WORKER_START_TIMEOUT_MS = 60_000;
+
+/** Default start and per-request timeouts, ms (contract.md §7; start: F20). */
 export const WORKER_TIMEOUTS = Object.freeze({
-  acceptMs: 5_000,
-  helloMs: 5_000,
+  acceptMs: DEFAULT_WORKER_START_TIMEOUT_MS,
+  helloMs: DEFAULT_WORKER_START_TIMEOUT_MS,
   requestMs: 30_000,
   generateMs: 180_000,
   loadMs: 180_000,
 });
+
+/**
+ * Longest wait, ms, for a worker's exit status once its connection closed, so the crash names
+ * the signal or exit code (the status arrives right after the EOF when the process died).
+ */
+const EXIT_WAIT_MS = 2_000;
+/** Longest wait, ms, for the last lines of a dead worker's output. */
+const LOG_SETTLE_MS = 500;
 
 const EXPECTED_REPLY: Record<string, WorkerToModuleMessage["type"]> = {
   LOAD: "LOADED",
@@ -130,7 +159,7 @@ export class WorkerConnection {
   readonly hello: HelloMessage;
   /** Negotiated max frame, bytes. */
   readonly maxFrameBytes: number;
-  /** Process id of the spawned worker. */
+  /** Process id of the spawned worker; also its process group id (Unix). */
   readonly pid: number;
   #child: Deno.ChildProcess;
   #conn: Deno.Conn;
@@ -141,6 +170,14 @@ export class WorkerConnection {
   #wake: (() => void) | undefined;
   #dead: SynapseError | undefined;
   #chain: Promise<unknown> = Promise.resolve();
+  /** Writes in order: a request with its tensor, a CANCEL, SHUTDOWN never interleave. */
+  #writes: Promise<unknown> = Promise.resolve();
+  /** Requests waiting behind the one in flight: req_id → type. */
+  #queued = new Map<number, ModuleToWorkerMessage["type"]>();
+  /** req_id of the request written and not yet answered. */
+  #inFlight: number | undefined;
+  /** Queued GENERATE / EMBED_BATCH requests cancelled before they were written. */
+  #cancelledQueued = new Set<number>();
   #exit: Promise<Deno.CommandStatus>;
   #exitStatus: Deno.CommandStatus | undefined;
   #onDeath: ((err: SynapseError) => void) | undefined;
@@ -189,23 +226,34 @@ export class WorkerConnection {
     return this.#log.text();
   }
 
+  /**
+   * Resolves when the worker's stdout and stderr have both reached EOF: the worker and every
+   * process that shares them (what it started with inherited output) are gone. Unbounded.
+   */
+  outputEnded(): Promise<void> {
+    return this.#log.ended();
+  }
+
   /** Called once when the connection dies for any reason other than {@link shutdown}. */
   set onDeath(fn: ((err: SynapseError) => void) | undefined) {
     this.#onDeath = fn;
   }
 
   /**
-   * Spawns a worker and runs the handshake.
+   * Spawns a worker, as the leader of a new process group, and runs the handshake.
    *
    * @throws {SynapseError} `engine_crashed` (transient) with `details.reason` one of
    *   `spawn_failed`, `exited_before_hello`, `accept_timeout`, `hello_timeout`,
    *   `version_mismatch`, `nonce_mismatch`, `engine_mismatch`, `identity_mismatch`,
    *   `frame_too_large`, `truncated`, `bad_json`, `bad_message`, `unknown_type`, `eof`;
-   *   the worker is killed and its log tail attached. `spawn_failed` also covers a socket that
-   *   cannot be created (a runtime dir too long for the 108-byte unix path limit).
+   *   the worker's process group is killed and its log tail attached, with `details.signal` or
+   *   `details.exit_code` saying how it ended. `spawn_failed` also covers a socket that cannot be
+   *   created (a runtime dir too long for the 108-byte unix path limit).
    */
   static async start(options: WorkerStartOptions): Promise<WorkerConnection> {
     const maxFrame = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+    const acceptMs = options.acceptTimeoutMs ?? WORKER_TIMEOUTS.acceptMs;
+    const helloMs = options.helloTimeoutMs ?? WORKER_TIMEOUTS.helloMs;
     const log = new LogTail(LOG_TAIL_BYTES);
     const path = workerSocketPath(options.runtimeDir, options.workerId);
     let listener: Deno.UnixListener;
@@ -245,6 +293,9 @@ export class WorkerConnection {
           stdin: "null",
           stdout: "piped",
           stderr: "piped",
+          // Unix: setsid(), so the worker leads its own process group and a kill reaches all of
+          // it. (A terminal's Ctrl-C then reaches only the module, which shuts its workers down.)
+          detached: Deno.build.os !== "windows",
         }).spawn();
       } catch (err) {
         fail(
@@ -263,35 +314,17 @@ export class WorkerConnection {
       const accepted = await Promise.race([
         accepting,
         exit.then(() => "exited"),
-        timeout(options.acceptTimeoutMs ?? WORKER_TIMEOUTS.acceptMs, "timeout"),
+        timeout(acceptMs, "timeout"),
       ]);
       if (accepted === "exited") {
-        await log.settled(500);
-        const st = await exit;
-        fail(
-          "exited_before_hello",
-          `exited before connecting (${describeStatus(st)})`,
-        );
+        await log.settled(LOG_SETTLE_MS);
+        fail("exited_before_hello", `exited before connecting (${describeStatus(await exit)})`);
       }
-      if (accepted === "timeout") {
-        fail(
-          "accept_timeout",
-          `did not connect within ${options.acceptTimeoutMs ?? WORKER_TIMEOUTS.acceptMs} ms`,
-        );
-      }
+      if (accepted === "timeout") fail("accept_timeout", `did not connect within ${acceptMs} ms`);
       conn = accepted as Deno.Conn;
       const decoder = new FrameDecoder({ maxFrameBytes: maxFrame });
-      const first = await readOneFrame(
-        conn,
-        decoder,
-        options.helloTimeoutMs ?? WORKER_TIMEOUTS.helloMs,
-      );
-      if (first.kind === "timeout") {
-        fail(
-          "hello_timeout",
-          `sent no HELLO within ${options.helloTimeoutMs ?? WORKER_TIMEOUTS.helloMs} ms`,
-        );
-      }
+      const first = await readOneFrame(conn, decoder, helloMs);
+      if (first.kind === "timeout") fail("hello_timeout", `sent no HELLO within ${helloMs} ms`);
       if (first.kind === "eof") fail("eof", "closed the connection before HELLO");
       if (first.kind === "error") {
         const e = first.error;
@@ -333,7 +366,10 @@ export class WorkerConnection {
         exit,
       });
       wc.#pump();
-      exit.then((st) => wc.#die("exited", `exited (${describeStatus(st)})`));
+      void exit.then(async (st) => {
+        await log.settled(LOG_SETTLE_MS);
+        wc.#die(exitReason(st), `exited (${describeStatus(st)})`);
+      });
       return wc;
     } catch (err) {
       try {
@@ -353,11 +389,13 @@ export class WorkerConnection {
         conn?.close();
       } catch { /* already closed */ }
       if (child !== undefined) {
-        try {
-          child.kill("SIGKILL");
-        } catch { /* already gone */ }
-        await child.status.catch(() => {});
-        await log.settled(500);
+        killGroup(child);
+        const st = await child.status.catch(() => undefined);
+        // The pipes end when the last process holding them is gone (the group was killed).
+        await log.settled(LOG_SETTLE_MS);
+        if (err instanceof SynapseError && err.details !== undefined && st !== undefined) {
+          Object.assign(err.details, statusDetails(st));
+        }
       }
       if (err instanceof SynapseError && err.details !== undefined) {
         (err.details as Record<string, unknown>).log_tail = log.text();
@@ -371,32 +409,72 @@ export class WorkerConnection {
   /**
    * Sends one request and waits for its answer (requests queue: one in flight).
    *
-   * @param msg The request (any module → worker message but ACK and SHUTDOWN).
+   * @param msg The request (any module → worker message but ACK, SHUTDOWN and CANCEL).
    * @param tensor i32 frame that follows the request (token ids), when the request has one.
    * @param timeoutMs Longest wait for the answer, ms.
    * @returns The answer; VECTORS and SCORES come with their f32 tensor.
-   * @throws {WorkerErrReply} when the worker answers ERR (not a crash).
+   * @throws {WorkerErrReply} when the worker answers ERR (not a crash); `workerCode`
+   *   `cancelled` for an EMBED_BATCH stopped by {@link cancel}.
    * @throws {SynapseError} `engine_crashed` when the worker dies, times out or breaks the
    *   protocol (the worker is killed).
+   * @throws {TypeError} for ACK, SHUTDOWN or CANCEL (a bug in the caller).
    */
   request<M extends WorkerToModuleMessage = WorkerToModuleMessage>(
     msg: ModuleToWorkerMessage,
     tensor: Uint8Array | undefined,
     timeoutMs: number,
   ): Promise<WorkerReply<M>> {
-    const run = this.#chain.then(() => this.#request(msg, tensor, timeoutMs));
+    const reqId = (msg as { req_id?: number }).req_id;
+    if (reqId !== undefined) this.#queued.set(reqId, msg.type);
+    const run = this.#chain.then(() => {
+      if (reqId === undefined) return this.#request(msg, tensor, timeoutMs);
+      this.#queued.delete(reqId);
+      if (!this.#cancelledQueued.delete(reqId)) return this.#request(msg, tensor, timeoutMs);
+      return cancelledBeforeSent(msg, tensor);
+    });
     this.#chain = run.catch(() => {});
     return run as Promise<WorkerReply<M>>;
   }
 
-  /** Asks the worker to exit (SHUTDOWN), waiting up to `graceMs`, then kills it. */
+  /**
+   * Asks the worker to stop request `reqId` (CANCEL): written at once, not behind the request in
+   * flight. The request still gets its answer: GENERATE a TEXT with `finish_reason: "cancelled"`
+   * and the tokens generated so far (the worker checks between tokens), EMBED_BATCH an ERR
+   * `cancelled` (checked between items). A GENERATE or EMBED_BATCH still queued here is never
+   * sent and gets the same answers at its turn (no tokens, no items); an id that is neither
+   * queued nor in flight (already answered, or a request of another type still queued) is
+   * ignored, and so is every call once the worker is dead (the request in flight carries the
+   * crash).
+   *
+   * @param reqId `req_id` of a request passed to {@link request}.
+   * @returns Resolves once the CANCEL is written (or ignored); never rejects.
+   */
+  async cancel(reqId: number): Promise<void> {
+    if (this.#dead !== undefined) return;
+    const queued = this.#queued.get(reqId);
+    if (queued === "GENERATE" || queued === "EMBED_BATCH") {
+      this.#cancelledQueued.add(reqId);
+      return;
+    }
+    if (this.#inFlight !== reqId) return;
+    try {
+      await this.#write([encodeControl({ type: "CANCEL", req_id: reqId })]);
+    } catch (err) {
+      if (this.#dead === undefined) await this.#lost("io_error", `write failed: ${errorText(err)}`);
+    }
+  }
+
+  /**
+   * Asks the worker to exit (SHUTDOWN), waiting up to `graceMs`, then kills its process group;
+   * a helper process the worker left behind is killed either way.
+   */
   async shutdown(graceMs = 2_000): Promise<void> {
     if (this.#dead === undefined) {
       this.#dead = new SynapseError("engine_crashed", "Cannot use the worker: it was shut down", {
         retryAfterMs: 250,
         details: { worker_id: this.#workerId, reason: "shutdown" },
       });
-      await writeAll(this.#conn, encodeFrame(encodeControl({ type: "SHUTDOWN" }))).catch(() => {});
+      await this.#write([encodeControl({ type: "SHUTDOWN" })]).catch(() => {});
     }
     let timer: ReturnType<typeof setTimeout> | undefined;
     const grace = new Promise<"timeout">((r) => timer = setTimeout(() => r("timeout"), graceMs));
@@ -404,15 +482,19 @@ export class WorkerConnection {
     clearTimeout(timer);
     if (res === "timeout") this.kill();
     await this.#exit.catch(() => {});
+    killGroup(this.#child);
     this.#closeConn();
+    this.#wake?.();
   }
 
-  /** Kills the worker now (SIGKILL). Idempotent. */
+  /**
+   * Kills the worker's process group now (SIGKILL) and closes the connection. A request waiting
+   * on a dead connection is answered at once. Idempotent.
+   */
   kill(): void {
-    try {
-      this.#child.kill("SIGKILL");
-    } catch { /* already gone */ }
+    killGroup(this.#child);
     this.#closeConn();
+    this.#wake?.();
   }
 
   async #request(
@@ -433,6 +515,7 @@ export class WorkerConnection {
       return await Promise.race([this.#exchange(msg, tensor, expected), timedOut]);
     } finally {
       clearTimeout(timer);
+      this.#inFlight = undefined;
     }
   }
 
@@ -441,17 +524,18 @@ export class WorkerConnection {
     tensor: Uint8Array | undefined,
     expected: WorkerToModuleMessage["type"],
   ): Promise<WorkerReply> {
+    const reqId = (msg as { req_id?: number }).req_id;
+    const payloads = [encodeControl(msg)];
+    if (tensor !== undefined) payloads.push(tensor);
+    this.#inFlight = reqId;
     try {
-      const opts = { maxFrameBytes: this.maxFrameBytes };
-      await writeAll(this.#conn, encodeFrame(encodeControl(msg), opts));
-      if (tensor !== undefined) await writeAll(this.#conn, encodeFrame(tensor, opts));
+      await this.#write(payloads);
     } catch (err) {
       if (this.#dead !== undefined) throw this.#dead;
       if (err instanceof WorkerProtocolError) throw err; // our own frame too large: a bug upstream
-      throw this.#die("io_error", `write failed: ${errorText(err)}`);
+      throw await this.#lost("io_error", `write failed: ${errorText(err)}`);
     }
     const reply = this.#decode(await this.#nextFrame());
-    const reqId = (msg as { req_id?: number }).req_id;
     const replyId = (reply as { req_id?: number }).req_id;
     if (reply.type === "ERR") {
       if (replyId !== undefined && replyId !== reqId) {
@@ -475,6 +559,17 @@ export class WorkerConnection {
       }
     }
     return { msg: reply };
+  }
+
+  /** Writes frames back to back, after any write already under way (never interleaved). */
+  #write(payloads: Uint8Array[]): Promise<void> {
+    const opts = { maxFrameBytes: this.maxFrameBytes };
+    const frames = payloads.map((p) => encodeFrame(p, opts));
+    const run = this.#writes.then(async () => {
+      for (const f of frames) await writeAll(this.#conn, f);
+    });
+    this.#writes = run.catch(() => {});
+    return run;
   }
 
   #decode(frame: Uint8Array): WorkerToModuleMessage {
@@ -509,7 +604,7 @@ export class WorkerConnection {
         const n = await this.#conn.read(buf);
         if (n === null) {
           this.#decoder.end();
-          this.#die("eof", "closed the connection");
+          await this.#lost("eof", "closed the connection");
           return;
         }
         const frames = this.#decoder.push(buf.subarray(0, n));
@@ -522,7 +617,7 @@ export class WorkerConnection {
       if (this.#dead !== undefined) return;
       if (err instanceof Deno.errors.ConnectionReset) {
         // A worker that dies with unread data in its socket resets it: the same as EOF.
-        this.#die("eof", `closed the connection (${errorText(err)})`);
+        await this.#lost("eof", `closed the connection (${errorText(err)})`);
         return;
       }
       const code = err instanceof WorkerProtocolError ? err.code : "io_error";
@@ -534,19 +629,49 @@ export class WorkerConnection {
     }
   }
 
+  /**
+   * The connection broke (EOF, reset, failed write), usually because the worker died: waits for
+   * its exit status (at most {@link EXIT_WAIT_MS}) and its last output, so the crash says
+   * `signal` or `exited` with the signal name or exit code and the log tail; `reason` (`eof`,
+   * `io_error`) only when the process is still running, and then it is killed.
+   */
+  async #lost(reason: string, message: string): Promise<SynapseError> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const st = await Promise.race([
+      this.#exit.catch(() => undefined),
+      new Promise<undefined>((r) => timer = setTimeout(() => r(undefined), EXIT_WAIT_MS)),
+    ]);
+    clearTimeout(timer);
+    if (st === undefined) return this.#die(reason, message);
+    await this.#log.settled(LOG_SETTLE_MS);
+    return this.#die(exitReason(st), `${message}: ${describeStatus(st)}`);
+  }
+
   /** Marks the connection dead (first reason wins), kills the worker, wakes the waiter. */
   #die(reason: string, message: string): SynapseError {
     if (this.#dead !== undefined) return this.#dead;
     const err = crashError(this.#workerId, reason, message, this.#log, this.pid);
+    if (this.#exitStatus !== undefined) {
+      Object.assign(err.details!, statusDetails(this.#exitStatus));
+    }
     this.#dead = err;
     this.kill();
-    this.#wake?.();
-    // The tail is refreshed once the process is gone and its last lines (an abort message) are in.
-    void this.#exit.then(() => this.#log.settled(500)).then(() => {
-      (err.details as Record<string, unknown>).log_tail = this.#log.text();
-    });
-    this.#onDeath?.(err);
+    // The tail is refreshed once the process is gone and its last lines (an abort message) are
+    // in, and the details say how it ended (SIGKILL after a timeout).
+    void this.#exit.then(() => this.#log.settled(LOG_SETTLE_MS)).then(() => this.#refreshDetails());
+    try {
+      this.#onDeath?.(err);
+    } catch { /* observers must not break the connection's bookkeeping */ }
     return err;
+  }
+
+  #refreshDetails(): void {
+    if (this.#dead === undefined) return;
+    const d = this.#dead.details as Record<string, unknown>;
+    d.log_tail = this.#log.text();
+    if (this.#exitStatus !== undefined && d.reason !== "shutdown") {
+      Object.assign(d, statusDetails(this.#exitStatus));
+    }
   }
 
   /** Resolves once the process has exited and its output is read (bounded by `ms`). */
@@ -557,9 +682,7 @@ export class WorkerConnection {
       new Promise<void>((r) => timer = setTimeout(r, ms)),
     ]);
     clearTimeout(timer);
-    if (this.#dead !== undefined) {
-      (this.#dead.details as Record<string, unknown>).log_tail = this.#log.text();
-    }
+    this.#refreshDetails();
   }
 
   #closeConn(): void {
@@ -567,6 +690,61 @@ export class WorkerConnection {
       this.#conn.close();
     } catch { /* already closed */ }
   }
+}
+
+/**
+ * The answer of a GENERATE or EMBED_BATCH cancelled while it was queued, before it was written: a
+ * TEXT with no tokens, or ERR `cancelled`, as the worker would answer a cancel before its first
+ * token or item.
+ */
+function cancelledBeforeSent(
+  msg: ModuleToWorkerMessage,
+  tensor: Uint8Array | undefined,
+): Promise<WorkerReply> {
+  if (msg.type === "EMBED_BATCH") {
+    return Promise.reject(
+      new WorkerErrReply("cancelled", `EMBED_BATCH cancelled after 0 of ${msg.items.length} items`),
+    );
+  }
+  if (msg.type !== "GENERATE") {
+    throw new Error(`Cannot answer a cancelled ${msg.type}. This is a bug.`);
+  }
+  return Promise.resolve({
+    msg: {
+      type: "TEXT",
+      req_id: msg.req_id,
+      text: "",
+      n_prompt: (tensor?.byteLength ?? 0) / 4,
+      n_gen: 0,
+      finish_reason: "cancelled",
+      generated_token_ids: [],
+    },
+  });
+}
+
+/**
+ * SIGKILLs a worker's process group (Unix; the worker leads it), then the worker itself (the only
+ * step on Windows, and a fallback where FFI is refused). Never throws.
+ */
+function killGroup(child: Deno.ChildProcess): void {
+  if (Deno.build.os !== "windows") {
+    try {
+      killProcessGroup(child.pid, "SIGKILL");
+    } catch { /* no FFI permission, or not our group: the leader alone below */ }
+  }
+  try {
+    child.kill("SIGKILL");
+  } catch { /* already gone */ }
+}
+
+/** `details.reason` for a process that is gone: `signal` or `exited`. */
+function exitReason(st: Deno.CommandStatus): string {
+  return st.signal !== null ? "signal" : "exited";
+}
+
+/** `{signal}` when a signal ended the process, else `{exit_code}`. */
+function statusDetails(st: Deno.CommandStatus): { signal: string } | { exit_code: number } {
+  return st.signal !== null ? { signal: st.signal } : { exit_code: st.code };
 }
 
 function crashError(
@@ -734,6 +912,11 @@ class LogTail {
     try {
       onLine?.(l, name);
     } catch { /* a log sink must not break the pump */ }
+  }
+
+  /** Resolves when both pumps finished: every writer of the pipes is gone. */
+  async ended(): Promise<void> {
+    await Promise.all(this.#pumps);
   }
 
   /** Resolves when both pumps finished, or after `ms`. */

@@ -14,6 +14,9 @@
  * f32 scores that follow. ANE_ADMIT_SHAPE / ADMITTED / ANE_EVICT_SHAPE / EVICTED are left out
  * until the ANE worker defines their fields.
  *
+ * One addition to §7 (F19): `CANCEL {req_id}`, module → worker, sent while that request is in
+ * flight and never answered itself ({@link CancelMessage}).
+ *
  * @module
  */
 import { z } from "zod";
@@ -134,6 +137,7 @@ const PONG = z.strictObject({
   buckets: z.array(count).optional(),
 });
 const SHUTDOWN = z.strictObject({ type: z.literal("SHUTDOWN") });
+const CANCEL = z.strictObject({ type: z.literal("CANCEL"), req_id: reqId });
 const ERR = z.strictObject({
   type: z.literal("ERR"),
   req_id: reqId.optional(),
@@ -152,6 +156,7 @@ const MODULE_SCHEMAS = {
   UNLOAD,
   PING,
   SHUTDOWN,
+  CANCEL,
 } as const;
 
 /** Worker → module HELLO, answers and ERR; one schema per `type`. */
@@ -198,6 +203,13 @@ export type PingMessage = z.infer<typeof PING>;
 export type PongMessage = z.infer<typeof PONG>;
 /** SHUTDOWN: the worker exits; no answer. */
 export type ShutdownMessage = z.infer<typeof SHUTDOWN>;
+/**
+ * CANCEL `{req_id}`: a control message, not a request, sent while request `req_id` is in flight
+ * and never answered itself. The worker checks for it between generated tokens (GENERATE answers
+ * TEXT with `finish_reason: "cancelled"` and the tokens so far) and between items (EMBED_BATCH
+ * answers ERR `cancelled`); a CANCEL for a request that is not running is ignored.
+ */
+export type CancelMessage = z.infer<typeof CANCEL>;
 /** ERR `{req_id?, code, msg}`: a refused request; an answer, not a crash. */
 export type ErrMessage = z.infer<typeof ERR>;
 
@@ -211,7 +223,8 @@ export type ModuleToWorkerMessage =
   | GenerateMessage
   | UnloadMessage
   | PingMessage
-  | ShutdownMessage;
+  | ShutdownMessage
+  | CancelMessage;
 
 /** A message a worker sends to the module. */
 export type WorkerToModuleMessage =
@@ -233,7 +246,7 @@ export type ControlType = ControlMessage["type"];
 /** Who may send a message. */
 export type ControlSender = "module" | "worker";
 
-/** Every `type` the module sends, in §7 order. */
+/** Every `type` the module sends, in §7 order, then CANCEL (our addition to §7, F19). */
 export const MODULE_TO_WORKER_TYPES: readonly ModuleToWorkerMessage["type"][] = Object.freeze(
   Object.keys(MODULE_SCHEMAS) as ModuleToWorkerMessage["type"][],
 );
@@ -247,7 +260,7 @@ export const WORKER_TO_MODULE_TYPES: readonly WorkerToModuleMessage["type"][] = 
  * Who sends a given message type.
  *
  * @param type A control `type`.
- * @returns `"module"` for ACK and requests, `"worker"` for HELLO, answers and ERR.
+ * @returns `"module"` for ACK, requests and CANCEL, `"worker"` for HELLO, answers and ERR.
  */
 export function controlSender(type: ControlType): ControlSender {
   switch (type) {
@@ -260,6 +273,7 @@ export function controlSender(type: ControlType): ControlSender {
     case "UNLOAD":
     case "PING":
     case "SHUTDOWN":
+    case "CANCEL":
       return "module";
     case "HELLO":
     case "LOADED":

@@ -157,6 +157,10 @@ export class SupervisedWorker {
   /**
    * Sends one request to the worker (starting it when needed).
    *
+   * @param signal When it aborts while the request is queued or in flight, the worker is sent
+   *   CANCEL for the request's `req_id` (see {@link cancel}); the request still gets its answer.
+   *   Already aborted when the connection is ready: nothing is sent, and the call rejects with
+   *   `signal.reason`.
    * @throws {SynapseError} `probe_required` when quarantined; `engine_crashed` (counted) when
    *   the worker dies or times out.
    * @throws {import("./host.ts").WorkerErrReply} when the worker answers ERR.
@@ -165,9 +169,37 @@ export class SupervisedWorker {
     msg: ModuleToWorkerMessage,
     tensor: Uint8Array | undefined,
     timeoutMs: number,
+    signal?: AbortSignal,
   ): Promise<WorkerReply<M>> {
     const conn = await this.connection();
-    return await conn.request<M>(msg, tensor, timeoutMs);
+    // No await between this check and the request's registration: a cancel can never fall in a
+    // gap where the connection does not know the request yet.
+    signal?.throwIfAborted();
+    const reqId = (msg as { req_id?: number }).req_id;
+    const reply = conn.request<M>(msg, tensor, timeoutMs);
+    if (signal === undefined || reqId === undefined) return await reply;
+    const onAbort = (): void => void conn.cancel(reqId);
+    signal.addEventListener("abort", onAbort, { once: true });
+    try {
+      return await reply;
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+    }
+  }
+
+  /**
+   * Asks the live worker to stop request `reqId` (CANCEL, see `WorkerConnection.cancel`): a
+   * GENERATE then answers TEXT with `finish_reason: "cancelled"` and the tokens so far, an
+   * EMBED_BATCH an ERR `cancelled`. Does nothing when no worker is live (idle, starting,
+   * quarantined, closed) or the id is not queued or in flight.
+   *
+   * @param reqId `req_id` of a request passed to {@link call}.
+   * @returns Resolves once the CANCEL is written (or ignored); never rejects.
+   */
+  async cancel(reqId: number): Promise<void> {
+    const conn = this.#conn;
+    if (conn === undefined || conn.dead !== undefined) return;
+    await conn.cancel(reqId);
   }
 
   /** Kills the live worker (tests and operators: SIGKILL, counted as a crash). */

@@ -74,7 +74,7 @@ Deno.test("DEFAULT_CONFIG holds every key of contract §9 with its default", () 
     certify_observation: false,
     sidecar_spec: {},
     remote_providers: [],
-    worker: { load_timeout_ms: 900_000 },
+    worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000 },
     log: { perf_interval_secs: 0, worker_forward_lines_per_sec: 50 },
     inline: {
       max_items: 64,
@@ -269,6 +269,21 @@ Deno.test("loadConfig() layers SYNAPSE_CONFIG_JSON on top of the file", async ()
   assert.deepStrictEqual(sources, [f.projectFile, "env:SYNAPSE_CONFIG_JSON"]);
 });
 
+Deno.test("loadConfig() reads worker.start_timeout_ms beside worker.load_timeout_ms", async () => {
+  await using f = await fixture();
+  await f.write(f.projectFile, `{"worker": {"start_timeout_ms": 120000}}`);
+  const { config } = loadConfig({ env: f.env, cwd: f.cwd });
+  assert.deepStrictEqual(config.worker, { load_timeout_ms: 900_000, start_timeout_ms: 120_000 });
+  const layered = loadConfig({
+    env: { ...f.env, SYNAPSE_CONFIG_JSON: `{"worker": {"load_timeout_ms": 1000}}` },
+    cwd: f.cwd,
+  });
+  assert.deepStrictEqual(layered.config.worker, {
+    load_timeout_ms: 1000,
+    start_timeout_ms: 120_000,
+  });
+});
+
 Deno.test("loadConfig() refuses an unknown key in SYNAPSE_CONFIG_JSON naming the variable", () => {
   assertRefused(
     () =>
@@ -399,6 +414,9 @@ Deno.test("loadConfig() refuses a mistyped or out-of-range value naming the key"
     [`{"probe": {"mean_cosine_threshold": 1.5}}`, "probe.mean_cosine_threshold"],
     [`{"log": {"perf_interval_secs": -1}}`, "log.perf_interval_secs"],
     [`{"worker": {"load_timeout_ms": null}}`, "worker.load_timeout_ms"],
+    [`{"worker": {"start_timeout_ms": 0}}`, "worker.start_timeout_ms"],
+    [`{"worker": {"start_timeout_ms": 1.5}}`, "worker.start_timeout_ms"],
+    [`{"worker": {"start_timeout_ms": "60s"}}`, "worker.start_timeout_ms"],
     [`{"remote_providers": {}}`, "remote_providers"],
     [
       `{"preload_models": [{"engine": "ort", "model_path": "/m"}]}`,

@@ -1,8 +1,13 @@
 /**
  * A real server process, SIGKILLed in the middle of a durable job, then restarted on the same
  * store (contract.md §8, design.md: module_restarted is transient and safe to retry).
+ *
+ * The kill must land while the job runs. Rather than race a poll against the job, the test
+ * freezes the server (SIGSTOP) once two pages are in and reads the job from the store itself:
+ * what the SIGKILL interrupts is then known, whatever the machine's load.
  */
 import assert from "node:assert/strict";
+import { DatabaseSync } from "node:sqlite";
 import { cosine, MINILM, ROOT } from "../_helpers.ts";
 
 interface Server {
@@ -74,6 +79,65 @@ async function pages(base: string, jobId: string, count: number): Promise<any[]>
   return out;
 }
 
+interface FrozenJob {
+  jobId: string;
+  state: string;
+  /** Committed pages, `vectors` as `embed.result` serves them. */
+  // deno-lint-ignore no-explicit-any
+  pages: any[][];
+}
+
+/** Reads a job and its committed pages straight from the store file (read-only). */
+function readJob(storeFile: string, jobId: string): FrozenJob {
+  const db = new DatabaseSync(storeFile, { readOnly: true });
+  try {
+    const job = db.prepare("SELECT state FROM jobs WHERE job_id = ?").get(jobId);
+    const rows = db.prepare(
+      "SELECT page_json FROM job_pages WHERE job_id = ? ORDER BY page_no",
+    ).all(jobId);
+    return {
+      jobId,
+      state: String(job?.state),
+      pages: rows.map((r) => JSON.parse(String(r.page_json)).vectors),
+    };
+  } finally {
+    db.close();
+  }
+}
+
+/**
+ * Starts an `embed.batch` job, waits until `minPages` pages are committed, then freezes the
+ * server (SIGSTOP) and reads the job from the store: the state the coming SIGKILL interrupts.
+ * If the job was already over when frozen (it ran to its end between a poll and the stop), the
+ * server resumes and a job twice as large is tried under a new key.
+ */
+async function freezeMidJob(
+  server: Server,
+  storeFile: string,
+  minPages: number,
+): Promise<FrozenJob & { key: string; items: { id: string; text: string }[] }> {
+  for (let attempt = 0, n = 240; attempt < 4; attempt++, n *= 2) {
+    const items = Array.from({ length: n }, (_, i) => ({
+      id: `doc-${i}`,
+      text: `document ${i} ` + "about the licence terms ".repeat(4 + (i % 9)),
+    }));
+    const key = attempt === 0 ? "nightly-index" : `nightly-index-${attempt}`;
+    const job = await call(server.base, "embed.batch", { items, request_key: key });
+    while (true) {
+      const r = await call(server.base, "embed.result", { job_id: job.job_id });
+      if (r.page_count >= minPages || (r.state !== "queued" && r.state !== "running")) break;
+      await new Promise((res) => setTimeout(res, 10));
+    }
+    server.child.kill("SIGSTOP");
+    const frozen = readJob(storeFile, job.job_id);
+    if (frozen.state === "running" && frozen.pages.length >= minPages) {
+      return { ...frozen, key, items };
+    }
+    server.child.kill("SIGCONT");
+  }
+  throw new Error(`no job could be frozen while running with ${minPages} pages committed`);
+}
+
 Deno.test("a job killed with SIGKILL is module_restarted after restart; its pages survive; the same key runs once more", async () => {
   const dir = await Deno.makeTempDir({ prefix: "synapse-restart-" });
   const env = {
@@ -92,23 +156,16 @@ Deno.test("a job killed with SIGKILL is module_restarted after restart; its page
       }],
     }),
   };
-  const items = Array.from({ length: 240 }, (_, i) => ({
-    id: `doc-${i}`,
-    text: `document ${i} ` + "about the licence terms ".repeat(4 + (i % 9)),
-  }));
+  const storeFile = `${dir}/data/cortexkit/synapse/store.db`;
   let server = await startServer(env);
   try {
     const gen1 = (await call(server.base, "admission.status", {})).module_generation;
-    const job = await call(server.base, "embed.batch", { items, request_key: "nightly-index" });
-    // Kill once at least two pages are committed and the job is still running.
-    let before;
-    for (let i = 0; i < 3000; i++) {
-      before = await call(server.base, "embed.result", { job_id: job.job_id });
-      if (before.page_count >= 2 && before.state === "running") break;
-      await new Promise((r) => setTimeout(r, 5));
-    }
-    assert.equal(before.state, "running", "the job was still running when killed");
-    const committed = await pages(server.base, job.job_id, before.page_count);
+    // Killed while running with at least two pages committed (read from the frozen store).
+    const frozen = await freezeMidJob(server, storeFile, 2);
+    const { key, items } = frozen;
+    const job = { job_id: frozen.jobId };
+    const committed = frozen.pages;
+    assert.equal(frozen.state, "running");
     server.child.kill("SIGKILL");
     await server.child.status;
 
@@ -124,14 +181,14 @@ Deno.test("a job killed with SIGKILL is module_restarted after restart; its page
     assert.ok(old.page_count >= committed.length);
     const after = await pages(server.base, job.job_id, committed.length);
     for (let p = 0; p < committed.length; p++) {
-      assert.deepEqual(after[p].vectors, committed[p].vectors, `page ${p} intact`);
+      assert.deepEqual(after[p].vectors, committed[p], `page ${p} intact`);
     }
 
     // Same key, same items: exactly one new job, and its results are complete.
-    const again = await call(server.base, "embed.batch", { items, request_key: "nightly-index" });
+    const again = await call(server.base, "embed.batch", { items, request_key: key });
     assert.notEqual(again.job_id, job.job_id);
     assert.equal(again.attached, false);
-    const third = await call(server.base, "embed.batch", { items, request_key: "nightly-index" });
+    const third = await call(server.base, "embed.batch", { items, request_key: key });
     assert.equal(third.job_id, again.job_id);
     assert.equal(third.attached, true);
     const done = await waitDone(server.base, again.job_id);
@@ -150,7 +207,7 @@ Deno.test("a job killed with SIGKILL is module_restarted after restart; its page
     );
     for (const v of resumed) assert.ok(cosine(v.vector, cleanVectors.get(v.id)!) >= 0.99999);
     // And the pages committed before the kill agree with the clean run too.
-    for (const v of committed.flatMap((p) => p.vectors)) {
+    for (const v of committed.flat()) {
       assert.ok(cosine(v.vector, cleanVectors.get(v.id)!) >= 0.99999);
     }
   } finally {

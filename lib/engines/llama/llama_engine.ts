@@ -257,6 +257,7 @@ export class LlamaEngine implements Engine {
       },
       encodeI32LE(ids),
       this.#opts.requestTimeoutMs ?? WORKER_TIMEOUTS.requestMs,
+      options.signal,
     );
     const { dims, n } = reply.msg;
     if (n !== rows.length) {
@@ -311,6 +312,7 @@ export class LlamaEngine implements Engine {
       },
       encodeI32LE(request.ids),
       this.#opts.generateTimeoutMs ?? WORKER_TIMEOUTS.generateMs,
+      options.signal,
     );
     const m = reply.msg;
     return {
@@ -383,15 +385,24 @@ export class LlamaEngine implements Engine {
     return this.#ref;
   }
 
+  /**
+   * One request to the worker. When `signal` aborts while the request is queued or running, the
+   * worker is sent CANCEL for it: a GENERATE then answers `finish_reason: "cancelled"` within a
+   * token, an EMBED_BATCH stops between items and the call rejects with `signal.reason`.
+   */
   async #call<M extends LoadedMessage | VectorsMessage | TextMessage>(
     msg: Parameters<SupervisedWorker["call"]>[0],
     tensor: Uint8Array | undefined,
     timeoutMs: number,
+    signal?: AbortSignal,
   ) {
     if (this.#inFlight++ === 0) this.#busySince = performance.now();
     try {
-      return await this.worker.call<M>(msg, tensor, timeoutMs);
+      return await this.worker.call<M>(msg, tensor, timeoutMs, signal);
     } catch (err) {
+      if (err instanceof WorkerErrReply && err.workerCode === "cancelled" && signal?.aborted) {
+        throw signal.reason;
+      }
       if (err instanceof WorkerErrReply) throw mapWorkerErr(err, this.spec.modelId, msg.type);
       // Name the model (the worker id is a slot); the details object is kept, not copied: the
       // host fills in the log tail once the dead worker's last lines are read.
