@@ -24,7 +24,10 @@ export type OrtRequest =
     allowSpinning: boolean;
     /** Also create a twin session whose threads never spin (see {@link OrtRequest} `run.quiet`). */
     quietTwin: boolean;
-    /** Nice value for the session's threads (0: leave them be). */
+    /**
+     * Nice value for the worker thread and the session threads it creates (0: leave them be).
+     * Set once, before the worker's first session; see {@link OrtResponse} `loaded.priorityError`.
+     */
     niceness: number;
     /** `[rows, seq]` shapes run once at load to size the memory arena. */
     warmupShapes: [number, number][];
@@ -54,6 +57,10 @@ export type OrtResponse =
     inputNames: string[];
     outputNames: string[];
     coldLoadMs: number;
+    /** Nice value the worker thread (and the session threads it created) runs at. */
+    niceness: number;
+    /** Why the requested nice value could not be set; the model loaded all the same. */
+    priorityError?: string;
   }
   | {
     type: "result";

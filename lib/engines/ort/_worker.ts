@@ -8,7 +8,7 @@
 /// <reference lib="deno.worker" />
 import { ort } from "./_addon.ts";
 import { poolHiddenStates } from "./pooling.ts";
-import { currentThreadId, setThreadNice, threadIds } from "../../../ffi/priority.ts";
+import { setCallingThreadNice } from "../../../ffi/priority.ts";
 import type { OrtRequest, OrtResponse, OrtTask } from "./_protocol.ts";
 import type { Pooling } from "./pooling.ts";
 
@@ -26,6 +26,27 @@ interface Loaded {
 }
 
 const sessions = new Map<string, Loaded>();
+
+/** Nice value this thread runs at (0 until a load asks for more and the kernel agrees). */
+let threadNice = 0;
+
+/**
+ * Lowers this Worker thread to `nice` before any session exists: onnxruntime creates a session's
+ * intra-op threads from the thread that creates the session, and on Linux a new thread starts
+ * with its creator's nice value, so the pools inherit it while the main thread keeps its own.
+ *
+ * @returns Why the value could not be set, or undefined when this thread now runs at `nice`.
+ */
+function lowerThisThread(nice: number): string | undefined {
+  if (nice <= threadNice) return undefined;
+  try {
+    setCallingThreadNice(nice);
+    threadNice = nice;
+    return undefined;
+  } catch (err) {
+    return err instanceof Error ? err.message : String(err);
+  }
+}
 
 function post(msg: OrtResponse, transfer: Transferable[] = []): void {
   self.postMessage(msg, transfer);
@@ -53,15 +74,8 @@ function createSession(
 
 async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
   const t0 = performance.now();
-  const before = req.niceness > 0 ? new Set(threadIds()) : undefined;
+  const priorityError = lowerThisThread(req.niceness);
   const session = await createSession(req, req.allowSpinning, req.intraOpThreads);
-  if (before !== undefined) {
-    // The session's intra-op threads are the ones that appeared while it was created: lower
-    // them (and this worker's own thread) so queries on the other lane run first.
-    for (const tid of threadIds()) if (!before.has(tid)) setThreadNice(tid, req.niceness);
-    const self = currentThreadId();
-    if (self !== undefined) setThreadNice(self, req.niceness);
-  }
   const inputs = session.inputNames;
   if (!inputs.includes("input_ids")) {
     throw Object.assign(new Error(`model has no input_ids input (inputs: ${inputs.join(", ")})`), {
@@ -116,6 +130,8 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
     inputNames: inputs.slice(),
     outputNames: session.outputNames.slice(),
     coldLoadMs: performance.now() - t0,
+    niceness: threadNice,
+    ...(priorityError === undefined ? {} : { priorityError }),
   });
 }
 

@@ -11,6 +11,7 @@ import type { ErrorCode } from "../../contract/errors.ts";
 import type { OrtRequest, OrtResponse, OrtTask } from "./_protocol.ts";
 import type { Pooling } from "./pooling.ts";
 import { ORT_VERSION } from "./_version.ts";
+import { type LogSink, stderrLog } from "../../log/log.ts";
 
 /** Load parameters of one ONNX model. */
 export interface OrtLoadSpec {
@@ -59,9 +60,15 @@ export interface OrtLaneOptions {
   quietTwin?: boolean;
   /**
    * Nice value (0 … 19) for this lane's engine threads on Linux, so another lane's work runs
-   * first when both share the cores. @default 0
+   * first when both share the cores. The worker thread lowers itself before it creates its
+   * first session, and onnxruntime's intra-op threads, created by that thread, inherit the value
+   * (needs only `--allow-ffi`). Where it cannot be set (not Linux, no FFI, the kernel refuses)
+   * the model loads all the same, {@link OrtLane.load} reports the nice value actually in force,
+   * and the lane logs a `warn` line once per worker thread. @default 0
    */
   niceness?: number;
+  /** Module log (the priority warning above). @default stderrLog */
+  log?: LogSink;
 }
 
 /** Options of {@link OrtLane.run}. */
@@ -99,6 +106,8 @@ export class OrtLane {
   #spin: boolean;
   #quietTwin: boolean;
   #niceness: number;
+  #log: LogSink;
+  #priorityWarned = false;
   #disposed = false;
   #inFlight = 0;
 
@@ -107,6 +116,7 @@ export class OrtLane {
     this.#spin = options.allowSpinning ?? true;
     this.#quietTwin = options.quietTwin ?? false;
     this.#niceness = Math.max(0, Math.min(19, options.niceness ?? 0));
+    this.#log = options.log ?? stderrLog;
   }
 
   /** onnxruntime intra-op threads of this lane. */
@@ -127,11 +137,13 @@ export class OrtLane {
   /**
    * Loads a model into the lane's worker.
    *
-   * @returns Output width (hidden size for embed, 1 for rerank) and cold-load time in ms.
+   * @returns Output width (hidden size for embed, 1 for rerank), cold-load time in ms, and the
+   *   nice value the lane's engine threads run at (below the lane's `niceness` when it could not
+   *   be set; the lane has then logged why).
    * @throws {SynapseError} `artifact_invalid` when onnxruntime cannot open the file;
    *   `engine_crashed` when the worker dies.
    */
-  async load(spec: OrtLoadSpec): Promise<{ dims: number; coldLoadMs: number }> {
+  async load(spec: OrtLoadSpec): Promise<{ dims: number; coldLoadMs: number; niceness: number }> {
     this.#ensureNotDisposed();
     this.#specs.set(spec.modelRef, spec);
     const res = await this.#send(
@@ -156,7 +168,16 @@ export class OrtLane {
       throw new Error(`Unexpected ${res.type} reply to load. This is a bug`);
     }
     this.#loadedInWorker.add(spec.modelRef);
-    return { dims: res.dims, coldLoadMs: res.coldLoadMs };
+    if (res.priorityError !== undefined && !this.#priorityWarned) {
+      this.#priorityWarned = true;
+      this.#log(
+        "warn",
+        "ort",
+        `Cannot lower the ORT lane's engine threads to nice ${this.#niceness}: ${res.priorityError}; they run at nice ${res.niceness}, so this lane competes with the others as an equal`,
+        { niceness: this.#niceness, model: spec.modelRef },
+      );
+    }
+    return { dims: res.dims, coldLoadMs: res.coldLoadMs, niceness: res.niceness };
   }
 
   /**
@@ -242,6 +263,7 @@ export class OrtLane {
   }
 
   #spawn(): Worker {
+    this.#priorityWarned = false;
     const w = new Worker(new URL("./_worker.ts", import.meta.url), { type: "module" });
     w.onmessage = (ev: MessageEvent<OrtResponse>) => {
       const msg = ev.data;

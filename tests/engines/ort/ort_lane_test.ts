@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { OrtLane } from "../../../lib/engines/ort/ort_lane.ts";
 import { SanitizedTokenizer } from "../../../lib/tokenize/tokenizer.ts";
 import { MODELS } from "../../_helpers.ts";
+import { callingThreadId } from "../../../ffi/priority.ts";
 
 const dir = `${MODELS}/synapse-tiny-embed`;
 const spec = {
@@ -86,4 +87,51 @@ Deno.test("OrtLane refuses a model whose output does not fit the task (artifact_
     { code: "artifact_invalid" },
   );
   await lane.load(spec); // the lane still serves
+});
+
+/** Nice value of each thread of this process, by thread id, as `ps` reads them from the kernel. */
+async function threadNices(): Promise<Map<number, number>> {
+  const out = await new Deno.Command("ps", {
+    args: ["-L", "-o", "tid=,nice=", "-p", String(Deno.pid)],
+    stdout: "piped",
+  }).output();
+  assert.ok(out.success, "ps -L failed");
+  const nices = new Map<number, number>();
+  for (const line of new TextDecoder().decode(out.stdout).split("\n")) {
+    const [tid, nice] = line.trim().split(/\s+/);
+    if (tid && nice) nices.set(Number(tid), Number(nice));
+  }
+  return nices;
+}
+
+Deno.test({
+  name:
+    "OrtLane with niceness 10 runs its worker and intra-op threads at nice 10, the main thread at 0",
+  ignore: Deno.build.os !== "linux",
+  fn: async () => {
+    const before = await threadNices();
+    // Three intra-op threads: the worker thread runs one share, onnxruntime's pool the other
+    // two, so at least three new threads at nice 10 means the pool inherited the value.
+    using lane = new OrtLane({ intraOpThreads: 3, allowSpinning: false, niceness: 10 });
+    const { niceness } = await lane.load(spec);
+    assert.equal(niceness, 10);
+    const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
+    const r = await lane.run("m", [tok.encode("lowered", { maxTokens: 512 })]);
+    assert.equal(r.dims, 32);
+    const after = await threadNices();
+    const lowered = [...after].filter(([tid, nice]) => nice === 10 && !before.has(tid));
+    assert.ok(
+      lowered.length >= lane.intraOpThreads,
+      `${lowered.length} new threads at nice 10, want >= ${lane.intraOpThreads}: ${
+        JSON.stringify([...after])
+      }`,
+    );
+    const main = callingThreadId()!;
+    assert.equal(after.get(main), 0, `the main thread (${main}) must keep nice 0`);
+    for (const [tid, nice] of before) {
+      if (after.has(tid)) {
+        assert.equal(after.get(tid), nice, `thread ${tid} existed before the lane`);
+      }
+    }
+  },
 });
