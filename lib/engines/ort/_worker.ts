@@ -9,12 +9,17 @@
 import { ort } from "./_addon.ts";
 import { poolHiddenStates } from "./pooling.ts";
 import { setCallingThreadNice } from "../../../ffi/priority.ts";
+import { mallocTrim } from "../../../ffi/malloc_trim.ts";
 import type { OrtRequest, OrtResponse, OrtTask } from "./_protocol.ts";
 import type { Pooling } from "./pooling.ts";
 
 interface Loaded {
   session: ort.InferenceSession;
-  /** A twin whose threads never spin, used while another lane is busy on the same cores. */
+  /** model.onnx, for the quiet twin created later. */
+  path: string;
+  /** Whether quiet runs get a twin session (created by the first of them). */
+  quietTwin: boolean;
+  /** The twin: one thread, so nothing spins; runs while another lane is busy on the cores. */
   quiet?: ort.InferenceSession;
   task: OrtTask;
   pooling: Pooling;
@@ -52,12 +57,36 @@ function post(msg: OrtResponse, transfer: Transferable[] = []): void {
   self.postMessage(msg, transfer);
 }
 
+/** onnxruntime sessions alive in this worker (main sessions and quiet twins). */
+function sessionCount(): number {
+  let n = 0;
+  for (const m of sessions.values()) n += m.quiet ? 2 : 1;
+  return n;
+}
+
+async function release(m: Loaded | undefined): Promise<void> {
+  await m?.session.release();
+  await m?.quiet?.release();
+}
+
+/**
+ * After sessions are released: glibc keeps much of what onnxruntime freed (arena chunks,
+ * weights) in its heaps, still in RSS; hand it back. Best effort: memory, not correctness.
+ */
+function trimHeap(): void {
+  try {
+    mallocTrim();
+  } catch {
+    // No FFI or no glibc: the memory is reused by later sessions instead.
+  }
+}
+
 function createSession(
-  req: Extract<OrtRequest, { type: "load" }>,
+  path: string,
   spin: boolean,
   threads: number,
 ): Promise<ort.InferenceSession> {
-  return ort.InferenceSession.create(req.path, {
+  return ort.InferenceSession.create(path, {
     executionProviders: ["cpu"],
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
@@ -75,7 +104,7 @@ function createSession(
 async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
   const t0 = performance.now();
   const priorityError = lowerThisThread(req.niceness);
-  const session = await createSession(req, req.allowSpinning, req.intraOpThreads);
+  const session = await createSession(req.path, req.allowSpinning, req.intraOpThreads);
   const inputs = session.inputNames;
   if (!inputs.includes("input_ids")) {
     throw Object.assign(new Error(`model has no input_ids input (inputs: ${inputs.join(", ")})`), {
@@ -89,6 +118,8 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
     : (session.outputNames.includes("logits") ? "logits" : session.outputNames[0]!);
   const loaded: Loaded = {
     session,
+    path: req.path,
+    quietTwin: req.quietTwin,
     task: req.task,
     pooling: req.pooling,
     normalize: req.normalize,
@@ -107,22 +138,19 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
   const probe = await run(loaded, Int32Array.of(0), Int32Array.of(0), Int32Array.of(1));
   loaded.dims = probe.dims;
   // Warm-up at the micro-batch budget's extreme shapes, so the first real request does not pay
-  // for growing onnxruntime's memory arena.
-  // The quiet twin runs single-threaded: beside a busy lane, a query's parallel sections would
-  // wait on sibling threads the OS has not scheduled (2 cores: loaded p95 16 ms → 12 ms).
-  if (req.quietTwin) loaded.quiet = await createSession(req, false, 1);
+  // for growing onnxruntime's memory arena. The quiet twin is not created here (ort_lane.ts,
+  // "Memory"): the first quiet run creates it, and its arena grows to what quiet runs need.
   for (const [rows, len] of req.warmupShapes) {
-    for (const quiet of req.quietTwin ? [false, true] : [false]) {
-      await run(
-        loaded,
-        new Int32Array(rows * len),
-        new Int32Array(rows * len),
-        new Int32Array(rows).fill(len),
-        quiet,
-      );
-    }
+    await run(
+      loaded,
+      new Int32Array(rows * len),
+      new Int32Array(rows * len),
+      new Int32Array(rows).fill(len),
+    );
   }
+  const previous = sessions.get(req.modelRef);
   sessions.set(req.modelRef, loaded);
+  await release(previous);
   post({
     type: "loaded",
     reqId: req.reqId,
@@ -130,6 +158,7 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
     inputNames: inputs.slice(),
     outputNames: session.outputNames.slice(),
     coldLoadMs: performance.now() - t0,
+    sessions: sessionCount(),
     niceness: threadNice,
     ...(priorityError === undefined ? {} : { priorityError }),
   });
@@ -201,6 +230,9 @@ async function run(
   };
   if (m.hasMask) feeds.attention_mask = new ort.Tensor("int64", maskT, dims2);
   if (m.hasTypeIds) feeds.token_type_ids = new ort.Tensor("int64", typeT, dims2);
+  // The quiet twin runs single-threaded: beside a busy lane, a query's parallel sections would
+  // wait on sibling threads the OS has not scheduled (2 cores: loaded p95 16 ms → 12 ms).
+  if (quiet && m.quietTwin) m.quiet ??= await createSession(m.path, false, 1);
   const session = quiet && m.quiet ? m.quiet : m.session;
   const out = await session.run(feeds, [m.output]);
   const tensor = out[m.output]!;
@@ -266,22 +298,30 @@ async function handle(req: OrtRequest): Promise<void> {
         dims: r.dims,
         nonFinite: r.nonFinite,
         runMs: performance.now() - t0,
+        sessions: sessionCount(),
       }, [r.data.buffer as ArrayBuffer, r.nonFinite.buffer as ArrayBuffer]);
       return;
     }
     case "unload": {
       const m = sessions.get(req.modelRef);
       sessions.delete(req.modelRef);
-      await m?.session.release();
-      await m?.quiet?.release();
-      post({ type: "unloaded", reqId: req.reqId });
+      await release(m);
+      trimHeap();
+      post({ type: "unloaded", reqId: req.reqId, sessions: sessionCount() });
+      return;
+    }
+    case "releaseQuiet": {
+      for (const m of sessions.values()) {
+        const twin = m.quiet;
+        m.quiet = undefined;
+        await twin?.release();
+      }
+      trimHeap();
+      post({ type: "unloaded", reqId: req.reqId, sessions: sessionCount() });
       return;
     }
     case "shutdown":
-      for (const m of sessions.values()) {
-        await m.session.release();
-        await m.quiet?.release();
-      }
+      for (const m of sessions.values()) await release(m);
       sessions.clear();
       self.close();
       return;

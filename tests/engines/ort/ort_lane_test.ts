@@ -150,3 +150,56 @@ Deno.test({
     }
   },
 });
+
+/** Runs `step` (each one a request to the lane) until `done()` holds, at most `max` times. */
+async function until(done: () => boolean, step: () => Promise<unknown>, max = 200): Promise<void> {
+  for (let i = 0; i < max && !done(); i++) await step();
+}
+
+Deno.test("OrtLane creates the quiet twin on the first quiet run and releases it when idle", async () => {
+  const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
+  const seq = tok.encode("a quiet query", { maxTokens: 512 });
+  using lane = new OrtLane({ intraOpThreads: 2, quietTwin: true, quietTwinIdleMs: 0 });
+  await lane.load(spec);
+  assert.equal(lane.residentSessions, 1, "no twin before the first quiet run");
+  const loud = await lane.run("m", [seq]);
+  const quiet = await lane.run("m", [seq], { quiet: true });
+  assert.equal(lane.residentSessions, 2, "the quiet run created the twin");
+  for (let d = 0; d < 32; d++) assert.ok(Math.abs(loud.data[d]! - quiet.data[d]!) < 1e-5);
+  // quietTwinIdleMs 0: the release is sent on the next timer turn; the worker answers in order,
+  // so a later run's reply sees it.
+  await until(
+    () => lane.residentSessions === 1,
+    async () => {
+      await new Promise((r) => setTimeout(r, 0));
+      await lane.run("m", [seq]);
+    },
+  );
+  assert.equal(lane.residentSessions, 1, "the idle twin was released");
+  const again = await lane.run("m", [seq], { quiet: true });
+  assert.equal(lane.residentSessions, 2, "the next quiet run made a new twin");
+  for (let d = 0; d < 32; d++) assert.ok(Math.abs(loud.data[d]! - again.data[d]!) < 1e-5);
+});
+
+Deno.test("OrtLane with idleUnloadMs unloads idle models and reloads them on the next run", async () => {
+  const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
+  const seq = tok.encode("bulk work", { maxTokens: 512 });
+  using lane = new OrtLane({ intraOpThreads: 1, allowSpinning: false, idleUnloadMs: 0 });
+  lane.register(spec);
+  assert.equal(lane.residentSessions, 0);
+  const first = await lane.run("m", [seq]);
+  assert.equal(lane.residentSessions, 1);
+  // The unload is sent on the next timer turn and answered by the worker; wait for its reply.
+  await until(() => lane.residentSessions === 0, () => new Promise((r) => setTimeout(r, 0)), 1000);
+  assert.equal(lane.residentSessions, 0, "the idle model was unloaded");
+  const second = await lane.run("m", [seq]);
+  assert.equal(lane.residentSessions, 1, "the run loaded it again");
+  for (let d = 0; d < 32; d++) assert.ok(Math.abs(first.data[d]! - second.data[d]!) < 1e-5);
+});
+
+Deno.test("OrtLane throws RangeError for a negative or NaN idle time", () => {
+  for (const bad of [-1, NaN]) {
+    assert.throws(() => new OrtLane({ idleUnloadMs: bad }), RangeError);
+    assert.throws(() => new OrtLane({ quietTwinIdleMs: bad }), RangeError);
+  }
+});
