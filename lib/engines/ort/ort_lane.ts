@@ -288,12 +288,16 @@ export class OrtLane {
     }
     const quiet = options.quiet ?? false;
     if (quiet) this.#quietTimer = clear(this.#quietTimer);
-    const res = await this.#send(
-      { type: "run", reqId: 0, modelRef, ids, typeIds, lengths, quiet },
-      [ids.buffer, typeIds.buffer, lengths.buffer],
-      "engine_crashed",
-    );
-    if (quiet && this.#quietTwin) this.#armQuietRelease();
+    let res: OrtResponse;
+    try {
+      res = await this.#send(
+        { type: "run", reqId: 0, modelRef, ids, typeIds, lengths, quiet },
+        [ids.buffer, typeIds.buffer, lengths.buffer],
+        "engine_crashed",
+      );
+    } finally {
+      if (quiet && this.#quietTwin) this.#armQuietRelease();
+    }
     if (res.type !== "result") {
       throw new Error(`Unexpected ${res.type} reply to run. This is a bug`);
     }
