@@ -89,3 +89,66 @@ export function setProcessGroupNice(pgid: number, nice: number): void {
     );
   }
 }
+
+// The calling thread's own priority. Listing /proc/self/task (threadIds above) needs Deno's
+// --allow-all, which the launcher does not grant; these need only --allow-ffi. On Linux,
+// setpriority(PRIO_PROCESS, 0, n) sets the nice value of the calling thread alone (the kernel
+// resolves who = 0 to the current task, and the nice value is per thread under NPTL:
+// setpriority(2), BUGS), and threads that thread creates afterwards start with its value
+// (clone copies the creator's static priority). So a thread that lowers itself before it creates
+// a thread pool lowers the pool too.
+
+const THREAD_SYMBOLS = {
+  setpriority: { parameters: ["i32", "u32", "i32"], result: "i32" },
+  gettid: { parameters: [], result: "i32", optional: true },
+} as const;
+
+let threadLibc: Deno.DynamicLibrary<typeof THREAD_SYMBOLS> | undefined;
+
+function threadLib(): Deno.DynamicLibrary<typeof THREAD_SYMBOLS>["symbols"] {
+  threadLibc ??= Deno.dlopen("libc.so.6", THREAD_SYMBOLS);
+  return threadLibc.symbols;
+}
+
+/**
+ * Id of the calling thread through libc `gettid(2)` (Linux, glibc 2.30 or later), without
+ * reading /proc, so `--allow-ffi` is enough.
+ *
+ * @returns The kernel thread id, or undefined off Linux or where libc has no `gettid`.
+ * @throws {Deno.errors.NotCapable} without `--allow-ffi`.
+ */
+export function callingThreadId(): number | undefined {
+  if (Deno.build.os !== "linux") return undefined;
+  const gettid = threadLib().gettid;
+  return gettid === null ? undefined : gettid();
+}
+
+/**
+ * Sets the calling thread's nice value (Linux), and with it that of every thread it creates
+ * afterwards (a native library's thread pool, for instance). Other threads keep theirs.
+ *
+ * @param nice Integer −20 … 19. Raising it needs no privilege; lowering it below the current
+ *   value needs `CAP_SYS_NICE` or a matching `RLIMIT_NICE`.
+ * @throws {RangeError} when `nice` is not an integer in −20 … 19.
+ * @throws {Deno.errors.NotSupported} off Linux (thread nice values are a Linux notion).
+ * @throws {Deno.errors.NotCapable} without `--allow-ffi`.
+ * @throws {Error} when libc refuses; the message names the errno (`EACCES`, `EPERM`, …).
+ */
+export function setCallingThreadNice(nice: number): void {
+  if (!Number.isInteger(nice) || nice < -20 || nice > 19) {
+    throw new RangeError(
+      `Cannot set the thread's nice value: it must be an integer in -20..19: received ${nice}`,
+    );
+  }
+  if (Deno.build.os !== "linux") {
+    throw new Deno.errors.NotSupported(
+      `Cannot set the thread's nice value on ${Deno.build.os}: only Linux has per-thread nice values`,
+    );
+  }
+  if (threadLib().setpriority(PRIO_PROCESS, 0, nice) === 0) return;
+  throw new Error(
+    `Cannot set the thread's nice value to ${nice}: setpriority failed with ${
+      errnoText(lastErrno())
+    }`,
+  );
+}

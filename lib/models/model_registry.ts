@@ -13,7 +13,8 @@
  */
 import { SynapseError, toSynapseError } from "../contract/errors.ts";
 import type { ThreadPolicy } from "../identity/numeric_profile.ts";
-import { OrtLane } from "../engines/ort/ort_lane.ts";
+import type { OrtLane } from "../engines/ort/ort_lane.ts";
+import { createOrtLanes } from "../engines/ort/ort_lanes.ts";
 import type { OrtEngine } from "../engines/ort/ort_engine.ts";
 import type { Engine } from "../engines/engine.ts";
 import { Lane } from "../lanes/lane.ts";
@@ -42,8 +43,6 @@ export interface ModelRegistryOptions {
   estimatedExecutionMs?: number;
   /** onnxruntime intra-op threads per ORT thread. @default threadsForKnob(threadPolicy) */
   ortThreads?: number;
-  /** Nice value of the bulk ORT thread (0 … 19). @default 10 */
-  bulkNice?: number;
   /** Makes llama engines; without it a llama model fails to load with `backend_unavailable`. */
   llama?: LlamaEngineFactory;
   /** Threads of a llama worker. @default threadsForKnob(threadPolicy) */
@@ -131,21 +130,14 @@ export class ModelRegistry implements AsyncDisposable {
     const policy = options.threadPolicy ?? "balanced";
     const knob = typeof policy === "string" ? policy : "balanced";
     const threads = options.ortThreads ?? threadsForKnob(knob);
-    // The two threads share the machine's cores. onnxruntime's spinning threads are fastest when
-    // a lane runs alone but burn a sharing lane's CPU (measured on 2 cores: bulk kept 41% of its
-    // solo rate beside spinning queries, 91% beside blocking ones). So the bulk thread never
-    // spins, and the interactive thread has a spinning session for when it is alone and a quiet
-    // twin for while other engine work runs.
-    this.#ortInteractive = new OrtLane({
+    // The two threads share the machine's cores and memory: the policy (spinning, quiet twins,
+    // nice 10 for bulk, idle release) lives in createOrtLanes.
+    const lanes = createOrtLanes({
       intraOpThreads: threads,
-      allowSpinning: true,
-      quietTwin: true,
+      ...(options.log ? { log: options.log } : {}),
     });
-    this.#ortBulk = new OrtLane({
-      intraOpThreads: threads,
-      allowSpinning: false,
-      niceness: options.bulkNice ?? 10,
-    });
+    this.#ortInteractive = lanes.interactive;
+    this.#ortBulk = lanes.bulk;
     this.#ortInteractiveSched = new LaneScheduler({
       permits: Math.max(1, options.interactivePermits ?? 2),
       defaultRunMs: options.estimatedExecutionMs ?? 25,

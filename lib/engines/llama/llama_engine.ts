@@ -71,7 +71,7 @@ export interface LlamaEngineOptions {
   requestTimeoutMs?: number;
   /** GENERATE timeout, ms. @default 180000 */
   generateTimeoutMs?: number;
-  /** ms to wait for the worker to connect and for its HELLO. @default 5000 each */
+  /** ms to wait for the worker to connect, and then for its HELLO. @default 60000 each (config `worker.start_timeout_ms`) */
   acceptTimeoutMs?: number;
   helloTimeoutMs?: number;
   /** @default 2 crashes per 60 s */

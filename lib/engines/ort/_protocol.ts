@@ -22,9 +22,15 @@ export type OrtRequest =
     intraOpThreads: number;
     /** Let onnxruntime's intra-op threads spin between runs (faster alone, wasteful when lanes share cores). */
     allowSpinning: boolean;
-    /** Also create a twin session whose threads never spin (see {@link OrtRequest} `run.quiet`). */
+    /**
+     * Give quiet runs a twin session whose threads never spin (see {@link OrtRequest}
+     * `run.quiet`), created by the first quiet run.
+     */
     quietTwin: boolean;
-    /** Nice value for the session's threads (0: leave them be). */
+    /**
+     * Nice value for the worker thread and the session threads it creates (0: leave them be).
+     * Set once, before the worker's first session; see {@link OrtResponse} `loaded.priorityError`.
+     */
     niceness: number;
     /** `[rows, seq]` shapes run once at load to size the memory arena. */
     warmupShapes: [number, number][];
@@ -39,10 +45,12 @@ export type OrtRequest =
     typeIds: Int32Array;
     /** Tokens per row. */
     lengths: Int32Array;
-    /** Run on the quiet twin (another lane is busy on the same cores). */
+    /** Run on the quiet twin (another lane is busy on the same cores); creates it if needed. */
     quiet: boolean;
   }
   | { type: "unload"; reqId: number; modelRef: string }
+  /** Release every quiet twin (the next quiet run creates its model's twin again). */
+  | { type: "releaseQuiet"; reqId: number }
   | { type: "shutdown"; reqId: number };
 
 /** Worker → main. */
@@ -54,6 +62,12 @@ export type OrtResponse =
     inputNames: string[];
     outputNames: string[];
     coldLoadMs: number;
+    /** onnxruntime sessions alive in the worker after this request. */
+    sessions: number;
+    /** Nice value the worker thread (and the session threads it created) runs at. */
+    niceness: number;
+    /** Why the requested nice value could not be set; the model loaded all the same. */
+    priorityError?: string;
   }
   | {
     type: "result";
@@ -65,6 +79,8 @@ export type OrtResponse =
     nonFinite: Uint8Array;
     /** Milliseconds inside session.run (plus pooling). */
     runMs: number;
+    /** onnxruntime sessions alive in the worker after this request. */
+    sessions: number;
   }
-  | { type: "unloaded"; reqId: number }
+  | { type: "unloaded"; reqId: number; sessions: number }
   | { type: "error"; reqId: number; code: string; message: string };

@@ -8,13 +8,18 @@
 /// <reference lib="deno.worker" />
 import { ort } from "./_addon.ts";
 import { poolHiddenStates } from "./pooling.ts";
-import { currentThreadId, setThreadNice, threadIds } from "../../../ffi/priority.ts";
+import { setCallingThreadNice } from "../../../ffi/priority.ts";
+import { mallocTrim } from "../../../ffi/malloc_trim.ts";
 import type { OrtRequest, OrtResponse, OrtTask } from "./_protocol.ts";
 import type { Pooling } from "./pooling.ts";
 
 interface Loaded {
   session: ort.InferenceSession;
-  /** A twin whose threads never spin, used while another lane is busy on the same cores. */
+  /** model.onnx, for the quiet twin created later. */
+  path: string;
+  /** Whether quiet runs get a twin session (created by the first of them). */
+  quietTwin: boolean;
+  /** The twin: one thread, so nothing spins; runs while another lane is busy on the cores. */
   quiet?: ort.InferenceSession;
   task: OrtTask;
   pooling: Pooling;
@@ -27,16 +32,61 @@ interface Loaded {
 
 const sessions = new Map<string, Loaded>();
 
+/** Nice value this thread runs at (0 until a load asks for more and the kernel agrees). */
+let threadNice = 0;
+
+/**
+ * Lowers this Worker thread to `nice` before any session exists: onnxruntime creates a session's
+ * intra-op threads from the thread that creates the session, and on Linux a new thread starts
+ * with its creator's nice value, so the pools inherit it while the main thread keeps its own.
+ *
+ * @returns Why the value could not be set, or undefined when this thread now runs at `nice`.
+ */
+function lowerThisThread(nice: number): string | undefined {
+  if (nice <= threadNice) return undefined;
+  try {
+    setCallingThreadNice(nice);
+    threadNice = nice;
+    return undefined;
+  } catch (err) {
+    return err instanceof Error ? err.message : String(err);
+  }
+}
+
 function post(msg: OrtResponse, transfer: Transferable[] = []): void {
   self.postMessage(msg, transfer);
 }
 
+/** onnxruntime sessions alive in this worker (main sessions and quiet twins). */
+function sessionCount(): number {
+  let n = 0;
+  for (const m of sessions.values()) n += m.quiet ? 2 : 1;
+  return n;
+}
+
+async function release(m: Loaded | undefined): Promise<void> {
+  await m?.session.release();
+  await m?.quiet?.release();
+}
+
+/**
+ * After sessions are released: glibc keeps much of what onnxruntime freed (arena chunks,
+ * weights) in its heaps, still in RSS; hand it back. Best effort: memory, not correctness.
+ */
+function trimHeap(): void {
+  try {
+    mallocTrim();
+  } catch {
+    // No FFI or no glibc: the memory is reused by later sessions instead.
+  }
+}
+
 function createSession(
-  req: Extract<OrtRequest, { type: "load" }>,
+  path: string,
   spin: boolean,
   threads: number,
 ): Promise<ort.InferenceSession> {
-  return ort.InferenceSession.create(req.path, {
+  return ort.InferenceSession.create(path, {
     executionProviders: ["cpu"],
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
@@ -53,15 +103,8 @@ function createSession(
 
 async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
   const t0 = performance.now();
-  const before = req.niceness > 0 ? new Set(threadIds()) : undefined;
-  const session = await createSession(req, req.allowSpinning, req.intraOpThreads);
-  if (before !== undefined) {
-    // The session's intra-op threads are the ones that appeared while it was created: lower
-    // them (and this worker's own thread) so queries on the other lane run first.
-    for (const tid of threadIds()) if (!before.has(tid)) setThreadNice(tid, req.niceness);
-    const self = currentThreadId();
-    if (self !== undefined) setThreadNice(self, req.niceness);
-  }
+  const priorityError = lowerThisThread(req.niceness);
+  const session = await createSession(req.path, req.allowSpinning, req.intraOpThreads);
   const inputs = session.inputNames;
   if (!inputs.includes("input_ids")) {
     throw Object.assign(new Error(`model has no input_ids input (inputs: ${inputs.join(", ")})`), {
@@ -75,6 +118,8 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
     : (session.outputNames.includes("logits") ? "logits" : session.outputNames[0]!);
   const loaded: Loaded = {
     session,
+    path: req.path,
+    quietTwin: req.quietTwin,
     task: req.task,
     pooling: req.pooling,
     normalize: req.normalize,
@@ -93,22 +138,19 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
   const probe = await run(loaded, Int32Array.of(0), Int32Array.of(0), Int32Array.of(1));
   loaded.dims = probe.dims;
   // Warm-up at the micro-batch budget's extreme shapes, so the first real request does not pay
-  // for growing onnxruntime's memory arena.
-  // The quiet twin runs single-threaded: beside a busy lane, a query's parallel sections would
-  // wait on sibling threads the OS has not scheduled (2 cores: loaded p95 16 ms → 12 ms).
-  if (req.quietTwin) loaded.quiet = await createSession(req, false, 1);
+  // for growing onnxruntime's memory arena. The quiet twin is not created here (ort_lane.ts,
+  // "Memory"): the first quiet run creates it, and its arena grows to what quiet runs need.
   for (const [rows, len] of req.warmupShapes) {
-    for (const quiet of req.quietTwin ? [false, true] : [false]) {
-      await run(
-        loaded,
-        new Int32Array(rows * len),
-        new Int32Array(rows * len),
-        new Int32Array(rows).fill(len),
-        quiet,
-      );
-    }
+    await run(
+      loaded,
+      new Int32Array(rows * len),
+      new Int32Array(rows * len),
+      new Int32Array(rows).fill(len),
+    );
   }
+  const previous = sessions.get(req.modelRef);
   sessions.set(req.modelRef, loaded);
+  await release(previous);
   post({
     type: "loaded",
     reqId: req.reqId,
@@ -116,6 +158,9 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
     inputNames: inputs.slice(),
     outputNames: session.outputNames.slice(),
     coldLoadMs: performance.now() - t0,
+    sessions: sessionCount(),
+    niceness: threadNice,
+    ...(priorityError === undefined ? {} : { priorityError }),
   });
 }
 
@@ -185,6 +230,9 @@ async function run(
   };
   if (m.hasMask) feeds.attention_mask = new ort.Tensor("int64", maskT, dims2);
   if (m.hasTypeIds) feeds.token_type_ids = new ort.Tensor("int64", typeT, dims2);
+  // The quiet twin runs single-threaded: beside a busy lane, a query's parallel sections would
+  // wait on sibling threads the OS has not scheduled (2 cores: loaded p95 16 ms → 12 ms).
+  if (quiet && m.quietTwin) m.quiet ??= await createSession(m.path, false, 1);
   const session = quiet && m.quiet ? m.quiet : m.session;
   const out = await session.run(feeds, [m.output]);
   const tensor = out[m.output]!;
@@ -250,22 +298,30 @@ async function handle(req: OrtRequest): Promise<void> {
         dims: r.dims,
         nonFinite: r.nonFinite,
         runMs: performance.now() - t0,
+        sessions: sessionCount(),
       }, [r.data.buffer as ArrayBuffer, r.nonFinite.buffer as ArrayBuffer]);
       return;
     }
     case "unload": {
       const m = sessions.get(req.modelRef);
       sessions.delete(req.modelRef);
-      await m?.session.release();
-      await m?.quiet?.release();
-      post({ type: "unloaded", reqId: req.reqId });
+      await release(m);
+      trimHeap();
+      post({ type: "unloaded", reqId: req.reqId, sessions: sessionCount() });
+      return;
+    }
+    case "releaseQuiet": {
+      for (const m of sessions.values()) {
+        const twin = m.quiet;
+        m.quiet = undefined;
+        await twin?.release();
+      }
+      trimHeap();
+      post({ type: "unloaded", reqId: req.reqId, sessions: sessionCount() });
       return;
     }
     case "shutdown":
-      for (const m of sessions.values()) {
-        await m.session.release();
-        await m.quiet?.release();
-      }
+      for (const m of sessions.values()) await release(m);
       sessions.clear();
       self.close();
       return;

@@ -4,6 +4,46 @@
  * it micro-batches as transferable buffers. The main thread only packs ids and awaits replies, so
  * `/health`, admission and refusals stay instant while the engine is busy.
  *
+ * Memory. An onnxruntime session holds its own copy of the weights (with MLAS's prepacked
+ * matrices), its own CPU arena and its own intra-op threads. With the micro-batch warm-up
+ * (`[8, 512]` and `[64, 64]`) one session of the 0.4 MB tiny model holds about 70 MB (nearly all
+ * arena: attention scores of 8 × 512 × 512 per head), one of the 86 MB MiniLM-shaped encoder
+ * about 330 MB (about 110 MB weights, 220 MB arena). What was measured (2 cores, one process per
+ * configuration, speed in the same runs) and chosen:
+ *
+ * - Arena off (`enableCpuMemArena: false`): smaller right after warm-up (tiny +25 MB instead of
+ *   +75 MB) but after 300 varied shapes glibc kept more than the arena ever held (tiny 396 MB
+ *   against 270 MB, MiniLM 618 against 526), and runs got slower (`[8, 512]` 2.4× on tiny, +13%
+ *   on MiniLM; the varied traffic +15% to +60%). Kept on.
+ * - Memory pattern off (`enableMemPattern: false`): same RSS after warm-up, same MiniLM RSS after
+ *   varied traffic (tiny 206 MB against 270 MB), speed equal within this machine's noise. Left
+ *   at onnxruntime's default (on): no gain where the weights are large.
+ * - Spinning per run instead of a second session: not possible. onnxruntime fixes spinning when
+ *   it creates a session's thread pool (`session.intra_op.allow_spinning`,
+ *   `session.force_spinning_stop` are session options); its run options carry no thread or spin
+ *   setting (onnxruntime_run_options_config_keys.h: arena shrinkage, EP sync, QNN, CUDA graph),
+ *   and onnxruntime-node 1.30 passes only `logSeverityLevel` and `tag` to a run
+ *   (js/node/src/run_options_helper.cc), so even `memory.enable_memory_arena_shrinkage` is out
+ *   of reach. A quiet run therefore still needs its own session.
+ * - Sharing between sessions: not possible through onnxruntime-node. Its Env is created without
+ *   global thread pools (js/node/src/ort_singleton_data.cc), so
+ *   `session.use_per_session_threads: "0"` fails ("the env must be created with the
+ *   CreateEnvWithGlobalThreadPools API", inference_session.cc); it registers no shared
+ *   allocator (`session.use_env_allocators` finds none) and exposes neither `AddInitializer` nor
+ *   a prepacked-weights container, so weights cannot be shared either.
+ * - So the lane holds sessions only while they are used: the quiet twin is created by the first
+ *   quiet run (one thread, no warm-up: its arena grows to what quiet runs send) and released
+ *   after {@link OrtLaneOptions.quietTwinIdleMs}; a lane with
+ *   {@link OrtLaneOptions.idleUnloadMs} (the bulk lane, ort_lanes.ts) unloads idle models and
+ *   reloads them on the next run; after each release the worker calls glibc `malloc_trim`,
+ *   without which about 120 MB of the freed MiniLM sessions stayed in RSS.
+ *
+ * Per further configured model (bench/memory.ts, same run, against a bare onnxruntime-node
+ * process running the same shapes): before, Synapse held 2.0× (tiny and MiniLM) once loaded and
+ * 3.1× once a job had run; now 1.0× to 1.1× when loaded or idle, and 2.0× to 2.3× while a job
+ * and queries share the model (a bulk session and a twin beside the interactive one, by design:
+ * a query never waits for a bulk micro-batch).
+ *
  * @module
  */
 import { SynapseError } from "../../contract/errors.ts";
@@ -11,6 +51,7 @@ import type { ErrorCode } from "../../contract/errors.ts";
 import type { OrtRequest, OrtResponse, OrtTask } from "./_protocol.ts";
 import type { Pooling } from "./pooling.ts";
 import { ORT_VERSION } from "./_version.ts";
+import { type LogSink, stderrLog } from "../../log/log.ts";
 
 /** Load parameters of one ONNX model. */
 export interface OrtLoadSpec {
@@ -54,14 +95,35 @@ export interface OrtLaneOptions {
   /**
    * Give every model a second session whose threads never spin, for runs made while another
    * lane is busy on the same cores (`run(..., {quiet: true})`): a spinning session is fastest
-   * alone, a blocking one shares cores well. Costs a second copy of the weights. @default false
+   * alone, a blocking one shares cores well. The first quiet run creates a model's twin (it
+   * waits for that, a one-thread cold load); it costs a second copy of the weights plus the
+   * arena its runs need, until {@link OrtLaneOptions.quietTwinIdleMs} releases it.
+   * @default false
    */
   quietTwin?: boolean;
   /**
+   * Milliseconds without a quiet run after which the lane releases its quiet twins (the next
+   * quiet run creates them again). `Infinity` keeps them. @default 60_000
+   */
+  quietTwinIdleMs?: number;
+  /**
+   * Milliseconds without any request after which the lane unloads every model, keeping what it
+   * needs to load them again: the next run of a model pays its cold load (session creation and
+   * warm-up) first. For a lane whose work comes in bursts, such as durable jobs, so its sessions
+   * hold memory only while work arrives. `Infinity` keeps models loaded. @default Infinity
+   */
+  idleUnloadMs?: number;
+  /**
    * Nice value (0 … 19) for this lane's engine threads on Linux, so another lane's work runs
-   * first when both share the cores. @default 0
+   * first when both share the cores. The worker thread lowers itself before it creates its
+   * first session, and onnxruntime's intra-op threads, created by that thread, inherit the value
+   * (needs only `--allow-ffi`). Where it cannot be set (not Linux, no FFI, the kernel refuses)
+   * the model loads all the same, {@link OrtLane.load} reports the nice value actually in force,
+   * and the lane logs a `warn` line once per worker thread. @default 0
    */
   niceness?: number;
+  /** Module log (the priority warning above). @default stderrLog */
+  log?: LogSink;
 }
 
 /** Options of {@link OrtLane.run}. */
@@ -99,14 +161,33 @@ export class OrtLane {
   #spin: boolean;
   #quietTwin: boolean;
   #niceness: number;
+  #quietTwinIdleMs: number;
+  #idleUnloadMs: number;
+  #idleTimer: Timer | undefined;
+  #quietTimer: Timer | undefined;
+  #sessions = 0;
+  #log: LogSink;
+  #priorityWarned = false;
   #disposed = false;
   #inFlight = 0;
 
+  /**
+   * @throws {RangeError} when `quietTwinIdleMs` or `idleUnloadMs` is negative or NaN.
+   */
   constructor(options: OrtLaneOptions = {}) {
+    for (const key of ["quietTwinIdleMs", "idleUnloadMs"] as const) {
+      const v = options[key];
+      if (v !== undefined && !(v >= 0)) {
+        throw new RangeError(`Cannot create the ORT lane: '${key}' must be >= 0: received ${v}`);
+      }
+    }
+    this.#quietTwinIdleMs = options.quietTwinIdleMs ?? 60_000;
+    this.#idleUnloadMs = options.idleUnloadMs ?? Infinity;
     this.#threads = Math.max(1, options.intraOpThreads ?? navigator.hardwareConcurrency ?? 1);
     this.#spin = options.allowSpinning ?? true;
     this.#quietTwin = options.quietTwin ?? false;
     this.#niceness = Math.max(0, Math.min(19, options.niceness ?? 0));
+    this.#log = options.log ?? stderrLog;
   }
 
   /** onnxruntime intra-op threads of this lane. */
@@ -119,6 +200,14 @@ export class OrtLane {
     return this.#inFlight;
   }
 
+  /**
+   * onnxruntime sessions alive in the lane's worker (each loaded model's session, plus the quiet
+   * twins that exist), as of the worker's latest reply; 0 before the worker starts.
+   */
+  get residentSessions(): number {
+    return this.#sessions;
+  }
+
   /** True after {@link dispose}. */
   get disposed(): boolean {
     return this.#disposed;
@@ -127,11 +216,13 @@ export class OrtLane {
   /**
    * Loads a model into the lane's worker.
    *
-   * @returns Output width (hidden size for embed, 1 for rerank) and cold-load time in ms.
+   * @returns Output width (hidden size for embed, 1 for rerank), cold-load time in ms, and the
+   *   nice value the lane's engine threads run at (below the lane's `niceness` when it could not
+   *   be set; the lane has then logged why).
    * @throws {SynapseError} `artifact_invalid` when onnxruntime cannot open the file;
    *   `engine_crashed` when the worker dies.
    */
-  async load(spec: OrtLoadSpec): Promise<{ dims: number; coldLoadMs: number }> {
+  async load(spec: OrtLoadSpec): Promise<{ dims: number; coldLoadMs: number; niceness: number }> {
     this.#ensureNotDisposed();
     this.#specs.set(spec.modelRef, spec);
     const res = await this.#send(
@@ -156,7 +247,16 @@ export class OrtLane {
       throw new Error(`Unexpected ${res.type} reply to load. This is a bug`);
     }
     this.#loadedInWorker.add(spec.modelRef);
-    return { dims: res.dims, coldLoadMs: res.coldLoadMs };
+    if (res.priorityError !== undefined && !this.#priorityWarned) {
+      this.#priorityWarned = true;
+      this.#log(
+        "warn",
+        "ort",
+        `Cannot lower the ORT lane's engine threads to nice ${this.#niceness}: ${res.priorityError}; they run at nice ${res.niceness}, so this lane competes with the others as an equal`,
+        { niceness: this.#niceness, model: spec.modelRef },
+      );
+    }
+    return { dims: res.dims, coldLoadMs: res.coldLoadMs, niceness: res.niceness };
   }
 
   /**
@@ -186,11 +286,18 @@ export class OrtLane {
       lengths[i] = r.ids.length;
       o += r.ids.length;
     }
-    const res = await this.#send(
-      { type: "run", reqId: 0, modelRef, ids, typeIds, lengths, quiet: options.quiet ?? false },
-      [ids.buffer, typeIds.buffer, lengths.buffer],
-      "engine_crashed",
-    );
+    const quiet = options.quiet ?? false;
+    if (quiet) this.#quietTimer = clear(this.#quietTimer);
+    let res: OrtResponse;
+    try {
+      res = await this.#send(
+        { type: "run", reqId: 0, modelRef, ids, typeIds, lengths, quiet },
+        [ids.buffer, typeIds.buffer, lengths.buffer],
+        "engine_crashed",
+      );
+    } finally {
+      if (quiet && this.#quietTwin) this.#armQuietRelease();
+    }
     if (res.type !== "result") {
       throw new Error(`Unexpected ${res.type} reply to run. This is a bug`);
     }
@@ -217,6 +324,7 @@ export class OrtLane {
   dispose(): void {
     if (this.#disposed) return;
     this.#disposed = true;
+    this.#quietTimer = clear(this.#quietTimer);
     this.#killWorker(new SynapseError("disposed", "Cannot run: the ORT lane was disposed"));
   }
 
@@ -242,6 +350,7 @@ export class OrtLane {
   }
 
   #spawn(): Worker {
+    this.#priorityWarned = false;
     const w = new Worker(new URL("./_worker.ts", import.meta.url), { type: "module" });
     w.onmessage = (ev: MessageEvent<OrtResponse>) => {
       const msg = ev.data;
@@ -249,7 +358,9 @@ export class OrtLane {
       if (!p) return;
       this.#pending.delete(msg.reqId);
       this.#inFlight--;
+      if ("sessions" in msg) this.#sessions = msg.sessions;
       p.resolve(msg);
+      if (this.#inFlight === 0) this.#armIdleUnload();
     };
     w.onerror = (ev: ErrorEvent) => {
       ev.preventDefault();
@@ -273,6 +384,8 @@ export class OrtLane {
     const w = this.#worker;
     this.#worker = undefined;
     this.#loadedInWorker.clear();
+    this.#sessions = 0;
+    this.#idleTimer = clear(this.#idleTimer);
     w?.terminate();
     const pending = [...this.#pending.values()];
     this.#pending.clear();
@@ -280,7 +393,39 @@ export class OrtLane {
     for (const p of pending) p.reject(reason);
   }
 
+  /** After the last reply: unload every model once the lane has been idle `idleUnloadMs`. */
+  #armIdleUnload(): void {
+    // Armed even while nothing is marked loaded: a load's reply arrives before load() records
+    // the model, so the callback looks at what is loaded when it fires.
+    if (this.#idleUnloadMs === Infinity || this.#disposed) return;
+    this.#idleTimer = clear(this.#idleTimer);
+    this.#idleTimer = unrefTimeout(() => {
+      this.#idleTimer = undefined;
+      if (this.#inFlight > 0 || this.#disposed || !this.#worker) return;
+      if (this.#loadedInWorker.size === 0) return;
+      const refs = [...this.#loadedInWorker];
+      // Forgotten at once: a run arriving now reloads its model behind the unload (the worker
+      // answers in order), exactly as after a worker restart.
+      this.#loadedInWorker.clear();
+      for (const modelRef of refs) {
+        this.#send({ type: "unload", reqId: 0, modelRef }, [], "engine_crashed").catch(() => {});
+      }
+    }, this.#idleUnloadMs);
+  }
+
+  /** After a quiet run: release the twins once `quietTwinIdleMs` passes without another. */
+  #armQuietRelease(): void {
+    if (this.#quietTwinIdleMs === Infinity || this.#disposed) return;
+    this.#quietTimer = clear(this.#quietTimer);
+    this.#quietTimer = unrefTimeout(() => {
+      this.#quietTimer = undefined;
+      if (this.#disposed || !this.#worker) return;
+      this.#send({ type: "releaseQuiet", reqId: 0 }, [], "engine_crashed").catch(() => {});
+    }, this.#quietTwinIdleMs);
+  }
+
   #send(req: OrtRequest, transfer: Transferable[], errCode: ErrorCode): Promise<OrtResponse> {
+    this.#idleTimer = clear(this.#idleTimer);
     this.#worker ??= this.#spawn();
     const reqId = this.#nextId++;
     req.reqId = reqId;
@@ -306,4 +451,20 @@ export class OrtLane {
       throw new SynapseError("disposed", "Cannot use the ORT lane: it was disposed");
     }
   }
+}
+
+type Timer = ReturnType<typeof setTimeout>;
+
+/** Clears a timer; returns undefined, for `this.#timer = clear(this.#timer)`. */
+function clear(timer: Timer | undefined): undefined {
+  if (timer !== undefined) clearTimeout(timer);
+  return undefined;
+}
+
+/** A timeout that does not keep the process alive (finite delays above 2^31 − 1 ms clamped). */
+function unrefTimeout(fn: () => void, ms: number): Timer {
+  const id = setTimeout(fn, Math.min(ms, 2 ** 31 - 1));
+  // Deno's setTimeout returns a number (the Node typings in scope call it a Timeout).
+  Deno.unrefTimer(Number(id));
+  return id;
 }

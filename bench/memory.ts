@@ -1,0 +1,234 @@
+/**
+ * Memory per model: RSS of Synapse's two ORT lanes, built as the model registry builds them, next to
+ * a bare onnxruntime-node process holding the same model. Every figure comes from its own child
+ * process, all in one run, for the tiny fixture (fixtures/models/synapse-tiny-embed) and the
+ * MiniLM-shaped encoder (fixtures/bench/minilm-shaped).
+ *
+ *   deno task bench:memory [--model tiny|minilm|all] [--threads N] [--idle-ms 500]
+ *
+ * Each child reports its RSS (`Deno.memoryUsage().rss`, after a full GC of its main isolate) at
+ * each step; a step's cost is the RSS it added:
+ *
+ *   bare      one session with onnxruntime-node's defaults (arena, memory pattern) on the main
+ *             thread, the lanes' thread count, serving what the lanes serve: the load-time
+ *             warm-up shapes (lib/engines/ort/ort_engine.ts warmupShapes), one query and one bulk micro-batch
+ *   synapse   the lanes of lib/engines/ort/ort_lanes.ts createOrtLanes(), whose workers start
+ *             first (a load that fails starts a worker without a model); then `loaded`:
+ *             lane.load() plus a query, as the registry does at boot; `+bulk`: one micro-batch
+ *             on the bulk lane (its session loads on first use); `+quiet`: one query on the
+ *             quiet twin (what a query does while a bulk job runs)
+ *
+ * Both then load the same model again under a second name ("each further entry": what one more
+ * configured model of that size costs). A third child repeats the synapse steps with the lanes'
+ * idle times cut to `--idle-ms` and reports RSS once the lanes have released what idles (bulk
+ * sessions, quiet twins): what a model costs between bursts of work. Ratios divide figures
+ * measured in this run, Synapse's over bare's; the target is synapse / bare <= 1.3 per entry.
+ *
+ * @module
+ */
+import { parseArgs } from "node:util";
+import { fileURLToPath } from "node:url";
+import type { OrtLoadSpec, OrtRow } from "../lib/engines/ort/ort_lane.ts";
+import { createOrtLanes } from "../lib/engines/ort/ort_lanes.ts";
+import { threadsForKnob } from "../lib/models/model_registry.ts";
+import { warmupShapes } from "../lib/engines/ort/ort_engine.ts";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");
+const MODELS: Record<string, string> = {
+  tiny: `${ROOT}/fixtures/models/synapse-tiny-embed`,
+  minilm: `${ROOT}/fixtures/bench/minilm-shaped`,
+};
+const MAX_TOKENS = 512;
+/** One query: 16 tokens. */
+const QUERY: [number, number] = [1, 16];
+/** One bulk micro-batch: 32 rows of 128 tokens (4096 tokens, the micro-batch budget). */
+const BULK: [number, number] = [32, 128];
+
+const { values: args } = parseArgs({
+  args: Deno.args,
+  options: {
+    model: { type: "string", default: "all" },
+    threads: { type: "string" },
+    "idle-ms": { type: "string", default: "500" },
+    child: { type: "string" },
+    path: { type: "string" },
+  },
+  strict: true,
+});
+const threads = Number(args.threads ?? threadsForKnob("balanced"));
+const idleMs = Number(args["idle-ms"]);
+
+/** RSS in MB after a full GC of this isolate (children run with --expose-gc). */
+function rssMb(): number {
+  (globalThis as { gc?: () => void }).gc?.();
+  return Deno.memoryUsage().rss / 2 ** 20;
+}
+
+function rows([n, len]: [number, number]): OrtRow[] {
+  return Array.from({ length: n }, () => ({
+    ids: new Int32Array(len).fill(7),
+    typeIds: new Int32Array(len),
+  }));
+}
+
+/** Steps of one child: name → RSS in MB after it. */
+type Steps = Record<string, number>;
+
+async function bareChild(path: string): Promise<Steps> {
+  const steps: Steps = { start: rssMb() };
+  const ort = await import("onnxruntime-node");
+  // Initialise onnxruntime as the lanes' workers do before their first model (a failing load).
+  await ort.InferenceSession.create(new Uint8Array(16)).catch(() => {});
+  steps.runtime = rssMb();
+  function feeds([n, len]: [number, number]): Record<string, InstanceType<typeof ort.Tensor>> {
+    const size = n * len;
+    return {
+      input_ids: new ort.Tensor("int64", new BigInt64Array(size).fill(7n), [n, len]),
+      attention_mask: new ort.Tensor("int64", new BigInt64Array(size).fill(1n), [n, len]),
+      token_type_ids: new ort.Tensor("int64", new BigInt64Array(size), [n, len]),
+    };
+  }
+  for (const entry of ["entry1", "entry2"]) {
+    const session = await ort.InferenceSession.create(path, {
+      executionProviders: ["cpu"],
+      intraOpNumThreads: threads,
+      interOpNumThreads: 1,
+      graphOptimizationLevel: "all",
+    });
+    for (const shape of [...warmupShapes(MAX_TOKENS), QUERY, BULK]) {
+      const out = await session.run(feeds(shape));
+      for (const t of Object.values(out)) t.dispose();
+    }
+    steps[entry] = rssMb();
+  }
+  return steps;
+}
+
+async function synapseChild(path: string, idle: boolean): Promise<Steps> {
+  const steps: Steps = { start: rssMb() };
+  const lanes = createOrtLanes({
+    intraOpThreads: threads,
+    ...(idle ? { quietTwinIdleMs: idleMs, bulkIdleUnloadMs: idleMs } : {}),
+  });
+  using lane = lanes.interactive;
+  using bulkLane = lanes.bulk;
+  const none = { modelRef: "none", path: `${ROOT}/bench/memory.ts` } as const;
+  for (const l of [lane, bulkLane]) {
+    await l.load({ ...none, task: "embed", pooling: "mean", normalize: true }).catch(() => {});
+  }
+  steps.runtime = rssMb();
+  for (const entry of ["entry1", "entry2"]) {
+    const spec: OrtLoadSpec = {
+      modelRef: entry,
+      path,
+      task: "embed",
+      pooling: "mean",
+      normalize: true,
+      warmupShapes: warmupShapes(MAX_TOKENS),
+    };
+    await lane.load(spec);
+    bulkLane.register(spec);
+    await lane.run(entry, rows(QUERY));
+    steps[`${entry}.loaded`] = rssMb();
+    await bulkLane.run(entry, rows(BULK));
+    steps[`${entry}.bulk`] = rssMb();
+    await lane.run(entry, rows(QUERY), { quiet: true });
+    steps[`${entry}.quiet`] = rssMb();
+  }
+  if (idle) {
+    // Wait for the releases: one session per entry left on the interactive lane, none on bulk.
+    for (let i = 0; i < 600; i++) {
+      if (lane.residentSessions === 2 && bulkLane.residentSessions === 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    steps.idle = rssMb();
+  }
+  return steps;
+}
+
+if (args.child !== undefined) {
+  const steps = args.child === "bare"
+    ? await bareChild(args.path!)
+    : await synapseChild(args.path!, args.child === "synapse-idle");
+  console.log(JSON.stringify(steps));
+  Deno.exit(0);
+}
+
+async function runChild(kind: "bare" | "synapse" | "synapse-idle", path: string): Promise<Steps> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--quiet",
+      "--v8-flags=--expose-gc",
+      "--allow-read",
+      "--allow-env",
+      "--allow-ffi",
+      "--allow-sys",
+      fileURLToPath(import.meta.url),
+      "--child",
+      kind,
+      "--path",
+      path,
+      "--threads",
+      String(threads),
+      "--idle-ms",
+      String(idleMs),
+    ],
+    stdout: "piped",
+    stderr: "inherit",
+  }).output();
+  if (!out.success) throw new Error(`${kind} child failed (exit ${out.code})`);
+  return JSON.parse(new TextDecoder().decode(out.stdout).trim().split("\n").at(-1)!);
+}
+
+const mb = (x: number): string => `${x.toFixed(1).padStart(7)} MB`;
+const ratio = (a: number, b: number): string => `${(a / b).toFixed(2)}x`;
+
+console.log(`intra-op threads ${threads}; RSS added per step, MB (2^20 bytes)`);
+const wanted = args.model === "all" ? Object.keys(MODELS) : [args.model!];
+for (const name of wanted) {
+  const dir = MODELS[name];
+  if (dir === undefined) throw new RangeError(`Unknown --model '${name}': use tiny, minilm or all`);
+  const path = `${dir}/model.onnx`;
+  try {
+    await Deno.stat(path);
+  } catch {
+    console.log(`\n${name}: missing ${path} (run ./scripts/setup); skipped`);
+    continue;
+  }
+  const bare = await runChild("bare", path);
+  const syn = await runChild("synapse", path);
+  const synIdle = await runChild("synapse-idle", path);
+  const bareFirst = bare.entry1! - bare.runtime!;
+  const bareNext = bare.entry2! - bare.entry1!;
+  console.log(`\n${name} (${(Deno.statSync(path).size / 2 ** 20).toFixed(1)} MB model file)`);
+  console.log(
+    `  runtime (no model)   bare ${mb(bare.runtime! - bare.start!)}   synapse lanes ${
+      mb(syn.runtime! - syn.start!)
+    }`,
+  );
+  for (
+    const [label, from, at, bareCost] of [
+      ["first entry", "runtime", "entry1", bareFirst],
+      ["each further entry", "entry1.quiet", "entry2", bareNext],
+    ] as const
+  ) {
+    console.log(`  ${label}: bare ${mb(bareCost)}`);
+    let prev = syn[from]!;
+    for (const step of ["loaded", "bulk", "quiet"]) {
+      const v = syn[`${at}.${step}`]!;
+      const total = v - syn[from]!;
+      console.log(
+        `    synapse ${(step === "loaded" ? "loaded" : `+${step}`).padEnd(7)} ${mb(v - prev)}` +
+          `   total ${mb(total)}   synapse / bare ${ratio(total, bareCost)}`,
+      );
+      prev = v;
+    }
+  }
+  const idleTotal = synIdle.idle! - synIdle.runtime!;
+  const bareBoth = bare.entry2! - bare.runtime!;
+  console.log(
+    `  both entries, after the idle release (idle times ${idleMs} ms): bare ${mb(bareBoth)}` +
+      `   synapse ${mb(idleTotal)}   synapse / bare ${ratio(idleTotal, bareBoth)}`,
+  );
+}
