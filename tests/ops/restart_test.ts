@@ -22,13 +22,23 @@ async function startServer(env: Record<string, string>): Promise<Server> {
     clearEnv: true,
     stdin: "null",
     stdout: "piped",
-    stderr: "null",
+    stderr: "piped",
   }).spawn();
+  // Kept for the failure message (a server that exits says why on stderr).
+  let stderr = "";
+  void (async () => {
+    for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
+      stderr = (stderr + chunk).slice(-4096);
+    }
+  })();
   const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
   while (true) {
     const { value, done } = await reader.read();
-    if (done) throw new Error(`server exited before listening: ${buf}`);
+    if (done) {
+      const st = await child.status;
+      throw new Error(`server exited before listening (${st.code}): ${buf}\n${stderr}`);
+    }
     buf += value;
     const m = buf.match(/listening on (http:\/\/\S+)/);
     if (m) {
