@@ -87,6 +87,13 @@ export interface ProbeMachineProfileOptions {
    * @default {2000}
    */
   timeoutMs?: number;
+  /**
+   * Arms the budget timer of one probe: calls `expire` once `ms` milliseconds have passed, unless
+   * the returned function disarms it first. Tests inject one to expire a budget on cue.
+   *
+   * @default {setTimeout, disarmed by clearTimeout}
+   */
+  armTimer?: (ms: number, expire: () => void) => () => void;
 }
 
 const RAM_CLASS_LIMITS_GIB = [4, 8, 16, 32, 64, 128, 256] as const;
@@ -245,10 +252,11 @@ export async function probeMachineProfile(
   const run = options.run ?? runCommand;
   const os = options.os ?? Deno.build.os;
   const timeoutMs = options.timeoutMs ?? 2000;
+  const armTimer = options.armTimer ?? armSystemTimer;
   const arch = rustArch(options.arch ?? Deno.build.arch);
   const engine_identities = [...(options.engineIdentities ?? [])];
   const probe = (command: string, args: readonly string[]): Promise<string> =>
-    probeCommand(run, command, args, timeoutMs);
+    probeCommand(run, command, args, { timeoutMs, armTimer });
 
   const override = get("SYNAPSE_OS_BUILD_OVERRIDE");
   if (os === "darwin") {
@@ -283,23 +291,31 @@ export async function probeMachineProfile(
   return { os_build, arch, chip_model, ram_class: "unknown", engine_identities };
 }
 
+function armSystemTimer(ms: number, expire: () => void): () => void {
+  const timer = setTimeout(expire, ms);
+  return function disarm(): void {
+    clearTimeout(timer);
+  };
+}
+
 async function probeCommand(
   run: CommandRunner,
   command: string,
   args: readonly string[],
-  timeoutMs: number,
+  budget: { timeoutMs: number; armTimer: (ms: number, expire: () => void) => () => void },
 ): Promise<string> {
+  const { timeoutMs, armTimer } = budget;
   const label = [command, ...args].join(" ");
   const controller = new AbortController();
-  let timer: ReturnType<typeof setTimeout> | undefined;
+  let disarm: (() => void) | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
+    disarm = armTimer(timeoutMs, () => {
       const reason = new Error(
         `Cannot probe machine profile: '${label}' timed out after ${timeoutMs} ms`,
       );
       controller.abort(reason);
       reject(reason);
-    }, timeoutMs);
+    });
   });
   let output: string;
   try {
@@ -309,7 +325,7 @@ async function probeCommand(
     const message = err instanceof Error ? err.message : String(err);
     throw new Error(`Cannot probe machine profile: '${label}' failed: ${message}`, { cause: err });
   } finally {
-    clearTimeout(timer);
+    disarm?.();
   }
   const trimmed = typeof output === "string" ? output.trim() : "";
   if (trimmed === "") {

@@ -129,21 +129,26 @@ Deno.test("serveHttp() sets Retry-After and retry-after-ms on a transient refusa
 });
 
 Deno.test("serveHttp() passes the request's signal to the call, so a client that goes away aborts it", async () => {
+  let callStarted!: () => void;
+  const started = new Promise<void>((resolve) => callStarted = resolve);
   let sawAbort!: (aborted: boolean) => void;
   const aborted = new Promise<boolean>((resolve) => sawAbort = resolve);
   const backend = {
     ...fakeBackend([]),
     call(_method: string, _params: unknown, options: { signal?: AbortSignal } = {}) {
       return new Promise<OpOutcome>((resolve) => {
-        const timer = setTimeout(() => {
+        // Only a watchdog, so that a server that never aborts fails instead of hanging: the
+        // test passes on the abort event, however long the machine takes to deliver it.
+        const watchdog = setTimeout(() => {
           sawAbort(false);
           resolve({ kind: "result", body: { result: {} } });
-        }, 5000);
+        }, 30_000);
         options.signal?.addEventListener("abort", () => {
-          clearTimeout(timer);
+          clearTimeout(watchdog);
           sawAbort(true);
           resolve({ kind: "result", body: { result: {} } });
         }, { once: true });
+        callStarted();
       });
     },
   } as unknown as HttpBackend;
@@ -155,7 +160,8 @@ Deno.test("serveHttp() passes the request's signal to the call, so a client that
       body: '{"text":"x"}',
       signal: client.signal,
     });
-    setTimeout(() => client.abort(), 50);
+    await started; // the call is running, its abort listener in place: now the client goes away
+    client.abort();
     await assert.rejects(res);
     assert.equal(await aborted, true);
   } finally {

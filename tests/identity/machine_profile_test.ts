@@ -255,6 +255,9 @@ Deno.test("probeMachineProfile() refuses boot when macOS memsize is not a number
 });
 
 Deno.test("probeMachineProfile() refuses boot when a probe exceeds its budget", async () => {
+  // The runner hangs until aborted; the budget timer is ours, expired once the probe is running.
+  let started!: () => void;
+  const running = new Promise<void>((resolve) => started = resolve);
   let aborted = false;
   const hang: CommandRunner = (_command, _args, { signal }) =>
     new Promise((_, reject) => {
@@ -262,14 +265,24 @@ Deno.test("probeMachineProfile() refuses boot when a probe exceeds its budget", 
         aborted = true;
         reject(signal.reason);
       });
+      started();
     });
-  const started = performance.now();
-  await assert.rejects(
-    probeMachineProfile({ env: {}, run: hang, os: "linux", timeoutMs: 50 }),
-    /'uname -sr' timed out after 50 ms/,
-  );
+  const armed: number[] = [];
+  let expire: (() => void) | undefined;
+  let disarmed = 0;
+  const armTimer = (ms: number, onExpire: () => void) => {
+    armed.push(ms);
+    expire = onExpire;
+    return () => void disarmed++;
+  };
+  const probing = probeMachineProfile({ env: {}, run: hang, os: "linux", timeoutMs: 50, armTimer });
+  await running;
+  assert.deepStrictEqual(armed, [50], "one probe running, its budget armed at timeoutMs");
+  assert.ok(!aborted, "nothing aborts before the budget expires");
+  expire!();
+  await assert.rejects(probing, /'uname -sr' timed out after 50 ms/);
   assert.ok(aborted, "the runner's signal was aborted");
-  assert.ok(performance.now() - started < 1000);
+  assert.strictEqual(disarmed, 1, "the expired timer is released");
 });
 
 Deno.test("probeMachineProfile() times out a runner that ignores its signal", async () => {

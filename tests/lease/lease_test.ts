@@ -31,20 +31,42 @@ Deno.test("acquireLease() refuses a second holder with module_not_initialized na
 Deno.test("a lease held by a killed process is free again", async () => {
   const dir = await Deno.makeTempDir();
   const path = `${dir}/y.lease`;
-  // flock(1) from util-linux holds the lock (-o: not inherited by its command); we SIGKILL it.
-  const child = new Deno.Command("flock", { args: ["-o", "-x", path, "sleep", "30"] }).spawn();
-  let held = false;
-  for (let i = 0; i < 50 && !held; i++) {
-    await new Promise((r) => setTimeout(r, 50));
-    try {
-      (await acquireLease(dir, "y.lease", "singleton")).release();
-    } catch {
-      held = true;
-    }
+  // flock(1) from util-linux takes the lock, then runs `sh`, which prints its pid: once that line
+  // arrives the lock is held, no polling. -o: the lock is flock's alone, not inherited by the
+  // command, so killing flock frees it while `sleep` (the same pid as `sh`) lives on.
+  const child = new Deno.Command("flock", {
+    args: ["-o", "-x", path, "sh", "-c", "echo $$; exec sleep 30"],
+    stdout: "piped",
+  }).spawn();
+  let childExited = false;
+  const lines = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let printed = "";
+  while (!printed.includes("\n")) {
+    const { value, done } = await lines.read();
+    if (done) break;
+    printed += value;
   }
-  assert.ok(held, "the child took the lock");
-  child.kill("SIGKILL");
-  await child.status;
-  (await acquireLease(dir, "y.lease", "singleton")).release();
-  await Deno.remove(dir, { recursive: true });
+  await lines.cancel();
+  const sleeper = Number(printed.trim());
+  try {
+    assert.ok(Number.isInteger(sleeper) && sleeper > 0, `flock's command printed ${printed}`);
+    await assert.rejects(
+      acquireLease(dir, "y.lease", "singleton"),
+      SynapseError,
+      "flock holds the lease",
+    );
+    child.kill("SIGKILL");
+    await child.status;
+    childExited = true;
+    (await acquireLease(dir, "y.lease", "singleton")).release();
+  } finally {
+    if (!childExited) {
+      try {
+        child.kill("SIGKILL");
+      } catch { /* it already exited */ }
+      await child.status;
+    }
+    if (sleeper > 0) Deno.kill(sleeper, "SIGKILL");
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -181,6 +181,29 @@ const DEFAULT_MAX_RULES = 1024;
  * ```
  */
 export function checkGbnf(source: string, options: CheckGbnfOptions = {}): CheckedGrammar {
+  return checkGbnfCountingSteps(source, { steps: 0 }, options);
+}
+
+/**
+ * {@link checkGbnf}, counting the checker's work into `work.steps`: one step per iteration of any
+ * of its loops (a character scanned, a symbol copied or visited, a rule or alternative walked),
+ * and per character a refusal's position is computed over. The count is deterministic, so tests
+ * can bound the checker's cost (no blow-up on hostile grammars) without a clock.
+ *
+ * Internal: for tests; not part of Synapse's API, and what counts as a step may change.
+ *
+ * @param source The grammar text, as for {@link checkGbnf}.
+ * @param work Receives the steps taken, added to `work.steps`, also when the grammar is refused.
+ * @param options Size limits, as for {@link checkGbnf}.
+ * @returns What {@link checkGbnf} returns.
+ * @throws {SynapseError} What {@link checkGbnf} throws.
+ * @throws {RangeError} What {@link checkGbnf} throws.
+ */
+export function checkGbnfCountingSteps(
+  source: string,
+  work: { steps: number },
+  options: CheckGbnfOptions = {},
+): CheckedGrammar {
   const maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES;
   const maxRules = options.maxRules ?? DEFAULT_MAX_RULES;
   if (!Number.isSafeInteger(maxBytes) || maxBytes < 1) {
@@ -194,10 +217,10 @@ export function checkGbnf(source: string, options: CheckGbnfOptions = {}): Check
     );
   }
   if (typeof source !== "string") {
-    throw refusal("", "syntax", "expected a string", 0, undefined);
+    throw refusal("", "syntax", "expected a string", 0, undefined, work);
   }
-  checkEncoding(source, maxBytes);
-  const parser = new GbnfParser(source, maxRules);
+  checkEncoding(source, maxBytes, work);
+  const parser = new GbnfParser(source, maxRules, work);
   const rules = parser.parse();
   return { source, rules, root: "root" };
 }
@@ -205,13 +228,16 @@ export function checkGbnf(source: string, options: CheckGbnfOptions = {}): Check
 // ---------------------------------------------------------------------------------------------
 // Errors and positions
 
+/** The refusal of `source` at UTF-16 index `at`; computing its position costs `at` steps. */
 function refusal(
   source: string,
   reason: GbnfErrorReason,
   what: string,
   at: number,
   rule: string | undefined,
+  work: { steps: number },
 ): SynapseError {
+  work.steps += Math.min(at, source.length);
   const { line, column } = positionOf(source, at);
   const details: Record<string, unknown> = { field: "grammar", reason, line, column };
   if (rule !== undefined) details.rule = rule;
@@ -247,30 +273,31 @@ function isHighSurrogate(source: string, i: number): boolean {
 }
 
 /** Refuses oversize sources, lone surrogates and NUL before parsing. */
-function checkEncoding(source: string, maxBytes: number): void {
+function checkEncoding(source: string, maxBytes: number, work: { steps: number }): void {
   // Every UTF-16 code unit is at least one UTF-8 byte: no need to measure a huge string.
   if (source.length > maxBytes) {
-    throw refusal(source, "too_large", `more than ${maxBytes} bytes`, 0, undefined);
+    throw refusal(source, "too_large", `more than ${maxBytes} bytes`, 0, undefined, work);
   }
   let bytes = 0;
   for (let i = 0; i < source.length; i++) {
+    work.steps += 1;
     const c = source.charCodeAt(i);
-    if (c === 0) throw refusal(source, "nul", "NUL character", i, undefined);
+    if (c === 0) throw refusal(source, "nul", "NUL character", i, undefined, work);
     if (c >= 0xd800 && c <= 0xdbff) {
       const d = source.charCodeAt(i + 1);
       if (!(d >= 0xdc00 && d <= 0xdfff)) {
-        throw refusal(source, "invalid_utf8", `lone surrogate ${hex(c)}`, i, undefined);
+        throw refusal(source, "invalid_utf8", `lone surrogate ${hex(c)}`, i, undefined, work);
       }
       bytes += 4;
       i++;
     } else if (c >= 0xdc00 && c <= 0xdfff) {
-      throw refusal(source, "invalid_utf8", `lone surrogate ${hex(c)}`, i, undefined);
+      throw refusal(source, "invalid_utf8", `lone surrogate ${hex(c)}`, i, undefined, work);
     } else {
       bytes += c < 0x80 ? 1 : c < 0x800 ? 2 : 3;
     }
   }
   if (bytes > maxBytes) {
-    throw refusal(source, "too_large", `${bytes} bytes exceed max ${maxBytes}`, 0, undefined);
+    throw refusal(source, "too_large", `${bytes} bytes exceed max ${maxBytes}`, 0, undefined, work);
   }
 }
 
@@ -337,19 +364,23 @@ class GbnfParser {
   #elements = 0;
   /** User rule being parsed. */
   #rule: string | undefined;
+  /** Steps taken (see {@link checkGbnfCountingSteps}): one per loop iteration. */
+  readonly #work: { steps: number };
 
-  constructor(source: string, maxRules: number) {
+  constructor(source: string, maxRules: number, work: { steps: number }) {
     this.#src = source;
     this.#maxRules = maxRules;
+    this.#work = work;
   }
 
   parse(): string[] {
     this.#space(true);
     if (this.#pos >= this.#src.length) {
-      throw refusal(this.#src, "empty_grammar", "it defines no rules", 0, undefined);
+      throw this.#fail("empty_grammar", "it defines no rules", 0);
     }
     while (this.#pos < this.#src.length) this.#parseRule();
     this.#rule = undefined;
+    this.#work.steps += this.#refs.length;
     for (const ref of this.#refs) {
       if (!this.#rules[this.#ids.get(ref.name)!]!.defined) {
         throw this.#fail("undefined_rule", `rule '${ref.name}' is not defined`, ref.at, ref.name);
@@ -363,7 +394,7 @@ class GbnfParser {
   }
 
   #fail(reason: GbnfErrorReason, what: string, at: number, rule = this.#rule): SynapseError {
-    return refusal(this.#src, reason, what, at, rule);
+    return refusal(this.#src, reason, what, at, rule, this.#work);
   }
 
   #syntax(expected: string, at = this.#pos): SynapseError {
@@ -378,11 +409,13 @@ class GbnfParser {
   #space(newlines: boolean): void {
     const s = this.#src;
     for (;;) {
+      this.#work.steps++;
       const c = s[this.#pos];
       if (c === " " || c === "\t" || (newlines && (c === "\r" || c === "\n"))) {
         this.#pos++;
       } else if (c === "#") {
         while (this.#pos < s.length && s[this.#pos] !== "\r" && s[this.#pos] !== "\n") {
+          this.#work.steps++;
           this.#pos++;
         }
       } else {
@@ -394,6 +427,7 @@ class GbnfParser {
   #name(): string {
     const start = this.#pos;
     while (isWordChar(this.#peek())) this.#pos++;
+    this.#work.steps += this.#pos - start;
     return this.#src.slice(start, this.#pos);
   }
 
@@ -460,6 +494,7 @@ class GbnfParser {
   #parseAlternates(nested: boolean): Sym[][] {
     const alts = [this.#parseSequence(nested)];
     while (this.#peek() === "|") {
+      this.#work.steps++;
       this.#pos++;
       this.#space(true);
       alts.push(this.#parseSequence(nested));
@@ -471,6 +506,7 @@ class GbnfParser {
   #parseSequence(nested: boolean): Sym[] {
     const seq: SequenceState = { syms: [], lastStart: 0, lastElems: 0, nPrev: 1 };
     for (;;) {
+      this.#work.steps++;
       const c = this.#peek();
       const at = this.#pos;
       if (c === '"') {
@@ -519,6 +555,7 @@ class GbnfParser {
     const start = this.#pos++;
     let length = 0;
     for (;;) {
+      this.#work.steps++;
       const c = this.#peek();
       if (c === "") throw this.#fail("syntax", "unterminated string literal", start);
       if (c === '"') break;
@@ -538,6 +575,7 @@ class GbnfParser {
     if (this.#peek() === "^") this.#pos++;
     let elems = 0;
     while (this.#peek() !== "]") {
+      this.#work.steps++;
       if (this.#peek() === "") throw this.#fail("syntax", "unterminated character class", start);
       const loAt = this.#pos;
       const lo = this.#char();
@@ -609,6 +647,7 @@ class GbnfParser {
   }
 
   #hex(digits: number, at: number): number {
+    this.#work.steps += digits;
     const text = this.#src.slice(this.#pos, this.#pos + digits);
     if (text.length !== digits || ![...text].every(isHexDigit)) {
       throw this.#fail(
@@ -681,6 +720,7 @@ class GbnfParser {
     if (!isDigit(this.#peek())) throw this.#syntax("an integer");
     const start = this.#pos;
     while (isDigit(this.#peek())) this.#pos++;
+    this.#work.steps += this.#pos - start;
     return this.#pos - start > 7
       ? Number.MAX_SAFE_INTEGER
       : Number(this.#src.slice(start, this.#pos));
@@ -711,6 +751,7 @@ class GbnfParser {
     this.#addElements((min === 0 ? -s : (min - 1) * s) + nOpt * (s + 2) + refs, at);
     this.#symbolCount += nOpt;
     const prev = seq.syms.slice(seq.lastStart);
+    this.#work.steps += prev.length;
     if (min === 0) seq.syms.length = seq.lastStart;
     if (nOpt > 0) {
       const id = this.#newRule(this.#rule!, "repeat");
@@ -735,8 +776,11 @@ class GbnfParser {
     const altRule: number[] = [];
     const uses: number[][] = Array.from({ length: n }, () => []); // rule -> alternatives using it
     const queue: number[] = [];
+    const work = this.#work;
     for (let r = 0; r < n; r++) {
+      work.steps++;
       for (const alt of rules[r]!.alts) {
+        work.steps += 1 + 2 * alt.length; // the terminal scan, then the uses
         if (alt.some((sym) => sym.rule === TERMINAL)) continue;
         const a = pending.length;
         pending.push(alt.length);
@@ -749,7 +793,9 @@ class GbnfParser {
       }
     }
     while (queue.length > 0) {
+      work.steps++;
       for (const a of uses[queue.pop()!]!) {
+        work.steps++;
         if (--pending[a]! === 0 && !nullable[altRule[a]!]) {
           nullable[altRule[a]!] = true;
           queue.push(altRule[a]!);
@@ -757,9 +803,12 @@ class GbnfParser {
       }
     }
     const edges: Sym[][] = rules.map((rule) => {
+      work.steps++;
       const out: Sym[] = [];
       for (const alt of rule.alts) {
+        work.steps++;
         for (const sym of alt) {
+          work.steps++;
           if (sym.rule === TERMINAL) break;
           out.push(sym);
           if (!nullable[sym.rule]) break;
@@ -769,16 +818,19 @@ class GbnfParser {
     });
     const state = new Uint8Array(n); // 0 unvisited, 1 on the stack, 2 done
     for (let root = 0; root < n; root++) {
+      work.steps++;
       if (state[root] !== 0) continue;
       const stack: { rule: number; next: number }[] = [{ rule: root, next: 0 }];
       state[root] = 1;
       while (stack.length > 0) {
+        work.steps++;
         const top = stack[stack.length - 1]!;
         const edge = edges[top.rule]![top.next++];
         if (edge === undefined) {
           state[top.rule] = 2;
           stack.pop();
         } else if (state[edge.rule] === 1) {
+          work.steps += stack.length;
           const from = stack.findIndex((frame) => frame.rule === edge.rule);
           this.#leftRecursion(stack.slice(from).map((frame) => frame.rule), edge);
         } else if (state[edge.rule] === 0) {
@@ -800,6 +852,7 @@ class GbnfParser {
       );
     }
     const names: string[] = [];
+    this.#work.steps += cycle.length + 1;
     for (const r of [...cycle, closing.rule]) {
       const owner = this.#rules[r]!.owner;
       if (names[names.length - 1] !== owner) names.push(owner);

@@ -1,6 +1,11 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { checkGbnf, type GbnfErrorReason } from "../../../lib/engines/llama/gbnf.ts";
+import {
+  checkGbnf,
+  checkGbnfCountingSteps,
+  type GbnfErrorReason,
+  MAX_ELEMENTS,
+} from "../../../lib/engines/llama/gbnf.ts";
 import { SynapseError } from "../../../lib/contract/errors.ts";
 
 /** Repo root: the llama.cpp probe runs there so that `node-llama-cpp` resolves. */
@@ -939,15 +944,25 @@ function fuzzCorpus(seed: number): string[] {
 
 const FUZZ = fuzzCorpus(0x5eed);
 
-Deno.test("checkGbnf() throws only invalid_request on 5000 fuzzed grammars, each within 50 ms", () => {
+/**
+ * Work budget of one check, in checkGbnfCountingSteps() steps: linear in the source, plus a
+ * fixed allowance for the repetition rewrite, whose copies are bounded by MAX_ELEMENTS rather
+ * than by the source (`"a"+++…` copies a growing suffix at each `+`). Measured on FUZZ: at most
+ * 17 steps per character (`"a"???…`), and about 3 per element (`"a"` and 440 `+`, 298k steps).
+ * A blow-up (a rescan, a revisit, a quadratic walk) over a 64 KB source or 1024 rules exceeds it.
+ */
+function stepBudget(source: string): number {
+  return 24 * (source.length + 1) + 4 * MAX_ELEMENTS;
+}
+
+Deno.test("checkGbnf() throws only invalid_request on 5000 fuzzed grammars, each within a linear step budget", () => {
   assert.equal(FUZZ.length, 5000);
   const seen = new Map<string, number>();
-  let slowest = 0;
   for (const source of FUZZ) {
-    const start = performance.now();
+    const work = { steps: 0 };
     let reason = "accepted";
     try {
-      const checked = checkGbnf(source);
+      const checked = checkGbnfCountingSteps(source, work);
       assert.equal(checked.source, source);
       assert.ok(checked.rules.includes("root"));
     } catch (err) {
@@ -965,14 +980,40 @@ Deno.test("checkGbnf() throws only invalid_request on 5000 fuzzed grammars, each
       assert.ok(Number.isInteger(d.column) && (d.column as number) >= 1);
       assert.ok(err.message.endsWith(` at line ${d.line} column ${d.column}`), err.message);
     }
-    const ms = performance.now() - start;
-    slowest = Math.max(slowest, ms);
-    assert.ok(ms < 50, `${ms.toFixed(1)} ms on ${JSON.stringify(source.slice(0, 200))}`);
+    assert.ok(
+      work.steps <= stepBudget(source),
+      `${work.steps} steps (budget ${stepBudget(source)}) on ${
+        JSON.stringify(source.slice(0, 200))
+      }`,
+    );
     seen.set(reason, (seen.get(reason) ?? 0) + 1);
   }
   // The corpus has teeth: plenty accepted, most reasons exercised.
   assert.ok((seen.get("accepted") ?? 0) >= 500, JSON.stringify([...seen]));
   assert.ok(seen.size >= 14, JSON.stringify([...seen]));
+});
+
+Deno.test("checkGbnfCountingSteps() counts work that grows with the grammar", () => {
+  const steps = (source: string): number => {
+    const work = { steps: 0 };
+    try {
+      checkGbnfCountingSteps(source, work);
+    } catch (err) {
+      if (!(err instanceof SynapseError)) throw err;
+    }
+    return work.steps;
+  };
+  // Linear in the source: ten times the literal, about ten times the steps.
+  const short = steps(`root ::= "${"a".repeat(1000)}"`);
+  const long = steps(`root ::= "${"a".repeat(10_000)}"`);
+  assert.ok(long > 9 * short && long < 11 * short, `${short} -> ${long}`);
+  // The repetition rewrite's copies count too, and stay within the budget's allowance.
+  const plus = `root ::= "a"${"+".repeat(440)}`;
+  assert.ok(steps(plus) > 100 * plus.length, `${steps(plus)}`);
+  assert.ok(steps(plus) <= stepBudget(plus));
+  // Refusals count the work done before them, positions included.
+  const late = `root ::= "${"a".repeat(10_000)}" \\q`;
+  assert.ok(steps(late) > 2 * 10_000, `${steps(late)}`);
 });
 
 Deno.test({
