@@ -54,10 +54,27 @@ export interface EncodeOptions {
   fullTokenizeMaxChars?: number;
 }
 
-/** Options of {@link SanitizedTokenizer.encodePairs}. */
-export interface EncodePairsOptions extends Omit<EncodeOptions, "itemId"> {
-  /** Item id of each document, named in its `sequence_too_long` refusal. */
+/** Options of {@link SanitizedTokenizer.encodeMany} and {@link SanitizedTokenizer.encodePairs}. */
+export interface EncodeManyOptions extends Omit<EncodeOptions, "itemId"> {
+  /** Item id of each text, named in its `sequence_too_long` refusal. */
   itemIds?: readonly (string | undefined)[];
+  /**
+   * Plans from {@link SanitizedTokenizer.planMany} with the same options, one per text (a
+   * missing one is planned here). The text of a `prefix` plan may already be cut.
+   */
+  plans?: readonly (EncodePlan | undefined)[];
+  /** The query of (query, document) pairs: every text is then a document. */
+  pairQuery?: string;
+}
+
+/** Options of {@link SanitizedTokenizer.planMany}. */
+export interface PlanManyOptions extends Omit<EncodeManyOptions, "plans"> {
+  /**
+   * Scan at most about this many UTF-16 code units per text; past it a plan is `undecided`.
+   *
+   * @default {Infinity}
+   */
+  scanLimit?: number;
 }
 
 /** Options of {@link SanitizedTokenizer.planEncode}. */
@@ -84,6 +101,9 @@ export type EncodePlan =
 
 /** One item's encoding, or the error that refused it. */
 export type EncodeOutcome = { ok: true; seq: EncodedSequence } | { ok: false; error: Error };
+
+/** One item's plan, or the error that refused it. */
+export type PlanOutcome = { ok: true; plan: EncodePlan } | { ok: false; error: Error };
 
 interface PostProcessed {
   tokens: string[];
@@ -244,27 +264,56 @@ export class SanitizedTokenizer {
   }
 
   /**
-   * Encodes one query against many documents, tokenizing the query once. Each outcome is what
-   * {@link encodePair} returns for that document, or the error it throws.
+   * Encodes many texts; each outcome is what {@link encode} returns for it (or
+   * {@link encodePair} with `pairQuery`), or the error it throws. A pair's query is tokenized
+   * once.
    *
-   * @param query The query (first segment).
-   * @param docs The documents (second segment), truncated when asked.
-   * @param options Limit, truncation and the documents' item ids.
-   * @returns One outcome per document, in order.
+   * @param texts The texts (documents, with `pairQuery`).
+   * @param options Limit, truncation, item ids, plans.
+   * @returns One outcome per text, in order.
+   * @throws {RangeError} when `maxTokens` is not a positive integer.
+   */
+  encodeMany(texts: readonly string[], options: EncodeManyOptions): EncodeOutcome[] {
+    checkMaxTokens(options.maxTokens);
+    const memo: PairMemo = { query: options.pairQuery };
+    return texts.map((text, i) => {
+      const opts = itemOptions(options, i);
+      try {
+        const plan = options.plans?.[i];
+        const p = plan === undefined || plan.kind === "undecided"
+          ? this.#plan(text, opts, memo)
+          : plan;
+        return { ok: true, seq: this.#execute(text, p, opts, memo) };
+      } catch (error) {
+        return { ok: false, error: asError(error) };
+      }
+    });
+  }
+
+  /**
+   * Encodes one query against many documents, tokenizing the query once:
+   * `encodeMany(docs, {...options, pairQuery: query})`.
    */
   encodePairs(
     query: string,
     docs: readonly string[],
-    options: EncodePairsOptions,
+    options: EncodeManyOptions,
   ): EncodeOutcome[] {
-    const memo: PairMemo = { query };
-    return docs.map((doc, i) => {
-      const itemId = options.itemIds?.[i];
-      const opts: PlanEncodeOptions = { ...options, pairQuery: query };
-      if (itemId !== undefined) opts.itemId = itemId;
+    return this.encodeMany(docs, { ...options, pairQuery: query });
+  }
+
+  /**
+   * {@link planEncode} for many texts (a pair's query bound computed once).
+   *
+   * @returns One plan or refusal per text, in order.
+   * @throws {RangeError} when `maxTokens` is not a positive integer.
+   */
+  planMany(texts: readonly string[], options: PlanManyOptions): PlanOutcome[] {
+    checkMaxTokens(options.maxTokens);
+    const memo: PairMemo = { query: options.pairQuery };
+    return texts.map((text, i) => {
       try {
-        const plan = this.#plan(doc, opts, memo);
-        return { ok: true, seq: this.#execute(doc, plan, opts, memo) };
+        return { ok: true, plan: this.#plan(text, itemOptions(options, i), memo) };
       } catch (error) {
         return { ok: false, error: asError(error) };
       }
@@ -452,6 +501,15 @@ function tooLong(tokens: number, lowerBound: boolean, options: EncodeOptions): S
       (options.truncate ? " even after truncating the document" : ""),
     { details },
   );
+}
+
+function itemOptions(options: PlanManyOptions, i: number): PlanEncodeOptions {
+  const { itemIds: _, ...rest } = options;
+  const opts: PlanEncodeOptions & { plans?: unknown } = { ...rest };
+  delete opts.plans;
+  const itemId = options.itemIds?.[i];
+  if (itemId !== undefined) opts.itemId = itemId;
+  return opts;
 }
 
 function checkMaxTokens(maxTokens: number): void {
