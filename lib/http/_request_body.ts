@@ -6,19 +6,32 @@
  */
 import { SynapseError } from "../contract/errors.ts";
 
-/** Largest request body the HTTP door reads, in bytes (64 MiB, the inline byte budget). */
+/**
+ * Largest request body the HTTP door reads when no config says otherwise, in bytes: config
+ * `http.max_body_bytes`'s default (64 MiB, the wire door's frame limit).
+ */
 export const MAX_BODY_BYTES = 64 * 1024 * 1024;
 
 /**
- * A channel `invalid_request` that answers with a transport status of its own (413 for an
- * oversized body, 405 for a wrong method) instead of the table's 400.
+ * An `invalid_request` that answers with a transport status of its own (413 for an oversized
+ * body, 405 for a wrong method, 403 for a refused Host or Origin) instead of the table's 400.
+ * A channel error by default; the body-size refusal is semantic, so its details (which limit,
+ * how large) reach the caller.
  */
 export class HttpRefusal extends SynapseError {
   /** HTTP status to answer with. */
   readonly status: number;
 
-  constructor(status: number, message: string, details?: Record<string, unknown>) {
-    super("invalid_request", message, { channel: true, ...(details ? { details } : {}) });
+  constructor(
+    status: number,
+    message: string,
+    details?: Record<string, unknown>,
+    options: { channel?: boolean } = {},
+  ) {
+    super("invalid_request", message, {
+      channel: options.channel ?? true,
+      ...(details ? { details } : {}),
+    });
     this.name = "HttpRefusal";
     this.status = status;
   }
@@ -26,7 +39,12 @@ export class HttpRefusal extends SynapseError {
 
 /** Options of {@link readJsonBody}. */
 export interface ReadJsonBodyOptions {
-  /** Byte cap, counted as chunks arrive. @default MAX_BODY_BYTES */
+  /**
+   * Byte cap, checked against Content-Length first and then counted as chunks arrive; reading
+   * stops at the first chunk past it.
+   *
+   * @default {MAX_BODY_BYTES}
+   */
   maxBytes?: number;
   /** Value of an empty body. @default {} */
   empty?: unknown;
@@ -38,7 +56,9 @@ export interface ReadJsonBodyOptions {
  * @param req The request.
  * @param options Cap and empty-body value.
  * @returns The parsed JSON value (`options.empty` for an empty or whitespace-only body).
- * @throws {HttpRefusal} 413 when the body exceeds the cap (Content-Length or streamed bytes).
+ * @throws {HttpRefusal} 413, semantic `invalid_request` `{field: "body", reason:
+ *   "body_too_large", limit: "http.max_body_bytes", max, received_at_least}` when the body
+ *   exceeds the cap: its Content-Length, or the bytes streamed so far (nothing more is read).
  * @throws {SynapseError} channel `invalid_request` for a body that is not UTF-8 or not JSON,
  *   the latter naming the position.
  */
@@ -100,8 +120,15 @@ async function readBodyBytes(req: Request, maxBytes: number): Promise<Uint8Array
 function tooLarge(bytes: number, maxBytes: number): HttpRefusal {
   return new HttpRefusal(
     413,
-    `Cannot read body: ${bytes} bytes exceed the limit of ${maxBytes} bytes`,
-    { field: "body", reason: "body_too_large", max_bytes: maxBytes },
+    `Cannot read body: at least ${bytes} bytes exceed http.max_body_bytes ${maxBytes}`,
+    {
+      field: "body",
+      reason: "body_too_large",
+      limit: "http.max_body_bytes",
+      max: maxBytes,
+      received_at_least: bytes,
+    },
+    { channel: false },
   );
 }
 

@@ -57,7 +57,11 @@ export interface ServeHttpOptions {
   signal?: AbortSignal;
   /** Called once the socket is bound. */
   onListen?: (address: ListenAddress) => void;
-  /** Largest request body in bytes. @default 67108864 (64 MiB) */
+  /**
+   * Largest request body in bytes, counted while it streams in.
+   *
+   * @default {the config's `http.max_body_bytes` (67108864)}
+   */
   maxBodyBytes?: number;
 }
 
@@ -127,7 +131,9 @@ export function serveHttp(synapse: HttpBackend, options: ServeHttpOptions = {}):
       field: "port",
     });
   }
-  const maxBodyBytes = options.maxBodyBytes ?? MAX_BODY_BYTES;
+  // `context` is absent on test doubles of the backend.
+  const maxBodyBytes = options.maxBodyBytes ?? synapse.context?.config?.http?.max_body_bytes ??
+    MAX_BODY_BYTES;
   const bindHost = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
   const server = Deno.serve({
     hostname: bindHost,
