@@ -5,6 +5,7 @@
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
+import type { JsonBodyParser } from "./_json_body_parser.ts";
 
 /**
  * Largest request body the HTTP door reads when no config says otherwise, in bytes: config
@@ -48,6 +49,11 @@ export interface ReadJsonBodyOptions {
   maxBytes?: number;
   /** Value of an empty body. @default {} */
   empty?: unknown;
+  /**
+   * Decodes and parses large bodies on a worker thread (the door's, see `serveHttp`); without
+   * it every body is parsed on the calling thread.
+   */
+  parser?: JsonBodyParser;
 }
 
 /**
@@ -66,7 +72,26 @@ export async function readJsonBody(
   req: Request,
   options: ReadJsonBodyOptions = {},
 ): Promise<unknown> {
-  const bytes = await readBodyBytes(req, options.maxBytes ?? MAX_BODY_BYTES);
+  const { bytes, owned } = await readBodyBytes(req, options.maxBytes ?? MAX_BODY_BYTES);
+  const parser = options.parser;
+  if (parser !== undefined && bytes.byteLength > parser.offloadBytes) {
+    const parsed = await parser.parse(owned ? bytes : bytes.slice());
+    return parsed.empty ? options.empty ?? {} : parsed.value;
+  }
+  const parsed = parseJsonBytes(bytes);
+  return parsed.empty ? options.empty ?? {} : parsed.value;
+}
+
+/**
+ * Decodes UTF-8 strictly and parses JSON: the part of {@link readJsonBody} that runs on a
+ * worker thread for large bodies.
+ *
+ * @param bytes The body.
+ * @returns The value, or `empty: true` for an empty or whitespace-only body.
+ * @throws {SynapseError} channel `invalid_request` for a body that is not UTF-8 or not JSON,
+ *   the latter naming the position.
+ */
+export function parseJsonBytes(bytes: Uint8Array): { empty: boolean; value: unknown } {
   let text: string;
   try {
     text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes);
@@ -76,9 +101,9 @@ export async function readJsonBody(
       details: { field: "body", reason: "invalid_utf8" },
     });
   }
-  if (text.trim() === "") return options.empty ?? {};
+  if (text.trim() === "") return { empty: true, value: undefined };
   try {
-    return JSON.parse(text);
+    return { empty: false, value: JSON.parse(text) };
   } catch {
     const at = findJsonSyntaxError(text) ?? { position: 0, reason: "invalid JSON" };
     const { line, column } = lineColumn(text, at.position);
@@ -90,10 +115,14 @@ export async function readJsonBody(
   }
 }
 
-async function readBodyBytes(req: Request, maxBytes: number): Promise<Uint8Array> {
+/** The body's bytes; `owned` when they are a buffer of our own (safe to transfer). */
+async function readBodyBytes(
+  req: Request,
+  maxBytes: number,
+): Promise<{ bytes: Uint8Array; owned: boolean }> {
   const declared = req.headers.get("content-length");
   if (declared !== null && Number(declared) > maxBytes) throw tooLarge(Number(declared), maxBytes);
-  if (req.body === null) return new Uint8Array(0);
+  if (req.body === null) return { bytes: new Uint8Array(0), owned: true };
   const reader = req.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
@@ -107,14 +136,14 @@ async function readBodyBytes(req: Request, maxBytes: number): Promise<Uint8Array
     }
     chunks.push(value);
   }
-  if (chunks.length === 1) return chunks[0]!;
+  if (chunks.length === 1) return { bytes: chunks[0]!, owned: false };
   const out = new Uint8Array(total);
   let off = 0;
   for (const c of chunks) {
     out.set(c, off);
     off += c.byteLength;
   }
-  return out;
+  return { bytes: out, owned: true };
 }
 
 function tooLarge(bytes: number, maxBytes: number): HttpRefusal {
