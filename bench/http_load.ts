@@ -4,19 +4,20 @@
  * clients, and how long an `embed.query` with `max_queue_ms: 5` takes to come back under that
  * load (refused or served).
  *
- *   deno task bench:http-load [--quick] [--url http://127.0.0.1:PORT] [--model ID]
+ *   deno task bench:http-load [--quick] [--url http://127.0.0.1:PORT [--pid PID]] [--model ID]
  *
  * Only the public HTTP surface is used, so the numbers compare builds before and after a change
  * inside the server. Without `--url` it starts `./ck-synapse serve --http 127.0.0.1:0` on the
  * MiniLM-shaped encoder (fixtures/bench/minilm-shaped, `./scripts/setup` builds it) with the
  * default config, so the 50 MiB body is under `http.max_body_bytes`, and also prints the
- * server's peak RSS (VmHWM) after each phase.
+ * server's peak RSS (VmHWM) after each phase (with `--url`, give the server's `--pid` for it).
  *
  * Phases, each with `/health` polled back to back from one client:
  *   idle          nothing else running
  *   50MiB-refuse  one 50 MiB embed.query (sequence_too_long expected)
  *   50MiB-trunc   the same text with truncate: true (one vector expected)
- *   16x64-batch   16 clients each posting 64-item embed.batch calls in a loop, plus one
+ *   16x64-batch   16 clients each posting 64-item embed.batch calls (passages of up to 40
+ *                 words, willing to queue: max_queue_ms 60000) in a loop, plus one
  *                 embed.query {max_queue_ms: 5} every 50 ms (its latency and outcome)
  *
  * @module
@@ -34,6 +35,7 @@ const { values: args } = parseArgs({
     quick: { type: "boolean", default: false },
     url: { type: "string" },
     model: { type: "string", default: "minilm-shaped" },
+    pid: { type: "string" },
   },
   strict: true,
 });
@@ -43,6 +45,10 @@ const idleProbes = args.quick ? 100 : 400;
 function percentile(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor(p * s.length))] ?? NaN;
+}
+
+function maxOf(xs: number[]): number {
+  return xs.length === 0 ? NaN : xs.reduce((a, b) => Math.max(a, b), -Infinity);
 }
 
 function fmt(ms: number): string {
@@ -101,10 +107,11 @@ if (url === "") {
 
 /** Peak RSS of the server process in MiB, when it is our child on Linux. */
 async function peakRssMiB(): Promise<string> {
-  if (child === undefined || Deno.build.os !== "linux") return "-";
+  const pid = child?.pid ?? (args.pid === undefined ? undefined : Number(args.pid));
+  if (pid === undefined || Deno.build.os !== "linux") return "-";
   try {
     // Deno reads /proc/<pid> only with --allow-all; `cat` needs just --allow-run.
-    const out = await new Deno.Command("cat", { args: [`/proc/${child.pid}/status`] }).output();
+    const out = await new Deno.Command("cat", { args: [`/proc/${pid}/status`] }).output();
     const status = new TextDecoder().decode(out.stdout);
     const kb = Number(status.match(/VmHWM:\s+(\d+)/)?.[1]);
     return Number.isFinite(kb) ? (kb / 1024).toFixed(0) : "-";
@@ -157,7 +164,7 @@ function row(phase: string, health: number[], extra: string): void {
     String(health.length),
     fmt(percentile(health, 0.5)),
     fmt(percentile(health, 0.99)),
-    fmt(Math.max(...health)),
+    fmt(maxOf(health)),
     extra,
   ]);
 }
@@ -195,14 +202,21 @@ for (const truncate of [false, true]) {
   const deadline = performance.now() + loadSeconds * 1000;
   let batches = 0;
   const batchLat: number[] = [];
+  const batchOutcomes = new Map<string, number>();
   const clients = Array.from({ length: 16 }, async (_, c) => {
     let k = c * 64;
     while (performance.now() < deadline) {
-      const texts = Array.from({ length: 64 }, () => corpus[k++ % corpus.length]!);
+      // Passages of up to 40 words keep a batch under inline.max_tokens (served inline).
+      const texts = Array.from(
+        { length: 64 },
+        () => corpus[k++ % corpus.length]!.split(" ").slice(0, 40).join(" "),
+      );
       const { ms, json } = await post(
         "embed.batch",
-        JSON.stringify({ texts, truncate: true, deadline_ms: 120_000 }),
+        JSON.stringify({ texts, truncate: true, max_queue_ms: 60_000, deadline_ms: 120_000 }),
       );
+      const outcome = json.result?.item_errors ? "ok_with_item_errors" : outcomeOf(json);
+      batchOutcomes.set(outcome, (batchOutcomes.get(outcome) ?? 0) + 1);
       if (json.result?.vectors) {
         batches++;
         batchLat.push(ms);
@@ -232,14 +246,16 @@ for (const truncate of [false, true]) {
     health,
     `${(batches * 64 / loadSeconds).toFixed(0)} items/s, batch p50 ${
       fmt(percentile(batchLat, 0.5))
-    } ms; peak RSS ${await peakRssMiB()} MiB`,
+    } ms (${
+      [...batchOutcomes].map(([k, n]) => `${n} ${k}`).join(", ")
+    }); peak RSS ${await peakRssMiB()} MiB`,
   );
   rows.push([
     "  max_queue_ms:5",
     String(probes.length),
     fmt(percentile(refused.map((p) => p.ms), 0.5)),
     fmt(percentile(refused.map((p) => p.ms), 0.99)),
-    fmt(Math.max(...refused.map((p) => p.ms), NaN)),
+    fmt(maxOf(refused.map((p) => p.ms))),
     `${refused.length} refused (${codes}), ${served.length} served (p50 ${
       fmt(percentile(served.map((p) => p.ms), 0.5))
     } ms)`,
