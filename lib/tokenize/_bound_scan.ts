@@ -102,6 +102,78 @@ export class PreTokenScanner implements BoundScanner {
     this.#block(0);
   }
 
+  /** The packed effect of one code point. */
+  effect(cp: number): number {
+    return this.#lookup(cp);
+  }
+
+  /**
+   * Replaces every word longer than `maxWordChars` normalized code points by `placeholder`
+   * (itself such a word): WordPiece turns any such word into one `[UNK]`, so the tokens stay the
+   * same while a multi-megabyte word costs nothing to tokenize. Only words made of code points
+   * whose images are all word characters (or empty), between separators, added tokens or the
+   * ends of the text, are replaced.
+   *
+   * @returns The compacted text, or `text` itself when no word was replaced.
+   */
+  compact(text: string, maxWordChars: number, placeholder: string): string {
+    const n = text.length;
+    const added = this.#added;
+    const parts: string[] = [];
+    let flushed = 0;
+    let runStart = -1; // start of the current pure word, -1 outside one
+    let runLen = 0;
+    let tainted = false; // a code point with a mixed image: no run until the next separator
+    const endRun = (at: number): void => {
+      if (runStart >= 0 && runLen > maxWordChars) {
+        parts.push(text.slice(flushed, runStart), placeholder);
+        flushed = at;
+      }
+      runStart = -1;
+      runLen = 0;
+    };
+    let i = 0;
+    while (i < n) {
+      const m = added === undefined ? 0 : added.matchAt(text, i);
+      if (m > 0) {
+        endRun(i);
+        tainted = false;
+        i += m;
+        continue;
+      }
+      const u = text.charCodeAt(i);
+      let cp = u;
+      let w = 1;
+      if (u >= 0xd800 && u <= 0xdbff && i + 1 < n) {
+        const lo = text.charCodeAt(i + 1);
+        if (lo >= 0xdc00 && lo <= 0xdfff) {
+          cp = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
+          w = 2;
+        }
+      }
+      const e = this.#lookup(cp);
+      const kind = e & KIND_MASK;
+      if (kind === KIND_WORD) {
+        if (!tainted) {
+          if (runStart < 0) runStart = i;
+          runLen += e >>> WORD_LEN_SHIFT;
+        }
+      } else if (kind === KIND_SEPARATOR) {
+        endRun(i);
+        tainted = false;
+      } else if (kind !== KIND_EMPTY) {
+        runStart = -1;
+        runLen = 0;
+        tainted = true;
+      }
+      i += w;
+    }
+    endRun(n);
+    if (parts.length === 0) return text;
+    parts.push(text.slice(flushed));
+    return parts.join("");
+  }
+
   lowerBound(text: string, stopAbove: number, scanLimit: number): LowerBound {
     const r = this.#scan(text, stopAbove, Infinity, scanLimit);
     return { tokens: r.count, exhausted: r.stop === "exhausted" };
@@ -182,6 +254,13 @@ const OUT1 = 2;
 const BOUNDARY = 4;
 const D0_SHIFT = 8;
 const D1_SHIFT = 16;
+/** What the image is: empty, all word characters, a self-contained separator, or mixed. */
+const KIND_MASK = 0x30;
+const KIND_MIXED = 0x00;
+const KIND_EMPTY = 0x10;
+const KIND_WORD = 0x20;
+const KIND_SEPARATOR = 0x30;
+const WORD_LEN_SHIFT = 24;
 
 /**
  * Packs one code point's effect on the pre-token machine.
@@ -199,10 +278,27 @@ export function packEffect(
   d1: number,
   out1: boolean,
   boundary: boolean,
+  wordLength = 0,
 ): number {
-  // Clamping a count down keeps it a lower bound.
-  return (Math.min(d0, 255) << D0_SHIFT) | (Math.min(d1, 255) << D1_SHIFT) |
-    (out0 ? OUT0 : 0) | (out1 ? OUT1 : 0) | (boundary ? BOUNDARY : 0);
+  // Empty image: no count, and a word around it continues. All word characters: starts a word
+  // from outside, continues one from inside. Separator: starts with whitespace or punctuation
+  // and ends outside a word, so words on either side are untouched by it.
+  const kind = d0 === 0 && !out0 && d1 === 0 && out1 && !boundary
+    ? KIND_EMPTY
+    : d0 === 1 && out0 && d1 === 0 && out1 && !boundary && wordLength > 0
+    ? KIND_WORD
+    : boundary && !out0 && !out1
+    ? KIND_SEPARATOR
+    : KIND_MIXED;
+  // Clamping a count or a length down keeps it a lower bound.
+  return ((Math.min(d0, 255) << D0_SHIFT) | (Math.min(d1, 255) << D1_SHIFT) |
+    (out0 ? OUT0 : 0) | (out1 ? OUT1 : 0) | (boundary ? BOUNDARY : 0) | kind |
+    (kind === KIND_WORD ? Math.min(wordLength, 255) << WORD_LEN_SHIFT : 0)) >>> 0;
+}
+
+/** True when the packed effect is a one-code-point word of its own (see {@link packEffect}). */
+export function isSingleWordChar(effect: number): boolean {
+  return (effect & KIND_MASK) === KIND_WORD && effect >>> WORD_LEN_SHIFT === 1;
 }
 
 /** Code points, ASCII code points and UTF-8 bytes of a text (or lower bounds of them). */

@@ -50,6 +50,7 @@ import {
   AddedTokenMatcher,
   type BoundScanner,
   type Counts,
+  isSingleWordChar,
   type LowerBound,
   packEffect,
   PreTokenScanner,
@@ -132,17 +133,20 @@ export class TokenBound {
   /** True when {@link safeCut} can ever find a cut. */
   readonly canCut: boolean;
   #scanner: BoundScanner | undefined;
+  #compact: ((text: string) => string) | undefined;
 
   private constructor(
     kind: TokenBoundKind,
     reason: string,
     scanner: BoundScanner | undefined,
     canCut: boolean,
+    compact?: (text: string) => string,
   ) {
     this.kind = kind;
     this.reason = reason;
     this.#scanner = scanner;
     this.canCut = canCut;
+    this.#compact = compact;
   }
 
   /**
@@ -175,8 +179,26 @@ export class TokenBound {
   }
 
   /** @internal */
-  static _of(kind: TokenBoundKind, reason: string, scanner: BoundScanner, canCut: boolean) {
-    return new TokenBound(kind, reason, scanner, canCut);
+  static _of(
+    kind: TokenBoundKind,
+    reason: string,
+    scanner: BoundScanner,
+    canCut: boolean,
+    compact?: (text: string) => string,
+  ): TokenBound {
+    return new TokenBound(kind, reason, scanner, canCut, compact);
+  }
+
+  /**
+   * A text that tokenizes exactly like `text` but may be much shorter: for WordPiece, every word
+   * longer than `max_input_chars_per_word` becomes one `[UNK]` whatever it holds, so such a word
+   * is replaced by a short one that is also too long. The same text for other tokenizers.
+   *
+   * @param text The text.
+   * @returns The compacted text (`text` itself when nothing was replaced).
+   */
+  compact(text: string): string {
+    return this.#compact === undefined ? text : this.#compact(text);
   }
 
   /**
@@ -305,18 +327,32 @@ function analyzeWordPiece(
     const d1 = withA - 1;
     const out1 = count("a" + s + "a") === withA;
     const boundary = preTokenize("a" + s)[0] === "a";
-    return packEffect(d0, out0, d1, out1, boundary);
+    return packEffect(d0, out0, d1, out1, boundary, [...s].length);
   };
   const unnormalized = added.filter((t) => !t.normalized || normalizer === null);
   const matcher = unnormalized.length === 0
     ? undefined
     : new AddedTokenMatcher(unnormalized.map((t) => t.content));
+  const scanner = new PreTokenScanner(effectOf, matcher);
+  // Words longer than this become one [UNK] (the library's default is 100).
+  const maxWordChars = typeof model.max_input_chars_per_word === "number"
+    ? model.max_input_chars_per_word
+    : 100;
+  const filler = ["a", "x", "0", "z"].find((c) =>
+    isSingleWordChar(scanner.effect(c.codePointAt(0)!)) &&
+    !added.some((t) => t.content.includes(c))
+  );
+  const compact = filler === undefined || !(maxWordChars >= 0 && maxWordChars < 1e6)
+    ? undefined
+    : (text: string) =>
+      scanner.compact(text, maxWordChars, filler.repeat(Math.floor(maxWordChars) + 1));
   return TokenBound._of(
     "pre_tokens",
     "WordPiece behind BertPreTokenizer: tokens ≥ pre-tokens (each word gives ≥ 1 piece or " +
       "[UNK]) + added tokens; cuts before whitespace or punctuation",
-    new PreTokenScanner(effectOf, matcher),
+    scanner,
     true,
+    compact,
   );
 }
 

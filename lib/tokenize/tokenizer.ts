@@ -424,10 +424,18 @@ export class SanitizedTokenizer {
     }
     const first = memo.query === undefined
       ? null
-      : (memo.queryTokens ??= this.tokenize(memo.query));
-    if (plan.kind === "full") return this.#finish(first, this.tokenize(text), options, false);
-    const prefix = this.tokenize(plan.cut < text.length ? text.slice(0, plan.cut) : text);
+      : (memo.queryTokens ??= this.#tokenizeLong(memo.query));
+    if (plan.kind === "full") return this.#finish(first, this.#tokenizeLong(text), options, false);
+    const prefix = this.#tokenizeLong(plan.cut < text.length ? text.slice(0, plan.cut) : text);
     return this.#finish(first, prefix, options, true);
+  }
+
+  /**
+   * {@link tokenize}, on the compacted text when it is long (same tokens, see
+   * `TokenBound.compact`): a multi-megabyte word costs a scan, not a tokenization.
+   */
+  #tokenizeLong(text: string): string[] {
+    return this.tokenize(text.length > COMPACT_ABOVE_CHARS ? this.bound.compact(text) : text);
   }
 
   /**
@@ -481,6 +489,9 @@ export class SanitizedTokenizer {
     };
   }
 }
+
+/** Texts longer than this many UTF-16 code units are compacted before tokenizing. */
+const COMPACT_ABOVE_CHARS = 8192;
 
 /** What a pair's documents share: the query, its tokens and its bound, computed once. */
 interface PairMemo {

@@ -218,3 +218,37 @@ Deno.test("TokenBound.none() proves nothing", () => {
   assert.equal(b.reason, "test");
   assert.deepEqual(b.lowerBound("a b c"), { tokens: 0, exhausted: false });
 });
+
+Deno.test("TokenBound.compact() shortens long words and keeps every token, for every tokenizer", async () => {
+  for (const { name, tok } of await allTokenizers()) {
+    const rand = mulberry32(0xc0c0 + name.length);
+    let shortened = 0;
+    for (let k = 0; k < TEXTS_PER_TOKENIZER / 2; k++) {
+      let text = randomText(rand, 60);
+      // Long words of every kind: plain, with accents or zero-width characters, next to
+      // punctuation, CJK and added tokens.
+      if (rand() < 0.5) {
+        const piece = ["x", "é", "a\u200b", "Ab", "1", "e\u0301"][Math.floor(rand() * 6)]!;
+        const at = Math.floor(rand() * (text.length + 1));
+        text = text.slice(0, at) + piece.repeat(50 + Math.floor(rand() * 200)) + text.slice(at);
+      }
+      const compacted = tok.bound.compact(text);
+      if (compacted.length < text.length) shortened++;
+      assert.deepEqual(tok.tokenize(compacted), tok.tokenize(text), `${name}: ${text}`);
+    }
+    if (tok.bound.kind === "pre_tokens") assert.ok(shortened > 50, `${name}: ${shortened}`);
+    else assert.equal(shortened, 0);
+  }
+});
+
+Deno.test("SanitizedTokenizer.encode() of one 32 MiB word is one [UNK], tokenized from a compacted text", async () => {
+  const tok = await SanitizedTokenizer.fromFile(`${MODELS}/synapse-tiny-embed/tokenizer.json`);
+  const word = "é".repeat(32 * 2 ** 20);
+  assert.equal(tok.bound.compact(word).length, 101);
+  const seq = tok.encode(word, { maxTokens: 512 });
+  assert.deepEqual(
+    Array.from(seq.ids),
+    Array.from(tok.encode("é".repeat(101), { maxTokens: 512 }).ids),
+  );
+  assert.equal(seq.submittedTokens, 3);
+});

@@ -135,9 +135,10 @@ Deno.test("TokenizerPool tokenizes a 10 MiB text while the main thread keeps run
 Deno.test("TokenizerPool: aborting a running batch rejects with the reason and replaces the worker", async () => {
   await using pool = new TokenizerPool({ size: 1 });
   const tok = await SanitizedTokenizer.fromFile(`${MODELS}/synapse-tiny-embed/tokenizer.json`);
-  const text = "x".repeat(20 * 2 ** 20);
+  // Fits a huge limit, so the worker tokenizes all 20 MiB (seconds of work).
+  const text = "many small words ".repeat(20 * 2 ** 20 / 17);
   const ac = new AbortController();
-  const running = pool.encodeItems(tok, [text], { maxTokens: 512, signal: ac.signal });
+  const running = pool.encodeItems(tok, [text], { maxTokens: 100_000_000, signal: ac.signal });
   const queued = pool.encodeItems(tok, ["queued text"], { maxTokens: 512 });
   await new Promise((r) => setTimeout(r, 50));
   ac.abort(new Error("caller went away"));
