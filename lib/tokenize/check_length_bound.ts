@@ -27,6 +27,7 @@ export interface CheckLengthBoundOptions {
   fullTokenizeMaxChars?: number;
   /**
    * Code units scanned per text; a text not decided within it passes (the encoder decides).
+   * For a batch, share one budget: `MAIN_THREAD_SCAN_CHARS / items` (as the pool does).
    *
    * @default {MAIN_THREAD_SCAN_CHARS}
    */

@@ -38,8 +38,9 @@ export interface TokenizerPoolOptions {
    */
   inlineMaxChars?: number;
   /**
-   * Code units the calling thread scans per text when planning; a text it cannot decide within
-   * this goes to a worker whole, which plans it again without a limit.
+   * Code units the calling thread scans per call when planning, shared by its texts (each gets
+   * at least 65536); a text it cannot decide within its share goes to a worker whole, which
+   * plans it again without a limit. Only texts over `fullTokenizeMaxChars` are scanned at all.
    *
    * @default {1048576}
    */
@@ -253,7 +254,7 @@ export class TokenizerPool implements AsyncDisposable {
     const planned = tokenizer.planMany(texts, {
       ...common,
       ...(options.itemIds === undefined ? {} : { itemIds: options.itemIds }),
-      scanLimit: this.scanLimit,
+      scanLimit: Math.max(1 << 16, Math.floor(this.scanLimit / Math.max(1, texts.length))),
     });
     const outcomes = new Array<EncodeOutcome>(texts.length);
     const index: number[] = [];
