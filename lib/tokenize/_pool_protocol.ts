@@ -31,6 +31,8 @@ export type PoolRequest =
     truncate: boolean;
     fullTokenizeMaxChars?: number;
     pairQuery?: string;
+    /** Hash each text (then every text travels whole, even with a `prefix` plan). */
+    hash: boolean;
   };
 
 /** Worker → main thread. */
@@ -59,6 +61,7 @@ export type WireOutcome =
     effective: number;
     truncated: boolean;
     lowerBound: boolean;
+    sha?: string;
   }
   | { ok: false; error: WireFailure };
 
@@ -86,6 +89,7 @@ export function toWireOutcomes(
       effective: s.effectiveTokens,
       truncated: s.truncated,
       lowerBound: s.submittedTokensIsLowerBound === true,
+      ...(o.submittedSha256 === undefined ? {} : { sha: o.submittedSha256 }),
     };
   });
   return { outcomes: wire, transfer };
@@ -103,7 +107,7 @@ export function fromWireOutcome(o: WireOutcome): EncodeOutcome {
     keptContentIds: Array.from(o.kept),
     submittedTokensIsLowerBound: o.lowerBound,
   };
-  return { ok: true, seq };
+  return o.sha === undefined ? { ok: true, seq } : { ok: true, seq, submittedSha256: o.sha };
 }
 
 /** An error as a plain object. */

@@ -6,6 +6,7 @@
  * @module
  */
 /// <reference lib="deno.worker" />
+import { sha256Hex } from "../identity/sha256.ts";
 import { SanitizedTokenizer } from "./tokenizer.ts";
 import { toWireFailure, toWireOutcomes } from "./_pool_protocol.ts";
 import type { PoolRequest, PoolResponse } from "./_pool_protocol.ts";
@@ -56,6 +57,11 @@ function handle(req: PoolRequest): void {
         : { fullTokenizeMaxChars: req.fullTokenizeMaxChars }),
       ...(req.pairQuery === undefined ? {} : { pairQuery: req.pairQuery }),
     });
+    if (req.hash) {
+      outcomes.forEach((o, i) => {
+        if (o.ok) o.submittedSha256 = sha256Hex(req.texts[i]!);
+      });
+    }
     const wire = toWireOutcomes(outcomes);
     post({ type: "encoded", id: req.id, outcomes: wire.outcomes }, wire.transfer);
   } catch (err) {

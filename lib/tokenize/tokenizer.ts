@@ -99,8 +99,13 @@ export type EncodePlan =
   | { kind: "prefix"; cut: number }
   | { kind: "undecided" };
 
-/** One item's encoding, or the error that refused it. */
-export type EncodeOutcome = { ok: true; seq: EncodedSequence } | { ok: false; error: Error };
+/**
+ * One item's encoding, or the error that refused it. `submittedSha256` (hex SHA-256 of the
+ * item's UTF-8 text) is set when the caller asked the tokenizer pool for it.
+ */
+export type EncodeOutcome =
+  | { ok: true; seq: EncodedSequence; submittedSha256?: string }
+  | { ok: false; error: Error };
 
 /** One item's plan, or the error that refused it. */
 export type PlanOutcome = { ok: true; plan: EncodePlan } | { ok: false; error: Error };

@@ -58,6 +58,14 @@ export interface PoolEncodeOptions {
   /** See {@link EncodeOptions.fullTokenizeMaxChars}. @default {max(65536, 32 × maxTokens)} */
   fullTokenizeMaxChars?: number;
   /**
+   * Also compute each served item's `submittedSha256` (hex SHA-256 of its UTF-8 text, the
+   * envelope's `submitted_sha256`) where the tokenizing happens, so hashing a 50 MiB text does
+   * not hold the calling thread either. Texts then travel whole to the worker.
+   *
+   * @default {false}
+   */
+  submittedSha256?: boolean;
+  /**
    * Aborts the call: a queued batch is dropped; a running one stops its worker (which is
    * replaced). The promise rejects with `signal.reason`.
    */
@@ -256,6 +264,7 @@ export class TokenizerPool implements AsyncDisposable {
       ...(options.itemIds === undefined ? {} : { itemIds: options.itemIds }),
       scanLimit: Math.max(1 << 16, Math.floor(this.scanLimit / Math.max(1, texts.length))),
     });
+    const hash = options.submittedSha256 === true;
     const outcomes = new Array<EncodeOutcome>(texts.length);
     const index: number[] = [];
     const shipTexts: string[] = [];
@@ -268,7 +277,7 @@ export class TokenizerPool implements AsyncDisposable {
         return;
       }
       const text = texts[i]!;
-      const shipped = p.plan.kind === "prefix" ? text.slice(0, p.plan.cut) : text;
+      const shipped = p.plan.kind === "prefix" && !hash ? text.slice(0, p.plan.cut) : text;
       chars += shipped.length;
       index.push(i);
       shipTexts.push(shipped);
@@ -279,6 +288,11 @@ export class TokenizerPool implements AsyncDisposable {
     let results: EncodeOutcome[];
     if (chars <= this.inlineMaxChars) {
       results = tokenizer.encodeMany(shipTexts, { ...common, plans, itemIds });
+      if (hash) {
+        results.forEach((o, k) => {
+          if (o.ok) o.submittedSha256 = sha256Hex(shipTexts[k]!);
+        });
+      }
     } else {
       results = await this.#submit(sourceOf(tokenizer), {
         type: "encode",
@@ -287,6 +301,7 @@ export class TokenizerPool implements AsyncDisposable {
         texts: shipTexts,
         plans,
         itemIds,
+        hash,
         ...common,
       }, options.signal);
     }

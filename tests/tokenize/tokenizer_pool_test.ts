@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { mulberry32 } from "../../scripts/gen_models.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
+import { sha256Hex } from "../../lib/identity/sha256.ts";
 import { TokenizerPool } from "../../lib/tokenize/tokenizer_pool.ts";
 import { SanitizedTokenizer } from "../../lib/tokenize/tokenizer.ts";
 import type { EncodedSequence, EncodeOutcome } from "../../lib/tokenize/tokenizer.ts";
@@ -174,4 +175,24 @@ Deno.test("TokenizerPool() throws RangeError for an invalid size or limit, and e
   await using pool = new TokenizerPool({ size: 1 });
   const tok = await SanitizedTokenizer.fromFile(`${MODELS}/synapse-tiny-embed/tokenizer.json`);
   await assert.rejects(pool.encodeItems(tok, ["a"], { maxTokens: 0 }), RangeError);
+});
+
+Deno.test("TokenizerPool.encodeItems() hashes the whole submitted text when asked, even when tokenizing a prefix", async () => {
+  const tok = await SanitizedTokenizer.fromFile(`${MODELS}/synapse-tiny-embed/tokenizer.json`);
+  const texts = ["héllo wörld", "many words ".repeat(20_000), "a b c d e f g h"];
+  for (const inlineMaxChars of [0, Infinity]) {
+    await using pool = new TokenizerPool({ size: 1, inlineMaxChars });
+    const options = { maxTokens: 6, truncate: true, submittedSha256: true };
+    const out = await pool.encodeItems(tok, texts, options);
+    texts.forEach((text, i) => {
+      const o = out[i]!;
+      assert.ok(o.ok);
+      assert.equal(o.submittedSha256, sha256Hex(text));
+      assert.deepEqual(o.seq, tok.encode(text, options));
+    });
+    assert.equal(out[1]!.ok && out[1]!.seq.submittedTokensIsLowerBound, true);
+    // Not asked: not computed.
+    const plain = await pool.encodeItems(tok, texts, { maxTokens: 6, truncate: true });
+    assert.ok(plain.every((o) => o.ok && o.submittedSha256 === undefined));
+  }
 });
