@@ -169,6 +169,38 @@ export interface InlineConfig {
   max_concurrent_workers: number;
 }
 
+/** `http` section: the HTTP front door (`ck-synapse serve --http`). */
+export interface HttpConfig {
+  /**
+   * Largest request body the HTTP door reads, in bytes, counted while it streams in: past it
+   * reading stops and the request is refused (413, `invalid_request` with
+   * `{limit: "http.max_body_bytes", max, received_at_least}`). The default equals the wire
+   * door's frame limit (subc.md: 64 MiB) and `inline.byte_budget`, so one request is accepted
+   * or refused alike by both doors, and a file job of ~100 000 passages of 600 bytes fits in one
+   * body; the door holds at most this much per request while it parses.
+   *
+   * @default {67108864}
+   */
+  max_body_bytes: number;
+}
+
+/** `tokenize` section: the tokenizer worker pool (lib/tokenize/tokenizer_pool.ts). */
+export interface TokenizeConfig {
+  /**
+   * Tokenizer worker threads; 0 picks half the cores, at least 1, at most 4.
+   *
+   * @default {0}
+   */
+  workers: number;
+  /**
+   * A tokenizer call whose texts total at most this many UTF-16 code units runs on the calling
+   * thread instead of a worker (measured: cheaper and faster for such calls).
+   *
+   * @default {256}
+   */
+  inline_max_chars: number;
+}
+
 /** `jobs` section. The older key `ttl_ms` sets all three TTLs. */
 export interface JobsConfig {
   /**
@@ -289,6 +321,10 @@ export interface SynapseConfig {
   log: LogConfig;
   /** Inline request limits. */
   inline: InlineConfig;
+  /** HTTP door settings. */
+  http: HttpConfig;
+  /** Tokenizer pool settings. */
+  tokenize: TokenizeConfig;
   /** Job settings. */
   jobs: JobsConfig;
   /** Probe thresholds. */
@@ -384,6 +420,8 @@ export const DEFAULT_CONFIG: Readonly<SynapseConfig> = deepFreeze(
       estimated_execution_ms: 25,
       max_concurrent_workers: 2,
     },
+    http: { max_body_bytes: 64 * 2 ** 20 },
+    tokenize: { workers: 0, inline_max_chars: 256 },
     jobs: {
       execution_ttl_ms: 86_400_000,
       result_retention_ttl_ms: 86_400_000,
@@ -458,6 +496,11 @@ const LayerSchema = z.strictObject({
     estimated_execution_ms: nonNegativeInt.optional(),
     max_concurrent_workers: positiveInt.optional(),
   }).optional(),
+  http: z.strictObject({ max_body_bytes: positiveInt.optional() }).optional(),
+  tokenize: z.strictObject({
+    workers: nonNegativeInt.optional(),
+    inline_max_chars: nonNegativeInt.optional(),
+  }).optional(),
   jobs: z.strictObject({
     execution_ttl_ms: positiveInt.optional(),
     result_retention_ttl_ms: positiveInt.optional(),
@@ -492,6 +535,8 @@ interface ConfigLayer {
   worker?: Partial<WorkerConfig>;
   log?: Partial<LogConfig>;
   inline?: Partial<InlineConfig>;
+  http?: Partial<HttpConfig>;
+  tokenize?: Partial<TokenizeConfig>;
   jobs?: Partial<JobsConfig>;
   probe?: Partial<ProbeConfig>;
   preload_models?: PreloadModelConfig[];
@@ -754,6 +799,12 @@ function mergeLayers(base: ConfigLayer, top: ConfigLayer): ConfigLayer {
   if (base.inline !== undefined && top.inline !== undefined) {
     merged.inline = { ...base.inline, ...top.inline };
   }
+  if (base.http !== undefined && top.http !== undefined) {
+    merged.http = { ...base.http, ...top.http };
+  }
+  if (base.tokenize !== undefined && top.tokenize !== undefined) {
+    merged.tokenize = { ...base.tokenize, ...top.tokenize };
+  }
   if (base.jobs !== undefined && top.jobs !== undefined) {
     merged.jobs = { ...base.jobs, ...top.jobs };
   }
@@ -778,6 +829,8 @@ function resolveConfig(layer: ConfigLayer): SynapseConfig {
     worker: { ...d.worker, ...layer.worker },
     log: { ...d.log, ...layer.log },
     inline: { ...d.inline, ...layer.inline },
+    http: { ...d.http, ...layer.http },
+    tokenize: { ...d.tokenize, ...layer.tokenize },
     jobs: { ...d.jobs, ...layer.jobs },
     probe: { ...d.probe, ...layer.probe },
     preload_models: (layer.preload_models ?? []).map((entry) => ({ ...entry })),

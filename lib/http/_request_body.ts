@@ -5,20 +5,34 @@
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
+import type { JsonBodyParser } from "./_json_body_parser.ts";
 
-/** Largest request body the HTTP door reads, in bytes (64 MiB, the inline byte budget). */
+/**
+ * Largest request body the HTTP door reads when no config says otherwise, in bytes: config
+ * `http.max_body_bytes`'s default (64 MiB, the wire door's frame limit).
+ */
 export const MAX_BODY_BYTES = 64 * 1024 * 1024;
 
 /**
- * A channel `invalid_request` that answers with a transport status of its own (413 for an
- * oversized body, 405 for a wrong method) instead of the table's 400.
+ * An `invalid_request` that answers with a transport status of its own (413 for an oversized
+ * body, 405 for a wrong method, 403 for a refused Host or Origin) instead of the table's 400.
+ * A channel error by default; the body-size refusal is semantic, so its details (which limit,
+ * how large) reach the caller.
  */
 export class HttpRefusal extends SynapseError {
   /** HTTP status to answer with. */
   readonly status: number;
 
-  constructor(status: number, message: string, details?: Record<string, unknown>) {
-    super("invalid_request", message, { channel: true, ...(details ? { details } : {}) });
+  constructor(
+    status: number,
+    message: string,
+    details?: Record<string, unknown>,
+    options: { channel?: boolean } = {},
+  ) {
+    super("invalid_request", message, {
+      channel: options.channel ?? true,
+      ...(details ? { details } : {}),
+    });
     this.name = "HttpRefusal";
     this.status = status;
   }
@@ -26,10 +40,20 @@ export class HttpRefusal extends SynapseError {
 
 /** Options of {@link readJsonBody}. */
 export interface ReadJsonBodyOptions {
-  /** Byte cap, counted as chunks arrive. @default MAX_BODY_BYTES */
+  /**
+   * Byte cap, checked against Content-Length first and then counted as chunks arrive; reading
+   * stops at the first chunk past it.
+   *
+   * @default {MAX_BODY_BYTES}
+   */
   maxBytes?: number;
   /** Value of an empty body. @default {} */
   empty?: unknown;
+  /**
+   * Decodes and parses large bodies on a worker thread (the door's, see `serveHttp`); without
+   * it every body is parsed on the calling thread.
+   */
+  parser?: JsonBodyParser;
 }
 
 /**
@@ -38,7 +62,9 @@ export interface ReadJsonBodyOptions {
  * @param req The request.
  * @param options Cap and empty-body value.
  * @returns The parsed JSON value (`options.empty` for an empty or whitespace-only body).
- * @throws {HttpRefusal} 413 when the body exceeds the cap (Content-Length or streamed bytes).
+ * @throws {HttpRefusal} 413, semantic `invalid_request` `{field: "body", reason:
+ *   "body_too_large", limit: "http.max_body_bytes", max, received_at_least}` when the body
+ *   exceeds the cap: its Content-Length, or the bytes streamed so far (nothing more is read).
  * @throws {SynapseError} channel `invalid_request` for a body that is not UTF-8 or not JSON,
  *   the latter naming the position.
  */
@@ -46,7 +72,26 @@ export async function readJsonBody(
   req: Request,
   options: ReadJsonBodyOptions = {},
 ): Promise<unknown> {
-  const bytes = await readBodyBytes(req, options.maxBytes ?? MAX_BODY_BYTES);
+  const { bytes, owned } = await readBodyBytes(req, options.maxBytes ?? MAX_BODY_BYTES);
+  const parser = options.parser;
+  if (parser !== undefined && bytes.byteLength > parser.offloadBytes) {
+    const parsed = await parser.parse(owned ? bytes : bytes.slice());
+    return parsed.empty ? options.empty ?? {} : parsed.value;
+  }
+  const parsed = parseJsonBytes(bytes);
+  return parsed.empty ? options.empty ?? {} : parsed.value;
+}
+
+/**
+ * Decodes UTF-8 strictly and parses JSON: the part of {@link readJsonBody} that runs on a
+ * worker thread for large bodies.
+ *
+ * @param bytes The body.
+ * @returns The value, or `empty: true` for an empty or whitespace-only body.
+ * @throws {SynapseError} channel `invalid_request` for a body that is not UTF-8 or not JSON,
+ *   the latter naming the position.
+ */
+export function parseJsonBytes(bytes: Uint8Array): { empty: boolean; value: unknown } {
   let text: string;
   try {
     text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(bytes);
@@ -56,9 +101,9 @@ export async function readJsonBody(
       details: { field: "body", reason: "invalid_utf8" },
     });
   }
-  if (text.trim() === "") return options.empty ?? {};
+  if (text.trim() === "") return { empty: true, value: undefined };
   try {
-    return JSON.parse(text);
+    return { empty: false, value: JSON.parse(text) };
   } catch {
     const at = findJsonSyntaxError(text) ?? { position: 0, reason: "invalid JSON" };
     const { line, column } = lineColumn(text, at.position);
@@ -70,10 +115,14 @@ export async function readJsonBody(
   }
 }
 
-async function readBodyBytes(req: Request, maxBytes: number): Promise<Uint8Array> {
+/** The body's bytes; `owned` when they are a buffer of our own (safe to transfer). */
+async function readBodyBytes(
+  req: Request,
+  maxBytes: number,
+): Promise<{ bytes: Uint8Array; owned: boolean }> {
   const declared = req.headers.get("content-length");
   if (declared !== null && Number(declared) > maxBytes) throw tooLarge(Number(declared), maxBytes);
-  if (req.body === null) return new Uint8Array(0);
+  if (req.body === null) return { bytes: new Uint8Array(0), owned: true };
   const reader = req.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
@@ -87,21 +136,28 @@ async function readBodyBytes(req: Request, maxBytes: number): Promise<Uint8Array
     }
     chunks.push(value);
   }
-  if (chunks.length === 1) return chunks[0]!;
+  if (chunks.length === 1) return { bytes: chunks[0]!, owned: false };
   const out = new Uint8Array(total);
   let off = 0;
   for (const c of chunks) {
     out.set(c, off);
     off += c.byteLength;
   }
-  return out;
+  return { bytes: out, owned: true };
 }
 
 function tooLarge(bytes: number, maxBytes: number): HttpRefusal {
   return new HttpRefusal(
     413,
-    `Cannot read body: ${bytes} bytes exceed the limit of ${maxBytes} bytes`,
-    { field: "body", reason: "body_too_large", max_bytes: maxBytes },
+    `Cannot read body: at least ${bytes} bytes exceed http.max_body_bytes ${maxBytes}`,
+    {
+      field: "body",
+      reason: "body_too_large",
+      limit: "http.max_body_bytes",
+      max: maxBytes,
+      received_at_least: bytes,
+    },
+    { channel: false },
   );
 }
 

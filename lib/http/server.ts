@@ -28,6 +28,7 @@ import type { OpOutcome } from "../ops/dispatcher.ts";
 import { SYNAPSE_VERSION } from "../synapse.ts";
 import type { Synapse } from "../synapse.ts";
 import { HttpRefusal, MAX_BODY_BYTES, readJsonBody } from "./_request_body.ts";
+import { JsonBodyParser } from "./_json_body_parser.ts";
 import { httpStatusFor } from "./status_table.ts";
 
 /** What the HTTP door needs from a Synapse instance. */
@@ -57,7 +58,11 @@ export interface ServeHttpOptions {
   signal?: AbortSignal;
   /** Called once the socket is bound. */
   onListen?: (address: ListenAddress) => void;
-  /** Largest request body in bytes. @default 67108864 (64 MiB) */
+  /**
+   * Largest request body in bytes, counted while it streams in.
+   *
+   * @default {the config's `http.max_body_bytes` (67108864)}
+   */
   maxBodyBytes?: number;
 }
 
@@ -127,7 +132,12 @@ export function serveHttp(synapse: HttpBackend, options: ServeHttpOptions = {}):
       field: "port",
     });
   }
-  const maxBodyBytes = options.maxBodyBytes ?? MAX_BODY_BYTES;
+  // `context` is absent on test doubles of the backend.
+  const maxBodyBytes = options.maxBodyBytes ?? synapse.context?.config?.http?.max_body_bytes ??
+    MAX_BODY_BYTES;
+  // Bodies over 1 MiB are decoded and parsed on a worker thread (F21); stopped with the server.
+  const parser = new JsonBodyParser();
+  const body = { maxBodyBytes, parser };
   const bindHost = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
   const server = Deno.serve({
     hostname: bindHost,
@@ -143,8 +153,9 @@ export function serveHttp(synapse: HttpBackend, options: ServeHttpOptions = {}):
       );
     },
   }, function handle(req: Request): Promise<Response> {
-    return route(synapse, req, maxBodyBytes);
+    return route(synapse, req, body);
   });
+  server.finished.then(() => parser.dispose(), () => parser.dispose());
   const addr = server.addr as Deno.NetAddr;
   let shutdown: Promise<void> | undefined;
   return {
@@ -161,7 +172,13 @@ export function serveHttp(synapse: HttpBackend, options: ServeHttpOptions = {}):
   };
 }
 
-async function route(synapse: HttpBackend, req: Request, maxBodyBytes: number): Promise<Response> {
+/** How the door reads bodies. */
+interface BodyReading {
+  maxBodyBytes: number;
+  parser: JsonBodyParser;
+}
+
+async function route(synapse: HttpBackend, req: Request, body: BodyReading): Promise<Response> {
   try {
     checkHostAndOrigin(req);
     const path = new URL(req.url).pathname;
@@ -175,12 +192,12 @@ async function route(synapse: HttpBackend, req: Request, maxBodyBytes: number): 
     }
     if (path === "/v1/embeddings") {
       requireMethod(req, "POST");
-      return await openAiEmbeddings(synapse, req, maxBodyBytes);
+      return await openAiEmbeddings(synapse, req, body);
     }
     if (path.startsWith("/v1/ops/")) {
       requireMethod(req, "POST");
       const method = decodeMethod(path.slice("/v1/ops/".length));
-      const params = await readJsonBody(req, { maxBytes: maxBodyBytes });
+      const params = await readJsonBody(req, { maxBytes: body.maxBodyBytes, parser: body.parser });
       return outcomeResponse(await synapse.call(method, params, { signal: req.signal }));
     }
     throw new SynapseError(
@@ -407,11 +424,11 @@ interface OpenAiError {
 async function openAiEmbeddings(
   synapse: HttpBackend,
   req: Request,
-  maxBodyBytes: number,
+  body: BodyReading,
 ): Promise<Response> {
   let single = false;
   try {
-    const raw = await readJsonBody(req, { maxBytes: maxBodyBytes });
+    const raw = await readJsonBody(req, { maxBytes: body.maxBodyBytes, parser: body.parser });
     const p = parseParams("/v1/embeddings", OpenAiEmbeddingsRequest, raw);
     if (synapse.disposed) {
       throw new SynapseError(

@@ -9,6 +9,8 @@ import { Tokenizer } from "@huggingface/tokenizers";
 import { SynapseError } from "../contract/errors.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import { TokenBytes } from "./token_bytes.ts";
+import { TokenBound } from "./token_bound.ts";
+import type { LowerBound } from "./token_bound.ts";
 
 /** One encoded sequence, ready for an engine. */
 export interface EncodedSequence {
@@ -24,6 +26,12 @@ export interface EncodedSequence {
   truncated: boolean;
   /** Content token ids kept for the (last) text, without specials — for `content_sha256`. */
   keptContentIds: number[];
+  /**
+   * True when only a proven prefix of a long text was tokenized (see
+   * {@link EncodeOptions.fullTokenizeMaxChars}): `submittedTokens` is then a lower bound of the
+   * text's tokens (everything else is exact). Absent or false otherwise.
+   */
+  submittedTokensIsLowerBound?: boolean;
 }
 
 /** Options of {@link SanitizedTokenizer.encode}. */
@@ -34,7 +42,73 @@ export interface EncodeOptions {
   truncate?: boolean;
   /** Item id named in a `sequence_too_long` refusal. */
   itemId?: string;
+  /**
+   * Texts longer than this many UTF-16 code units (a pair's two texts together) are not
+   * tokenized in full when a bound applies ({@link SanitizedTokenizer.bound}): one that
+   * provably needs more than `maxTokens` is refused at once, with a lower bound as `tokens` and
+   * `tokens_is_lower_bound: true`; one to truncate is tokenized only up to a proven cut, so
+   * `submittedTokens` is a lower bound. Shorter texts get exact counts.
+   *
+   * @default {max(65536, 32 × maxTokens)}
+   */
+  fullTokenizeMaxChars?: number;
 }
+
+/** Options of {@link SanitizedTokenizer.encodeMany} and {@link SanitizedTokenizer.encodePairs}. */
+export interface EncodeManyOptions extends Omit<EncodeOptions, "itemId"> {
+  /** Item id of each text, named in its `sequence_too_long` refusal. */
+  itemIds?: readonly (string | undefined)[];
+  /**
+   * Plans from {@link SanitizedTokenizer.planMany} with the same options, one per text (a
+   * missing one is planned here). The text of a `prefix` plan may already be cut.
+   */
+  plans?: readonly (EncodePlan | undefined)[];
+  /** The query of (query, document) pairs: every text is then a document. */
+  pairQuery?: string;
+}
+
+/** Options of {@link SanitizedTokenizer.planMany}. */
+export interface PlanManyOptions extends Omit<EncodeManyOptions, "plans"> {
+  /**
+   * Scan at most about this many UTF-16 code units per text; past it a plan is `undecided`.
+   *
+   * @default {Infinity}
+   */
+  scanLimit?: number;
+}
+
+/** Options of {@link SanitizedTokenizer.planEncode}. */
+export interface PlanEncodeOptions extends EncodeOptions {
+  /** The query of a (query, document) pair; `text` is then the document. */
+  pairQuery?: string;
+  /**
+   * Scan at most about this many UTF-16 code units per text; past it the plan is `undecided`.
+   *
+   * @default {Infinity}
+   */
+  scanLimit?: number;
+}
+
+/**
+ * How a text will be encoded, decided by cheap scans: tokenize it `full`, tokenize only
+ * `text.slice(0, cut)` (a proven prefix; the text will be truncated), or `undecided` (the scan
+ * limit came first: plan again without it).
+ */
+export type EncodePlan =
+  | { kind: "full" }
+  | { kind: "prefix"; cut: number }
+  | { kind: "undecided" };
+
+/**
+ * One item's encoding, or the error that refused it. `submittedSha256` (hex SHA-256 of the
+ * item's UTF-8 text) is set when the caller asked the tokenizer pool for it.
+ */
+export type EncodeOutcome =
+  | { ok: true; seq: EncodedSequence; submittedSha256?: string }
+  | { ok: false; error: Error };
+
+/** One item's plan, or the error that refused it. */
+export type PlanOutcome = { ok: true; plan: EncodePlan } | { ok: false; error: Error };
 
 interface PostProcessed {
   tokens: string[];
@@ -56,10 +130,15 @@ export class SanitizedTokenizer {
   #post: PostProcessor | null;
   #singleSpecials: number;
   #pairSpecials: number;
+  #json: Record<string, unknown>;
+  #config: Record<string, unknown>;
+  #bound: TokenBound | undefined;
 
   private constructor(json: Record<string, unknown>, config: Record<string, unknown>) {
     const sanitized = { ...json, padding: null, truncation: null };
     this.digest = "sha256:" + sha256Hex(JSON.stringify(sanitized));
+    this.#json = sanitized;
+    this.#config = config;
     this.#tok = new Tokenizer(sanitized, config);
     this.#vocab = this.#tok.get_vocab(true);
     // deno-lint-ignore no-explicit-any
@@ -133,15 +212,49 @@ export class SanitizedTokenizer {
     return this.#singleSpecials;
   }
 
+  /** Number of special tokens added around a (query, document) pair. */
+  get pairSpecialTokens(): number {
+    return this.#pairSpecials;
+  }
+
+  /**
+   * The provable token bound of this tokenizer (see `token_bound.ts`), built on first use.
+   */
+  get bound(): TokenBound {
+    if (this.#bound === undefined) {
+      // deno-lint-ignore no-explicit-any
+      const tok = this.#tok as any;
+      this.#bound = TokenBound.analyze(this.#json, this.#config, {
+        normalizer: tok.normalizer ?? null,
+        preTokenizer: tok.pre_tokenizer ?? null,
+      });
+    }
+    return this.#bound;
+  }
+
+  /**
+   * The sanitized tokenizer.json and the tokenizer_config.json it was built from, for building
+   * the same tokenizer in another thread ({@link SanitizedTokenizer.fromJson}).
+   */
+  get source(): { json: Record<string, unknown>; config: Record<string, unknown> } {
+    return { json: this.#json, config: this.#config };
+  }
+
   /**
    * Encodes one text with special tokens.
    *
-   * @throws {SynapseError} `sequence_too_long` `{tokens, max_tokens, item_id}` when the text
-   *   needs more than `maxTokens` and truncation was not asked for.
+   * A text longer than `fullTokenizeMaxChars` is first checked against {@link bound}: refused at
+   * once when it provably cannot fit, or, when truncating, tokenized only up to a proven cut.
+   *
+   * @param text The text.
+   * @param options Limit, truncation, item id.
+   * @returns Ids with special tokens, segment ids, counts and the kept content ids.
+   * @throws {SynapseError} `sequence_too_long` `{tokens, max_tokens, item_id}` (plus
+   *   `tokens_is_lower_bound: true` when `tokens` is a proven lower bound of a long text) when
+   *   the text needs more than `maxTokens` and truncation was not asked for.
    */
   encode(text: string, options: EncodeOptions): EncodedSequence {
-    const content = this.#tok.tokenize(text, { add_special_tokens: false });
-    return this.#finish(null, content, options);
+    return this.encodeWithPlan(text, this.planEncode(text, options), options);
   }
 
   /**
@@ -151,9 +264,95 @@ export class SanitizedTokenizer {
    *   leaves no room for a document token.
    */
   encodePair(query: string, doc: string, options: EncodeOptions): EncodedSequence {
-    const q = this.#tok.tokenize(query, { add_special_tokens: false });
-    const d = this.#tok.tokenize(doc, { add_special_tokens: false });
-    return this.#finish(q, d, options);
+    const plan = this.planEncode(doc, { ...options, pairQuery: query });
+    return this.encodeWithPlan(doc, plan, { ...options, pairQuery: query });
+  }
+
+  /**
+   * Encodes many texts; each outcome is what {@link encode} returns for it (or
+   * {@link encodePair} with `pairQuery`), or the error it throws. A pair's query is tokenized
+   * once.
+   *
+   * @param texts The texts (documents, with `pairQuery`).
+   * @param options Limit, truncation, item ids, plans.
+   * @returns One outcome per text, in order.
+   * @throws {RangeError} when `maxTokens` is not a positive integer.
+   */
+  encodeMany(texts: readonly string[], options: EncodeManyOptions): EncodeOutcome[] {
+    checkMaxTokens(options.maxTokens);
+    const memo: PairMemo = { query: options.pairQuery };
+    return texts.map((text, i) => {
+      const opts = itemOptions(options, i);
+      try {
+        const plan = options.plans?.[i];
+        const p = plan === undefined || plan.kind === "undecided"
+          ? this.#plan(text, opts, memo)
+          : plan;
+        return { ok: true, seq: this.#execute(text, p, opts, memo) };
+      } catch (error) {
+        return { ok: false, error: asError(error) };
+      }
+    });
+  }
+
+  /**
+   * Encodes one query against many documents, tokenizing the query once:
+   * `encodeMany(docs, {...options, pairQuery: query})`.
+   */
+  encodePairs(
+    query: string,
+    docs: readonly string[],
+    options: EncodeManyOptions,
+  ): EncodeOutcome[] {
+    return this.encodeMany(docs, { ...options, pairQuery: query });
+  }
+
+  /**
+   * {@link planEncode} for many texts (a pair's query bound computed once).
+   *
+   * @returns One plan or refusal per text, in order.
+   * @throws {RangeError} when `maxTokens` is not a positive integer.
+   */
+  planMany(texts: readonly string[], options: PlanManyOptions): PlanOutcome[] {
+    checkMaxTokens(options.maxTokens);
+    const memo: PairMemo = { query: options.pairQuery };
+    return texts.map((text, i) => {
+      try {
+        return { ok: true, plan: this.#plan(text, itemOptions(options, i), memo) };
+      } catch (error) {
+        return { ok: false, error: asError(error) };
+      }
+    });
+  }
+
+  /**
+   * Decides, by cheap scans only, how {@link encode} (or {@link encodePair} with `pairQuery`)
+   * will treat a text — or refuses it when it provably cannot fit. Pure: the same text and
+   * options always give the same plan, whatever thread computes it.
+   *
+   * @param text The text (the document of a pair).
+   * @param options As for {@link encode}, plus `pairQuery` and `scanLimit`.
+   * @returns The plan.
+   * @throws {SynapseError} `sequence_too_long` with `tokens_is_lower_bound: true` when the text
+   *   is longer than `fullTokenizeMaxChars` and provably needs more than `maxTokens` (with
+   *   truncation: when the query alone provably leaves no room).
+   */
+  planEncode(text: string, options: PlanEncodeOptions): EncodePlan {
+    return this.#plan(text, options, { query: options.pairQuery });
+  }
+
+  /**
+   * Encodes a text as {@link planEncode} decided. For a `prefix` plan, `text` may already be cut
+   * to `plan.cut` code units. `encodeWithPlan(t, planEncode(t, o), o)` equals `encode(t, o)`.
+   *
+   * @throws {SynapseError} `sequence_too_long` as {@link encode}.
+   */
+  encodeWithPlan(text: string, plan: EncodePlan, options: PlanEncodeOptions): EncodedSequence {
+    const memo: PairMemo = { query: options.pairQuery };
+    const p = plan.kind === "undecided"
+      ? this.#plan(text, { ...options, scanLimit: Infinity }, memo)
+      : plan;
+    return this.#execute(text, p, options, memo);
   }
 
   /** Tokenizes without specials (token strings). */
@@ -185,7 +384,75 @@ export class SanitizedTokenizer {
     return this.#tok.decode(ids, { skip_special_tokens: true });
   }
 
-  #finish(first: string[] | null, last: string[], options: EncodeOptions): EncodedSequence {
+  #plan(text: string, options: PlanEncodeOptions, memo: PairMemo): EncodePlan {
+    const { maxTokens } = options;
+    checkMaxTokens(maxTokens);
+    const query = memo.query;
+    const gate = options.fullTokenizeMaxChars ?? Math.max(65_536, 32 * maxTokens);
+    const bound = this.bound;
+    if ((query?.length ?? 0) + text.length <= gate || bound.kind === "none") {
+      return { kind: "full" };
+    }
+    const scanLimit = options.scanLimit ?? Infinity;
+    const fixed = query === undefined ? this.#singleSpecials : this.#pairSpecials;
+    let first: LowerBound = { tokens: 0, exhausted: false };
+    if (query !== undefined) {
+      memo.queryBound ??= bound.lowerBound(query, { stopAbove: maxTokens, scanLimit });
+      first = memo.queryBound;
+      if (first.exhausted) return { kind: "undecided" };
+    }
+    const last = bound.lowerBound(text, {
+      stopAbove: Math.max(0, maxTokens - fixed - first.tokens),
+      scanLimit,
+    });
+    if (last.exhausted) return { kind: "undecided" };
+    const total = fixed + first.tokens + last.tokens;
+    if (total <= maxTokens) return { kind: "full" };
+    if (!options.truncate || fixed + first.tokens + 1 > maxTokens) {
+      throw tooLong(total, true, options);
+    }
+    // Truncation is certain. A prefix needs ≥ room + 1 tokens (so it is cut); room is at most
+    // maxTokens - fixed - (query's lower bound).
+    const cut = bound.safeCut(text, maxTokens - fixed - first.tokens + 1, { scanLimit });
+    if (cut.kind === "cut") return { kind: "prefix", cut: cut.at };
+    return cut.kind === "exhausted" ? { kind: "undecided" } : { kind: "full" };
+  }
+
+  #execute(
+    text: string,
+    plan: EncodePlan,
+    options: EncodeOptions,
+    memo: PairMemo,
+  ): EncodedSequence {
+    if (plan.kind === "undecided") {
+      throw new Error("Cannot encode with an undecided plan. This is a bug");
+    }
+    const first = memo.query === undefined
+      ? null
+      : (memo.queryTokens ??= this.#tokenizeLong(memo.query));
+    if (plan.kind === "full") return this.#finish(first, this.#tokenizeLong(text), options, false);
+    const prefix = this.#tokenizeLong(plan.cut < text.length ? text.slice(0, plan.cut) : text);
+    return this.#finish(first, prefix, options, true);
+  }
+
+  /**
+   * {@link tokenize}, on the compacted text when it is long (same tokens, see
+   * `TokenBound.compact`): a multi-megabyte word costs a scan, not a tokenization.
+   */
+  #tokenizeLong(text: string): string[] {
+    return this.tokenize(text.length > COMPACT_ABOVE_CHARS ? this.bound.compact(text) : text);
+  }
+
+  /**
+   * Adds special tokens and truncates. `lastIsPrefix`: `last` holds only the tokens of a proven
+   * prefix, more than fit, so counts of the whole are lower bounds.
+   */
+  #finish(
+    first: string[] | null,
+    last: string[],
+    options: EncodeOptions,
+    lastIsPrefix: boolean,
+  ): EncodedSequence {
     const specials = first === null ? this.#singleSpecials : this.#pairSpecials;
     const fixed = (first?.length ?? 0) + specials;
     const submitted = fixed + last.length;
@@ -193,23 +460,11 @@ export class SanitizedTokenizer {
     let truncated = false;
     if (submitted > options.maxTokens) {
       const room = options.maxTokens - fixed;
-      if (!options.truncate || room < 1) {
-        const details: Record<string, unknown> = {
-          tokens: submitted,
-          max_tokens: options.maxTokens,
-        };
-        if (options.itemId !== undefined) details.item_id = options.itemId;
-        throw new SynapseError(
-          "sequence_too_long",
-          `Cannot encode item${
-            options.itemId === undefined ? "" : ` '${options.itemId}'`
-          }: ${submitted} tokens exceed max_tokens ${options.maxTokens}` +
-            (options.truncate ? " even after truncating the document" : ""),
-          { details },
-        );
-      }
+      if (!options.truncate || room < 1) throw tooLong(submitted, lastIsPrefix, options);
       kept = last.slice(0, room);
       truncated = true;
+    } else if (lastIsPrefix) {
+      throw new Error("A proven prefix fits max_tokens. This is a bug");
     }
     let tokens: string[];
     let types: number[] | undefined;
@@ -235,8 +490,54 @@ export class SanitizedTokenizer {
       effectiveTokens: ids.length,
       truncated,
       keptContentIds,
+      submittedTokensIsLowerBound: lastIsPrefix,
     };
   }
+}
+
+/** Texts longer than this many UTF-16 code units are compacted before tokenizing. */
+const COMPACT_ABOVE_CHARS = 8192;
+
+/** What a pair's documents share: the query, its tokens and its bound, computed once. */
+interface PairMemo {
+  query: string | undefined;
+  queryTokens?: string[];
+  queryBound?: LowerBound;
+}
+
+function tooLong(tokens: number, lowerBound: boolean, options: EncodeOptions): SynapseError {
+  const details: Record<string, unknown> = { tokens, max_tokens: options.maxTokens };
+  if (options.itemId !== undefined) details.item_id = options.itemId;
+  if (lowerBound) details.tokens_is_lower_bound = true;
+  return new SynapseError(
+    "sequence_too_long",
+    `Cannot encode item${options.itemId === undefined ? "" : ` '${options.itemId}'`}: ${
+      lowerBound ? "at least " : ""
+    }${tokens} tokens exceed max_tokens ${options.maxTokens}` +
+      (options.truncate ? " even after truncating the document" : ""),
+    { details },
+  );
+}
+
+function itemOptions(options: PlanManyOptions, i: number): PlanEncodeOptions {
+  const { itemIds: _, ...rest } = options;
+  const opts: PlanEncodeOptions & { plans?: unknown } = { ...rest };
+  delete opts.plans;
+  const itemId = options.itemIds?.[i];
+  if (itemId !== undefined) opts.itemId = itemId;
+  return opts;
+}
+
+function checkMaxTokens(maxTokens: number): void {
+  if (!Number.isInteger(maxTokens) || maxTokens < 1) {
+    throw new RangeError(
+      `Cannot encode as 'maxTokens' must be a positive integer: received ${maxTokens}`,
+    );
+  }
+}
+
+function asError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
 }
 
 function msg(err: unknown): string {

@@ -85,6 +85,8 @@ Deno.test("DEFAULT_CONFIG holds every key of contract §9 with its default", () 
       estimated_execution_ms: 25,
       max_concurrent_workers: 2,
     },
+    http: { max_body_bytes: 67_108_864 },
+    tokenize: { workers: 0, inline_max_chars: 256 },
     jobs: {
       execution_ttl_ms: 86_400_000,
       result_retention_ttl_ms: 86_400_000,
@@ -284,6 +286,22 @@ Deno.test("loadConfig() reads worker.start_timeout_ms beside worker.load_timeout
   });
 });
 
+Deno.test("loadConfig() reads http and tokenize, merging them key by key across layers", async () => {
+  await using f = await fixture();
+  await f.write(f.projectFile, `{"http": {"max_body_bytes": 1048576}, "tokenize": {"workers": 2}}`);
+  const { config } = loadConfig({
+    env: { ...f.env, SYNAPSE_CONFIG_JSON: `{"tokenize": {"inline_max_chars": 0}}` },
+    cwd: f.cwd,
+  });
+  assert.deepStrictEqual(config.http, { max_body_bytes: 1_048_576 });
+  assert.deepStrictEqual(config.tokenize, { workers: 2, inline_max_chars: 0 });
+  await f.write(f.projectFile, `{"http": {"max_body_size": 1}}`);
+  assertRefused(() => loadConfig({ env: f.env, cwd: f.cwd }), {
+    message: /unknown key 'http\.max_body_size'/,
+    key: "http.max_body_size",
+  });
+});
+
 Deno.test("loadConfig() refuses an unknown key in SYNAPSE_CONFIG_JSON naming the variable", () => {
   assertRefused(
     () =>
@@ -417,6 +435,10 @@ Deno.test("loadConfig() refuses a mistyped or out-of-range value naming the key"
     [`{"worker": {"start_timeout_ms": 0}}`, "worker.start_timeout_ms"],
     [`{"worker": {"start_timeout_ms": 1.5}}`, "worker.start_timeout_ms"],
     [`{"worker": {"start_timeout_ms": "60s"}}`, "worker.start_timeout_ms"],
+    [`{"http": {"max_body_bytes": 0}}`, "http.max_body_bytes"],
+    [`{"http": {"max_body_bytes": "64MiB"}}`, "http.max_body_bytes"],
+    [`{"tokenize": {"workers": -1}}`, "tokenize.workers"],
+    [`{"tokenize": {"inline_max_chars": 1.5}}`, "tokenize.inline_max_chars"],
     [`{"remote_providers": {}}`, "remote_providers"],
     [
       `{"preload_models": [{"engine": "ort", "model_path": "/m"}]}`,

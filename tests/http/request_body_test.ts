@@ -79,6 +79,25 @@ Deno.test("readJsonBody() counts streamed bytes against the cap and answers 413"
     assert.ok(e instanceof SynapseError);
     assert.equal((e as SynapseError & { status: number }).status, 413);
     assert.equal(e.code, "invalid_request");
+    // Semantic, so the details reach the caller; reading stopped at the chunk past the cap.
+    assert.equal(e.channel, false);
+    assert.deepEqual(e.details, {
+      field: "body",
+      reason: "body_too_large",
+      limit: "http.max_body_bytes",
+      max: 550,
+      received_at_least: 600,
+    });
+    return true;
+  });
+  // A declared Content-Length over the cap is refused before a byte is read.
+  const declared = new Request("http://127.0.0.1/", {
+    method: "POST",
+    body: "{}",
+    headers: { "content-length": "999999" },
+  });
+  await assert.rejects(readJsonBody(declared, { maxBytes: 550 }), (e: unknown) => {
+    assert.equal((e as SynapseError).details?.received_at_least, 999999);
     return true;
   });
 });

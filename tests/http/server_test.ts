@@ -291,7 +291,7 @@ Deno.test("serveHttp() over a real instance", async (t) => {
   });
 
   await t.step(
-    "answers bad JSON, invalid UTF-8 and an oversized body with channel invalid_request",
+    "answers bad JSON and invalid UTF-8 with channel invalid_request, an oversized body with 413",
     async () => {
       let res = await s.post("/v1/ops/embed.query", '{"text": tru}');
       assert.equal(res.status, 400);
@@ -312,7 +312,11 @@ Deno.test("serveHttp() over a real instance", async (t) => {
 
       res = await s.post("/v1/ops/embed.query", JSON.stringify({ text: "a".repeat(5000) }));
       assert.equal(res.status, 413);
-      assert.equal((await json(res)).code, "invalid_request");
+      const refusal = (await json(res)).result.error;
+      assert.equal(refusal.code, "invalid_request");
+      assert.equal(refusal.details.limit, "http.max_body_bytes");
+      assert.equal(refusal.details.max, 4096);
+      assert.equal(refusal.details.received_at_least, 5011); // its Content-Length
 
       // Streamed without a Content-Length: counted as it arrives.
       const stream = new ReadableStream<Uint8Array>({

@@ -1,8 +1,11 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { mulberry32 } from "../../scripts/gen_models.ts";
 import { SanitizedTokenizer } from "../../lib/tokenize/tokenizer.ts";
+import type { EncodedSequence } from "../../lib/tokenize/tokenizer.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
 import { MODELS } from "../_helpers.ts";
+import { allTokenizers, randomText } from "./_tokenizers.ts";
 
 const path = `${MODELS}/synapse-tiny-embed/tokenizer.json`;
 
@@ -79,3 +82,139 @@ Deno.test("SanitizedTokenizer.fromFile() refuses a missing or broken file with a
   });
   await Deno.remove(dir, { recursive: true });
 });
+
+Deno.test("SanitizedTokenizer.encode() of long texts keeps exactly the tokens full tokenization keeps", async () => {
+  // fullTokenizeMaxChars 0 takes the bounded path for every text; Infinity never does.
+  for (const { name, tok } of await allTokenizers()) {
+    const rand = mulberry32(0xd1ff + name.length);
+    let prefixes = 0, lowerBoundRefusals = 0;
+    for (let k = 0; k < 300; k++) {
+      const text = randomText(rand, 200);
+      const query = rand() < 0.3 ? randomText(rand, 12) : undefined;
+      const options = {
+        maxTokens: 3 + Math.floor(rand() * 60),
+        truncate: rand() < 0.6,
+        itemId: `i${k}`,
+      };
+      const encode = (fullTokenizeMaxChars: number) => () =>
+        query === undefined
+          ? tok.encode(text, { ...options, fullTokenizeMaxChars })
+          : tok.encodePair(query, text, { ...options, fullTokenizeMaxChars });
+      const full = outcome(encode(Infinity));
+      const bounded = outcome(encode(0));
+      const what = `${name} ${JSON.stringify({ query, options })} ${JSON.stringify(text)}`;
+      if (!full.ok) {
+        assert.ok(!bounded.ok, what);
+        const a = full.error as SynapseError, b = bounded.error as SynapseError;
+        assert.equal(b.code, a.code, what);
+        if (b.details?.tokens_is_lower_bound === true) {
+          lowerBoundRefusals++;
+          const { tokens_is_lower_bound: _, tokens, ...rest } = b.details;
+          const { tokens: exact, ...want } = a.details!;
+          assert.deepEqual(rest, want, what);
+          assert.ok((tokens as number) <= (exact as number), what);
+          assert.ok((tokens as number) > options.maxTokens, what);
+        } else assert.deepEqual(b.details, a.details, what);
+        continue;
+      }
+      assert.ok(bounded.ok, what);
+      const a = full.seq, b = bounded.seq;
+      assert.deepEqual(Array.from(b.ids), Array.from(a.ids), what);
+      assert.deepEqual(Array.from(b.typeIds), Array.from(a.typeIds), what);
+      assert.deepEqual(b.keptContentIds, a.keptContentIds, what);
+      assert.equal(b.effectiveTokens, a.effectiveTokens, what);
+      assert.equal(b.truncated, a.truncated, what);
+      assert.equal(a.submittedTokensIsLowerBound, false);
+      if (b.submittedTokensIsLowerBound) {
+        prefixes++;
+        assert.ok(b.truncated && b.submittedTokens <= a.submittedTokens, what);
+        assert.ok(b.submittedTokens > options.maxTokens, what);
+      } else assert.equal(b.submittedTokens, a.submittedTokens, what);
+    }
+    if (tok.bound.canCut) assert.ok(prefixes > 20, `${name}: ${prefixes} prefix encodings`);
+    if (tok.bound.kind !== "none") assert.ok(lowerBoundRefusals > 10, name);
+  }
+});
+
+Deno.test("SanitizedTokenizer.encode() refuses a 10 MiB text from its length, with a lower bound", async () => {
+  for (const name of ["synapse-tiny-embed", "synapse-tiny-llama"]) {
+    const tok = await SanitizedTokenizer.fromFile(`${MODELS}/${name}/tokenizer.json`);
+    const text = "the quick brown fox ".repeat(10 * 2 ** 20 / 20);
+    assert.throws(() => tok.encode(text, { maxTokens: 512, itemId: "big" }), (e: unknown) => {
+      assert.ok(e instanceof SynapseError);
+      assert.equal(e.code, "sequence_too_long");
+      assert.equal(e.details?.max_tokens, 512);
+      assert.equal(e.details?.item_id, "big");
+      assert.equal(e.details?.tokens_is_lower_bound, true);
+      assert.ok((e.details?.tokens as number) > 512);
+      assert.match(e.message, /at least \d+ tokens exceed max_tokens 512/);
+      return true;
+    });
+    // Truncated from a prefix: the kept tokens are those of the text's first words.
+    const cut = tok.encode(text, { maxTokens: 512, truncate: true });
+    const head = tok.encode(text.slice(0, 40_000), { maxTokens: 512, truncate: true });
+    assert.deepEqual(Array.from(cut.ids), Array.from(head.ids));
+    assert.deepEqual(cut.keptContentIds, head.keptContentIds);
+    assert.equal(cut.truncated, true);
+    assert.equal(cut.submittedTokensIsLowerBound, true);
+    assert.ok(cut.submittedTokens > 512);
+  }
+});
+
+Deno.test("SanitizedTokenizer.encodePairs() equals encodePair() per document, errors included", async () => {
+  const tok = await SanitizedTokenizer.fromFile(`${MODELS}/synapse-tiny-rerank/tokenizer.json`);
+  const docs = ["short", Array(600).fill("a").join(" "), "x y z", "b ".repeat(40_000)];
+  for (const truncate of [false, true]) {
+    const options = { maxTokens: 512, truncate };
+    const many = tok.encodePairs("the query", docs, { ...options, itemIds: ["0", "1", "2", "3"] });
+    docs.forEach((doc, i) => {
+      const one = outcome(() =>
+        tok.encodePair("the query", doc, { ...options, itemId: String(i) })
+      );
+      assert.equal(many[i]!.ok, one.ok);
+      if (one.ok && many[i]!.ok) assert.deepEqual(many[i]!.seq, one.seq);
+      if (!one.ok && !many[i]!.ok) {
+        assert.deepEqual(
+          (many[i]!.error as SynapseError).details,
+          (one.error as SynapseError).details,
+        );
+      }
+    });
+  }
+});
+
+Deno.test("SanitizedTokenizer.planEncode() is undecided past its scan limit, and encodeWithPlan() still equals encode()", async () => {
+  const tok = await SanitizedTokenizer.fromFile(`${MODELS}/synapse-tiny-embed/tokenizer.json`);
+  const word = "a".repeat(200_000) + " b c";
+  const options = { maxTokens: 8, truncate: true };
+  const plan = tok.planEncode(word, { ...options, scanLimit: 1000 });
+  assert.deepEqual(plan, { kind: "undecided" });
+  assert.deepEqual(tok.encodeWithPlan(word, plan, options), tok.encode(word, options));
+  const prose = "one two three ".repeat(20_000);
+  const p = tok.planEncode(prose, { ...options, scanLimit: 1000 });
+  assert.equal(p.kind, "prefix");
+  if (p.kind !== "prefix") return;
+  // The worker may get only the prefix.
+  assert.deepEqual(
+    tok.encodeWithPlan(prose.slice(0, p.cut), p, options),
+    tok.encode(prose, options),
+  );
+});
+
+Deno.test("SanitizedTokenizer.encode() throws RangeError for an invalid maxTokens", async () => {
+  const tok = await SanitizedTokenizer.fromFile(path);
+  for (const maxTokens of [0, -1, 1.5, NaN, Infinity]) {
+    assert.throws(() => tok.encode("a", { maxTokens }), RangeError, String(maxTokens));
+  }
+});
+
+function outcome(f: () => EncodedSequence): { ok: true; seq: EncodedSequence } | {
+  ok: false;
+  error: unknown;
+} {
+  try {
+    return { ok: true, seq: f() };
+  } catch (error) {
+    return { ok: false, error };
+  }
+}
