@@ -25,6 +25,7 @@ import { machineProfileHash, probeMachineProfile } from "./identity/machine_prof
 import type { MachineProfile } from "./identity/machine_profile.ts";
 import type { EnvSource } from "./paths.ts";
 import { LlamaEngine } from "./engines/llama/llama_engine.ts";
+import { TokenizerPool } from "./tokenize/tokenizer_pool.ts";
 import { defaultWorkerRuntimeDir, resolveLlamaWorkerLaunch } from "./engines/llama/launch.ts";
 import { type LogSink, stderrLog } from "./log/log.ts";
 
@@ -106,6 +107,8 @@ export class Synapse implements AsyncDisposable {
   readonly context: OpContext;
   /** Durable jobs (contract.md §8). */
   readonly jobStore: JobStore;
+  /** Tokenizer worker threads (config `tokenize`): operations tokenize here, off the event loop. */
+  readonly tokenizers: TokenizerPool;
   /** Jobs of earlier generations failed with `module_restarted` at this boot. */
   readonly inheritedJobs: number;
   /** Resolves when every preloaded model is ready or failed (background retries aside). */
@@ -144,6 +147,10 @@ export class Synapse implements AsyncDisposable {
     // Jobs of an earlier generation that were queued or running died with that process.
     this.inheritedJobs = this.jobStore.inheritEarlierGenerations(store.moduleGeneration);
     const running = new Map<string, Promise<void>>();
+    this.tokenizers = new TokenizerPool({
+      ...(config.tokenize.workers > 0 ? { size: config.tokenize.workers } : {}),
+      inlineMaxChars: config.tokenize.inline_max_chars,
+    });
     this.registry = new ModelRegistry({
       admission: this.admission,
       threadPolicy: config.knob,
@@ -195,10 +202,13 @@ export class Synapse implements AsyncDisposable {
       now,
       machineProfileHash: this.machineProfileHash,
       log,
+      tokenizers: this.tokenizers,
     };
     this.modelsSettled = Promise.all(sources.map((s) => this.registry.load(s))).then((ms) => {
       for (const m of ms) {
         if (m.ready) {
+          // The pool's workers load the tokenizer now, not on the first big request.
+          void this.tokenizers.warm(m.ready.tokenizer).catch(() => {});
           try {
             store.upsertModel({
               model_id: m.modelId,
@@ -266,6 +276,7 @@ export class Synapse implements AsyncDisposable {
     if (this.#sweeper !== undefined) clearInterval(this.#sweeper);
     try {
       await this.registry.dispose();
+      await this.tokenizers.dispose();
     } finally {
       this.store.dispose();
       for (const l of this.#leases) l.release();

@@ -12,7 +12,8 @@ import type { CommonParams } from "../contract/schemas.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import type { RowOutput } from "../lanes/lane.ts";
 import type { ReadyModel } from "../models/model.ts";
-import type { EncodedSequence } from "../tokenize/tokenizer.ts";
+import type { EncodedSequence, EncodeOutcome } from "../tokenize/tokenizer.ts";
+import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
 import { checkContentTokens, checkText } from "./_text.ts";
 
 /** One embedded item (contract.md §3). */
@@ -52,6 +53,8 @@ export interface PreparedItem {
   index: number;
   item: EmbedItem;
   seq: EncodedSequence;
+  /** Hex SHA-256 of the item's UTF-8 text, when computed where it was tokenized. */
+  submittedSha256?: string;
 }
 
 /** Result of {@link prepareItems}. */
@@ -90,45 +93,82 @@ export function checkItemTexts(
   return errors;
 }
 
+/** Options of {@link prepareItems}. */
+export interface PrepareOptions {
+  /** Cut over-long items to the model's limit instead of refusing them. */
+  truncate: boolean;
+  /** Position of `items[0]` in the request. @default 0 */
+  offset?: number;
+  /** Errors of {@link checkItemTexts} already run on `items`; those items are skipped. */
+  checked?: (ItemError | undefined)[];
+  /** Stops the tokenizing (the request was cancelled or timed out). */
+  signal?: AbortSignal;
+}
+
 /**
- * Checks and tokenizes items; an item that cannot be embedded (empty, invalid Unicode, too long
- * without truncation) becomes an item error instead (field reports F1, F2, F14).
+ * Checks and tokenizes items off the event loop (field report F21): a text whose length alone
+ * proves it over the limit is refused without tokenizing it, a truncated text is tokenized from
+ * a proven prefix only, and anything sizeable is tokenized on the pool's Worker threads, which
+ * also hash each text. An item that cannot be embedded (empty, invalid Unicode, too long without
+ * truncation, no readable tokens) becomes an item error instead (F1, F2, F14).
  *
- * @param offset Position of `items[0]` in the request.
- * @param checked Errors of {@link checkItemTexts} already run on `items`; those items are skipped.
+ * @throws the signal's reason when it aborts; `disposed` when the pool is gone.
  */
-export function prepareItems(
+export async function prepareItems(
+  pool: TokenizerPool,
   model: ReadyModel,
   items: readonly EmbedItem[],
-  truncate: boolean,
-  offset = 0,
-  checked?: (ItemError | undefined)[],
-): PreparedItems {
-  const errors: (ItemError | undefined)[] = checked ?? new Array(items.length);
+  options: PrepareOptions,
+): Promise<PreparedItems> {
+  const offset = options.offset ?? 0;
+  const errors = options.checked ?? checkItemTexts(items, offset);
+  const todo: number[] = [];
+  for (let i = 0; i < items.length; i++) if (errors[i] === undefined) todo.push(i);
+  const outcomes = await pool.encodeItems(model.tokenizer, todo.map((i) => items[i]!.text), {
+    maxTokens: model.maxTokens,
+    truncate: options.truncate,
+    itemIds: todo.map((i) => items[i]!.id),
+    submittedSha256: true,
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+  });
   const prepared: PreparedItem[] = [];
   let tokens = 0;
-  for (let i = 0; i < items.length; i++) {
+  todo.forEach((i, k) => {
     const item = items[i]!;
-    if (errors[i] !== undefined) continue;
-    try {
-      if (checked === undefined) checkText(item.text, `item '${item.id}'`, { item_id: item.id });
-      const seq = model.tokenizer.encode(item.text, {
-        maxTokens: model.maxTokens,
-        truncate,
-        itemId: item.id,
-      });
-      checkContentTokens(seq.keptContentIds.length, `item '${item.id}'`, { item_id: item.id });
-      tokens += seq.effectiveTokens;
-      prepared.push({ index: offset + i, item, seq });
-    } catch (err) {
-      errors[i] = {
-        id: item.id,
-        index: offset + i,
-        error: toSynapseError(err, "invalid_request").toWire(),
-      };
+    const x = preparedOf(item, offset + i, outcomes[k]!);
+    if ("error" in x) errors[i] = x.error;
+    else {
+      tokens += x.seq.effectiveTokens;
+      prepared.push(x);
     }
-  }
+  });
   return { prepared, errors, tokens };
+}
+
+/** One item's tokenizer outcome as a prepared item or its item error. */
+function preparedOf(
+  item: EmbedItem,
+  index: number,
+  outcome: EncodeOutcome,
+): PreparedItem | { error: ItemError } {
+  try {
+    if (!outcome.ok) throw outcome.error;
+    checkContentTokens(outcome.seq.keptContentIds.length, `item '${item.id}'`, {
+      item_id: item.id,
+    });
+    return {
+      index,
+      item,
+      seq: outcome.seq,
+      ...(outcome.submittedSha256 === undefined
+        ? {}
+        : { submittedSha256: outcome.submittedSha256 }),
+    };
+  } catch (err) {
+    return {
+      error: { id: item.id, index, error: toSynapseError(err, "invalid_request").toWire() },
+    };
+  }
 }
 
 /**
@@ -152,13 +192,14 @@ export function rowError(model: ReadyModel, x: PreparedItem, out: RowOutput): It
 /**
  * The vector line of one served item, with its hashes.
  *
- * @param submittedSha256 The text's hash when already known (jobs hash each text once).
+ * @param submittedSha256 The text's hash when already known (jobs hash each text once; the
+ *   tokenizer pool hashes the texts it tokenizes).
  */
 export function vectorLine(
   model: ReadyModel,
   x: PreparedItem,
   values: Float32Array,
-  submittedSha256: string = sha256Hex(x.item.text),
+  submittedSha256: string = x.submittedSha256 ?? sha256Hex(x.item.text),
 ): { vector: EmbedVector; count: number; disclosure: TruncationDisclosure } {
   const content = x.seq.truncated
     ? sha256Hex(model.tokenizer.decode(x.seq.keptContentIds))

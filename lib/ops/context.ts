@@ -10,6 +10,7 @@ import type { Admission } from "../sched/admission.ts";
 import type { SynapseConfig } from "../config/config.ts";
 import type { JobStore } from "../store/job_store.ts";
 import type { LogSink } from "../log/log.ts";
+import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
 
 /** Durable jobs: their store and the runs in flight. */
 export interface JobsContext {
@@ -36,6 +37,8 @@ export interface OpContext {
   readonly machineProfileHash: string;
   /** Module log (bugs are logged here with their stack). */
   readonly log: LogSink;
+  /** Tokenizes off the event loop (every op tokenizes through it). */
+  readonly tokenizers: TokenizerPool;
 }
 
 /** Per-call options every operation takes. */

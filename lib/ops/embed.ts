@@ -155,7 +155,11 @@ export async function embedItems(
     deadlineMs: p.deadline_ms ?? limits.deadline_ms,
     maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
   });
-  const { prepared, errors, tokens } = prepareItems(model, items, truncate, 0, checked);
+  const { prepared, errors, tokens } = await prepareItems(ctx.tokenizers, model, items, {
+    truncate,
+    checked,
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+  });
   if (tokens > limits.max_tokens) {
     permit.release();
     const limit = { limit: "inline.max_tokens", tokens, max: limits.max_tokens };

@@ -203,15 +203,22 @@ async function runEmbedJob(
     let prepared = req.prepared;
     let itemErrors = req.itemErrors ?? [];
     if (prepared === undefined) {
-      // Tokenize in slices, yielding between them, so a 10,000-item job never holds the event
-      // loop that interactive requests and /health need.
+      // Tokenize in slices on the tokenizer pool, so a 10,000-item job never holds the event
+      // loop that interactive requests and /health need, and interactive tokenizing interleaves.
       prepared = [];
       itemErrors = [];
       for (let i = 0; i < req.items.length; i += TOKENIZE_SLICE) {
-        const r = prepareItems(req.model, req.items.slice(i, i + TOKENIZE_SLICE), req.truncate, i);
+        const r = await prepareItems(
+          ctx.tokenizers,
+          req.model,
+          req.items.slice(i, i + TOKENIZE_SLICE),
+          {
+            truncate: req.truncate,
+            offset: i,
+          },
+        );
         prepared.push(...r.prepared);
         for (const e of r.errors) if (e) itemErrors.push(e);
-        await new Promise((resolve) => setTimeout(resolve, 0));
       }
     }
     if (itemErrors.length > 0) {

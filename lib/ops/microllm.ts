@@ -105,7 +105,13 @@ export async function microllmOneshot(
     deadlineMs: p.deadline_ms ?? limits.deadline_ms,
     maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
   });
-  const seq = model.tokenizer.encode(p.prompt, { maxTokens: model.maxTokens, truncate: false });
+  const [encoded] = await ctx.tokenizers.encodeItems(model.tokenizer, [p.prompt], {
+    maxTokens: model.maxTokens,
+    truncate: false,
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+  });
+  if (!encoded!.ok) throw encoded!.error;
+  const seq = encoded!.seq;
   const nPrompt = seq.ids.length;
   const context = model.profile.certified_shape.max_context_tokens;
   if (nPrompt + p.max_tokens > context) {

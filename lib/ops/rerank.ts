@@ -15,6 +15,9 @@ import { checkContentTokens, checkText, utf8Length } from "./_text.ts";
 import { checkFingerprint, disclosureOf, type TruncationDisclosure } from "./_embedding.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 
+/** Longest query (UTF-16 code units) checked for readable tokens on the event loop. */
+const QUERY_TOKEN_CHECK_MAX_CHARS = 4096;
+
 /** Most candidates a rerank may have and still run as interactive work (contract.md §1). */
 export const INTERACTIVE_RERANK_CANDIDATES = 20;
 
@@ -79,18 +82,25 @@ export async function rerankScore(
     maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
   });
   const tokenizer = model.tokenizer;
-  checkContentTokens(tokenizer.tokenize(p.query).length, "query", { field: "query" });
-  const seqs: EncodedSequence[] = p.candidates.map((c, i) => {
-    const seq = tokenizer.encodePair(p.query, c, {
-      maxTokens: model.maxTokens,
-      truncate: p.truncate ?? false,
-      itemId: String(i),
-    });
-    checkContentTokens(seq.keptContentIds.length, `candidate ${i}`, {
+  // A query with no readable tokens (only control or zero-width characters) is refused; a long
+  // one is not tokenized here on the event loop (checkText already refused whitespace).
+  if (p.query.length <= QUERY_TOKEN_CHECK_MAX_CHARS) {
+    checkContentTokens(tokenizer.tokenize(p.query).length, "query", { field: "query" });
+  }
+  // Pairs are tokenized on the tokenizer pool, the query once per batch.
+  const outcomes = await ctx.tokenizers.encodePairs(tokenizer, p.query, p.candidates, {
+    maxTokens: model.maxTokens,
+    truncate: p.truncate ?? false,
+    itemIds: p.candidates.map((_, i) => String(i)),
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+  });
+  const seqs: EncodedSequence[] = outcomes.map((o, i) => {
+    if (!o.ok) throw o.error;
+    checkContentTokens(o.seq.keptContentIds.length, `candidate ${i}`, {
       item_id: String(i),
       field: `candidates.${i}`,
     });
-    return seq;
+    return o.seq;
   });
   const out = await lane.run(
     { kind: "score", rows: seqs },
