@@ -8,17 +8,28 @@ import { z } from "zod";
 import { invalidRequest } from "./errors.ts";
 
 /** Common params of embed / rerank / microllm (contract.md §1), without `truncate`. */
+/**
+ * A caller string that names something (an id, a key, a model, a fingerprint): it must be
+ * well-formed Unicode. A lone UTF-16 surrogate (half of a cut emoji) is refused naming the field,
+ * never echoed back, and never turned into U+FFFD — which would let two different keys share a
+ * job (field report F17).
+ */
+export const wellFormedName = (): z.ZodString =>
+  z.string().refine((s) => s.isWellFormed(), {
+    message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
+  }) as unknown as z.ZodString;
+
 export const COMMON_PARAMS = {
   /** Model id; `model_id` is an accepted alias. */
-  model: z.string().min(1).optional(),
-  model_id: z.string().min(1).optional(),
+  model: wellFormedName().min(1).optional(),
+  model_id: wellFormedName().min(1).optional(),
   /** Relative deadline in ms. @default 30000 (config `inline.deadline_ms`) */
   deadline_ms: z.number().int().positive().optional(),
   /** Longest acceptable queue wait in ms. @default 5000 (config `inline.max_queue_ms`) */
   max_queue_ms: z.number().int().nonnegative().optional(),
-  target_fingerprint: z.string().optional(),
+  target_fingerprint: wellFormedName().optional(),
   /** Refuse with `substitution_rejected` unless the model's fingerprint is this one. */
-  required_fingerprint: z.string().optional(),
+  required_fingerprint: wellFormedName().optional(),
   allow_equivalent: z.boolean().optional(),
   required_epoch: z.number().int().nonnegative().optional(),
   accept_declared: z.boolean().optional(),
@@ -34,16 +45,20 @@ const common = {
   truncate: z.boolean().optional(),
 };
 
+/** An item id: a well-formed string or an integer (answered as its decimal string). */
+const itemId = z.union([wellFormedName(), z.number().int()]);
+
+/** A batch item: a bare string, or `{id, text}`. */
 const item = z.union([
   z.string(),
-  z.strictObject({ id: z.union([z.string(), z.number().int()]), text: z.string() }),
+  z.strictObject({ id: itemId, text: z.string() }),
 ]);
 
 /** `embed.query {text, id?}`. */
 export const EmbedQueryParams = z.strictObject({
   ...common,
   text: z.string(),
-  id: z.union([z.string(), z.number().int()]).optional(),
+  id: itemId.optional(),
 });
 export type EmbedQueryParams = z.infer<typeof EmbedQueryParams>;
 
@@ -52,7 +67,7 @@ export const EmbedBatchParams = z.strictObject({
   ...common,
   items: z.array(item).optional(),
   texts: z.array(z.string()).optional(),
-  request_key: z.string().optional(),
+  request_key: wellFormedName().optional(),
   input_type: z.enum(["query", "document"]).optional(),
 });
 export type EmbedBatchParams = z.infer<typeof EmbedBatchParams>;
@@ -67,7 +82,7 @@ export type RerankScoreParams = z.infer<typeof RerankScoreParams>;
 
 /** `embed.result {job_id, page?}` (design.md: `page` is a 0-based integer). */
 export const EmbedResultParams = z.strictObject({
-  job_id: z.string().min(1),
+  job_id: wellFormedName().min(1),
   page: z.number().int().nonnegative().optional(),
 });
 export type EmbedResultParams = z.infer<typeof EmbedResultParams>;
@@ -109,8 +124,9 @@ export function parseParams<S extends z.ZodType>(
   const res = schema.safeParse(params);
   if (res.success) return res.data;
   // A misspelt field also makes its intended field "missing": name the unknown one first.
-  const issue = res.error.issues.find((i) => i.code === "unrecognized_keys") ??
-    res.error.issues[0]!;
+  const issue = innermost(
+    res.error.issues.find((i) => i.code === "unrecognized_keys") ?? res.error.issues[0]!,
+  );
   const path = issue.path.map(String).join(".");
   if (issue.code === "unrecognized_keys") {
     const keys = (issue as { keys: string[] }).keys;
@@ -125,6 +141,23 @@ export function parseParams<S extends z.ZodType>(
     field,
     issue: issue.code,
   });
+}
+
+/**
+ * The issue to report: for a failed union (a batch item that is neither a string nor a valid
+ * `{id, text}`), the issue of the branch whose type the value had, at its own path — so
+ * `items.0.txt` is named as an unknown field rather than `items.0` as "invalid input".
+ */
+function innermost(issue: z.core.$ZodIssue): z.core.$ZodIssue {
+  if (issue.code !== "invalid_union") return issue;
+  const branches = (issue as { errors?: z.core.$ZodIssue[][] }).errors ?? [];
+  // A branch whose first issue is not a type mismatch at the union's own path matched the type.
+  const matched = branches.find((b) =>
+    b.length > 0 && !(b[0]!.code === "invalid_type" && b[0]!.path.length === 0)
+  );
+  if (matched === undefined) return issue;
+  const inner = matched.find((i) => i.code === "unrecognized_keys") ?? matched[0]!;
+  return innermost({ ...inner, path: [...issue.path, ...inner.path] } as z.core.$ZodIssue);
 }
 
 /** Resolves `model` / `model_id`; refuses both with different values. */

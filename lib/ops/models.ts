@@ -35,8 +35,8 @@ export interface ModelRow {
   /** Present and true for generated test fixtures. */
   test_model?: true;
   warm_load_cost_hint_ms?: number;
-  /** The load failure, when state is `failed`. */
-  error?: { code: string; message: string };
+  /** The load failure, when state is `failed` (or waiting for a background retry). */
+  error?: { code: string; message: string; details?: Record<string, unknown> };
 }
 
 /** `models.list` payload. */
@@ -85,7 +85,13 @@ export function modelRow(m: ModelEntry): ModelRow {
   }
   if (m.testModel) row.test_model = true;
   if (m.coldLoadMs !== undefined) row.warm_load_cost_hint_ms = Math.round(m.coldLoadMs);
-  if (m.error) row.error = { code: m.error.code, message: m.error.message };
+  if (m.error) {
+    row.error = {
+      code: m.error.code,
+      message: m.error.message,
+      ...(m.error.details === undefined ? {} : { details: { ...m.error.details } }),
+    };
+  }
   return row;
 }
 

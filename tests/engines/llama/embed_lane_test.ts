@@ -335,6 +335,7 @@ Deno.test("F22: a configured max_tokens above the lane's context is refused at l
   const list = await rows(s.syn);
   assert.equal(list.get("too-long").state, "failed");
   assert.equal(list.get("too-long").error.code, "artifact_invalid");
+  assert.equal(list.get("too-long").error.details.reason, "max_tokens_over_context");
   // The other model serves.
   resultOf(await s.syn.call("embed.query", { model: "ort-embed", text: "hi" }));
 });
