@@ -119,7 +119,7 @@ export async function serve(home: Home): Promise<Served> {
   try {
     let seen = "";
     let url: string | undefined;
-    const deadline = Date.now() + 30_000;
+    const deadline = Date.now() + 300_000; // a hang guard, not a speed limit
     while (url === undefined && Date.now() < deadline) {
       const { done, value } = await lines.read();
       if (done) break;

@@ -104,7 +104,7 @@ Deno.test("ck-synapse serve --http 127.0.0.1:0 answers embed --url, then stops c
   try {
     let seen = "";
     let url: string | undefined;
-    const deadline = Date.now() + 30_000;
+    const deadline = Date.now() + 300_000; // a hang guard, not a speed limit
     while (url === undefined && Date.now() < deadline) {
       const { done, value } = await lines.read();
       if (done) break;

@@ -46,8 +46,8 @@ async function startServer(env: Record<string, string>): Promise<Server> {
         while (!(await reader.read()).done) { /* drain */ }
       })();
       const base = m[1]!;
-      // Wait for the model.
-      for (let i = 0; i < 300; i++) {
+      // Wait for the model (however long the machine takes; 10 minutes means hung).
+      for (const hungAt = Date.now() + 600_000; Date.now() < hungAt;) {
         const h = await fetch(`${base}/health`);
         const body = await h.json();
         if (body.status === "ok") return { child, base };
@@ -71,7 +71,7 @@ async function call(base: string, method: string, params: unknown): Promise<any>
 
 // deno-lint-ignore no-explicit-any
 async function waitDone(base: string, jobId: string): Promise<any> {
-  for (let i = 0; i < 3000; i++) {
+  for (const hungAt = Date.now() + 600_000; Date.now() < hungAt;) {
     const r = await call(base, "embed.result", { job_id: jobId });
     if (r.error && !r.job_id) throw new Error(JSON.stringify(r));
     if (r.state !== "queued" && r.state !== "running") return r;
