@@ -31,6 +31,11 @@ export interface TruncationDisclosure {
   submitted_tokens: number;
   effective_tokens: number;
   truncated: boolean;
+  /**
+   * Present and true when `submitted_tokens` is a proven lower bound, not an exact count: a
+   * text far over the limit, truncated from a proven prefix without tokenizing it whole.
+   */
+  submitted_tokens_is_lower_bound?: true;
 }
 
 /** An item the operation could not serve; the rest of the batch was. */
@@ -222,6 +227,7 @@ export function disclosureOf(seq: EncodedSequence): TruncationDisclosure {
     submitted_tokens: seq.submittedTokens,
     effective_tokens: seq.effectiveTokens,
     truncated: seq.truncated,
+    ...(seq.submittedTokensIsLowerBound ? { submitted_tokens_is_lower_bound: true as const } : {}),
   };
 }
 

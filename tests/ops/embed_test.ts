@@ -318,3 +318,24 @@ Deno.test("dispatch answers unknown_method as a channel error", async () => {
   await using t = await startSynapse();
   assert.equal(channelError(await t.syn.call("embed.querry", {})).code, "unknown_method");
 });
+
+Deno.test("F21: a text far over the limit with truncate is cut from a proven prefix, and the disclosure says its count is a lower bound", async () => {
+  await using t = await startSynapse();
+  const limit = t.syn.registry.resolve(undefined, "embed").maxTokens;
+  // 200,000 words: far past the length the tokenizer counts exactly (the bound takes over).
+  const text = Array(200_000).fill("word").join(" ");
+  const r = resultOf(await t.syn.call("embed.query", { text, truncate: true }));
+  const d = r.truncation_disclosures[0];
+  assert.equal(d.truncated, true);
+  assert.equal(d.effective_tokens, limit);
+  assert.equal(d.submitted_tokens_is_lower_bound, true);
+  assert.ok(d.submitted_tokens > limit && d.submitted_tokens <= 200_002, `${d.submitted_tokens}`);
+  // The kept content is exactly the first limit - 2 words, as a full tokenization would keep.
+  assert.equal(r.vectors[0].content_sha256, sha(Array(limit - 2).fill("word").join(" ")));
+  assert.equal(r.vectors[0].submitted_sha256, sha(text));
+  // Without truncate the same text is refused at once, the count again a lower bound.
+  const e = semanticError(await t.syn.call("embed.query", { text }));
+  assert.equal(e.code, "sequence_too_long");
+  assert.equal(e.details.max_tokens, limit);
+  assert.equal(e.details.tokens_is_lower_bound, true);
+});
