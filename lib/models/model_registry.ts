@@ -504,6 +504,18 @@ function unknownModel(
   );
 }
 
+/** One statistic of the interactive, bulk and decode classes. */
+function perClass(
+  s: LaneStats,
+  pick: (c: LaneStats["classes"]["interactive"]) => number,
+): Record<string, number> {
+  return {
+    interactive: pick(s.classes.interactive),
+    bulk: pick(s.classes.bulk),
+    decode: pick(s.classes.decode),
+  };
+}
+
 function schedRow(lane: string, engine: string, s: LaneStats, models: string[]): LaneStatusRow {
   return {
     lane,
@@ -512,26 +524,10 @@ function schedRow(lane: string, engine: string, s: LaneStats, models: string[]):
     in_flight: s.inFlight,
     waiters: s.waiters,
     depths: s.depths,
-    meeting_deadlines: {
-      interactive: s.classes.interactive.meetingDeadlines,
-      bulk: s.classes.bulk.meetingDeadlines,
-      decode: s.classes.decode.meetingDeadlines,
-    },
-    start_delay_p50_ms: {
-      interactive: s.classes.interactive.startDelayP50Ms,
-      bulk: s.classes.bulk.startDelayP50Ms,
-      decode: s.classes.decode.startDelayP50Ms,
-    },
-    start_delay_p95_ms: {
-      interactive: s.classes.interactive.startDelayP95Ms,
-      bulk: s.classes.bulk.startDelayP95Ms,
-      decode: s.classes.decode.startDelayP95Ms,
-    },
-    tokens_per_second: {
-      interactive: s.classes.interactive.tokensPerSecond,
-      bulk: s.classes.bulk.tokensPerSecond,
-      decode: s.classes.decode.tokensPerSecond,
-    },
+    meeting_deadlines: perClass(s, (c) => c.meetingDeadlines),
+    start_delay_p50_ms: perClass(s, (c) => c.startDelayP50Ms),
+    start_delay_p95_ms: perClass(s, (c) => c.startDelayP95Ms),
+    tokens_per_second: perClass(s, (c) => c.tokensPerSecond),
     models,
   };
 }

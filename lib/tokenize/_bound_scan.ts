@@ -141,16 +141,9 @@ export class PreTokenScanner implements BoundScanner {
         i += m;
         continue;
       }
-      const u = text.charCodeAt(i);
-      let cp = u;
-      let w = 1;
-      if (u >= 0xd800 && u <= 0xdbff && i + 1 < n) {
-        const lo = text.charCodeAt(i + 1);
-        if (lo >= 0xdc00 && lo <= 0xdfff) {
-          cp = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
-          w = 2;
-        }
-      }
+      // A surrogate pair is one code point (two units); a lone surrogate stands for itself.
+      const cp = text.codePointAt(i)!;
+      const w = cp > 0xffff ? 2 : 1;
       const e = this.#lookup(cp);
       const kind = e & KIND_MASK;
       if (kind === KIND_WORD) {
@@ -206,20 +199,13 @@ export class PreTokenScanner implements BoundScanner {
         if (count > stopAbove) return { count, stop: "above", at: i };
         continue;
       }
-      const u = text.charCodeAt(i);
-      let cp = u;
-      let w = 1;
-      if (u >= 0xd800 && u <= 0xdbff && i + 1 < n) {
-        const lo = text.charCodeAt(i + 1);
-        if (lo >= 0xdc00 && lo <= 0xdfff) {
-          cp = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
-          w = 2;
-        }
-      }
+      // A surrogate pair is one code point (two units); a lone surrogate stands for itself.
+      const cp = text.codePointAt(i)!;
+      const w = cp > 0xffff ? 2 : 1;
       const e = this.#lookup(cp);
       if (
         count >= cutAfter && i > 0 && (e & BOUNDARY) !== 0 &&
-        (added === undefined || !added.inContent(u))
+        (added === undefined || !added.inContent(text.charCodeAt(i)))
       ) {
         return { count, stop: "cut", at: i };
       }
