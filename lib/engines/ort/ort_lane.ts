@@ -14,7 +14,12 @@
  * - Arena off (`enableCpuMemArena: false`): smaller right after warm-up (tiny +25 MB instead of
  *   +75 MB) but after 300 varied shapes glibc kept more than the arena ever held (tiny 396 MB
  *   against 270 MB, MiniLM 618 against 526), and runs got slower (`[8, 512]` 2.4× on tiny, +13%
- *   on MiniLM; the varied traffic +15% to +60%). Kept on.
+ *   on MiniLM; the varied traffic +15% to +60%). Kept on. Tried again for the bulk lane alone
+  (session 4), arena off with `malloc_trim` after each micro-batch so a job holds only the
+  weights between batches: MiniLM while a job runs fell from 2.0× to 1.25× of a bare process,
+  but bulk micro-batches (`[32,128]`, `[16,256]`, `[64,64]`, alternating in one run) took 21% to
+  32% longer (10% without the trim, whose freed heap then stays in RSS). A job's throughput is
+  what the bulk lane exists for: kept on there too.
  * - Memory pattern off (`enableMemPattern: false`): same RSS after warm-up, same MiniLM RSS after
  *   varied traffic (tiny 206 MB against 270 MB), speed equal within this machine's noise. Left
  *   at onnxruntime's default (on): no gain where the weights are large.
