@@ -7,22 +7,50 @@
 import { z } from "zod";
 import { invalidRequest } from "./errors.ts";
 
-/** Common params of embed / rerank / microllm (contract.md §1), without `truncate`. */
 /**
- * A caller string that names something (an id, a key, a model, a fingerprint): it must be
- * well-formed Unicode. A lone UTF-16 surrogate (half of a cut emoji) is refused naming the field,
- * never echoed back, and never turned into U+FFFD — which would let two different keys share a
- * job (field report F17).
+ * Caller strings, one rule per kind, applied by every door (the dispatcher parses every request
+ * with these schemas, whichever door it came through):
+ *
+ * - A **name** (item id, model, fingerprint, job id, request_key) is a JSON string — never a
+ *   number or a boolean, so `7` cannot become `"7"` and clash with a real `"7"` — of well-formed
+ *   Unicode (a lone UTF-16 surrogate, half of a cut emoji, is refused, never echoed back and never
+ *   turned into U+FFFD, which would let two different keys share a job: field report F17), at
+ *   most {@link NAME_MAX_CHARS} UTF-16 code units ({@link REQUEST_KEY_MAX_CHARS} for a
+ *   request_key).
+ * - A **text** the model reads (a batch item's text, a query, a candidate, a prompt) is a JSON
+ *   string; its content (empty, whitespace-only, lone surrogates) is checked by the operation,
+ *   so one bad item of a batch is an `item_errors` entry and the rest is served.
+ * - A **grammar** is a JSON string of at most {@link GRAMMAR_MAX_CHARS} code units; the GBNF
+ *   validator checks its content like a text's (a lone surrogate is `reason: "invalid_utf8"`).
+ *
+ * A refusal is a permanent channel `invalid_request` naming the field path (`items.3.id`).
  */
-export const wellFormedName = (): z.ZodString =>
-  z.string().refine((s) => s.isWellFormed(), {
-    message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
-  }) as unknown as z.ZodString;
+export const NAME_MAX_CHARS = 256;
+/** Longest `request_key`, in UTF-16 code units (a client may key by a path or a URL). */
+export const REQUEST_KEY_MAX_CHARS = 1024;
+/** Longest GBNF grammar, in UTF-16 code units (64 Ki). */
+export const GRAMMAR_MAX_CHARS = 65_536;
 
+/**
+ * A caller string that names something: a string of well-formed Unicode, `min` to `max` UTF-16
+ * code units (see above).
+ *
+ * @param max Longest accepted length. @default NAME_MAX_CHARS
+ * @param min Shortest accepted length. @default 1
+ */
+export const wellFormedName = (max: number = NAME_MAX_CHARS, min = 1): z.ZodString =>
+  z.string()
+    .min(min, { message: min === 1 ? "must not be empty" : `must be at least ${min} characters` })
+    .max(max, { message: `is longer than ${max} UTF-16 code units` })
+    .refine((s) => s.isWellFormed(), {
+      message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
+    }) as unknown as z.ZodString;
+
+/** Common params of embed / rerank / microllm (contract.md §1), without `truncate`. */
 export const COMMON_PARAMS = {
   /** Model id; `model_id` is an accepted alias. */
-  model: wellFormedName().min(1).optional(),
-  model_id: wellFormedName().min(1).optional(),
+  model: wellFormedName().optional(),
+  model_id: wellFormedName().optional(),
   /** Relative deadline in ms. @default 30000 (config `inline.deadline_ms`) */
   deadline_ms: z.number().int().positive().optional(),
   /** Longest acceptable queue wait in ms. @default 5000 (config `inline.max_queue_ms`) */
@@ -45,8 +73,8 @@ const common = {
   truncate: z.boolean().optional(),
 };
 
-/** An item id: a well-formed string or an integer (answered as its decimal string). */
-const itemId = z.union([wellFormedName(), z.number().int()]);
+/** An item id: a name (a string: a number is refused, see {@link NAME_MAX_CHARS}). */
+const itemId = wellFormedName();
 
 /** A batch item: a bare string, or `{id, text}`. */
 const item = z.union([
@@ -67,7 +95,8 @@ export const EmbedBatchParams = z.strictObject({
   ...common,
   items: z.array(item).optional(),
   texts: z.array(z.string()).optional(),
-  request_key: wellFormedName().optional(),
+  /** Empty means none (an inline batch); a job needs a non-empty one (contract.md §1). */
+  request_key: wellFormedName(REQUEST_KEY_MAX_CHARS, 0).optional(),
   input_type: z.enum(["query", "document"]).optional(),
 });
 export type EmbedBatchParams = z.infer<typeof EmbedBatchParams>;
@@ -82,7 +111,7 @@ export type RerankScoreParams = z.infer<typeof RerankScoreParams>;
 
 /** `embed.result {job_id, page?}` (design.md: `page` is a 0-based integer). */
 export const EmbedResultParams = z.strictObject({
-  job_id: wellFormedName().min(1),
+  job_id: wellFormedName(),
   page: z.number().int().nonnegative().optional(),
 });
 export type EmbedResultParams = z.infer<typeof EmbedResultParams>;

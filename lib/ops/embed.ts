@@ -66,7 +66,7 @@ export async function embedQuery(
   options: CallOptions = {},
 ): Promise<EmbedResult> {
   const p = parseParams("embed.query", EmbedQueryParams, rawParams);
-  const item = { id: p.id === undefined ? "0" : String(p.id), text: p.text };
+  const item = { id: p.id ?? "0", text: p.text };
   const res = await embedItems(ctx, p, [item], options);
   if (!("vectors" in res)) throw new Error("A single item became a job. This is a bug");
   const err = res.item_errors?.[0];
@@ -107,7 +107,7 @@ export async function embedBatch(
     );
   }
   const items: EmbedItem[] = raw.map((it, i) =>
-    typeof it === "string" ? { id: String(i), text: it } : { id: String(it.id), text: it.text }
+    typeof it === "string" ? { id: String(i), text: it } : { id: it.id, text: it.text }
   );
   return await embedItems(ctx, p, items, options, p.request_key);
 }

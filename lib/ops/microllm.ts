@@ -19,7 +19,12 @@ import { z } from "zod";
 import { SynapseError } from "../contract/errors.ts";
 import { buildEnvelope } from "../contract/envelope.ts";
 import type { Envelope } from "../contract/envelope.ts";
-import { COMMON_PARAMS, parseParams, requestedModel } from "../contract/schemas.ts";
+import {
+  COMMON_PARAMS,
+  GRAMMAR_MAX_CHARS,
+  parseParams,
+  requestedModel,
+} from "../contract/schemas.ts";
 import { checkGbnf } from "../engines/llama/gbnf.ts";
 import { decodeGenerated } from "../tokenize/token_bytes.ts";
 import { checkFingerprint } from "./_embedding.ts";
@@ -31,7 +36,9 @@ export const MicrollmOneshotParams = z.strictObject({
   ...COMMON_PARAMS,
   prompt: z.string(),
   max_tokens: z.number().int().positive(),
-  grammar: z.string().optional(),
+  grammar: z.string().max(GRAMMAR_MAX_CHARS, {
+    message: `is longer than ${GRAMMAR_MAX_CHARS} UTF-16 code units`,
+  }).optional(),
 });
 /** Parsed `microllm.oneshot` params. */
 export type MicrollmOneshotParams = z.infer<typeof MicrollmOneshotParams>;

@@ -6,6 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { channelError, resultOf, startSynapse } from "../_helpers.ts";
+import { NAME_MAX_CHARS, REQUEST_KEY_MAX_CHARS } from "../../lib/contract/schemas.ts";
 
 const LONE = "\ud83d";
 
@@ -41,4 +42,68 @@ Deno.test("F16: an unknown field inside a batch item is named at its own path", 
   );
   assert.equal(e.code, "invalid_request");
   assert.match(e.message, /unknown field 'items\.1\.txt'/);
+});
+
+Deno.test("Caller names have exact types and length bounds, refused naming the field path (issue 9.1)", async () => {
+  await using t = await startSynapse({ inline: { max_items: 2 } });
+  const long = "x".repeat(NAME_MAX_CHARS + 1);
+  const cases: [string, Record<string, unknown>, string, RegExp][] = [
+    // A number is not turned into "7" (which would clash with a real "7"): refused.
+    ["embed.batch", { items: [{ id: 7, text: "x" }] }, "items.0.id", /expected string/],
+    [
+      "embed.batch",
+      { items: [{ id: "a", text: "x" }, { id: true, text: "y" }] },
+      "items.1.id",
+      /expected string/,
+    ],
+    ["embed.query", { text: "x", id: 7 }, "id", /expected string/],
+    ["embed.batch", { items: [{ id: long, text: "x" }] }, "items.0.id", /longer than 256/],
+    ["embed.batch", { items: [{ id: "", text: "x" }] }, "items.0.id", /must not be empty/],
+    ["embed.query", { text: "x", model: "" }, "model", /must not be empty/],
+    ["embed.query", { text: "x", model: long }, "model", /longer than 256/],
+    [
+      "embed.batch",
+      { items: ["x"], request_key: "k".repeat(REQUEST_KEY_MAX_CHARS + 1) },
+      "request_key",
+      /longer than 1024/,
+    ],
+    ["embed.result", { job_id: long }, "job_id", /longer than 256/],
+    ["embed.batch", { items: [{ id: "a", text: 5 }] }, "items.0.text", /expected string/],
+    ["rerank.score", { query: "q", candidates: ["a", 3] }, "candidates.1", /expected string/],
+    [
+      "microllm.oneshot",
+      { prompt: "p", max_tokens: 4, grammar: "x".repeat(70_000) },
+      "grammar",
+      /longer than 65536/,
+    ],
+  ];
+  for (const [method, params, field, why] of cases) {
+    const e = channelError(await t.syn.call(method, params));
+    assert.equal(e.code, "invalid_request", `${method} ${field}: ${e.message}`);
+    assert.match(e.message, new RegExp(`field '${field.replaceAll(".", "\\.")}'`), e.message);
+    assert.match(e.message, why, e.message);
+  }
+});
+
+Deno.test("F17 in a job-sized batch: a lone-surrogate id is a permanent invalid_request, not engine_crashed (issue 9.1)", async () => {
+  await using t = await startSynapse({ inline: { max_items: 2 } });
+  const items = Array.from({ length: 5 }, (_, i) => ({ id: `i${i}`, text: `text ${i}` }));
+  items[3] = { id: `i${LONE}`, text: "text 3" };
+  const out = await t.syn.call("embed.batch", { items, request_key: "job-sized" });
+  const e = channelError(out);
+  assert.equal(e.code, "invalid_request");
+  assert.match(e.message, /field 'items\.3\.id'/);
+  assert.equal(out.kind === "channel" && out.error.errorClass, "permanent");
+  // Two keys that differ only in their lone surrogate are both refused: neither mints a job, so
+  // neither can later collide with the other as an idempotency_conflict.
+  for (const key of ["kk\ud800", "kk\udbff"]) {
+    const k = channelError(
+      await t.syn.call("embed.batch", { texts: ["a", "b", "c"], request_key: key }),
+    );
+    assert.equal(k.code, "invalid_request");
+    assert.match(k.message, /field 'request_key'/);
+  }
+  // An empty request_key still means none: an inline-sized batch is served.
+  const ok = resultOf(await t.syn.call("embed.batch", { texts: ["a"], request_key: "" }));
+  assert.equal((ok.vectors as unknown[]).length, 1);
 });
