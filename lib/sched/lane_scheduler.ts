@@ -18,6 +18,13 @@ import {
   WORK_CLASSES,
 } from "./pick_next.ts";
 import type { PickWeights, WorkClass } from "./pick_next.ts";
+import { Fifo } from "./_fifo.ts";
+import { ClassRecord } from "./lane_stats.ts";
+import type { LaneClassStats, LaneDepths, LaneStats } from "./lane_stats.ts";
+import { predictStartDelayMs } from "./start_delay.ts";
+import type { Running } from "./start_delay.ts";
+
+export type { LaneClassStats, LaneDepths, LaneStats } from "./lane_stats.ts";
 
 /** What a task's `run` receives when its slot is granted. */
 export interface LaneGrant {
@@ -78,58 +85,12 @@ export interface LaneSchedulerOptions {
   now?: () => number;
 }
 
-/** Queued tasks per class. */
-export type LaneDepths = Record<WorkClass, number>;
-
-/** Rolling statistics of one class. */
-export interface LaneClassStats {
-  /** Tasks started since the scheduler was created. */
-  dispatched: number;
-  /** Tasks removed from the queue without running (aborted, or the scheduler disposed). */
-  cancelled: number;
-  /** Dispatches the start-delay percentiles cover (at most `statsWindow`). */
-  samples: number;
-  /** Median start delay over the window, in ms; 0 when nothing was dispatched. */
-  startDelayP50Ms: number;
-  /** 95th-percentile start delay over the window, in ms; 0 when nothing was dispatched. */
-  startDelayP95Ms: number;
-  /**
-   * Fraction in [0, 1] of the last `statsWindow` tasks that started within their `maxQueueMs`.
-   * A task without `maxQueueMs` counts as met; a task aborted in the queue after waiting past its
-   * `maxQueueMs` counts as missed. 1 when there are no samples.
-   */
-  meetingDeadlines: number;
-  /** Mean run time of the last `statsWindow` runs, in ms; `defaultRunMs` before any. */
-  meanRunMs: number;
-  /** Tokens per second of run time over the window (per slot); 0 before any run. */
-  tokensPerSecond: number;
-}
-
-/** Snapshot of a scheduler, for status endpoints. */
-export interface LaneStats {
-  /** Engine slots. */
-  permits: number;
-  /** Tasks running. */
-  inFlight: number;
-  /** Tasks queued, all classes. */
-  waiters: number;
-  /** Tasks queued per class. */
-  depths: LaneDepths;
-  /** Rolling statistics per class. */
-  classes: Record<WorkClass, LaneClassStats>;
-}
-
 interface Entry {
   task: LaneTask<unknown>;
   enqueuedAt: number;
   resolve: (value: unknown) => void;
   reject: (reason: unknown) => void;
   onAbort: (() => void) | undefined;
-}
-
-interface Running {
-  cls: WorkClass;
-  startedAt: number;
 }
 
 /**
@@ -328,18 +289,7 @@ export class LaneScheduler implements Disposable {
    * @returns A fresh object; see {@link LaneClassStats} for units.
    */
   classStats(cls: WorkClass): LaneClassStats {
-    const rec = this.#stats[cls];
-    const meanRun = rec.runs.length > 0 ? rec.runs.sum / rec.runs.length : this.#defaultRunMs;
-    return {
-      dispatched: rec.dispatched,
-      cancelled: rec.cancelled,
-      samples: rec.delays.length,
-      startDelayP50Ms: rec.percentile(0.5),
-      startDelayP95Ms: rec.percentile(0.95),
-      meetingDeadlines: rec.met.length > 0 ? rec.met.sum / rec.met.length : 1,
-      meanRunMs: meanRun,
-      tokensPerSecond: rec.runs.sum > 0 ? rec.tokens.sum / rec.runs.sum * 1000 : 0,
-    };
+    return this.#stats[cls].snapshot(this.#defaultRunMs);
   }
 
   /** Snapshot of depths, slots and per-class statistics, for status endpoints. */
@@ -360,69 +310,20 @@ export class LaneScheduler implements Disposable {
 
   /**
    * Estimates how long a task of class `cls` submitted now would wait before it starts, for
-   * admission (contract.md §6 check 2).
-   *
-   * 0 when a slot would be free for it. Otherwise the time until the first running task should
-   * end (its class's mean run time minus its elapsed time; 0 while a slot is free), plus the
-   * mean run time of every task the policy would start first, divided over the slots. Tasks
-   * ahead: control — queued control; interactive — queued control and interactive, and the bulk
-   * turns the fair cycle interleaves (one per `weights.interactive` queued interactive tasks while
-   * bulk is queued); bulk — queued control and bulk, and up to `weights.interactive` interactive
-   * turns per bulk turn, bounded by the interactive queue. Bulk aging is not modelled.
+   * admission (contract.md §6 check 2); the model is {@link predictStartDelayMs}'s.
    *
    * @param cls The class of the would-be task.
    * @returns Estimated start delay in ms (≥ 0).
    */
   predictedStartDelayMs(cls: WorkClass): number {
-    const d = this.depths();
-    const run = (c: WorkClass): number => this.#meanRunMs(c);
-    let ahead: number;
-    let workMs: number;
-    switch (cls) {
-      case "control":
-        ahead = d.control;
-        workMs = d.control * run("control");
-        break;
-      case "interactive": {
-        const bulkTurns = d.bulk > 0
-          ? Math.floor(d.interactive * this.#weights.bulk / this.#weights.interactive)
-          : 0;
-        ahead = d.control + d.interactive + bulkTurns;
-        workMs = d.control * run("control") + d.interactive * run("interactive") +
-          bulkTurns * run("bulk");
-        break;
-      }
-      case "bulk": {
-        const interactiveTurns = Math.min(
-          d.interactive,
-          Math.ceil((d.bulk + 1) * this.#weights.interactive / this.#weights.bulk),
-        );
-        ahead = d.control + d.bulk + interactiveTurns;
-        workMs = d.control * run("control") + d.bulk * run("bulk") +
-          interactiveTurns * run("interactive");
-        break;
-      }
-      case "decode":
-        // Decode runs after queued control, interactive and bulk work (aging aside) and after
-        // the decode tasks ahead of it.
-        ahead = d.control + d.interactive + d.bulk + d.decode;
-        workMs = d.control * run("control") + d.interactive * run("interactive") +
-          d.bulk * run("bulk") + d.decode * run("decode");
-        break;
-      default:
-        throw new TypeError(`Cannot predict start delay for class ${String(cls satisfies never)}`);
-    }
-    const free = this.#permits - this.#running.size;
-    if (ahead < free) return 0;
-    let residual = 0;
-    if (free <= 0) {
-      const now = this.#now();
-      residual = Infinity;
-      for (const r of this.#running) {
-        residual = Math.min(residual, Math.max(0, run(r.cls) - (now - r.startedAt)));
-      }
-    }
-    return residual + workMs / this.#permits;
+    return predictStartDelayMs(cls, {
+      depths: this.depths(),
+      permits: this.#permits,
+      running: this.#running,
+      weights: this.#weights,
+      meanRunMs: (c) => this.#meanRunMs(c),
+      now: this.#now(),
+    });
   }
 
   /**
@@ -455,8 +356,7 @@ export class LaneScheduler implements Disposable {
   }
 
   #meanRunMs(cls: WorkClass): number {
-    const runs = this.#stats[cls].runs;
-    return runs.length > 0 ? runs.sum / runs.length : this.#defaultRunMs;
+    return this.#stats[cls].meanRunMs(this.#defaultRunMs);
   }
 
   #queuePump(): void {
@@ -583,110 +483,5 @@ function nonNegative(name: string, value: number): void {
     throw new RangeError(
       `Cannot create lane scheduler as ${name} must be non-negative: received ${value}`,
     );
-  }
-}
-
-/** FIFO with O(1) push/shift and O(n) removal (aborts only). */
-class Fifo<T> {
-  #items: T[] = [];
-  #head = 0;
-
-  get length(): number {
-    return this.#items.length - this.#head;
-  }
-
-  push(item: T): void {
-    this.#items.push(item);
-  }
-
-  peek(): T | undefined {
-    return this.#head < this.#items.length ? this.#items[this.#head] : undefined;
-  }
-
-  shift(): T | undefined {
-    if (this.#head >= this.#items.length) return undefined;
-    const item = this.#items[this.#head]!;
-    this.#head++;
-    if (this.#head === this.#items.length) {
-      this.#items = [];
-      this.#head = 0;
-    } else if (this.#head >= 1024 && this.#head * 2 >= this.#items.length) {
-      this.#items = this.#items.slice(this.#head);
-      this.#head = 0;
-    }
-    return item;
-  }
-
-  remove(item: T): boolean {
-    const i = this.#items.indexOf(item, this.#head);
-    if (i < 0) return false;
-    this.#items.splice(i, 1);
-    return true;
-  }
-}
-
-/** Fixed-size window of the last `capacity` numbers with a running sum. */
-class Ring {
-  #values: number[] = [];
-  #next = 0;
-  #capacity: number;
-  sum = 0;
-
-  constructor(capacity: number) {
-    this.#capacity = capacity;
-  }
-
-  get length(): number {
-    return this.#values.length;
-  }
-
-  get values(): readonly number[] {
-    return this.#values;
-  }
-
-  push(value: number): void {
-    if (this.#values.length < this.#capacity) {
-      this.#values.push(value);
-    } else {
-      this.sum -= this.#values[this.#next]!;
-      this.#values[this.#next] = value;
-      this.#next = (this.#next + 1) % this.#capacity;
-    }
-    this.sum += value;
-    // Recompute once per lap so floating-point drift of the running sum stays bounded.
-    if (this.#next === 0 && this.#values.length === this.#capacity) {
-      this.sum = this.#values.reduce((a, b) => a + b, 0);
-    }
-  }
-}
-
-/** Counters and rolling windows of one class. */
-class ClassRecord {
-  dispatched = 0;
-  cancelled = 0;
-  delays: Ring;
-  met: Ring;
-  runs: Ring;
-  tokens: Ring;
-  #sorted: number[] | undefined;
-
-  constructor(window: number) {
-    this.delays = new Ring(window);
-    this.met = new Ring(window);
-    this.runs = new Ring(window);
-    this.tokens = new Ring(window);
-  }
-
-  pushDelay(ms: number): void {
-    this.delays.push(ms);
-    this.#sorted = undefined;
-  }
-
-  /** Nearest-rank percentile of the delay window (0 when empty). */
-  percentile(p: number): number {
-    const n = this.delays.length;
-    if (n === 0) return 0;
-    this.#sorted ??= [...this.delays.values].sort((a, b) => a - b);
-    return this.#sorted[Math.min(n - 1, Math.max(0, Math.ceil(p * n) - 1))]!;
   }
 }
