@@ -5,7 +5,7 @@
  * the worker connects, so no timer races another.
  */
 import assert from "node:assert/strict";
-import { DEFAULT_CONFIG } from "../../lib/config/config.ts";
+import { DEFAULT_CONFIG } from "../../lib/config/defaults.ts";
 import {
   DEFAULT_WORKER_START_TIMEOUT_MS,
   WORKER_TIMEOUTS,

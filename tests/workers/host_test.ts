@@ -6,8 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { SynapseError } from "../../lib/contract/errors.ts";
-import { DEFAULT_CONFIG } from "../../lib/config/config.ts";
-import type { PreloadModelConfig, SynapseConfig } from "../../lib/config/config.ts";
+import { DEFAULT_CONFIG } from "../../lib/config/defaults.ts";
+import type { PreloadModelConfig, SynapseConfig } from "../../lib/config/types.ts";
 import { resolveLlamaWorkerLaunch } from "../../lib/engines/llama/launch.ts";
 import { LlamaEngine } from "../../lib/engines/llama/llama_engine.ts";
 import type { LlamaModelSpec } from "../../lib/engines/llama/llama_engine.ts";
