@@ -16,7 +16,7 @@ import type { MachineProfile } from "../../lib/identity/machine_profile.ts";
 import type { LogSink } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import { LOG_TAIL_BYTES, WorkerConnection, WorkerErrReply } from "../../lib/workers/host.ts";
-import type { WorkerStartOptions } from "../../lib/workers/host.ts";
+import type { WorkerStartOptions } from "../../lib/workers/spawn.ts";
 import { workerSocketPath } from "../../lib/workers/handshake.ts";
 import { encodeI32LE } from "../../lib/workers/messages.ts";
 import type { PongMessage } from "../../lib/workers/messages.ts";

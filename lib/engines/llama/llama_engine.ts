@@ -22,8 +22,8 @@ import type {
 } from "../engine.ts";
 import { LLAMA_WORKER_ENGINE, LLAMA_WORKER_VERSION } from "./identity.ts";
 import { LineRateLimiter, type LogSink, stderrLog } from "../../log/log.ts";
-import { WORKER_TIMEOUTS, WorkerErrReply, type WorkerLaunch } from "../../workers/host.ts";
-import type { WorkerEngineIdentity } from "../../workers/host.ts";
+import { WORKER_TIMEOUTS, WorkerErrReply } from "../../workers/host.ts";
+import type { WorkerEngineIdentity, WorkerLaunch } from "../../workers/spawn.ts";
 import {
   type CrashBudget,
   SupervisedWorker,
