@@ -31,13 +31,11 @@ import {
 } from "./_process.ts";
 import { encodeFrame, FrameDecoder, WorkerProtocolError } from "./frame.ts";
 import {
-  decodeF32LE,
-  decodeFromWorker,
-  encodeControl,
   type HelloMessage,
   type ModuleToWorkerMessage,
   type WorkerToModuleMessage,
 } from "./messages.ts";
+import { decodeF32LE, decodeFromWorker, encodeControl } from "./codec.ts";
 import {
   DEFAULT_WORKER_START_TIMEOUT_MS,
   spawnWorker,

@@ -33,7 +33,8 @@ import {
   newNonce,
   workerSocketPath,
 } from "./handshake.ts";
-import { decodeFromWorker, encodeControl, type HelloMessage } from "./messages.ts";
+import { type HelloMessage } from "./messages.ts";
+import { decodeFromWorker, encodeControl } from "./codec.ts";
 
 /** How to start a worker: the program and its leading arguments (the host appends its own). */
 export interface WorkerLaunch {

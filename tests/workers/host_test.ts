@@ -18,7 +18,7 @@ import { createSynapse } from "../../lib/synapse.ts";
 import { LOG_TAIL_BYTES, WorkerConnection, WorkerErrReply } from "../../lib/workers/host.ts";
 import type { WorkerStartOptions } from "../../lib/workers/spawn.ts";
 import { workerSocketPath } from "../../lib/workers/handshake.ts";
-import { encodeI32LE } from "../../lib/workers/messages.ts";
+import { encodeI32LE } from "../../lib/workers/codec.ts";
 import type { PongMessage } from "../../lib/workers/messages.ts";
 import { SupervisedWorker } from "../../lib/workers/supervisor.ts";
 import { MODELS, resultOf, semanticError } from "../_helpers.ts";

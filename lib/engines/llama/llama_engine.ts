@@ -30,12 +30,12 @@ import {
   type SupervisorStatus,
 } from "../../workers/supervisor.ts";
 import {
-  encodeI32LE,
   type LoadedMessage,
   type TextMessage,
   type VectorsMessage,
   type WorkerPooling,
 } from "../../workers/messages.ts";
+import { encodeI32LE } from "../../workers/codec.ts";
 
 /** One GGUF model served by a llama worker. */
 export interface LlamaModelSpec {
