@@ -34,5 +34,6 @@ export type { OpOutcome } from "./lib/ops/dispatcher.ts";
 export type { EmbedResult, EmbedVector, ItemError, TruncationDisclosure } from "./lib/ops/embed.ts";
 export type { RerankResult } from "./lib/ops/rerank.ts";
 export type { Envelope } from "./lib/contract/envelope.ts";
-export { DEFAULT_CONFIG, loadConfig } from "./lib/config/config.ts";
-export type { SynapseConfig } from "./lib/config/config.ts";
+export { DEFAULT_CONFIG } from "./lib/config/defaults.ts";
+export { loadConfig } from "./lib/config/loader.ts";
+export type { SynapseConfig } from "./lib/config/types.ts";

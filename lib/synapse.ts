@@ -5,8 +5,8 @@
  *
  * @module
  */
-import { loadConfig } from "./config/config.ts";
-import type { SynapseConfig } from "./config/config.ts";
+import { loadConfig } from "./config/loader.ts";
+import type { SynapseConfig } from "./config/types.ts";
 import { SynapseError } from "./contract/errors.ts";
 import { ORT_ENGINE } from "./engines/ort/ort_lane.ts";
 import { acquireLease, leaseFileName, leaseRoot } from "./lease/lease.ts";

@@ -4,7 +4,7 @@
  */
 import type { LogSink } from "../lib/log/log.ts";
 import { fileURLToPath } from "node:url";
-import { loadConfig } from "../lib/config/config.ts";
+import { loadConfig } from "../lib/config/loader.ts";
 import { createSynapse } from "../lib/synapse.ts";
 import type { Synapse } from "../lib/synapse.ts";
 import type { OpOutcome } from "../lib/ops/dispatcher.ts";

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { createSynapse } from "../lib/synapse.ts";
-import { DEFAULT_CONFIG } from "../lib/config/config.ts";
+import { DEFAULT_CONFIG } from "../lib/config/defaults.ts";
 import { SynapseError } from "../lib/contract/errors.ts";
 
 Deno.test("createSynapse() refuses a second instance on the same data home (singleton lease)", async () => {

@@ -53,14 +53,11 @@ import {
 } from "node-llama-cpp";
 import { encodeFrame, FrameDecoder } from "../lib/workers/frame.ts";
 import {
-  decodeFromModule,
-  decodeI32LE,
-  encodeControl,
-  encodeF32LE,
   type FinishReason,
   type ModuleToWorkerMessage,
   type WorkerToModuleMessage,
 } from "../lib/workers/messages.ts";
+import { decodeFromModule, decodeI32LE, encodeControl, encodeF32LE } from "../lib/workers/codec.ts";
 import { WORKER_PROTOCOL_VERSION } from "../lib/workers/handshake.ts";
 import { setProcessGroupNice } from "../ffi/priority.ts";
 import { killOwnProcessGroup } from "../ffi/process_group.ts";

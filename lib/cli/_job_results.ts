@@ -6,7 +6,7 @@
  * @module
  */
 import type { ClientOutcome, SynapseClient } from "./client.ts";
-import type { JobState } from "../store/job_store.ts";
+import type { JobState } from "../store/job_types.ts";
 import type { WireError } from "../contract/errors.ts";
 import type { EmbedResultPage, JobAccepted } from "../ops/jobs.ts";
 import type { EmbedResult } from "../ops/embed.ts";

@@ -5,7 +5,7 @@
  * model (context from `<arch>.context_length` up to a cap; a configured `max_tokens` the lane
  * cannot run is refused, never clamped — field report F22), starts the worker, loads, and
  * computes the profile with the identity the worker announced (so a CUDA or Metal build has its
- * own fingerprint).
+ * own fingerprint). {@link llamaReadyModel} then serves it on lanes over its own scheduler.
  *
  * @module
  */
@@ -14,8 +14,12 @@ import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.t
 import { type GgufFacts, readGgufFacts, sha256File } from "../engines/llama/gguf.ts";
 import type { LlamaEngine, LlamaModelSpec } from "../engines/llama/llama_engine.ts";
 import type { EngineIdentity } from "../engines/engine.ts";
+import { Lane } from "../lanes/lane.ts";
+import type { Admission } from "../sched/admission.ts";
+import type { LaneScheduler } from "../sched/lane_scheduler.ts";
 import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
-import { LLAMA_CONTEXT_CAP, type ModelSource } from "./model.ts";
+import { identityOf } from "./load_ort.ts";
+import { LLAMA_CONTEXT_CAP, type ModelEntry, type ModelSource, type ReadyModel } from "./model.ts";
 
 /** Makes the engine of a GGUF model (the registry owns it from then on). */
 export type LlamaEngineFactory = (spec: LlamaModelSpec, source: ModelSource) => LlamaEngine;
@@ -149,6 +153,53 @@ export async function loadLlamaModel(
     dims: mode === "embed" ? dims : 0,
     gguf: facts,
     engine,
+  };
+}
+
+/** The scheduler and policy of a llama model's lanes. */
+export interface LlamaLaneContext {
+  /** The model's own scheduler (one worker: its interactive, bulk and decode work share it). */
+  scheduler: LaneScheduler;
+  /** The module's admission. */
+  admission: Admission;
+  /** Wall clock in ms. */
+  now: () => number;
+}
+
+/**
+ * The ready model of a loaded GGUF model: two lanes named `llama-<model id>` on its own
+ * scheduler, `interactive` in the `decode` class for a generation model, and `bulk`.
+ *
+ * @param entry The registry's entry of the model (its id and task).
+ * @param l What {@link loadLlamaModel} returned.
+ * @param ctx Scheduler, admission and clock of the lanes.
+ * @returns The model as operations see it.
+ */
+export function llamaReadyModel(
+  entry: Pick<ModelEntry, "modelId" | "task">,
+  l: LlamaLoaded,
+  ctx: LlamaLaneContext,
+): ReadyModel {
+  const name = `llama-${entry.modelId}`;
+  const base = { name, engine: l.engine, scheduler: ctx.scheduler, admission: ctx.admission };
+  return {
+    modelId: entry.modelId,
+    task: entry.task,
+    engineKind: "llama",
+    tokenizer: l.tokenizer,
+    profile: l.profile,
+    ...identityOf(l.profile),
+    dims: l.dims,
+    maxTokens: l.maxTokens,
+    testModel: l.testModel,
+    identity: l.identity,
+    interactive: new Lane({
+      ...base,
+      cls: entry.task === "generate" ? "decode" : "interactive",
+      now: ctx.now,
+    }),
+    bulk: new Lane({ ...base, cls: "bulk", now: ctx.now }),
+    gguf: l.gguf,
   };
 }
 

@@ -2,7 +2,8 @@
  * Loading an ONNX model on the ORT engine: reads and hashes the file, loads the sanitized
  * tokenizer and config.json, checks the sequence limit against the model's positions, loads the
  * session on the interactive thread (the bulk thread loads it on its first job) and computes the
- * numeric profile and fingerprint (contract.md §4).
+ * numeric profile and fingerprint (contract.md §4); then {@link ortReadyModel} serves it on the
+ * registry's two shared ORT lanes.
  *
  * @module
  */
@@ -12,8 +13,11 @@ import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.t
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import type { OrtLane } from "../engines/ort/ort_lane.ts";
 import { ORT_MICRO_BATCH, OrtEngine, warmupShapes } from "../engines/ort/ort_engine.ts";
+import { Lane } from "../lanes/lane.ts";
+import type { Admission } from "../sched/admission.ts";
+import type { LaneScheduler } from "../sched/lane_scheduler.ts";
 import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
-import type { ModelSource } from "./model.ts";
+import type { ModelEntry, ModelSource, ReadyModel } from "./model.ts";
 
 /** Prompt-template identity of the cross-encoder pair layout (part of rerank profiles). */
 export const RERANK_PAIR_TEMPLATE = "synapse-rerank-cls-query-sep-doc-sep-v1";
@@ -132,6 +136,71 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
     interactive,
     bulk,
   };
+}
+
+/** The schedulers and policy the lanes of an ORT model share (all owned by the registry). */
+export interface OrtLaneContext {
+  /** Scheduler of the interactive ORT thread. */
+  interactiveScheduler: LaneScheduler;
+  /** Scheduler of the bulk ORT thread. */
+  bulkScheduler: LaneScheduler;
+  /** The module's admission. */
+  admission: Admission;
+  /**
+   * True while other engine work shares the cores: interactive runs then use the quiet session.
+   * Asked at each run.
+   */
+  quiet: () => boolean;
+  /** Wall clock in ms. */
+  now: () => number;
+}
+
+/**
+ * The ready model of a loaded ORT model: `interactive` on the lane `ort-interactive`, `bulk` on
+ * `ort-bulk` (the two threads every ORT model shares).
+ *
+ * @param entry The registry's entry of the model (its id and task).
+ * @param o What {@link loadOrtModel} returned.
+ * @param ctx Schedulers, admission, quiet policy and clock of the lanes.
+ * @returns The model as operations see it.
+ */
+export function ortReadyModel(
+  entry: Pick<ModelEntry, "modelId" | "task">,
+  o: OrtLoaded,
+  ctx: OrtLaneContext,
+): ReadyModel {
+  return {
+    modelId: entry.modelId,
+    task: entry.task,
+    engineKind: "ort",
+    tokenizer: o.tokenizer,
+    profile: o.profile,
+    ...identityOf(o.profile),
+    dims: o.interactive.dims,
+    maxTokens: o.maxTokens,
+    testModel: o.testModel,
+    identity: o.interactive.identity,
+    interactive: ortLane("ort-interactive", o.interactive, "interactive", ctx),
+    bulk: ortLane("ort-bulk", o.bulk, "bulk", ctx),
+  };
+}
+
+function ortLane(
+  name: string,
+  engine: OrtEngine,
+  cls: "interactive" | "bulk",
+  ctx: OrtLaneContext,
+): Lane {
+  return new Lane({
+    name,
+    engine,
+    cls,
+    scheduler: cls === "interactive" ? ctx.interactiveScheduler : ctx.bulkScheduler,
+    admission: ctx.admission,
+    // While other engine work shares the cores, interactive runs use the quiet session.
+    ...(cls === "interactive" ? { quiet: ctx.quiet } : {}),
+    now: ctx.now,
+  });
 }
 
 /** Profile id and fingerprint of a profile. */

@@ -15,15 +15,13 @@ import { SynapseError, toSynapseError } from "../contract/errors.ts";
 import type { ThreadPolicy } from "../identity/numeric_profile.ts";
 import type { OrtLane } from "../engines/ort/ort_lane.ts";
 import { createOrtLanes } from "../engines/ort/ort_lanes.ts";
-import type { OrtEngine } from "../engines/ort/ort_engine.ts";
 import type { Engine } from "../engines/engine.ts";
-import { Lane } from "../lanes/lane.ts";
 import type { Admission } from "../sched/admission.ts";
 import { LaneScheduler } from "../sched/lane_scheduler.ts";
-import type { LaneStats } from "../sched/lane_scheduler.ts";
 import { type LogSink, nullLog } from "../log/log.ts";
-import { identityOf, loadOrtModel } from "./load_ort.ts";
-import { type LlamaEngineFactory, loadLlamaModel } from "./load_llama.ts";
+import { type LaneStatusRow, laneStatusRow } from "./lane_status.ts";
+import { loadOrtModel, ortReadyModel } from "./load_ort.ts";
+import { type LlamaEngineFactory, llamaReadyModel, loadLlamaModel } from "./load_llama.ts";
 import type { ModelEntry, ModelSource, ModelTask, ReadyModel } from "./model.ts";
 
 /** Background retries of a load that failed transiently; after them the failure is permanent. */
@@ -58,26 +56,6 @@ export interface ModelRegistryOptions {
   log?: LogSink;
   /** Wall clock in ms. @default Date.now */
   now?: () => number;
-}
-
-/** One row of `admission.status.lanes` (a scheduler and the models on it). */
-export interface LaneStatusRow {
-  lane: string;
-  engine: string;
-  task?: ModelTask;
-  intra_op_threads?: number;
-  permits: number;
-  in_flight: number;
-  waiters: number;
-  depths: LaneStats["depths"];
-  meeting_deadlines: Record<string, number>;
-  start_delay_p50_ms: Record<string, number>;
-  start_delay_p95_ms: Record<string, number>;
-  tokens_per_second: Record<string, number>;
-  worker?: Record<string, unknown>;
-  serving_admission?: "serving" | "quarantined";
-  serving_admission_reason?: Record<string, unknown>;
-  models: string[];
 }
 
 /**
@@ -285,13 +263,18 @@ export class ModelRegistry implements AsyncDisposable {
   laneStatus(): LaneStatusRow[] {
     const ortModels = this.list().filter((m) => m.engine === "ort").map((m) => m.modelId);
     const rows: LaneStatusRow[] = [
-      schedRow("ort-interactive", "ort", this.#ortInteractiveSched.stats(), ortModels),
-      schedRow("ort-bulk", "ort", this.#ortBulkSched.stats(), ortModels),
+      laneStatusRow("ort-interactive", "ort", this.#ortInteractiveSched.stats(), ortModels),
+      laneStatusRow("ort-bulk", "ort", this.#ortBulkSched.stats(), ortModels),
     ];
     rows[0]!.intra_op_threads = this.#ortInteractive.intraOpThreads;
     rows[1]!.intra_op_threads = this.#ortBulk.intraOpThreads;
     for (const [modelId, own] of this.#own) {
-      const row = schedRow(`llama-${modelId}`, own.engine.kind, own.scheduler.stats(), [modelId]);
+      const row = laneStatusRow(
+        `llama-${modelId}`,
+        own.engine.kind,
+        own.scheduler.stats(),
+        [modelId],
+      );
       const h = own.engine.health();
       row.task = own.engine.task;
       if (h.worker !== undefined) row.worker = { ...h.worker };
@@ -422,29 +405,9 @@ export class ModelRegistry implements AsyncDisposable {
       }
       const scheduler = new LaneScheduler({ permits: 1 });
       this.#own.set(entry.modelId, { engine: l.engine, scheduler });
-      const name = `llama-${entry.modelId}`;
-      const base = { name, engine: l.engine, scheduler, admission: this.#admission };
       entry.testModel = l.testModel;
       entry.coldLoadMs = l.coldLoadMs;
-      return {
-        modelId: entry.modelId,
-        task: entry.task,
-        engineKind: "llama",
-        tokenizer: l.tokenizer,
-        profile: l.profile,
-        ...identityOf(l.profile),
-        dims: l.dims,
-        maxTokens: l.maxTokens,
-        testModel: l.testModel,
-        identity: l.identity,
-        interactive: new Lane({
-          ...base,
-          cls: entry.task === "generate" ? "decode" : "interactive",
-          now: this.#now,
-        }),
-        bulk: new Lane({ ...base, cls: "bulk", now: this.#now }),
-        gguf: l.gguf,
-      };
+      return llamaReadyModel(entry, l, { scheduler, admission: this.#admission, now: this.#now });
     }
     const o = await loadOrtModel(src, {
       interactive: this.#ortInteractive,
@@ -454,31 +417,11 @@ export class ModelRegistry implements AsyncDisposable {
     });
     entry.testModel = o.testModel;
     entry.coldLoadMs = o.coldLoadMs;
-    return {
-      modelId: entry.modelId,
-      task: entry.task,
-      engineKind: "ort",
-      tokenizer: o.tokenizer,
-      profile: o.profile,
-      ...identityOf(o.profile),
-      dims: o.interactive.dims,
-      maxTokens: o.maxTokens,
-      testModel: o.testModel,
-      identity: o.interactive.identity,
-      interactive: this.#ortLane("ort-interactive", o.interactive, "interactive"),
-      bulk: this.#ortLane("ort-bulk", o.bulk, "bulk"),
-    };
-  }
-
-  #ortLane(name: string, engine: OrtEngine, cls: "interactive" | "bulk"): Lane {
-    return new Lane({
-      name,
-      engine,
-      cls,
-      scheduler: cls === "interactive" ? this.#ortInteractiveSched : this.#ortBulkSched,
+    return ortReadyModel(entry, o, {
+      interactiveScheduler: this.#ortInteractiveSched,
+      bulkScheduler: this.#ortBulkSched,
       admission: this.#admission,
-      // While other engine work shares the cores, interactive runs use the quiet session.
-      ...(cls === "interactive" ? { quiet: () => this.otherEnginesBusy() } : {}),
+      quiet: () => this.otherEnginesBusy(),
       now: this.#now,
     });
   }
@@ -502,32 +445,4 @@ function unknownModel(
       : `Cannot serve ${task ?? "requests"}: unknown model '${modelId}'`,
     { details: { model_id: modelId, ...(task ? { task } : {}), ...(known ? { known } : {}) } },
   );
-}
-
-/** One statistic of the interactive, bulk and decode classes. */
-function perClass(
-  s: LaneStats,
-  pick: (c: LaneStats["classes"]["interactive"]) => number,
-): Record<string, number> {
-  return {
-    interactive: pick(s.classes.interactive),
-    bulk: pick(s.classes.bulk),
-    decode: pick(s.classes.decode),
-  };
-}
-
-function schedRow(lane: string, engine: string, s: LaneStats, models: string[]): LaneStatusRow {
-  return {
-    lane,
-    engine,
-    permits: s.permits,
-    in_flight: s.inFlight,
-    waiters: s.waiters,
-    depths: s.depths,
-    meeting_deadlines: perClass(s, (c) => c.meetingDeadlines),
-    start_delay_p50_ms: perClass(s, (c) => c.startDelayP50Ms),
-    start_delay_p95_ms: perClass(s, (c) => c.startDelayP95Ms),
-    tokens_per_second: perClass(s, (c) => c.tokensPerSecond),
-    models,
-  };
 }

@@ -5,7 +5,7 @@
  * @module
  */
 import { fileURLToPath } from "node:url";
-import type { SynapseConfig } from "../config/config.ts";
+import type { SynapseConfig } from "../config/types.ts";
 import { SynapseError } from "../contract/errors.ts";
 import type { Pooling } from "../engines/ort/pooling.ts";
 import type { ModelSource, ModelTask } from "./model.ts";

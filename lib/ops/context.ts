@@ -7,7 +7,7 @@
  */
 import type { ModelRegistry } from "../models/model_registry.ts";
 import type { Admission } from "../sched/admission.ts";
-import type { SynapseConfig } from "../config/config.ts";
+import type { SynapseConfig } from "../config/types.ts";
 import type { JobStore } from "../store/job_store.ts";
 import type { LogSink } from "../log/log.ts";
 import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";

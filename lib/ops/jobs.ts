@@ -17,7 +17,7 @@ import { requestDigest } from "../identity/request_digest.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import type { ReadyModel } from "../models/model.ts";
 import { quantumTokensFor, takeQuantum } from "../sched/quantum.ts";
-import type { JobRow, JobState } from "../store/job_store.ts";
+import type { JobRow, JobState } from "../store/job_types.ts";
 import {
   type EmbedItem,
   type EmbedVector,

@@ -5,9 +5,9 @@
  */
 import { AdmissionStatusParams, ModelsListParams, parseParams } from "../contract/schemas.ts";
 import type { ModelEntry } from "../models/model.ts";
-import type { LaneStatusRow } from "../models/model_registry.ts";
+import type { LaneStatusRow } from "../models/lane_status.ts";
 import type { OpContext } from "./context.ts";
-import type { InlineConfig } from "../config/config.ts";
+import type { InlineConfig } from "../config/types.ts";
 
 /** One row of `models.list`. */
 export interface ModelRow {

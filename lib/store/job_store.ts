@@ -48,157 +48,37 @@
  * @module
  */
 
-import type { DatabaseSync, SQLOutputValue } from "node:sqlite";
+import type { DatabaseSync } from "node:sqlite";
 import { SynapseError } from "../contract/errors.ts";
 import type { WireError } from "../contract/errors.ts";
 import type { Store } from "./store.ts";
-
-/** Lifecycle states of a job (contract.md §8). */
-export type JobState =
-  | "queued"
-  | "running"
-  | "paused_needs_reauth"
-  | "done"
-  | "failed_transient"
-  | "failed_permanent";
-
-/** Terminal states: the job will not change again (until it is swept). */
-export type TerminalJobState = "done" | "failed_transient" | "failed_permanent";
-
-/** Longest `request_key`, in UTF-8 bytes. */
-export const MAX_REQUEST_KEY_BYTES = 256;
-
-/** A row of `jobs`, with the JSON columns parsed. Times are unix milliseconds. */
-export interface JobRow {
-  /** Job id, e.g. `job_3f0c…`. */
-  jobId: string;
-  /** Idempotency key the job was admitted under. */
-  requestKey: string;
-  /** Request digest (64 lowercase hex) the key is bound to. */
-  requestDigest: string;
-  /** Operation that made the job, e.g. `embed.batch`. */
-  kind: string;
-  /** Module generation that admitted the job. */
-  moduleGeneration: number;
-  /** Current state. */
-  state: JobState;
-  /** Admission time (ms). */
-  createdMs: number;
-  /** Last change (ms). */
-  updatedMs: number;
-  /** Execution deadline (ms): a non-terminal job past it is failed by the sweep. */
-  executionExpiresMs: number | null;
-  /** How long the job stays readable after it ends (ms). */
-  resultRetentionTtlMs: number | null;
-  /** When the job reached a terminal state (ms), or null. */
-  terminalAtMs: number | null;
-  /** Id of the attempt running the job, or null. */
-  activeAttemptId: string | null;
-  /** Logical handle of the request, or null. */
-  logicalHandle: string | null;
-  /** When the job paused for re-authentication (ms), or null. */
-  pausedAtMs: number | null;
-  /** Deadline to resume a paused job (ms), or null. */
-  resumeDeadlineMs: number | null;
-  /** Resume TTL granted on pause (ms), or null. */
-  resumeTtlMs: number | null;
-  /** The job's parameters, as admitted (parsed `params_json`). */
-  params: unknown;
-  /** The job's result summary (parsed `result_json`), or null. */
-  result: unknown;
-  /** Why the job failed (parsed `error_json`), or null. */
-  error: WireError | null;
-  /** Pages committed so far. */
-  pageCount: number;
-  /** Items in the job. */
-  itemsTotal: number;
-  /** Items whose results are committed. */
-  itemsDone: number;
-  /** Estimated tokens in the job. */
-  tokensTotal: number;
-  /** Tokens whose results are committed. */
-  tokensDone: number;
-}
-
-/** Time budgets of a job, in milliseconds (config `jobs.*`, 24 h each by default). */
-export interface JobTtls {
-  /** From admission to the execution deadline. */
-  executionMs: number;
-  /** From the terminal state to deletion. */
-  retentionMs: number;
-  /** From a pause to the resume deadline. */
-  resumeMs: number;
-}
-
-/** Input of {@link JobStore.admit}. */
-export interface AdmitJobInput {
-  /** Idempotency key: 1..256 UTF-8 bytes. */
-  requestKey: string;
-  /** Request digest of the request (64 lowercase hex). */
-  requestDigest: string;
-  /** Operation, e.g. `embed.batch`. */
-  kind: string;
-  /** Module generation of this process. */
-  moduleGeneration: number;
-  /** Parameters the executor needs; stored as JSON. */
-  params: unknown;
-  /** Items in the job (non-negative integer). */
-  itemsTotal: number;
-  /** Estimated tokens in the job (non-negative integer). */
-  tokensTotal: number;
-  /** Time budgets. */
-  ttls: JobTtls;
-  /** Logical handle of the request, when it has one. */
-  logicalHandle?: string;
-}
-
-/** Outcome of {@link JobStore.admit}. */
-export interface AdmitJobResult {
-  /** The job: the existing one when attached, else the fresh one (state `queued`). */
-  job: JobRow;
-  /** True when an existing job with the same key and digest was returned. */
-  attached: boolean;
-}
-
-/** Progress after a committed page: running totals, not increments. */
-export interface JobProgress {
-  /** Items whose results are committed, this page included. */
-  itemsDone: number;
-  /** Tokens whose results are committed, this page included. */
-  tokensDone: number;
-}
-
-/** One stored result page. */
-export interface JobPage {
-  /** The page as JSON text (what embed.result serves). */
-  pageJson: string;
-  /** Items on the page. */
-  itemCount: number;
-}
-
-/** Outcome of {@link JobStore.sweepExpired}. */
-export interface SweepResult {
-  /** Non-terminal jobs failed because their execution or resume deadline passed. */
-  expired: number;
-  /** Terminal jobs deleted because their retention ended. */
-  deletedJobs: number;
-  /** Pages deleted with them. */
-  deletedPages: number;
-}
-
-/** Job counters of this process (admission.status `jobs_*`). */
-export interface JobCounters {
-  /** Fresh jobs admitted. */
-  minted: number;
-  /** Jobs that reached `done`. */
-  completed: number;
-  /** Jobs that reached `failed_transient` or `failed_permanent`. */
-  failed: number;
-  /** Earlier-generation jobs taken over at boot. */
-  inherited: number;
-  /** `minted + inherited − completed − failed`, saturating at 0. */
-  open: number;
-}
+import {
+  getJob,
+  JOB_COLUMNS,
+  mustGet,
+  requireJob,
+  RETENTION_ENDED,
+  rowToJob,
+} from "./_job_rows.ts";
+import {
+  checkCount,
+  checkFinish,
+  checkRequestKey,
+  isRetained,
+  isRetryableFailure,
+  isTerminal,
+  wrongState,
+} from "./_job_rules.ts";
+import type {
+  AdmitJobInput,
+  AdmitJobResult,
+  JobCounters,
+  JobPage,
+  JobProgress,
+  JobRow,
+  SweepResult,
+  TerminalJobState,
+} from "./job_types.ts";
 
 /** Options of {@link JobStore}. */
 export interface JobStoreOptions {
@@ -215,22 +95,6 @@ export interface JobStoreOptions {
    */
   newId?: () => string;
 }
-
-const TERMINAL_STATES: readonly TerminalJobState[] = [
-  "done",
-  "failed_transient",
-  "failed_permanent",
-];
-
-const JOB_COLUMNS =
-  `job_id, request_key, request_digest, kind, module_generation, state, created_ms,
-  updated_ms, execution_expires_ms, result_retention_ttl_ms, terminal_at_ms, active_attempt_id,
-  logical_handle, paused_at_ms, resume_deadline_ms, resume_ttl_ms, params_json, result_json,
-  error_json, page_count, items_total, items_done, tokens_total, tokens_done`;
-
-/** `terminal_at_ms + result_retention_ttl_ms < ?` — the retention of a terminal job ended. */
-const RETENTION_ENDED = `terminal_at_ms IS NOT NULL
-  AND terminal_at_ms + COALESCE(result_retention_ttl_ms, 0) < ?`;
 
 /**
  * Jobs and their result pages in the Synapse store (rules in the module documentation).
@@ -615,138 +479,4 @@ export class JobStore {
 
 function defaultNewId(): string {
   return "job_" + crypto.randomUUID().replaceAll("-", "");
-}
-
-function checkRequestKey(key: unknown): void {
-  if (typeof key !== "string") {
-    throw new SynapseError("invalid_request", "Cannot admit job: request_key must be a string", {
-      details: { field: "request_key" },
-    });
-  }
-  const bytes = new TextEncoder().encode(key).length;
-  if (bytes === 0 || bytes > MAX_REQUEST_KEY_BYTES) {
-    throw new SynapseError(
-      "invalid_request",
-      bytes === 0
-        ? "Cannot admit job: request_key must not be empty"
-        : `Cannot admit job: request_key is ${bytes} bytes, max ${MAX_REQUEST_KEY_BYTES}`,
-      { details: { field: "request_key", bytes, max_bytes: MAX_REQUEST_KEY_BYTES } },
-    );
-  }
-}
-
-function checkCount(action: string, field: string, value: unknown): void {
-  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
-    throw new RangeError(
-      `Cannot ${action}: '${field}' must be a non-negative integer: received ${String(value)}`,
-    );
-  }
-}
-
-function checkFinish(state: TerminalJobState, error: WireError | undefined): void {
-  if (!TERMINAL_STATES.includes(state)) {
-    throw new TypeError(`Cannot finish job: '${String(state)}' is not a terminal state`);
-  }
-  if (state === "done") {
-    if (error !== undefined) throw new TypeError("Cannot finish job: 'done' takes no error");
-    return;
-  }
-  if (typeof error !== "object" || error === null || typeof error.code !== "string") {
-    throw new TypeError(`Cannot finish job: '${state}' needs an error`);
-  }
-  const expected = state === "failed_transient" ? "transient" : "permanent";
-  if (error.class !== expected) {
-    throw new TypeError(
-      `Cannot finish job: '${state}' needs a ${expected} error: received ${String(error.class)}`,
-    );
-  }
-}
-
-function isTerminal(state: JobState): state is TerminalJobState {
-  return (TERMINAL_STATES as readonly JobState[]).includes(state);
-}
-
-function isRetained(job: JobRow, now: number): boolean {
-  if (job.terminalAtMs === null) return true;
-  return job.terminalAtMs + (job.resultRetentionTtlMs ?? 0) >= now;
-}
-
-/** A transient failure the caller may retry with the very same request: mint a fresh job. */
-function isRetryableFailure(job: JobRow): boolean {
-  if (job.state !== "failed_transient") return false;
-  if (job.error?.code === "module_restarted") return true;
-  return job.error?.safe_to_retry_same_request === true;
-}
-
-function wrongState(jobId: string, state: JobState, action: string, want: string): SynapseError {
-  return new SynapseError(
-    "invalid_request",
-    `Cannot ${action} job ${jobId}: its state is '${state}', expected ${want}`,
-    { details: { job_id: jobId, state } },
-  );
-}
-
-function getJob(db: DatabaseSync, jobId: string): JobRow | undefined {
-  const row = db.prepare(`SELECT ${JOB_COLUMNS} FROM jobs WHERE job_id = ?`).get(jobId);
-  return row === undefined ? undefined : rowToJob(row);
-}
-
-function requireJob(db: DatabaseSync, jobId: string, action: string): JobRow {
-  const job = getJob(db, jobId);
-  if (job === undefined) {
-    throw new SynapseError("invalid_request", `Cannot ${action} job ${jobId}: unknown job`, {
-      details: { job_id: jobId },
-    });
-  }
-  return job;
-}
-
-/** Reads a row this transaction just wrote; its absence is a bug. */
-function mustGet(db: DatabaseSync, jobId: string): JobRow {
-  const job = getJob(db, jobId);
-  if (job === undefined) {
-    throw new Error(`Job ${jobId} vanished inside its transaction. This is a bug`);
-  }
-  return job;
-}
-
-function rowToJob(row: Record<string, SQLOutputValue>): JobRow {
-  return {
-    jobId: String(row.job_id),
-    requestKey: String(row.request_key),
-    requestDigest: String(row.request_digest),
-    kind: String(row.kind),
-    moduleGeneration: Number(row.module_generation),
-    state: String(row.state) as JobState,
-    createdMs: Number(row.created_ms),
-    updatedMs: Number(row.updated_ms),
-    executionExpiresMs: nullableNumber(row.execution_expires_ms),
-    resultRetentionTtlMs: nullableNumber(row.result_retention_ttl_ms),
-    terminalAtMs: nullableNumber(row.terminal_at_ms),
-    activeAttemptId: nullableString(row.active_attempt_id),
-    logicalHandle: nullableString(row.logical_handle),
-    pausedAtMs: nullableNumber(row.paused_at_ms),
-    resumeDeadlineMs: nullableNumber(row.resume_deadline_ms),
-    resumeTtlMs: nullableNumber(row.resume_ttl_ms),
-    params: parseJson(row.params_json),
-    result: parseJson(row.result_json),
-    error: parseJson(row.error_json) as WireError | null,
-    pageCount: Number(row.page_count),
-    itemsTotal: Number(row.items_total),
-    itemsDone: Number(row.items_done),
-    tokensTotal: Number(row.tokens_total),
-    tokensDone: Number(row.tokens_done),
-  };
-}
-
-function nullableNumber(v: SQLOutputValue | undefined): number | null {
-  return v === null || v === undefined ? null : Number(v);
-}
-
-function nullableString(v: SQLOutputValue | undefined): string | null {
-  return v === null || v === undefined ? null : String(v);
-}
-
-function parseJson(v: SQLOutputValue | undefined): unknown {
-  return v === null || v === undefined ? null : JSON.parse(String(v));
 }

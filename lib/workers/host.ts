@@ -1,9 +1,6 @@
 /**
- * Worker host, one connection (contract.md §7, "Process" and "Handshake"): the module listens on a
- * unix socket in a 0700 runtime directory (socket 0600), spawns the worker with
- * `--socket PATH --nonce HEX`, accepts one connection within the accept timeout, and takes it
- * only if its first frame is a HELLO with protocol version 2, the launch nonce and the expected
- * engine identity, within the HELLO timeout. Then requests run one at a time (one in flight per
+ * Worker host, one connection (contract.md §7): a worker started and handshaken by `spawn.ts`
+ * (socket, process group, HELLO), then requests run one at a time (one in flight per
  * connection), each under its own timeout.
  *
  * Any I/O error, EOF, protocol violation or timeout kills the worker and answers
@@ -12,87 +9,39 @@
  * When the process is gone, `details` names how it ended: `signal` (`"SIGKILL"`, `"SIGABRT"`, …)
  * or `exit_code`. Crash budgets and restarts live one level up, in `supervisor.ts`.
  *
- * Each worker leads its own process group (spawned with `detached: true`, which calls `setsid()`
- * on Unix), and every kill path (crash, timeout, shutdown grace expiry, failed start) kills the
- * whole group, so nothing the worker started (node-llama-cpp's binary-test child) outlives it. A
- * clean shutdown ends the group too. If the module itself is SIGKILLed, the worker reads EOF on
- * its socket and kills its own group (`workers/llama.ts`); a worker that is in the middle of a
- * request stops at its next token or item.
+ * Each worker leads its own process group, and every kill path (crash, timeout, shutdown grace
+ * expiry, failed start) kills the whole group, so nothing the worker started (node-llama-cpp's
+ * binary-test child) outlives it. A clean shutdown ends the group too. If the module itself is
+ * SIGKILLed, the worker reads EOF on its socket and kills its own group (`workers/llama.ts`); a
+ * worker that is in the middle of a request stops at its next token or item.
  *
  * @module
  */
-import { killProcessGroup } from "../../ffi/process_group.ts";
 import { SynapseError } from "../contract/errors.ts";
+import { LogTail } from "./_log_tail.ts";
 import {
-  DEFAULT_MAX_FRAME_BYTES,
-  encodeFrame,
-  FrameDecoder,
-  WorkerProtocolError,
-} from "./frame.ts";
+  crashError,
+  describeStatus,
+  errorText,
+  exitReason,
+  killGroup,
+  LOG_SETTLE_MS,
+  statusDetails,
+  writeAll,
+} from "./_process.ts";
+import { encodeFrame, FrameDecoder, WorkerProtocolError } from "./frame.ts";
 import {
-  checkHello,
-  type KnownWorkerEngine,
-  makeAck,
-  newNonce,
-  workerSocketPath,
-} from "./handshake.ts";
-import {
-  decodeF32LE,
-  decodeFromWorker,
-  encodeControl,
   type HelloMessage,
   type ModuleToWorkerMessage,
   type WorkerToModuleMessage,
 } from "./messages.ts";
-
-/** How to start a worker: the program and its leading arguments (the host appends its own). */
-export interface WorkerLaunch {
-  /** Executable path. */
-  command: string;
-  /** Arguments before `--socket PATH --nonce HEX`. */
-  args: string[];
-  /** Extra environment variables (the host adds `SYNAPSE_WORKER_ID`). */
-  env?: Record<string, string>;
-}
-
-/** Engine identity a worker announced in HELLO (contract.md §3 `provenance.engine`). */
-export interface WorkerEngineIdentity {
-  engine: string;
-  version: string;
-  build_flags?: Record<string, string>;
-}
-
-/** Options of {@link WorkerConnection.start}. */
-export interface WorkerStartOptions {
-  /** The engine name HELLO must announce. */
-  engine: KnownWorkerEngine;
-  /** Stable id of this worker (names the socket, `SYNAPSE_WORKER_ID`). */
-  workerId: string;
-  /** Directory of the socket; created 0700 when missing. */
-  runtimeDir: string;
-  launch: WorkerLaunch;
-  /** When set, HELLO's `engine.version` must equal it. */
-  expectedVersion?: string;
-  /**
-   * When set, HELLO's `engine.build_flags` must equal it (a restarted worker must have the
-   * identity the model's fingerprint was computed with).
-   */
-  expectedBuildFlags?: Record<string, string>;
-  /**
-   * ms to wait for the worker to connect (config `worker.start_timeout_ms`).
-   * @default {DEFAULT_WORKER_START_TIMEOUT_MS}
-   */
-  acceptTimeoutMs?: number;
-  /**
-   * ms to wait for HELLO once connected (config `worker.start_timeout_ms`).
-   * @default {DEFAULT_WORKER_START_TIMEOUT_MS}
-   */
-  helloTimeoutMs?: number;
-  /** Our largest frame in bytes. @default 64 MiB */
-  maxFrameBytes?: number;
-  /** Each line the worker writes on stdout or stderr, as it arrives. */
-  onLogLine?: (line: string, stream: "stdout" | "stderr") => void;
-}
+import { decodeF32LE, decodeFromWorker, encodeControl } from "./codec.ts";
+import {
+  DEFAULT_WORKER_START_TIMEOUT_MS,
+  spawnWorker,
+  type WorkerEngineIdentity,
+  type WorkerStartOptions,
+} from "./spawn.ts";
 
 /** An answer to a request: the control message and, for VECTORS / SCORES, its f32 tensor. */
 export interface WorkerReply<M extends WorkerToModuleMessage = WorkerToModuleMessage> {
@@ -102,12 +51,6 @@ export interface WorkerReply<M extends WorkerToModuleMessage = WorkerToModuleMes
 
 /** Bytes of worker output kept for crash reports (contract.md §7: the last 8 KiB). */
 export const LOG_TAIL_BYTES = 8 * 1024;
-
-/**
- * Default of each start phase (accept, then HELLO), ms: the default of `worker.start_timeout_ms`.
- * contract.md §7 says 5 s, which failed workers at boot on a loaded 2-core machine (F20).
- */
-export const DEFAULT_WORKER_START_TIMEOUT_MS = 60_000;
 
 /** Default start and per-request timeouts, ms (contract.md §7; start: F20). */
 export const WORKER_TIMEOUTS = Object.freeze({
@@ -123,8 +66,6 @@ export const WORKER_TIMEOUTS = Object.freeze({
  * the signal or exit code (the status arrives right after the EOF when the process died).
  */
 const EXIT_WAIT_MS = 2_000;
-/** Longest wait, ms, for the last lines of a dead worker's output. */
-const LOG_SETTLE_MS = 500;
 
 const EXPECTED_REPLY: Record<string, WorkerToModuleMessage["type"]> = {
   LOAD: "LOADED",
@@ -240,7 +181,8 @@ export class WorkerConnection {
   }
 
   /**
-   * Spawns a worker, as the leader of a new process group, and runs the handshake.
+   * Spawns a worker, as the leader of a new process group, and runs the handshake
+   * ({@link spawnWorker}); the connection then serves requests.
    *
    * @throws {SynapseError} `engine_crashed` (transient) with `details.reason` one of
    *   `spawn_failed`, `exited_before_hello`, `accept_timeout`, `hello_timeout`,
@@ -251,159 +193,15 @@ export class WorkerConnection {
    *   created (a runtime dir too long for the 108-byte unix path limit).
    */
   static async start(options: WorkerStartOptions): Promise<WorkerConnection> {
-    const maxFrame = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-    const acceptMs = options.acceptTimeoutMs ?? WORKER_TIMEOUTS.acceptMs;
-    const helloMs = options.helloTimeoutMs ?? WORKER_TIMEOUTS.helloMs;
     const log = new LogTail(LOG_TAIL_BYTES);
-    const path = workerSocketPath(options.runtimeDir, options.workerId);
-    let listener: Deno.UnixListener;
-    try {
-      await Deno.mkdir(options.runtimeDir, { recursive: true, mode: 0o700 });
-      if (Deno.build.os !== "windows") await Deno.chmod(options.runtimeDir, 0o700);
-      await Deno.remove(path).catch(() => {});
-      listener = Deno.listen({ transport: "unix", path });
-    } catch (err) {
-      // No worker can start (e.g. a runtime dir too long for a unix socket path): typed, so the
-      // supervisor counts it and quarantines the key instead of passing a raw error up.
-      throw crashError(
-        options.workerId,
-        "spawn_failed",
-        `cannot listen on '${path}': ${errorText(err)}`,
-        log,
-        undefined,
-        err,
-      );
-    }
-    let child: Deno.ChildProcess | undefined;
-    let conn: Deno.Conn | undefined;
-    let accepting: Promise<Deno.Conn> | undefined;
-    const timers: ReturnType<typeof setTimeout>[] = [];
-    const fail = (reason: string, message: string, cause?: unknown): never => {
-      throw crashError(options.workerId, reason, message, log, child?.pid, cause);
-    };
-    try {
-      if (Deno.build.os !== "windows") await Deno.chmod(path, 0o600);
-      const nonce = newNonce();
-      try {
-        child = new Deno.Command(options.launch.command, {
-          args: [...options.launch.args, "--socket", path, "--nonce", nonce],
-          // NO_COLOR: Deno's own error output (an uncaught error) then has no ANSI codes in the
-          // forwarded log lines and the crash report's log tail.
-          env: { NO_COLOR: "1", ...options.launch.env, SYNAPSE_WORKER_ID: options.workerId },
-          stdin: "null",
-          stdout: "piped",
-          stderr: "piped",
-          // Unix: setsid(), so the worker leads its own process group and a kill reaches all of
-          // it. (A terminal's Ctrl-C then reaches only the module, which shuts its workers down.)
-          detached: Deno.build.os !== "windows",
-        }).spawn();
-      } catch (err) {
-        fail(
-          "spawn_failed",
-          `cannot start '${options.launch.command}': ${(err as Error).message}`,
-          err,
-        );
-      }
-      const proc = child!;
-      log.pump(proc.stdout, "stdout", options.onLogLine);
-      log.pump(proc.stderr, "stderr", options.onLogLine);
-      const exit = proc.status;
-      const timeout = (ms: number, tag: string) =>
-        new Promise<string>((resolve) => timers.push(setTimeout(() => resolve(tag), ms)));
-      accepting = listener.accept();
-      const accepted = await Promise.race([
-        accepting,
-        exit.then(() => "exited"),
-        timeout(acceptMs, "timeout"),
-      ]);
-      if (accepted === "exited") {
-        await log.settled(LOG_SETTLE_MS);
-        fail("exited_before_hello", `exited before connecting (${describeStatus(await exit)})`);
-      }
-      if (accepted === "timeout") fail("accept_timeout", `did not connect within ${acceptMs} ms`);
-      conn = accepted as Deno.Conn;
-      const decoder = new FrameDecoder({ maxFrameBytes: maxFrame });
-      const first = await readOneFrame(conn, decoder, helloMs);
-      if (first.kind === "timeout") fail("hello_timeout", `sent no HELLO within ${helloMs} ms`);
-      if (first.kind === "eof") fail("eof", "closed the connection before HELLO");
-      if (first.kind === "error") {
-        const e = first.error;
-        fail(e instanceof WorkerProtocolError ? e.code : "io_error", errorText(e), e);
-      }
-      const { frame, rest } = first as { frame: Uint8Array; rest: Uint8Array[] };
-      let hello: HelloMessage;
-      let negotiated: number;
-      try {
-        const msg = decodeFromWorker(frame);
-        if (msg.type !== "HELLO") {
-          throw new WorkerProtocolError("unknown_type", `first frame is ${msg.type}, not HELLO`);
-        }
-        hello = msg;
-        negotiated = checkHello(hello, {
-          nonce,
-          expectedEngine: options.engine,
-          maxFrameBytes: maxFrame,
-        }).maxFrameBytes;
-      } catch (err) {
-        const code = err instanceof WorkerProtocolError ? err.code : "bad_message";
-        return fail(code, `was refused at HELLO: ${errorText(err)}`, err);
-      }
-      const mismatch = identityMismatch(hello.engine, options);
-      if (mismatch !== undefined) fail("identity_mismatch", `was refused at HELLO: ${mismatch}`);
-      decoder.setMaxFrameBytes(negotiated);
-      await writeAll(conn, encodeFrame(encodeControl(makeAck(negotiated))));
-      listener.close();
-      await Deno.remove(path).catch(() => {});
-      const wc = new WorkerConnection({
-        hello,
-        maxFrameBytes: negotiated,
-        child: proc,
-        conn,
-        log,
-        workerId: options.workerId,
-        decoder,
-        frames: rest,
-        exit,
-      });
-      wc.#pump();
-      void exit.then(async (st) => {
-        await log.settled(LOG_SETTLE_MS);
-        wc.#die(exitReason(st), `exited (${describeStatus(st)})`);
-      });
-      return wc;
-    } catch (err) {
-      try {
-        listener.close();
-      } catch { /* already closed */ }
-      // Deno unlinks the socket's path when the listener is dropped, which with an accept pending
-      // happens only once that accept settles: wait for it, or it would unlink the socket of the
-      // next worker started on this path.
-      const late = await accepting?.catch(() => undefined);
-      if (late !== undefined && late !== conn) {
-        try {
-          late.close();
-        } catch { /* already closed */ }
-      }
-      await Deno.remove(path).catch(() => {});
-      try {
-        conn?.close();
-      } catch { /* already closed */ }
-      if (child !== undefined) {
-        killGroup(child);
-        const st = await child.status.catch(() => undefined);
-        // The pipes end when the last process holding them is gone (the group was killed).
-        await log.settled(LOG_SETTLE_MS);
-        if (err instanceof SynapseError && err.details !== undefined && st !== undefined) {
-          Object.assign(err.details, statusDetails(st));
-        }
-      }
-      if (err instanceof SynapseError && err.details !== undefined) {
-        (err.details as Record<string, unknown>).log_tail = log.text();
-      }
-      throw err;
-    } finally {
-      for (const t of timers) clearTimeout(t);
-    }
+    const spawned = await spawnWorker(options, log);
+    const wc = new WorkerConnection({ ...spawned, log, workerId: options.workerId });
+    wc.#pump();
+    void spawned.exit.then(async (st) => {
+      await log.settled(LOG_SETTLE_MS);
+      wc.#die(exitReason(st), `exited (${describeStatus(st)})`);
+    });
+    return wc;
   }
 
   /**
@@ -720,212 +518,4 @@ function cancelledBeforeSent(
       generated_token_ids: [],
     },
   });
-}
-
-/**
- * SIGKILLs a worker's process group (Unix; the worker leads it), then the worker itself (the only
- * step on Windows, and a fallback where FFI is refused). Never throws.
- */
-function killGroup(child: Deno.ChildProcess): void {
-  if (Deno.build.os !== "windows") {
-    try {
-      killProcessGroup(child.pid, "SIGKILL");
-    } catch { /* no FFI permission, or not our group: the leader alone below */ }
-  }
-  try {
-    child.kill("SIGKILL");
-  } catch { /* already gone */ }
-}
-
-/** `details.reason` for a process that is gone: `signal` or `exited`. */
-function exitReason(st: Deno.CommandStatus): string {
-  return st.signal !== null ? "signal" : "exited";
-}
-
-/** `{signal}` when a signal ended the process, else `{exit_code}`. */
-function statusDetails(st: Deno.CommandStatus): { signal: string } | { exit_code: number } {
-  return st.signal !== null ? { signal: st.signal } : { exit_code: st.code };
-}
-
-function crashError(
-  workerId: string,
-  reason: string,
-  message: string,
-  log: LogTail,
-  pid: number | undefined,
-  cause?: unknown,
-): SynapseError {
-  return new SynapseError("engine_crashed", `Engine worker '${workerId}' ${message}`, {
-    retryAfterMs: 250,
-    ...(cause === undefined ? {} : { cause }),
-    details: {
-      worker_id: workerId,
-      reason,
-      ...(pid === undefined ? {} : { pid }),
-      log_tail: log.text(),
-    },
-  });
-}
-
-function identityMismatch(
-  got: WorkerEngineIdentity,
-  options: WorkerStartOptions,
-): string | undefined {
-  if (options.expectedVersion !== undefined && got.version !== options.expectedVersion) {
-    return `engine version '${got.version}', expected '${options.expectedVersion}'`;
-  }
-  if (options.expectedBuildFlags !== undefined) {
-    const a = JSON.stringify(sortedFlags(got.build_flags ?? {}));
-    const b = JSON.stringify(sortedFlags(options.expectedBuildFlags));
-    if (a !== b) return `engine build flags ${a}, expected ${b}`;
-  }
-  return undefined;
-}
-
-function sortedFlags(f: Record<string, string>): [string, string][] {
-  return Object.entries(f).sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0);
-}
-
-type FirstFrame =
-  | { kind: "frame"; frame: Uint8Array; rest: Uint8Array[] }
-  | { kind: "timeout" }
-  | { kind: "eof" }
-  | { kind: "error"; error: unknown };
-
-async function readOneFrame(
-  conn: Deno.Conn,
-  decoder: FrameDecoder,
-  timeoutMs: number,
-): Promise<FirstFrame> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<FirstFrame>((r) =>
-    timer = setTimeout(() => r({ kind: "timeout" }), timeoutMs)
-  );
-  const read = (async (): Promise<FirstFrame> => {
-    const buf = new Uint8Array(64 * 1024);
-    try {
-      while (true) {
-        const n = await conn.read(buf);
-        if (n === null) {
-          try {
-            decoder.end();
-          } catch (err) {
-            return { kind: "error", error: err };
-          }
-          return { kind: "eof" };
-        }
-        const frames = decoder.push(buf.subarray(0, n));
-        if (frames.length > 0) return { kind: "frame", frame: frames[0]!, rest: frames.slice(1) };
-      }
-    } catch (err) {
-      return { kind: "error", error: err };
-    }
-  })();
-  try {
-    return await Promise.race([read, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
-  let off = 0;
-  while (off < bytes.byteLength) off += await conn.write(bytes.subarray(off));
-}
-
-function describeStatus(st: Deno.CommandStatus): string {
-  return st.signal !== null ? `signal ${st.signal}` : `exit code ${st.code}`;
-}
-
-function errorText(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
-/**
- * The last `cap` bytes of a worker's stdout and stderr, interleaved by line as they arrive, and
- * the pumps that read them.
- */
-const tailEncoder = new TextEncoder();
-const tailDecoder = new TextDecoder();
-
-class LogTail {
-  #cap: number;
-  #lines: string[] = [];
-  /** UTF-8 bytes of each line, newline included. */
-  #sizes: number[] = [];
-  #bytes = 0;
-  #pumps: Promise<void>[] = [];
-
-  constructor(cap: number) {
-    this.#cap = cap;
-  }
-
-  add(line: string): void {
-    const bytes = tailEncoder.encode(line).byteLength + 1;
-    this.#lines.push(line);
-    this.#sizes.push(bytes);
-    this.#bytes += bytes;
-    while (this.#bytes > this.#cap && this.#lines.length > 1) {
-      this.#lines.shift();
-      this.#bytes -= this.#sizes.shift()!;
-    }
-  }
-
-  /** The tail, at most `cap` UTF-8 bytes (a character cut at the start is dropped). */
-  text(): string {
-    const bytes = tailEncoder.encode(this.#lines.join("\n"));
-    if (bytes.byteLength <= this.#cap) return tailDecoder.decode(bytes);
-    let start = bytes.byteLength - this.#cap;
-    while (start < bytes.byteLength && (bytes[start]! & 0xc0) === 0x80) start++;
-    return tailDecoder.decode(bytes.subarray(start));
-  }
-
-  pump(
-    stream: ReadableStream<Uint8Array>,
-    name: "stdout" | "stderr",
-    onLine: ((line: string, stream: "stdout" | "stderr") => void) | undefined,
-  ): void {
-    this.#pumps.push((async () => {
-      let partial = "";
-      try {
-        for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
-          const parts = (partial + chunk).split("\n");
-          partial = parts.pop()!;
-          for (const line of parts) this.#emit(line, name, onLine);
-          if (partial.length > 16 * 1024) {
-            this.#emit(partial, name, onLine);
-            partial = "";
-          }
-        }
-      } catch { /* the stream broke with the process */ }
-      if (partial !== "") this.#emit(partial, name, onLine);
-    })());
-  }
-
-  #emit(
-    line: string,
-    name: "stdout" | "stderr",
-    onLine: ((line: string, stream: "stdout" | "stderr") => void) | undefined,
-  ): void {
-    const l = line.endsWith("\r") ? line.slice(0, -1) : line;
-    this.add(l);
-    try {
-      onLine?.(l, name);
-    } catch { /* a log sink must not break the pump */ }
-  }
-
-  /** Resolves when both pumps finished: every writer of the pipes is gone. */
-  async ended(): Promise<void> {
-    await Promise.all(this.#pumps);
-  }
-
-  /** Resolves when both pumps finished, or after `ms`. */
-  async settled(ms: number): Promise<void> {
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    await Promise.race([
-      Promise.all(this.#pumps),
-      new Promise<void>((r) => timer = setTimeout(r, ms)),
-    ]);
-    clearTimeout(timer);
-  }
 }

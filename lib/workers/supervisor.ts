@@ -14,10 +14,9 @@ import { SynapseError } from "../contract/errors.ts";
 import {
   WorkerConnection,
   type WorkerConnection as WorkerConnectionType,
-  type WorkerEngineIdentity,
   type WorkerReply,
-  type WorkerStartOptions,
 } from "./host.ts";
+import type { WorkerEngineIdentity, WorkerStartOptions } from "./spawn.ts";
 import type { ModuleToWorkerMessage, WorkerToModuleMessage } from "./messages.ts";
 
 /** Crash budget of a worker key (contract.md §7: 2 crashes per 60 s). */

@@ -4,10 +4,10 @@ import {
   CATALOG_RESERVED_MODEL_IDS,
   DEFAULT_CONFIG,
   ENGINE_ALIASES,
-  loadConfig,
   normalizeEngineName,
-  type SynapseConfig,
-} from "../../lib/config/config.ts";
+} from "../../lib/config/defaults.ts";
+import { loadConfig } from "../../lib/config/loader.ts";
+import type { SynapseConfig } from "../../lib/config/types.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
 
 /** A temp project dir and user config home, removed at the end of the test. */

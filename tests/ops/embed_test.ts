@@ -286,7 +286,7 @@ Deno.test("embed refuses an unknown model, a mismatched required_fingerprint and
 
 Deno.test("embed answers model_loading with a retry hint while the model loads (F9)", async () => {
   const { createSynapse } = await import("../../lib/synapse.ts");
-  const { DEFAULT_CONFIG } = await import("../../lib/config/config.ts");
+  const { DEFAULT_CONFIG } = await import("../../lib/config/defaults.ts");
   const dir = await Deno.makeTempDir();
   const syn = await createSynapse({
     config: DEFAULT_CONFIG,

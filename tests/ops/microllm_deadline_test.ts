@@ -7,7 +7,7 @@
  * here waits on a wall-clock limit: the worker's test hooks park it until the cancel arrives.
  */
 import assert from "node:assert/strict";
-import { loadConfig } from "../../lib/config/config.ts";
+import { loadConfig } from "../../lib/config/loader.ts";
 import { type LogSink, nullLog } from "../../lib/log/log.ts";
 import { serveHttp } from "../../lib/http/server.ts";
 import { createSynapse } from "../../lib/synapse.ts";

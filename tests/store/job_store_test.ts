@@ -2,7 +2,8 @@ import assert from "node:assert";
 import { join } from "node:path";
 import { SynapseError } from "../../lib/contract/errors.ts";
 import { requestDigest } from "../../lib/identity/request_digest.ts";
-import { type AdmitJobInput, JobStore, MAX_REQUEST_KEY_BYTES } from "../../lib/store/job_store.ts";
+import { JobStore } from "../../lib/store/job_store.ts";
+import { type AdmitJobInput, MAX_REQUEST_KEY_BYTES } from "../../lib/store/job_types.ts";
 import { Store } from "../../lib/store/store.ts";
 
 const DAY_MS = 86_400_000;

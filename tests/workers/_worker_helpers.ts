@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { SynapseError } from "../../lib/contract/errors.ts";
 import { resolveLlamaWorkerLaunch } from "../../lib/engines/llama/launch.ts";
 import { WorkerConnection } from "../../lib/workers/host.ts";
-import type { WorkerStartOptions } from "../../lib/workers/host.ts";
+import type { WorkerStartOptions } from "../../lib/workers/spawn.ts";
 import type { PongMessage } from "../../lib/workers/messages.ts";
 import { MODELS } from "../_helpers.ts";
 

@@ -11,7 +11,8 @@ import {
   WORKER_PROTOCOL_VERSION,
   workerSocketPath,
 } from "../../lib/workers/handshake.ts";
-import { decodeFromModule, encodeControl, type HelloMessage } from "../../lib/workers/messages.ts";
+import { type HelloMessage } from "../../lib/workers/messages.ts";
+import { decodeFromModule, encodeControl } from "../../lib/workers/codec.ts";
 
 const NONCE = "0123456789abcdef";
 

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { WorkerConnection, WorkerErrReply } from "../../lib/workers/host.ts";
-import { encodeI32LE } from "../../lib/workers/messages.ts";
+import { encodeI32LE } from "../../lib/workers/codec.ts";
 import type { LoadedMessage, TextMessage, VectorsMessage } from "../../lib/workers/messages.ts";
 import { SupervisedWorker } from "../../lib/workers/supervisor.ts";
 import {

@@ -9,13 +9,8 @@ import assert from "node:assert/strict";
 import { encodeFrame, FrameDecoder } from "../../lib/workers/frame.ts";
 import { makeAck, newNonce, workerSocketPath } from "../../lib/workers/handshake.ts";
 import { WorkerConnection } from "../../lib/workers/host.ts";
-import {
-  decodeFromWorker,
-  encodeControl,
-  encodeI32LE,
-  type LoadedMessage,
-  type TextMessage,
-} from "../../lib/workers/messages.ts";
+import { type LoadedMessage, type TextMessage } from "../../lib/workers/messages.ts";
+import { decodeFromWorker, encodeControl, encodeI32LE } from "../../lib/workers/codec.ts";
 import { resolveLlamaWorkerLaunch } from "../../lib/engines/llama/launch.ts";
 import {
   assertGroupGone,

@@ -5,12 +5,9 @@
  * the worker connects, so no timer races another.
  */
 import assert from "node:assert/strict";
-import { DEFAULT_CONFIG } from "../../lib/config/config.ts";
-import {
-  DEFAULT_WORKER_START_TIMEOUT_MS,
-  WORKER_TIMEOUTS,
-  WorkerConnection,
-} from "../../lib/workers/host.ts";
+import { DEFAULT_CONFIG } from "../../lib/config/defaults.ts";
+import { WORKER_TIMEOUTS, WorkerConnection } from "../../lib/workers/host.ts";
+import { DEFAULT_WORKER_START_TIMEOUT_MS } from "../../lib/workers/spawn.ts";
 import type { PongMessage } from "../../lib/workers/messages.ts";
 import {
   assertCrash,

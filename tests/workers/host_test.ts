@@ -6,8 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { SynapseError } from "../../lib/contract/errors.ts";
-import { DEFAULT_CONFIG } from "../../lib/config/config.ts";
-import type { PreloadModelConfig, SynapseConfig } from "../../lib/config/config.ts";
+import { DEFAULT_CONFIG } from "../../lib/config/defaults.ts";
+import type { PreloadModelConfig, SynapseConfig } from "../../lib/config/types.ts";
 import { resolveLlamaWorkerLaunch } from "../../lib/engines/llama/launch.ts";
 import { LlamaEngine } from "../../lib/engines/llama/llama_engine.ts";
 import type { LlamaModelSpec } from "../../lib/engines/llama/llama_engine.ts";
@@ -16,9 +16,9 @@ import type { MachineProfile } from "../../lib/identity/machine_profile.ts";
 import type { LogSink } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import { LOG_TAIL_BYTES, WorkerConnection, WorkerErrReply } from "../../lib/workers/host.ts";
-import type { WorkerStartOptions } from "../../lib/workers/host.ts";
+import type { WorkerStartOptions } from "../../lib/workers/spawn.ts";
 import { workerSocketPath } from "../../lib/workers/handshake.ts";
-import { encodeI32LE } from "../../lib/workers/messages.ts";
+import { encodeI32LE } from "../../lib/workers/codec.ts";
 import type { PongMessage } from "../../lib/workers/messages.ts";
 import { SupervisedWorker } from "../../lib/workers/supervisor.ts";
 import { MODELS, resultOf, semanticError } from "../_helpers.ts";

@@ -4,6 +4,12 @@ import { encodeFrame, FrameDecoder, WorkerProtocolError } from "../../lib/worker
 import {
   type ControlMessage,
   controlSender,
+  MODULE_TO_WORKER_TYPES,
+  type ModuleToWorkerMessage,
+  WORKER_TO_MODULE_TYPES,
+  type WorkerToModuleMessage,
+} from "../../lib/workers/messages.ts";
+import {
   decodeControl,
   decodeF32LE,
   decodeFromModule,
@@ -12,11 +18,7 @@ import {
   encodeControl,
   encodeF32LE,
   encodeI32LE,
-  MODULE_TO_WORKER_TYPES,
-  type ModuleToWorkerMessage,
-  WORKER_TO_MODULE_TYPES,
-  type WorkerToModuleMessage,
-} from "../../lib/workers/messages.ts";
+} from "../../lib/workers/codec.ts";
 
 const utf8 = new TextEncoder();
 

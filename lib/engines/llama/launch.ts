@@ -12,7 +12,7 @@
  * @module
  */
 import { fileURLToPath } from "node:url";
-import type { WorkerLaunch } from "../../workers/host.ts";
+import type { WorkerLaunch } from "../../workers/spawn.ts";
 
 /** The repository root (where `ck-synapse` and `ck-synapse-worker-llama` live). */
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));

@@ -22,20 +22,20 @@ import type {
 } from "../engine.ts";
 import { LLAMA_WORKER_ENGINE, LLAMA_WORKER_VERSION } from "./identity.ts";
 import { LineRateLimiter, type LogSink, stderrLog } from "../../log/log.ts";
-import { WORKER_TIMEOUTS, WorkerErrReply, type WorkerLaunch } from "../../workers/host.ts";
-import type { WorkerEngineIdentity } from "../../workers/host.ts";
+import { WORKER_TIMEOUTS, WorkerErrReply } from "../../workers/host.ts";
+import type { WorkerEngineIdentity, WorkerLaunch } from "../../workers/spawn.ts";
 import {
   type CrashBudget,
   SupervisedWorker,
   type SupervisorStatus,
 } from "../../workers/supervisor.ts";
 import {
-  encodeI32LE,
   type LoadedMessage,
   type TextMessage,
   type VectorsMessage,
   type WorkerPooling,
 } from "../../workers/messages.ts";
+import { encodeI32LE } from "../../workers/codec.ts";
 
 /** One GGUF model served by a llama worker. */
 export interface LlamaModelSpec {

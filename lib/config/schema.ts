@@ -1,0 +1,385 @@
+/**
+ * The shape of `synapse.jsonc` (contract.md §9), written once as zod schemas: the resolved
+ * configuration ({@link SynapseConfigSchema}: every key present) and, derived from it, one layer
+ * as written ({@link LayerSchema}: every key optional, alias keys accepted). Both are strict: an
+ * unknown key is an issue. The TypeScript types are inferred from these schemas (`types.ts`);
+ * the defaults are in `defaults.ts`, and the `@default` of each field below names them.
+ *
+ * Key names stay snake_case as in the file: they leave TypeScript (units live in the names).
+ *
+ * @module
+ */
+
+import { z } from "zod";
+
+const positiveInt = z.int().positive();
+const nonNegativeInt = z.int().nonnegative();
+const unitInterval = z.number().min(0).max(1);
+const nonEmpty = z.string().min(1);
+
+/** Scheduler knob: how much of the machine Synapse may use. */
+export const KnobSchema = z.enum(["performance", "balanced", "quiet"]);
+
+/** Task of a preloaded model. */
+export const PreloadTaskSchema = z.enum(["embed", "rerank", "generate"]);
+
+/** Pooling of a preloaded embedding model. */
+export const PreloadPoolingSchema = z.enum(["mean", "cls", "last_token"]);
+
+/** One `preload_models[]` entry, with defaults applied and the engine name normalized. */
+export const PreloadModelConfigSchema = z.strictObject({
+  /** Engine, normalized through `ENGINE_ALIASES` (`onnx` → `ort`, …). */
+  engine: nonEmpty,
+  /** Path of the model artifact, as written in the config. */
+  model_path: nonEmpty,
+  /** Path of the `tokenizer.json`, as written in the config. */
+  tokenizer_path: nonEmpty,
+  /** Model id; catalog ids are reserved and refused. */
+  model_id: nonEmpty.optional(),
+  /** Named profile of the model. */
+  profile: nonEmpty.optional(),
+  /** Task. */
+  task: PreloadTaskSchema.optional(),
+  /** Expected artifact digest (`sha256:<hex>`). */
+  artifact_digest: nonEmpty.optional(),
+  /** Artifact format, e.g. `onnx`, `gguf`. */
+  format: nonEmpty.optional(),
+  /** Path of the model's `config.json`. */
+  config_path: nonEmpty.optional(),
+  /** Upstream revision of the artifact. */
+  revision: nonEmpty.optional(),
+  /**
+   * Pooling.
+   *
+   * @default {"mean"}
+   */
+  pooling: PreloadPoolingSchema,
+  /**
+   * L2-normalize vectors.
+   *
+   * @default {true}
+   */
+  normalize: z.boolean(),
+  /**
+   * Most tokens per input.
+   *
+   * @default {512, or 8192 when `profile` is set}
+   */
+  max_tokens: positiveInt,
+  /** Quantization, e.g. `q8_0`, `f16`. */
+  quant: nonEmpty.optional(),
+  /** Model family, e.g. `bert`. */
+  family: nonEmpty.optional(),
+  /** Compute dtype, e.g. `f16`. */
+  dtype: nonEmpty.optional(),
+  /** Execution provider or placement hint. */
+  execution: nonEmpty.optional(),
+  /** Worker binary override. */
+  worker_bin: nonEmpty.optional(),
+  /** Runtime directory of the worker's socket. */
+  worker_runtime_dir: nonEmpty.optional(),
+});
+
+/** `worker` section. */
+export const WorkerConfigSchema = z.strictObject({
+  /**
+   * Worker model-load timeout, in milliseconds.
+   *
+   * @default {900000}
+   */
+  load_timeout_ms: positiveInt,
+  /**
+   * Worker start timeout, in milliseconds: how long a spawned worker may take to connect to its
+   * socket, and then again to send HELLO. A loaded machine can need tens of seconds (F20; the
+   * contract's 5 s failed workers at boot on a busy 2-core machine).
+   *
+   * @default {60000}
+   */
+  start_timeout_ms: positiveInt,
+});
+
+/** `log` section. */
+export const LogConfigSchema = z.strictObject({
+  /**
+   * Interval of perf log lines, in seconds; 0 disables them.
+   *
+   * @default {0}
+   */
+  perf_interval_secs: nonNegativeInt,
+  /**
+   * Most worker log lines forwarded per second.
+   *
+   * @default {50}
+   */
+  worker_forward_lines_per_sec: nonNegativeInt,
+});
+
+/** `inline` section: limits of inline (non-job) requests and their admission. */
+export const InlineConfigSchema = z.strictObject({
+  /**
+   * Most items served inline; larger batches become jobs.
+   *
+   * @default {64}
+   */
+  max_items: positiveInt,
+  /**
+   * Most aggregate tokens served inline.
+   *
+   * @default {8192}
+   */
+  max_tokens: positiveInt,
+  /**
+   * Admission byte budget (queued + in flight + request), in bytes.
+   *
+   * @default {67108864}
+   */
+  byte_budget: positiveInt,
+  /**
+   * Default longest predicted queue wait, in milliseconds.
+   *
+   * @default {5000}
+   */
+  max_queue_ms: nonNegativeInt,
+  /**
+   * Default relative deadline, in milliseconds.
+   *
+   * @default {30000}
+   */
+  deadline_ms: positiveInt,
+  /**
+   * Estimated execution time used by admission, in milliseconds.
+   *
+   * @default {25}
+   */
+  estimated_execution_ms: nonNegativeInt,
+  /**
+   * Execution permits (semaphore size).
+   *
+   * @default {2}
+   */
+  max_concurrent_workers: positiveInt,
+});
+
+/** `http` section: the HTTP front door (`ck-synapse serve --http`). */
+export const HttpConfigSchema = z.strictObject({
+  /**
+   * Largest request body the HTTP door reads, in bytes, counted while it streams in: past it
+   * reading stops and the request is refused (413, `invalid_request` with
+   * `{limit: "http.max_body_bytes", max, received_at_least}`). The default equals the wire
+   * door's frame limit (subc.md: 64 MiB) and `inline.byte_budget`, so one request is accepted
+   * or refused alike by both doors, and a file job of ~100 000 passages of 600 bytes fits in one
+   * body; the door holds at most this much per request while it parses.
+   *
+   * @default {67108864}
+   */
+  max_body_bytes: positiveInt,
+});
+
+/** `tokenize` section: the tokenizer worker pool (lib/tokenize/tokenizer_pool.ts). */
+export const TokenizeConfigSchema = z.strictObject({
+  /**
+   * Tokenizer worker threads; 0 picks half the cores, at least 1, at most 4.
+   *
+   * @default {0}
+   */
+  workers: nonNegativeInt,
+  /**
+   * A tokenizer call whose texts total at most this many UTF-16 code units runs on the calling
+   * thread instead of a worker (measured: cheaper and faster for such calls).
+   *
+   * @default {256}
+   */
+  inline_max_chars: nonNegativeInt,
+});
+
+/** `jobs` section. In a layer, the older key `ttl_ms` sets all three TTLs. */
+export const JobsConfigSchema = z.strictObject({
+  /**
+   * How long a job may execute, in milliseconds.
+   *
+   * @default {86400000}
+   */
+  execution_ttl_ms: positiveInt,
+  /**
+   * How long results are kept after a job ends, in milliseconds.
+   *
+   * @default {86400000}
+   */
+  result_retention_ttl_ms: positiveInt,
+  /**
+   * How long a paused job may be resumed, in milliseconds.
+   *
+   * @default {86400000}
+   */
+  resume_deadline_ms: positiveInt,
+  /**
+   * Size of one result page, in bytes.
+   *
+   * @default {524288}
+   */
+  result_page_bytes: positiveInt,
+  /**
+   * Tokens per bulk quantum.
+   *
+   * @default {3072}
+   */
+  bulk_quantum_tokens: positiveInt,
+});
+
+/** `probe` section: certification thresholds, each in [0, 1]. */
+export const ProbeConfigSchema = z.strictObject({
+  /**
+   * Least mean cosine against the reference.
+   *
+   * @default {0.999}
+   */
+  mean_cosine_threshold: unitInterval,
+  /**
+   * Least worst-decile rank overlap.
+   *
+   * @default {0.9}
+   */
+  worst_decile_rank_overlap_threshold: unitInterval,
+  /**
+   * Least ANE placement share.
+   *
+   * @default {0.9}
+   */
+  ane_placement_threshold: unitInterval,
+});
+
+/** The resolved configuration: every key present, defaults applied. */
+export const SynapseConfigSchema = z.strictObject({
+  /**
+   * Scheduler knob.
+   *
+   * @default {"balanced"}
+   */
+  knob: KnobSchema,
+  /**
+   * Most tokens `microllm.oneshot` may generate.
+   *
+   * @default {512}
+   */
+  microllm_max_tokens: positiveInt,
+  /**
+   * Allow grammar-constrained generation.
+   *
+   * @default {false}
+   */
+  grammar_enabled: z.boolean(),
+  /**
+   * Decode chain length, 1..16; honoured only from the user config.
+   *
+   * @default {1}
+   */
+  decode_chain_k: z.int().min(1).max(16),
+  /**
+   * Model cache size cap, in bytes.
+   *
+   * @default {34359738368}
+   */
+  cache_max_bytes: nonNegativeInt,
+  /**
+   * Allow `alias.declare` / `alias.retract`.
+   *
+   * @default {false}
+   */
+  alias_admin_enabled: z.boolean(),
+  /**
+   * Serve `certify.observations`.
+   *
+   * @default {false}
+   */
+  certify_observation: z.boolean(),
+  /** Hugging Face endpoint override (absent: the public hub). */
+  hf_endpoint: nonEmpty.optional(),
+  /**
+   * Sidecar specification, passed through unchecked.
+   *
+   * @default {{}}
+   */
+  sidecar_spec: z.record(z.string(), z.unknown()),
+  /**
+   * Remote providers (from the user config when a project config also exists).
+   *
+   * @default {[]}
+   */
+  remote_providers: z.array(z.record(z.string(), z.unknown())),
+  /** Worker settings. */
+  worker: WorkerConfigSchema,
+  /** Log settings. */
+  log: LogConfigSchema,
+  /** Inline request limits. */
+  inline: InlineConfigSchema,
+  /** HTTP door settings. */
+  http: HttpConfigSchema,
+  /** Tokenizer pool settings. */
+  tokenize: TokenizeConfigSchema,
+  /** Job settings. */
+  jobs: JobsConfigSchema,
+  /** Probe thresholds. */
+  probe: ProbeConfigSchema,
+  /**
+   * Models loaded at boot.
+   *
+   * @default {[]}
+   */
+  preload_models: z.array(PreloadModelConfigSchema),
+});
+
+/** One `preload_models[]` entry as written: the keys that have defaults are optional. */
+export const PreloadEntrySchema = PreloadModelConfigSchema.partial({
+  pooling: true,
+  normalize: true,
+  max_tokens: true,
+});
+
+/**
+ * One layer as written: every key optional, sections partial, alias keys accepted
+ * (`dev_alias_admin` and `dev.alias_admin_enabled` for `alias_admin_enabled`, `jobs.ttl_ms` for
+ * the three job TTLs), unknown keys refused. Alias keys sit right after the key they alias:
+ * zod reports issues in shape order, and the loader names the first.
+ */
+export const LayerSchema = z.strictObject(
+  insertAfter(
+    {
+      ...SynapseConfigSchema.shape,
+      worker: WorkerConfigSchema.partial(),
+      log: LogConfigSchema.partial(),
+      inline: InlineConfigSchema.partial(),
+      http: HttpConfigSchema.partial(),
+      tokenize: TokenizeConfigSchema.partial(),
+      jobs: z.strictObject(
+        insertAfter(JobsConfigSchema.shape, "resume_deadline_ms", { ttl_ms: positiveInt }),
+      ).partial(),
+      probe: ProbeConfigSchema.partial(),
+      preload_models: z.array(PreloadEntrySchema),
+    },
+    "alias_admin_enabled",
+    {
+      dev_alias_admin: z.boolean(),
+      dev: z.strictObject({ alias_admin_enabled: z.boolean().optional() }),
+    },
+  ),
+).partial();
+
+/** A layer as {@link LayerSchema} parsed it (alias keys not yet resolved). */
+export type LayerInput = z.infer<typeof LayerSchema>;
+
+/** A `preload_models[]` entry as {@link PreloadEntrySchema} parsed it (no defaults applied). */
+export type PreloadEntryInput = z.infer<typeof PreloadEntrySchema>;
+
+/** `shape` with the keys of `extra` inserted right after `key`, keeping the order otherwise. */
+function insertAfter<S extends z.ZodRawShape, E extends z.ZodRawShape>(
+  shape: S,
+  key: keyof S & string,
+  extra: E,
+): S & E {
+  const out: Record<string, unknown> = {};
+  for (const [k, schema] of Object.entries(shape)) {
+    out[k] = schema;
+    if (k === key) Object.assign(out, extra);
+  }
+  return out as S & E;
+}
