@@ -24,7 +24,7 @@ import * as ort from "onnxruntime-node";
 import { Tokenizer } from "@huggingface/tokenizers";
 import { buildCorpus } from "./corpus.ts";
 import { createSynapse } from "../lib/synapse.ts";
-import { loadConfig } from "../lib/config/config.ts";
+import { loadConfig } from "../lib/config/loader.ts";
 import { threadsForKnob } from "../lib/models/model_registry.ts";
 import { ORT_MICRO_BATCH } from "../lib/engines/ort/ort_engine.ts";
 

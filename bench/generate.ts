@@ -24,7 +24,7 @@ import { fileURLToPath } from "node:url";
 import { getLlama, LlamaLogLevel, type Token } from "node-llama-cpp";
 import { buildCorpus } from "./corpus.ts";
 import { createSynapse } from "../lib/synapse.ts";
-import { loadConfig } from "../lib/config/config.ts";
+import { loadConfig } from "../lib/config/loader.ts";
 import { threadsForKnob } from "../lib/models/model_registry.ts";
 import { SanitizedTokenizer } from "../lib/tokenize/tokenizer.ts";
 import { nullLog } from "../lib/log/log.ts";

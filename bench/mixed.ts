@@ -15,7 +15,7 @@ import { fileURLToPath } from "node:url";
 import { buildCorpus } from "./corpus.ts";
 import { createSynapse } from "../lib/synapse.ts";
 import type { Synapse } from "../lib/synapse.ts";
-import { loadConfig } from "../lib/config/config.ts";
+import { loadConfig } from "../lib/config/loader.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");
 const MODEL_DIR = `${ROOT}/fixtures/bench/minilm-shaped`;
