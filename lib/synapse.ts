@@ -28,6 +28,7 @@ import { LlamaEngine } from "./engines/llama/llama_engine.ts";
 import { TokenizerPool } from "./tokenize/tokenizer_pool.ts";
 import { defaultWorkerRuntimeDir, resolveLlamaWorkerLaunch } from "./engines/llama/launch.ts";
 import { type LogSink, stderrLog } from "./log/log.ts";
+import { prepareRuntimeDir } from "./workers/runtime_dir.ts";
 
 /** Version of this build, printed by `ck-synapse version`. */
 export const SYNAPSE_VERSION = "0.1.0";
@@ -315,6 +316,15 @@ export async function createSynapse(options: SynapseOptions = {}): Promise<Synap
   }
   const config = options.config ??
     (await loadConfig({ ...(options.env === undefined ? {} : { env: options.env }), cwd })).config;
+  const sources = config.preload_models.length > 0
+    ? config.preload_models.map(sourceFromPreload)
+    : defaultModelSources();
+  // Before any lease or store: a runtime dir another user could reach refuses boot (issue 9.6).
+  for (const source of sources) {
+    if (source.engine === "llama") {
+      prepareRuntimeDir(source.workerRuntimeDir ?? defaultWorkerRuntimeDir());
+    }
+  }
   const path = options.storePath ?? storePath(options.env);
   const storeDir = path.slice(0, Math.max(0, path.lastIndexOf("/"))) || ".";
   // A second instance refuses to start (contract.md §8): the singleton lease, then the store's
@@ -344,9 +354,6 @@ export async function createSynapse(options: SynapseOptions = {}): Promise<Synap
   }
   let syn: Synapse;
   try {
-    const sources = config.preload_models.length > 0
-      ? config.preload_models.map(sourceFromPreload)
-      : defaultModelSources();
     syn = new Synapse(config, store, sources, options.now ?? Date.now, machine, leases, {
       ...(options.log === undefined ? {} : { log: options.log }),
       ...(options.llamaWorkerArgs === undefined

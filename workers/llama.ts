@@ -1,6 +1,7 @@
 /**
  * The llama.cpp worker process (contract.md §7): node-llama-cpp 3.21.1 behind the worker
- * protocol. The module spawns it with `--socket PATH --nonce HEX`; it connects, sends HELLO with
+ * protocol. The module spawns it with `--socket PATH` and the nonce in `SYNAPSE_WORKER_NONCE`
+ * (or `--nonce HEX`); it connects, sends HELLO with
  * its engine identity (`llama.cpp-worker`, the node-llama-cpp version, build flags naming the GPU
  * backend, so a CUDA or Metal build has its own fingerprint), waits for ACK and then answers one
  * request at a time: LOAD, EMBED_BATCH, GENERATE, UNLOAD, PING, SHUTDOWN. Token ids in, vectors
@@ -104,8 +105,13 @@ const { values: flags } = parseArgs({
   strict: true,
 });
 
-if (flags.socket === undefined || flags.nonce === undefined) {
-  console.error("llama worker: --socket PATH and --nonce HEX are required");
+// The module hands the nonce over in the environment (never on the command line, which `ps`
+// shows every local user); `--nonce` (contract.md §7) is still accepted. Removed from the
+// environment at once, so no child process of this worker inherits it.
+const launchNonce = flags.nonce ?? Deno.env.get("SYNAPSE_WORKER_NONCE");
+Deno.env.delete("SYNAPSE_WORKER_NONCE");
+if (flags.socket === undefined || launchNonce === undefined) {
+  console.error("llama worker: --socket PATH and the nonce (SYNAPSE_WORKER_NONCE) are required");
   Deno.exit(2);
 }
 
@@ -302,7 +308,7 @@ await send({
   v: flags["test-protocol-version"] !== undefined
     ? Number(flags["test-protocol-version"])
     : WORKER_PROTOCOL_VERSION,
-  nonce: flags["test-wrong-nonce"] ? "0000000000000000" : flags.nonce,
+  nonce: flags["test-wrong-nonce"] ? "0000000000000000" : launchNonce,
   engine: {
     engine: flags["test-engine"] ?? LLAMA_WORKER_ENGINE,
     version: LLAMA_WORKER_VERSION,

@@ -49,7 +49,8 @@ export class LogTail {
 
   /**
    * Reads `stream` to its end in the background, line by line (a trailing `\r` is dropped; an
-   * unfinished line past 16 Ki UTF-16 code units is taken as a line), adding each line to the
+   * unfinished line past 16 Ki UTF-16 code units is taken as a line; control characters are
+   * escaped, see {@link escapeControls}), adding each line to the
    * tail and handing it to `onLine` (whose throws are ignored). Never rejects: a broken stream
    * ends the pump.
    */
@@ -80,7 +81,7 @@ export class LogTail {
     name: "stdout" | "stderr",
     onLine: ((line: string, stream: "stdout" | "stderr") => void) | undefined,
   ): void {
-    const l = line.endsWith("\r") ? line.slice(0, -1) : line;
+    const l = escapeControls(line.endsWith("\r") ? line.slice(0, -1) : line);
     this.add(l);
     try {
       onLine?.(l, name);
@@ -101,4 +102,23 @@ export class LogTail {
     ]);
     clearTimeout(timer);
   }
+}
+
+// C0 controls but tab, DEL, and the C1 controls.
+// deno-lint-ignore no-control-regex
+const CONTROLS = /[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/g;
+
+/**
+ * A worker's output line as it may enter the module's log: control characters (NUL, ESC of a
+ * terminal escape sequence, a bare carriage return, C1 controls; tab is kept) become `\xNN`,
+ * so a worker cannot forge log lines, hide text or drive the operator's terminal.
+ *
+ * @param line One line of worker output, without its newline.
+ * @returns The line with each control character as `\x` and two lowercase hex digits.
+ */
+export function escapeControls(line: string): string {
+  return line.replace(
+    CONTROLS,
+    (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`,
+  );
 }

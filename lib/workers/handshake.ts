@@ -1,7 +1,8 @@
 /**
  * The worker handshake of contract.md §7: the module listens on a per-worker socket, spawns the
- * worker with `--socket <path> --nonce <16 hex>`, and the worker's first frame is HELLO. The
- * module checks it with {@link checkHello} and answers {@link makeAck}; any refusal means close
+ * worker with `--socket <path>` and the nonce in `SYNAPSE_WORKER_NONCE` (the contract's
+ * `--nonce <16 hex>` would show it in `ps`), and the worker's first frame is HELLO. The module
+ * checks it with {@link checkHello} and answers {@link makeAck}; any refusal means close
  * the connection and kill the worker.
  *
  * @module
@@ -36,7 +37,7 @@ export const DECODE_PROTOCOL_VERSION = 2;
 
 /** Options of {@link checkHello}. */
 export interface CheckHelloOptions {
-  /** The nonce passed to the worker as `--nonce` (16 lowercase hex chars). */
+  /** The nonce handed to the worker (16 lowercase hex chars). */
   nonce: string;
   /** The engine the module spawned. */
   expectedEngine: KnownWorkerEngine;
@@ -171,7 +172,7 @@ export interface NewNonceOptions {
 }
 
 /**
- * A fresh handshake nonce, passed to the worker as `--nonce`.
+ * A fresh handshake nonce, handed to the worker in `SYNAPSE_WORKER_NONCE`.
  *
  * @param options Source of randomness.
  * @returns 16 lowercase hex chars (8 random bytes).

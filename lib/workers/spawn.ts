@@ -1,6 +1,7 @@
 /**
  * Starting a worker (contract.md §7, "Process" and "Handshake"): listen on a unix socket in a
- * 0700 runtime directory (socket 0600), spawn the worker with `--socket PATH --nonce HEX` as the
+ * 0700 runtime directory (socket 0600 from its creation), spawn the worker with `--socket PATH`
+ * and the launch nonce in its environment ({@link WORKER_NONCE_ENV}) as the
  * leader of its own process group (`detached: true`, which calls `setsid()` on Unix), accept one
  * connection within the accept timeout, and take it only if its first frame is a HELLO with
  * protocol version 2, the launch nonce and the expected engine identity, within the HELLO
@@ -34,13 +35,39 @@ import {
   workerSocketPath,
 } from "./handshake.ts";
 import { type HelloMessage } from "./messages.ts";
+import { prepareRuntimeDir } from "./runtime_dir.ts";
 import { decodeFromWorker, encodeControl } from "./codec.ts";
+
+/**
+ * Environment variable that carries the launch nonce to the worker (contract.md §7 passes it
+ * as `--nonce`, which any local user can read in `ps`; this project hands it over privately).
+ */
+export const WORKER_NONCE_ENV = "SYNAPSE_WORKER_NONCE";
+
+/**
+ * Listens on a unix socket created 0600 from the start: the umask is tightened for the one
+ * synchronous `listen` call, so the socket never exists with looser permissions (a chmod after
+ * the fact leaves a window).
+ *
+ * @param path Socket path (its directory already checked by `prepareRuntimeDir`).
+ * @returns The listener.
+ * @throws what `Deno.listen` throws (the path exists, is too long for a unix socket, …).
+ */
+export function listenPrivate(path: string): Deno.UnixListener {
+  if (Deno.build.os === "windows") return Deno.listen({ transport: "unix", path });
+  const old = Deno.umask(0o177);
+  try {
+    return Deno.listen({ transport: "unix", path });
+  } finally {
+    Deno.umask(old);
+  }
+}
 
 /** How to start a worker: the program and its leading arguments (the host appends its own). */
 export interface WorkerLaunch {
   /** Executable path. */
   command: string;
-  /** Arguments before `--socket PATH --nonce HEX`. */
+  /** Arguments before `--socket PATH`. */
   args: string[];
   /** Extra environment variables (the host adds `SYNAPSE_WORKER_ID`). */
   env?: Record<string, string>;
@@ -132,12 +159,12 @@ export async function spawnWorker(
   const acceptMs = options.acceptTimeoutMs ?? DEFAULT_WORKER_START_TIMEOUT_MS;
   const helloMs = options.helloTimeoutMs ?? DEFAULT_WORKER_START_TIMEOUT_MS;
   const path = workerSocketPath(options.runtimeDir, options.workerId);
+  // A runtime dir others could reach is refused, typed and permanent (runtime_dir.ts).
+  prepareRuntimeDir(options.runtimeDir);
   let listener: Deno.UnixListener;
   try {
-    await Deno.mkdir(options.runtimeDir, { recursive: true, mode: 0o700 });
-    if (Deno.build.os !== "windows") await Deno.chmod(options.runtimeDir, 0o700);
     await Deno.remove(path).catch(() => {});
-    listener = Deno.listen({ transport: "unix", path });
+    listener = listenPrivate(path);
   } catch (err) {
     // No worker can start (e.g. a runtime dir too long for a unix socket path): typed, so the
     // supervisor counts it and quarantines the key instead of passing a raw error up.
@@ -158,14 +185,20 @@ export async function spawnWorker(
     throw crashError(options.workerId, reason, message, log, child?.pid, cause);
   };
   try {
-    if (Deno.build.os !== "windows") await Deno.chmod(path, 0o600);
     const nonce = newNonce();
     try {
       child = new Deno.Command(options.launch.command, {
-        args: [...options.launch.args, "--socket", path, "--nonce", nonce],
+        // The nonce travels in the environment, which only this user can read
+        // (/proc/PID/environ is 0400), never on the command line that `ps` shows everyone.
+        args: [...options.launch.args, "--socket", path],
         // NO_COLOR: Deno's own error output (an uncaught error) then has no ANSI codes in the
         // forwarded log lines and the crash report's log tail.
-        env: { NO_COLOR: "1", ...options.launch.env, SYNAPSE_WORKER_ID: options.workerId },
+        env: {
+          NO_COLOR: "1",
+          ...options.launch.env,
+          SYNAPSE_WORKER_ID: options.workerId,
+          [WORKER_NONCE_ENV]: nonce,
+        },
         stdin: "null",
         stdout: "piped",
         stderr: "piped",

@@ -30,7 +30,7 @@ export interface LlamaLaunchOptions {
 /**
  * Resolves how to start a llama worker.
  *
- * @returns The program and its leading arguments (the host appends `--socket`, `--nonce`).
+ * @returns The program and its leading arguments (the host appends `--socket` and puts the nonce in `SYNAPSE_WORKER_NONCE`).
  */
 export function resolveLlamaWorkerLaunch(options: LlamaLaunchOptions = {}): WorkerLaunch {
   const env = options.env ?? ((n: string) => Deno.env.get(n));

@@ -1,0 +1,102 @@
+/**
+ * The worker runtime directory, where the module listens for its workers (contract.md §7
+ * "Process"). Whoever can write there, or can replace a directory on its path, can take a
+ * worker's socket: answer in its place, or read what the module sends. So the directory is
+ * created 0700 if missing and refused, before any socket is made in it, when it
+ *
+ * - is a symbolic link (`symlink`: the module would follow it and chmod its target),
+ * - is not a directory (`not_directory`),
+ * - belongs to another user (`foreign_owner`),
+ * - is writable by the group or by everyone (`writable_by_others`), or
+ * - lies under a directory that another user (not root) owns, or that others may write without
+ *   the sticky bit, as `/tmp` has it (`unsafe_parent`): such a parent lets them swap the
+ *   directory out. The same rule as OpenSSH's `safe_path`.
+ *
+ * On Windows (named pipes, no directory) the check does nothing.
+ *
+ * @module
+ */
+import { SynapseError } from "../contract/errors.ts";
+
+/** Why a runtime directory was refused (`details.reason`). */
+export type RuntimeDirFault =
+  | "symlink"
+  | "not_directory"
+  | "foreign_owner"
+  | "writable_by_others"
+  | "unsafe_parent";
+
+/**
+ * Creates the worker runtime directory if it is missing (0700, each missing component in turn)
+ * and checks that only this user can reach sockets in it (the rules above).
+ *
+ * @param dir The runtime directory (`worker_runtime_dir` or the default).
+ * @returns The directory, ready for sockets.
+ * @throws {SynapseError} `invalid_request` with `details {field: "worker_runtime_dir", path,
+ *   reason: RuntimeDirFault, at}` (`at` is the offending path, the directory or a parent), and
+ *   a message that says how to fix it; a filesystem error other than a missing component is
+ *   rethrown as is.
+ */
+export function prepareRuntimeDir(dir: string): string {
+  if (Deno.build.os === "windows") return dir;
+  const absolute = dir.startsWith("/") ? dir : `${Deno.cwd()}/${dir}`;
+  const uid = Deno.uid();
+  const refuse = (reason: RuntimeDirFault, at: string, why: string): never => {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot use worker runtime dir '${dir}': ${why}; remove it, or set worker_runtime_dir to a directory only you can write`,
+      { details: { field: "worker_runtime_dir", path: dir, reason, at } },
+    );
+  };
+  // Missing components are created one at a time, so none is created through a symlink that
+  // appeared in between without lstat seeing it below.
+  const parts = absolute.split("/").filter((p) => p !== "" && p !== ".");
+  let path = "";
+  for (const part of parts) {
+    path = part === ".." ? path.replace(/\/[^/]*$/, "") : `${path}/${part}`;
+    try {
+      Deno.mkdirSync(path, { mode: 0o700 });
+    } catch (err) {
+      if (!(err instanceof Deno.errors.AlreadyExists)) throw err;
+    }
+  }
+  const self = Deno.lstatSync(absolute);
+  if (self.isSymlink) refuse("symlink", dir, "it is a symbolic link");
+  if (!self.isDirectory) refuse("not_directory", dir, "it is not a directory");
+  if (uid !== null && self.uid !== uid) {
+    refuse("foreign_owner", dir, `it belongs to uid ${self.uid}, not to this user (uid ${uid})`);
+  }
+  if (((self.mode ?? 0) & 0o022) !== 0) {
+    refuse(
+      "writable_by_others",
+      dir,
+      `its mode ${octal(self.mode ?? 0)} lets others write in it`,
+    );
+  }
+  // Parents, as the kernel resolves them (a symlinked /var/run is fine when root owns it).
+  let parent = Deno.realPathSync(`${absolute}/..`);
+  for (;;) {
+    const st = Deno.statSync(parent);
+    const mode = st.mode ?? 0;
+    const owner = st.uid;
+    if (owner !== 0 && owner !== uid) {
+      refuse("unsafe_parent", parent, `its parent '${parent}' belongs to uid ${owner}`);
+    }
+    if ((mode & 0o022) !== 0 && (mode & 0o1000) === 0) {
+      refuse(
+        "unsafe_parent",
+        parent,
+        `its parent '${parent}' (mode ${octal(mode)}) lets others replace what is in it`,
+      );
+    }
+    if (parent === "/") break;
+    parent = parent.replace(/\/[^/]*$/, "") || "/";
+  }
+  // Ours and private to us: tighten a 0750 or 0755 left by an older version.
+  if (((self.mode ?? 0) & 0o777) !== 0o700) Deno.chmodSync(absolute, 0o700);
+  return dir;
+}
+
+function octal(mode: number): string {
+  return `0${(mode & 0o7777).toString(8)}`;
+}
