@@ -224,8 +224,10 @@ function channel(code: "encode_failed", message: string): ClientOutcome {
 
 /** The outcome of a request that reached no server: `{code: "connection_failed", message, url}`. */
 function connectionFailed(url: URL, source: ServerSource, err: unknown): ClientOutcome {
-  const raw = err instanceof Error ? err.message : String(err);
-  // Deno's fetch wraps the OS error in three layers; the last one is the news.
+  // Deno's fetch says "fetch failed"; the OS error is in the cause, in three layers of wording.
+  const raw = [err, (err as { cause?: unknown })?.cause]
+    .map((e) => e instanceof Error ? e.message : e === undefined ? "" : String(e))
+    .filter((m) => m !== "").join(": ");
   const reason = /(Connection refused|Connection reset[^(]*|timed out|No route to host)/i.exec(raw)
     ?.[1]?.trim() ?? raw;
   const hint = source === "--url"

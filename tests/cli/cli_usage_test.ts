@@ -93,7 +93,9 @@ Deno.test("an unreachable server is a connection error naming the URL and its so
   assert.match(
     text.stderr,
     new RegExp(
-      `^error: connection_failed: Cannot connect to Synapse at ${url} \\(from --url\\): .*running\\?\\n$`,
+      `^error: connection_failed: Cannot connect to Synapse at ${url} \\(from --url\\): Connection refused; is 'ck-synapse serve --http ${
+        url.slice("http://".length)
+      }' running\\?\\n$`,
     ),
   );
   assert.doesNotMatch(text.stderr, /module_not_initialized/);
