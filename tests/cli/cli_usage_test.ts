@@ -118,13 +118,22 @@ Deno.test("a non-loopback SYNAPSE_URL is refused naming SYNAPSE_URL, exit 2", as
   assert.match(body.message, /^Cannot use SYNAPSE_URL 'http:\/\/example\.com:8080': .*loopback/);
 });
 
-Deno.test("with --json a start failure and a refusal are JSON too (embed, job status, job pages)", async () => {
+Deno.test("with --json a start failure and a refusal are JSON too (embed, embed --file, job status, job pages)", async () => {
   const bad = { SYNAPSE_CONFIG_JSON: '{"knbo":1}' };
-  const [boot, status, pages] = await Promise.all([
+  const home = await Deno.makeTempDir();
+  const file = `${home}/in.jsonl`;
+  await Deno.writeTextFile(file, '"a"\n"b"\n');
+  const [boot, status, pages, embedFile] = await Promise.all([
     cli(["embed", "--json", "x"], bad),
     cli(["job", "status", "job_nope", "--json"]),
     cli(["job", "pages", "job_nope", "--json"]),
+    cli(["embed", "--file", file, "--request-key", "k", "--model", "nope", "--json"]),
   ]);
+  await Deno.remove(home, { recursive: true });
+  assert.equal(embedFile.code, 1, embedFile.stderr);
+  const refusal = JSON.parse(embedFile.stdout);
+  assert.equal(refusal.error.code, "unknown_model");
+  assert.match(refusal.error.message, /'nope'/);
   assert.equal(boot.code, 2, boot.stderr);
   const b = JSON.parse(boot.stdout);
   assert.equal(b.code, "invalid_request");
