@@ -158,6 +158,8 @@ Deno.test("serve --json prints {url, pid} once bound; a second serve names the f
       assert.deepEqual(Object.keys(first).sort(), ["pid", "url"]);
       assert.equal(first.pid, child.pid);
       assert.match(first.url, /^http:\/\/127\.0\.0\.1:\d+$/);
+      // The line comes after the record: a script that waits for it can rely on discovery.
+      assert.deepEqual(JSON.parse(await Deno.readTextFile(recordPath(home))), first);
       const second = await cliIn(home, ["serve", "--http", "127.0.0.1:0", "--json"]);
       assert.equal(second.code, 2, second.stderr);
       const body = JSON.parse(second.stdout);

@@ -16,9 +16,9 @@ Serves the operations over HTTP on a loopback address (127.0.0.1, [::1], localho
 POST /v1/ops/<method>, POST /v1/embeddings (OpenAI shape), GET /health. PORT 0 picks a free
 port. Prints "listening on http://HOST:PORT" once bound, and runs until SIGINT or SIGTERM.
 
-Once bound it records its address beside its singleton lease (a 0600 file in the data home), so
-other ck-synapse commands of this user and data home talk to it without --url; the record goes
-when it stops, and a record whose server died is ignored.
+Before that line it records its address beside its singleton lease (a 0600 file in the data
+home), so other ck-synapse commands of this user and data home talk to it without --url; the
+record goes when it stops, and a record whose server died is ignored.
 
   --http HOST:PORT   address to listen on, e.g. 127.0.0.1:8080
   --json             print {"url", "pid"} once bound instead of the "listening on" line, and a
@@ -85,6 +85,8 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
       onListen: function announce(addr): void {
         const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
         const url = `http://${host}:${addr.port}`;
+        // The line comes once the record is written: whoever waits for it can rely on other
+        // commands finding this server.
         recorded = synapse.recordServerAddress(url).then(
           () => true,
           (err) => {
@@ -95,10 +97,10 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
             );
             return false;
           },
-        );
-        io.out(
-          values.json ? JSON.stringify({ url, pid: Deno.pid }) : `listening on ${url}`,
-        );
+        ).then((ok) => {
+          io.out(values.json ? JSON.stringify({ url, pid: Deno.pid }) : `listening on ${url}`);
+          return ok;
+        });
       },
     });
     for (const s of signals) Deno.addSignalListener(s, onSignal);
