@@ -71,7 +71,7 @@ function percentile(xs: number[], p: number): number {
 try {
   await Deno.stat(`${MODEL_DIR}/model.onnx`);
 } catch {
-  console.error(`missing ${MODEL_DIR}: run ./scripts/setup first`);
+  console.error(`missing ${MODEL_DIR}: run ./scripts/setup --bench first`);
   Deno.exit(2);
 }
 const corpus = await buildCorpus({ root: ROOT, size });

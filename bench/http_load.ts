@@ -8,7 +8,7 @@
  *
  * Only the public HTTP surface is used, so the numbers compare builds before and after a change
  * inside the server. Without `--url` it starts `./ck-synapse serve --http 127.0.0.1:0` on the
- * MiniLM-shaped encoder (fixtures/bench/minilm-shaped, `./scripts/setup` builds it) with the
+ * MiniLM-shaped encoder (fixtures/bench/minilm-shaped, `./scripts/setup --bench` builds it) with the
  * default config, so the 50 MiB body is under `http.max_body_bytes`, and also prints the
  * server's peak RSS (VmHWM) after each phase (with `--url`, give the server's `--pid` for it).
  *
@@ -63,7 +63,7 @@ if (url === "") {
   try {
     await Deno.stat(`${MODEL_DIR}/model.onnx`);
   } catch {
-    console.error(`missing ${MODEL_DIR}: run ./scripts/setup first`);
+    console.error(`missing ${MODEL_DIR}: run ./scripts/setup --bench first`);
     Deno.exit(2);
   }
   tmp = await Deno.makeTempDir({ prefix: "synapse-http-load-" });

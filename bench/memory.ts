@@ -193,7 +193,7 @@ for (const name of wanted) {
   try {
     await Deno.stat(path);
   } catch {
-    console.log(`\n${name}: missing ${path} (run ./scripts/setup); skipped`);
+    console.log(`\n${name}: missing ${path} (run ./scripts/setup --bench); skipped`);
     continue;
   }
   const bare = await runChild("bare", path);

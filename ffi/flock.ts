@@ -11,7 +11,9 @@
  * @module
  */
 
+const O_RDONLY = 0;
 const O_RDWR = 2;
+const LOCK_SH = 1;
 const LOCK_EX = 2;
 const LOCK_NB = 4;
 const LOCK_UN = 8;
@@ -64,4 +66,25 @@ export function tryLockExclusive(path: string): FileLock | undefined {
     c.close(fd);
   };
   return { path, release, [Symbol.dispose]: release };
+}
+
+/**
+ * Whether some open file description holds an exclusive lock on `path` right now: a
+ * non-blocking shared lock is tried and, when granted, dropped at once. The file is never
+ * created or written. A lock of this very process (another descriptor) counts as held.
+ *
+ * @returns `true` when the lock is held; `false` when it is free or the file does not exist (or
+ *   cannot be opened: nobody can hold a lease on it then).
+ */
+export function isLockHeld(path: string): boolean {
+  const c = lib();
+  const fd = c.open(new TextEncoder().encode(path + "\0"), O_RDONLY);
+  if (fd < 0) return false;
+  try {
+    if (c.flock(fd, LOCK_SH | LOCK_NB) !== 0) return true;
+    c.flock(fd, LOCK_UN);
+    return false;
+  } finally {
+    c.close(fd);
+  }
 }

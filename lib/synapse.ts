@@ -9,7 +9,14 @@ import { loadConfig } from "./config/loader.ts";
 import type { SynapseConfig } from "./config/types.ts";
 import { SynapseError } from "./contract/errors.ts";
 import { ORT_ENGINE } from "./engines/ort/ort_lane.ts";
-import { acquireLease, leaseFileName, leaseRoot } from "./lease/lease.ts";
+import {
+  acquireLease,
+  leaseFileName,
+  recordServerAddress,
+  removeServerAddress,
+  SINGLETON_LEASE_NAME,
+  singletonLeaseDir,
+} from "./lease/lease.ts";
 import type { FileLock } from "../ffi/flock.ts";
 import { ModelRegistry } from "./models/model_registry.ts";
 import type { ModelEntry, ModelSource } from "./models/model.ts";
@@ -30,8 +37,7 @@ import { defaultWorkerRuntimeDir, resolveLlamaWorkerLaunch } from "./engines/lla
 import { type LogSink, stderrLog } from "./log/log.ts";
 import { prepareRuntimeDir } from "./workers/runtime_dir.ts";
 
-/** Version of this build, printed by `ck-synapse version`. */
-export const SYNAPSE_VERSION = "0.1.0";
+export { SYNAPSE_VERSION } from "./version.ts";
 
 export { defaultModelSources, FIXTURE_MODELS_DIR, sourceFromPreload } from "./models/sources.ts";
 
@@ -270,10 +276,35 @@ export class Synapse implements AsyncDisposable {
     return this.#disposed;
   }
 
+  /**
+   * Records the HTTP address this instance serves beside its singleton lease (mode 0600), so
+   * CLI commands in the same data home talk to it instead of failing on the lease; the record
+   * goes at {@link dispose}. `ck-synapse serve` calls it once bound.
+   *
+   * @param url The HTTP base URL, e.g. `http://127.0.0.1:8080`.
+   * @throws {Error} when the record cannot be written (file-system errors).
+   */
+  async recordServerAddress(url: string): Promise<void> {
+    const lease = this.#leases[0];
+    if (lease === undefined || this.#disposed) return;
+    await recordServerAddress(lease, url);
+  }
+
+  /**
+   * Removes the address record of {@link recordServerAddress} (if this process wrote it), so CLI
+   * commands stop coming here; `serve` calls it when it starts shutting down, and
+   * {@link dispose} does. Never throws; idempotent.
+   */
+  removeServerAddress(): void {
+    if (this.#leases[0] !== undefined) removeServerAddress(this.#leases[0]);
+  }
+
   /** Stops the lanes and workers (through the registry), closes the store, frees the leases. Idempotent. */
   async dispose(): Promise<void> {
     if (this.#disposed) return;
     this.#disposed = true;
+    // First of all: CLI commands must stop being sent here.
+    this.removeServerAddress();
     if (this.#sweeper !== undefined) clearInterval(this.#sweeper);
     try {
       await this.registry.dispose();
@@ -332,11 +363,7 @@ export async function createSynapse(options: SynapseOptions = {}): Promise<Synap
   const leases: FileLock[] = [];
   try {
     leases.push(
-      await acquireLease(
-        options.leaseRoot ?? (options.storePath ? storeDir : leaseRoot(options.env)),
-        leaseFileName("synapse", "file", "singleton"),
-        "singleton",
-      ),
+      await acquireLease(singletonLeaseDir(options), SINGLETON_LEASE_NAME, "singleton"),
     );
     leases.push(
       await acquireLease(storeDir, leaseFileName("synapse", "sqlite", "default"), "store"),

@@ -8,7 +8,7 @@ import { ROOT } from "./_helpers.ts";
 
 /** Areas of lib/, lowest first; areas on one line are one layer (they may import each other). */
 const LAYERS: string[][] = [
-  ["identity", "paths.ts", "log"],
+  ["identity", "paths.ts", "version.ts", "log"],
   ["contract"],
   ["config", "tokenize", "store", "lease", "sched", "workers"],
   ["engines"],

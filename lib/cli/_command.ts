@@ -1,6 +1,10 @@
 /**
  * What every CLI subcommand shares: the command shape, the I/O it writes to, strict argument
- * parsing, opening a client, and printing errors the same way.
+ * parsing, opening a client, and printing outcomes and errors the same way.
+ *
+ * This module and every command module import only light modules at start, so `ck-synapse
+ * version` and `--help` never load the engines, the store or the HTTP door: a command loads
+ * them (dynamic `import()`) when it runs.
  *
  * @module
  */
@@ -8,8 +12,8 @@ import { parseArgs } from "node:util";
 import type { ParseArgsConfig } from "node:util";
 import type { SynapseOptions } from "../synapse.ts";
 import { cliExitFor } from "../http/status_table.ts";
-import { HttpClient, InProcessClient } from "./client.ts";
 import type { ClientOutcome, SynapseClient } from "./client.ts";
+import { findServer } from "./_find_server.ts";
 
 /** Where a command writes, and what a caller (a test) may inject. */
 export interface CliIO {
@@ -19,7 +23,11 @@ export interface CliIO {
   err(line: string): void;
   /** Stops long-running commands (`serve`) when aborted, besides SIGINT and SIGTERM. */
   signal?: AbortSignal;
-  /** Options of the embedded instance when no `--url` is given. @default {} */
+  /**
+   * Options of the embedded instance when no server is found; `env` (also read for
+   * `SYNAPSE_URL`) and the lease options also say where to look for a running server.
+   * @default {}
+   */
   synapseOptions?: SynapseOptions;
 }
 
@@ -29,30 +37,40 @@ export interface Command {
   readonly name: string;
   /** One line for the command list. */
   readonly describe: string;
-  /** Usage text, printed for `--help` and after a usage error. */
+  /** Usage text, printed for `--help`. */
   readonly usage: string;
   /**
    * Runs the command.
    *
    * @param args Arguments after the command name.
    * @param io Output and injected options.
-   * @returns The exit code (0 result, 1 semantic error, 2 channel or usage error).
-   * @throws {UsageError} for bad arguments (the caller prints the usage and exits 2).
+   * @returns The exit code (0 result, 1 semantic error or refused item, 2 channel or usage
+   *   error).
+   * @throws {UsageError} for bad arguments (the caller prints one line and a hint, exit 2).
    */
   run(args: string[], io: CliIO): Promise<number>;
 }
 
 /** Bad command-line arguments: an unknown flag, a missing value, a bad PARAMS_JSON. */
 export class UsageError extends Error {
-  constructor(message: string) {
+  /** True for an unknown flag (the message then gets ` for 'COMMAND'`). */
+  readonly flag: boolean;
+
+  /**
+   * @param message One line, e.g. `Cannot embed: give at least one TEXT`.
+   * @param options `flag`: the error is an unknown flag (`unknown flag --foo`). @default false
+   */
+  constructor(message: string, options: { flag?: boolean } = {}) {
     super(message);
     this.name = "UsageError";
+    this.flag = options.flag ?? false;
   }
 }
 
 /**
  * `node:util` parseArgs, forced strict (an unknown flag is an error) with positionals allowed;
- * its errors become {@link UsageError}s.
+ * its errors become one-line {@link UsageError}s (`unknown flag --foo`, `flag --model needs a
+ * value`, `flag --json takes no value`).
  *
  * @param args Arguments after the command name.
  * @param options Flag definitions.
@@ -68,31 +86,87 @@ export function parseCommandArgs<O extends ArgOptions>(
   try {
     return parseArgs({ args, options, strict: true, allowPositionals: true });
   } catch (err) {
-    throw new UsageError(err instanceof Error ? err.message : String(err));
+    const message = parseArgsMessage(err);
+    throw new UsageError(message, { flag: message.startsWith("unknown flag") });
   }
 }
 
 /** Flag definitions of {@link parseCommandArgs}. */
 export type ArgOptions = NonNullable<ParseArgsConfig["options"]>;
 
+/** One short line for a `node:util` parseArgs error (its own messages run to three sentences). */
+function parseArgsMessage(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  const code = (err as { code?: string }).code;
+  const flag = /'(-[^' ]+)/.exec(message)?.[1];
+  if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" && flag) return `unknown flag ${flag}`;
+  if (code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE" && flag) {
+    return /does not take an argument/.test(message)
+      ? `flag ${flag} takes no value`
+      : `flag ${flag} needs a value`;
+  }
+  return message.split(". ")[0]!;
+}
+
+/** True when `--json` comes before any `--` terminator. */
+export function wantsJson(args: readonly string[]): boolean {
+  for (const a of args) {
+    if (a === "--") return false;
+    if (a === "--json") return true;
+  }
+  return false;
+}
+
 /**
- * Opens the client a command uses: HTTP when `url` is given, else an embedded instance.
+ * Opens the client a command uses. The server is, in this order: `url` (the `--url` flag), the
+ * `SYNAPSE_URL` environment variable, the address recorded by a live `ck-synapse serve` beside
+ * its singleton lease; with none of them, an embedded instance in this process.
  *
  * @param url The `--url` value, if any.
- * @param io Supplies the embedded instance's options.
- * @throws {SynapseError} channel `invalid_request` for a non-loopback URL; createSynapse's
- *   errors for the embedded instance.
+ * @param io Supplies the environment, lease location and the embedded instance's options.
+ * @throws {SynapseError} channel `invalid_request` for a URL that is not loopback http (naming
+ *   `--url` or `SYNAPSE_URL`); createSynapse's errors for the embedded instance.
  */
 export async function openClient(url: string | undefined, io: CliIO): Promise<SynapseClient> {
-  if (url !== undefined) return new HttpClient(url);
+  const target = await findServer(url, io);
+  const { HttpClient, InProcessClient } = await import("./client.ts");
+  if (target !== undefined) return await HttpClient.open(target.url, { source: target.source });
   return await InProcessClient.create(io.synapseOptions ?? {});
+}
+
+/**
+ * The exit code of an outcome: 2 for a channel error (or an unreachable server), 1 for a
+ * semantic error or a result in which any item was refused (`item_errors` not empty), else 0.
+ * Every command that prints an outcome exits with this code, so `call` and the typed commands
+ * agree.
+ *
+ * @param outcome The outcome.
+ * @returns 0, 1 or 2.
+ */
+export function exitCodeOf(outcome: ClientOutcome): number {
+  if (outcome.kind !== "result") return cliExitFor(outcome.kind);
+  const refused = refusedItems(outcome);
+  return refused.length > 0 ? cliExitFor("semantic") : cliExitFor("result");
+}
+
+/**
+ * The refused items of a result (`result.item_errors`), or none.
+ *
+ * @param outcome A result outcome (any other kind has none).
+ */
+export function refusedItems(
+  outcome: ClientOutcome,
+): { id: string; index?: number; error: { code: string; message: string } }[] {
+  if (outcome.kind !== "result") return [];
+  const r = (outcome.body as { result?: { item_errors?: unknown } }).result;
+  return Array.isArray(r?.item_errors) ? r.item_errors : [];
 }
 
 /**
  * Prints an outcome as indented JSON on stdout: the result payload (or its semantic error inside
  * `result`), or the channel error body. Commands call it for `--json`.
  *
- * @returns The exit code of the outcome (0 result, 1 semantic error, 2 channel error).
+ * @returns The exit code of the outcome ({@link exitCodeOf}).
  */
 export function printJsonOutcome(outcome: ClientOutcome, io: CliIO): number {
   io.out(JSON.stringify(
@@ -100,7 +174,7 @@ export function printJsonOutcome(outcome: ClientOutcome, io: CliIO): number {
     null,
     2,
   ));
-  return cliExitFor(outcome.kind);
+  return exitCodeOf(outcome);
 }
 
 /**
@@ -117,4 +191,14 @@ export function reportError(outcome: ClientOutcome, io: CliIO): number {
       ?.error ?? {};
   io.err(`error: ${e.code ?? "unknown"}: ${e.message ?? "no message"}`);
   return cliExitFor(outcome.kind);
+}
+
+/**
+ * Prints a refusal: as JSON on stdout with `--json` ({@link printJsonOutcome}), else as one
+ * `error:` line on stderr ({@link reportError}).
+ *
+ * @returns The exit code of the outcome.
+ */
+export function reportRefusal(outcome: ClientOutcome, io: CliIO, json: boolean): number {
+  return json ? printJsonOutcome(outcome, io) : reportError(outcome, io);
 }

@@ -8,7 +8,7 @@
  * @module
  */
 import { cliExitFor } from "../http/status_table.ts";
-import { openClient, reportError } from "./_command.ts";
+import { openClient, reportRefusal } from "./_command.ts";
 import type { CliIO } from "./_command.ts";
 import type { SynapseClient } from "./client.ts";
 import { readItemsFile } from "./_items_jsonl.ts";
@@ -40,6 +40,8 @@ export interface EmbedFileOptions {
   progress?: boolean;
   /** Pause between polls, in milliseconds. @default 200 */
   pollMs?: number;
+  /** Print a refusal of the batch as JSON on stdout (`--json`). @default false */
+  json?: boolean;
 }
 
 /** The inline `embed.batch` result fields used here. */
@@ -88,7 +90,7 @@ async function embedItems(
   if (opts.model !== undefined) params.model = opts.model;
   if (opts.truncate) params.truncate = true;
   const outcome = await client.call("embed.batch", params);
-  if (outcome.kind !== "result") return reportError(outcome, io);
+  if (outcome.kind !== "result") return reportRefusal(outcome, io, opts.json ?? false);
   const res = (outcome.body as { result: InlineResult | JobAccepted }).result;
   const collected = new Collector(items);
   if ("vectors" in res) {
@@ -143,11 +145,11 @@ async function followToEnd(
       `interrupted: stopped following job ${s.jobId} (${s.state}, ` +
         `${Math.max(s.itemsDone, collected.count)}/${s.itemsTotal} items done); nothing written`,
     );
-    for (const line of interruptHints(s.jobId, opts.url)) io.err(line);
+    for (const line of interruptHints(s.jobId, client.url?.origin)) io.err(line);
     return EXIT_INTERRUPTED;
   }
   if (result.kind === "error") {
-    const code = reportError(result.outcome, io);
+    const code = reportRefusal(result.outcome, io, opts.json ?? false);
     io.err(`error: stopped following job ${s.jobId}; nothing written`);
     return code;
   }

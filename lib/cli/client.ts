@@ -1,14 +1,16 @@
 /**
  * How CLI commands reach Synapse: an embedded instance in this process, or a running server over
- * loopback HTTP (`--url`). Both answer with the wire body and its kind, so commands print the
- * same thing whichever door they used.
+ * loopback HTTP (`--url`, `SYNAPSE_URL`, or the address a running `serve` recorded). Both answer
+ * with the wire body and its kind, so commands print the same thing whichever door they used.
+ *
+ * The instance and the HTTP door are imported when a client opens, not when this module loads.
  *
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
-import { createSynapse } from "../synapse.ts";
 import type { Synapse, SynapseOptions } from "../synapse.ts";
-import { isLoopbackHostname } from "../http/server.ts";
+import { describeSource } from "./_find_server.ts";
+import type { ServerSource } from "./_find_server.ts";
 
 /** Kind of a call's outcome, as the wire body shows it. */
 export type ClientOutcomeKind = "result" | "semantic" | "channel";
@@ -34,6 +36,8 @@ export interface SynapseClient extends AsyncDisposable {
   call(method: string, params: unknown): Promise<ClientOutcome>;
   /** Releases the client (disposes an embedded instance). Idempotent. */
   close(): Promise<void>;
+  /** The server's base URL for a client over HTTP; absent for an embedded instance. */
+  readonly url?: URL;
 }
 
 /** A client over an embedded instance that it created and owns. */
@@ -53,6 +57,7 @@ export class InProcessClient implements SynapseClient {
    * @throws {SynapseError} as {@link createSynapse} (bad config, store failure).
    */
   static async create(options: SynapseOptions = {}): Promise<InProcessClient> {
+    const { createSynapse } = await import("../synapse.ts");
     const synapse = await createSynapse(options);
     await synapse.modelsSettled;
     return new InProcessClient(synapse);
@@ -75,57 +80,85 @@ export class InProcessClient implements SynapseClient {
 }
 
 /**
- * Parses a `--url` value: an `http:` URL whose host is loopback.
+ * Parses a server URL: an `http:` URL whose host is loopback.
  *
  * @param url The value, e.g. `http://127.0.0.1:8080`.
+ * @param isLoopbackHostname The HTTP door's loopback rule (`lib/http/server.ts`).
+ * @param source Where the value came from, named in the message. @default "--url"
  * @returns The parsed URL.
  * @throws {SynapseError} channel `invalid_request` for anything else.
  */
-export function parseLoopbackUrl(url: string): URL {
+export function parseLoopbackUrl(
+  url: string,
+  isLoopbackHostname: (hostname: string) => boolean,
+  source: ServerSource = "--url",
+): URL {
+  const what = typeof source === "string" ? `${source} '${url}'` : `the server address '${url}'`;
+  const field = source === "SYNAPSE_URL" ? "SYNAPSE_URL" : "url";
   let parsed: URL;
   try {
     parsed = new URL(url);
   } catch {
-    throw new SynapseError("invalid_request", `Cannot use --url '${url}': not a URL`, {
+    throw new SynapseError("invalid_request", `Cannot use ${what}: not a URL`, {
       channel: true,
-      details: { field: "url" },
+      details: { field },
     });
   }
   if (parsed.protocol !== "http:" || !isLoopbackHostname(parsed.hostname)) {
     throw new SynapseError(
       "invalid_request",
-      `Cannot use --url '${url}': give an http:// URL on a loopback host (127.0.0.1, [::1], localhost)`,
-      { channel: true, details: { field: "url" } },
+      `Cannot use ${what}: give an http:// URL on a loopback host (127.0.0.1, [::1], localhost)`,
+      { channel: true, details: { field } },
     );
   }
   return parsed;
 }
 
+/**
+ * The code of a CLI outcome when the server could not be reached at all (refused, reset, no
+ * answer). It is the CLI's own, never sent by a Synapse server: the request never reached one.
+ */
+export const CONNECTION_FAILED = "connection_failed";
+
 /** Options of {@link HttpClient}. */
 export interface HttpClientOptions {
   /** Fetch implementation. @default globalThis.fetch */
   fetch?: typeof fetch;
+  /** Where the URL came from, named in errors. @default "--url" */
+  source?: ServerSource;
 }
 
 /** A client over a running server's `POST /v1/ops/<method>`. */
 export class HttpClient implements SynapseClient {
   /** Base URL of the server. */
   readonly url: URL;
+  /** Where the URL came from. */
+  readonly source: ServerSource;
   #fetch: typeof fetch;
 
-  /**
-   * @param url Loopback http URL of the server.
-   * @param options Injected fetch.
-   * @throws {SynapseError} channel `invalid_request` for a URL that is not loopback http.
-   */
-  constructor(url: string, options: HttpClientOptions = {}) {
-    this.url = parseLoopbackUrl(url);
+  /** @internal Use {@link HttpClient.open}. */
+  constructor(url: URL, options: HttpClientOptions = {}) {
+    this.url = url;
+    this.source = options.source ?? "--url";
     this.#fetch = options.fetch ?? fetch;
   }
 
   /**
-   * Posts the params; a server that cannot be reached answers a channel
-   * `module_not_initialized`, a body that is not wire JSON a channel `encode_failed`.
+   * Checks the URL and makes a client (nothing is sent yet).
+   *
+   * @param url Loopback http URL of the server.
+   * @param options Injected fetch; where the URL came from.
+   * @throws {SynapseError} channel `invalid_request` for a URL that is not loopback http.
+   */
+  static async open(url: string, options: HttpClientOptions = {}): Promise<HttpClient> {
+    const { isLoopbackHostname } = await import("../http/server.ts");
+    return new HttpClient(parseLoopbackUrl(url, isLoopbackHostname, options.source), options);
+  }
+
+  /**
+   * Posts the params; a server that cannot be reached answers a channel outcome with code
+   * {@link CONNECTION_FAILED} naming the URL and where it came from, a body that is not wire
+   * JSON a channel `encode_failed`.
    */
   async call(method: string, params: unknown): Promise<ClientOutcome> {
     const target = new URL(`/v1/ops/${encodeURIComponent(method)}`, this.url);
@@ -138,10 +171,7 @@ export class HttpClient implements SynapseClient {
       });
       text = await res.text();
     } catch (err) {
-      return channel(
-        "module_not_initialized",
-        `Cannot reach Synapse at ${this.url.origin}: ${err instanceof Error ? err.message : err}`,
-      );
+      return connectionFailed(this.url, this.source, err);
     }
     let body: unknown;
     try {
@@ -188,6 +218,31 @@ function isSemanticError(r: unknown): boolean {
     Object.keys(rec).every((k) => k === "error" || k === "module_generation");
 }
 
-function channel(code: "module_not_initialized" | "encode_failed", message: string): ClientOutcome {
+function channel(code: "encode_failed", message: string): ClientOutcome {
   return { kind: "channel", body: { code, message } };
+}
+
+/** The outcome of a request that reached no server: `{code: "connection_failed", message, url}`. */
+function connectionFailed(url: URL, source: ServerSource, err: unknown): ClientOutcome {
+  // Deno's fetch says "fetch failed"; the OS error is in the cause, in three layers of wording.
+  const raw = [err, (err as { cause?: unknown })?.cause]
+    .map((e) => e instanceof Error ? e.message : e === undefined ? "" : String(e))
+    .filter((m) => m !== "").join(": ");
+  const reason = /(Connection refused|Connection reset[^(]*|timed out|No route to host)/i.exec(raw)
+    ?.[1]?.trim() ?? raw;
+  const hint = source === "--url"
+    ? `is 'ck-synapse serve --http ${url.host}' running?`
+    : source === "SYNAPSE_URL"
+    ? `is 'ck-synapse serve --http ${url.host}' running? (unset SYNAPSE_URL to run embedded)`
+    : "it may be shutting down; try again";
+  return {
+    kind: "channel",
+    body: {
+      code: CONNECTION_FAILED,
+      message: `Cannot connect to Synapse at ${url.origin} (from ${
+        describeSource(source)
+      }): ${reason}; ${hint}`,
+      url: url.origin,
+    },
+  };
 }

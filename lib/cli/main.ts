@@ -1,16 +1,20 @@
 /**
  * The `ck-synapse` command line: one module per subcommand (STYLE rule 17), strict flags, and
- * exit codes from the one table ({@link cliExitFor}): 0 result, 1 semantic error, 2 channel or
- * usage error.
+ * exit codes from the one table ({@link cliExitFor}): 0 result, 1 semantic error or refused item,
+ * 2 channel or usage error.
  *
- * Without `--url`, commands run an embedded instance in this process, wait for its models, and
- * dispose it at the end; with `--url http://127.0.0.1:PORT` they call a running server.
+ * Commands call a running server when one is found (`--url`, `SYNAPSE_URL`, or the address a
+ * live `ck-synapse serve` recorded beside its lease); otherwise they run an embedded instance in
+ * this process, wait for its models, and dispose it at the end.
+ *
+ * Only light modules load at start (the command modules import the engines, the store and the
+ * HTTP door when they run), so `version` and `--help` stay fast: `deno task bench:startup`.
  *
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
 import { cliExitFor } from "../http/status_table.ts";
-import { UsageError } from "./_command.ts";
+import { UsageError, wantsJson } from "./_command.ts";
 import type { CliIO, Command } from "./_command.ts";
 import { callCommand } from "./commands/call.ts";
 import { embedCommand } from "./commands/embed.ts";
@@ -35,6 +39,11 @@ export const COMMANDS: readonly Command[] = Object.freeze([
   versionCommand,
 ]);
 
+/** Usage of `ck-synapse help`. */
+export const HELP_USAGE = `usage: ck-synapse help [COMMAND]
+
+Prints the command list, or a command's usage (the same as 'ck-synapse COMMAND --help').`;
+
 /**
  * The top-level usage text.
  *
@@ -52,10 +61,14 @@ export function usageText(): string {
     "commands:",
     ...lines,
     "",
-    "Run 'ck-synapse <command> --help' for a command's options. Without --url a command runs an",
-    "embedded instance in this process.",
+    "Run 'ck-synapse <command> --help' for a command's options. Every command takes --json.",
     "",
-    "Exit status: 0 result, 1 semantic error, 2 channel or usage error.",
+    "Which instance a command talks to: --url URL, else $SYNAPSE_URL, else the running",
+    "'ck-synapse serve' of this data home (it records its address beside its lease), else an",
+    "embedded instance started in this process.",
+    "",
+    "Exit status: 0 result; 1 refused: a semantic error, or any item refused (item_errors), the",
+    "same for 'call' and the typed commands; 2 channel error, unreachable server, or usage error.",
   ].join("\n");
 }
 
@@ -72,7 +85,9 @@ export function processIO(): CliIO {
 }
 
 /**
- * Runs the command line.
+ * Runs the command line. A usage error prints one line and a hint on stderr (exit 2); an
+ * instance that cannot start prints its error (as `{code, message}` JSON on stdout with
+ * `--json`, exit 2).
  *
  * @param args Arguments after the program name (`Deno.args`).
  * @param io Output and injected options. @default processIO()
@@ -84,21 +99,11 @@ export async function main(args: string[], io: CliIO = processIO()): Promise<num
     io.err(usageText());
     return cliExitFor("usage");
   }
-  if (name === "help" || name === "--help" || name === "-h") {
-    const topic = rest[0] === undefined ? undefined : findCommand(rest[0]);
-    if (rest[0] !== undefined && topic === undefined) {
-      io.err(`error: unknown command '${rest[0]}'`);
-      io.err(usageText());
-      return cliExitFor("usage");
-    }
-    io.out(topic?.usage ?? usageText());
-    return 0;
-  }
-  if (name === "--version" || name === "-V") return await versionCommand.run([], io);
+  if (name === "help" || name === "--help" || name === "-h") return help(name, rest, io);
+  if (name === "--version" || name === "-V") return await versionCommand.run(rest, io);
   const command = findCommand(name);
   if (command === undefined) {
-    io.err(`error: unknown command '${name}'`);
-    io.err(usageText());
+    io.err(`ck-synapse: unknown command '${name}'; run 'ck-synapse --help'`);
     return cliExitFor("usage");
   }
   if (wantsHelp(rest)) {
@@ -109,18 +114,45 @@ export async function main(args: string[], io: CliIO = processIO()): Promise<num
     return await command.run(rest, io);
   } catch (err) {
     if (err instanceof UsageError) {
-      io.err(`error: ${err.message}`);
-      io.err(command.usage);
+      const where = err.flag ? ` for '${command.name}'` : "";
+      io.err(`ck-synapse: ${err.message}${where}; run 'ck-synapse ${command.name} --help'`);
       return cliExitFor("usage");
     }
-    if (err instanceof SynapseError) {
-      // Thrown, not answered: the instance could not start (config, lease) or be reached.
-      io.err(`error: ${err.code}: ${err.message}`);
-      return cliExitFor("channel");
-    }
-    io.err(`error: ${err instanceof Error ? err.message : String(err)}`);
+    // Thrown, not answered: the instance could not start (config, lease), or a bug (an
+    // unexpected throw is answered internal_error, as the doors answer a bug).
+    const message = err instanceof Error ? err.message : String(err);
+    const body = err instanceof SynapseError
+      ? err.toChannel()
+      : { code: "internal_error", message };
+    if (wantsJson(rest)) io.out(JSON.stringify(body, null, 2));
+    else {io.err(
+        err instanceof SynapseError ? `error: ${body.code}: ${message}` : `error: ${message}`,
+      );}
     return cliExitFor("channel");
   }
+}
+
+function help(name: string, rest: string[], io: CliIO): number {
+  const [topic, ...extra] = rest;
+  if (name === "help" && (topic === "--help" || topic === "-h" || topic === "help")) {
+    io.out(HELP_USAGE);
+    return 0;
+  }
+  if (topic === undefined) {
+    io.out(usageText());
+    return 0;
+  }
+  const command = findCommand(topic);
+  if (command === undefined || extra.length > 0) {
+    io.err(
+      command === undefined
+        ? `ck-synapse: unknown command '${topic}'; run 'ck-synapse --help'`
+        : `ck-synapse: help takes one COMMAND, not '${extra[0]}'; run 'ck-synapse help --help'`,
+    );
+    return cliExitFor("usage");
+  }
+  io.out(command.usage);
+  return 0;
 }
 
 function findCommand(name: string): Command | undefined {

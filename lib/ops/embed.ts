@@ -36,6 +36,7 @@ import {
 } from "./_embedding.ts";
 import { utf8Length } from "./_text.ts";
 import type { CallOptions, OpContext } from "./context.ts";
+import { resolveModel } from "./_resolve_model.ts";
 
 export type { EmbedItem, EmbedVector, ItemError, TruncationDisclosure };
 
@@ -135,7 +136,7 @@ export async function embedItems(
 ): Promise<EmbedResult | JobAccepted> {
   const limits = ctx.config.inline;
   checkItems(items);
-  const model = ctx.registry.resolve(requestedModel(p), "embed");
+  const model = resolveModel(ctx, requestedModel(p), "embed");
   checkFingerprint(model, p);
   const truncate = p.truncate ?? false;
   let bytes = 0;

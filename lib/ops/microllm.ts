@@ -30,6 +30,7 @@ import { decodeGenerated } from "../tokenize/token_bytes.ts";
 import { checkFingerprint } from "./_embedding.ts";
 import { checkText, utf8Length } from "./_text.ts";
 import type { CallOptions, OpContext } from "./context.ts";
+import { resolveModel } from "./_resolve_model.ts";
 
 /** `microllm.oneshot` params: the common params (no `truncate`) plus prompt, max_tokens, grammar. */
 export const MicrollmOneshotParams = z.strictObject({
@@ -103,7 +104,7 @@ export async function microllmOneshot(
     grammar = checkGbnf(p.grammar).source;
   }
   checkText(p.prompt, "prompt", { field: "prompt" });
-  const model = ctx.registry.resolve(requestedModel(p), "generate");
+  const model = resolveModel(ctx, requestedModel(p), "generate");
   checkFingerprint(model, p);
   const limits = ctx.config.inline;
   const lane = model.interactive;

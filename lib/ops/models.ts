@@ -7,6 +7,7 @@ import { AdmissionStatusParams, ModelsListParams, parseParams } from "../contrac
 import type { ModelEntry } from "../models/model.ts";
 import type { LaneStatusRow } from "../models/lane_status.ts";
 import type { OpContext } from "./context.ts";
+import { servedByTask } from "./_resolve_model.ts";
 import type { InlineConfig } from "../config/types.ts";
 
 /** One row of `models.list`. */
@@ -45,6 +46,13 @@ export interface ModelsListResult {
   table_epoch: number;
   models: ModelRow[];
   alias_rows: unknown[];
+  /** The model that serves each task when a request names none; null when none does. */
+  served_by: Record<"embed" | "rerank" | "generate", string | null>;
+  /**
+   * True while `preload_models` lists no model, so the two generated test models serve; false
+   * when the config lists models (the test models are then off, whatever tasks are left bare).
+   */
+  default_test_models: boolean;
 }
 
 /** Builds one row. */
@@ -108,6 +116,8 @@ export function modelsList(ctx: OpContext, rawParams: unknown): ModelsListResult
     table_epoch: ctx.tableEpoch(),
     models: ctx.registry.list().map(modelRow),
     alias_rows: [],
+    served_by: servedByTask(ctx),
+    default_test_models: ctx.config.preload_models.length === 0,
   };
 }
 

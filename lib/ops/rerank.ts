@@ -14,6 +14,7 @@ import type { EncodedSequence } from "../tokenize/tokenizer.ts";
 import { checkContentTokens, checkText, utf8Length } from "./_text.ts";
 import { checkFingerprint, disclosureOf, type TruncationDisclosure } from "./_embedding.ts";
 import type { CallOptions, OpContext } from "./context.ts";
+import { resolveModel } from "./_resolve_model.ts";
 
 /** Longest query (UTF-16 code units) checked for readable tokens on the event loop. */
 const QUERY_TOKEN_CHECK_MAX_CHARS = 4096;
@@ -69,7 +70,7 @@ export async function rerankScore(
   p.candidates.forEach((c, i) =>
     checkText(c, `candidate ${i}`, { item_id: String(i), field: `candidates.${i}` })
   );
-  const model = ctx.registry.resolve(requestedModel(p), "rerank");
+  const model = resolveModel(ctx, requestedModel(p), "rerank");
   checkFingerprint(model, p);
   let bytes = utf8Length(p.query) * p.candidates.length;
   for (const c of p.candidates) bytes += utf8Length(c);

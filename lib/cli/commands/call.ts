@@ -5,17 +5,41 @@
  */
 import { cliExitFor } from "../../http/status_table.ts";
 import { SynapseError } from "../../contract/errors.ts";
-import { openClient, parseCommandArgs, UsageError } from "../_command.ts";
+import { exitCodeOf, openClient, parseCommandArgs, UsageError } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
+
+/**
+ * The methods `call --help` lists, with their params (`?` optional), in the dispatcher's order.
+ * A test holds it equal to the dispatcher's operations; it is written out here so that `--help`
+ * loads no operation code.
+ */
+export const CALL_METHODS: readonly (readonly [method: string, params: string])[] = [
+  ["embed.query", "{text, id?, model?, truncate?, required_fingerprint?, deadline_ms?}"],
+  ["embed.batch", "{items: [{id, text} | text] | texts: [text], request_key?, input_type?, …}"],
+  ["embed.result", "{job_id, page?}: a durable job's status and one result page"],
+  ["rerank.score", "{query, candidates: [text], model?, truncate?, …}"],
+  ["microllm.oneshot", "{prompt, max_tokens, grammar?, model?, …}"],
+  ["models.list", "{}: the models, their task, state and fingerprints"],
+  ["admission.status", "{}: queues, lanes and serving admission"],
+];
+
+const width = Math.max(...CALL_METHODS.map(([m]) => m.length));
 
 const USAGE = `usage: ck-synapse call METHOD [PARAMS_JSON] [--url URL]
 
 Calls one operation (e.g. embed.query '{"text":"hello"}') and prints the wire response as JSON:
 {"result": …} for a result or a refusal (result.error), {code, message} for a channel error.
+--json is accepted (the output is JSON anyway).
 
-  --url URL     call a running server (http://127.0.0.1:PORT) instead of an embedded instance
+methods:
+${CALL_METHODS.map(([m, p]) => `  ${m.padEnd(width)}  ${p}`).join("\n")}
+  (… the common params: model, deadline_ms, max_queue_ms, required_fingerprint, truncate)
 
-Exit status: 0 result, 1 semantic error (result.error), 2 channel or usage error.`;
+  --url URL     call a running server (http://127.0.0.1:PORT) instead of the one found
+                (SYNAPSE_URL, the running 'ck-synapse serve') or an embedded instance
+
+Exit status: 0 result; 1 semantic error (result.error) or any item refused (result.item_errors,
+the same as 'embed'); 2 channel error, unreachable server, or usage error.`;
 
 /** The `call` command. */
 export const callCommand: Command = {
@@ -26,7 +50,10 @@ export const callCommand: Command = {
 };
 
 async function runCall(args: string[], io: CliIO): Promise<number> {
-  const { values, positionals } = parseCommandArgs(args, { url: { type: "string" } });
+  const { values, positionals } = parseCommandArgs(args, {
+    url: { type: "string" },
+    json: { type: "boolean" },
+  });
   const [method, paramsJson, ...extra] = positionals;
   if (method === undefined) throw new UsageError("Cannot call: give a METHOD");
   if (extra.length > 0) {
@@ -54,7 +81,7 @@ async function runCall(args: string[], io: CliIO): Promise<number> {
   try {
     const outcome = await client.call(method, params);
     io.out(JSON.stringify(outcome.body, null, 2));
-    return cliExitFor(outcome.kind);
+    return exitCodeOf(outcome);
   } finally {
     await client.close();
   }

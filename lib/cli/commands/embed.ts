@@ -5,14 +5,21 @@
  *
  * @module
  */
-import { cliExitFor } from "../../http/status_table.ts";
-import { openClient, parseCommandArgs, reportError, UsageError } from "../_command.ts";
+import {
+  exitCodeOf,
+  openClient,
+  parseCommandArgs,
+  printJsonOutcome,
+  refusedItems,
+  reportError,
+  UsageError,
+} from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 import { runEmbedFile } from "../_embed_file.ts";
 
 const USAGE = `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--url URL] TEXT...
        ck-synapse embed --file PATH --request-key KEY [--model ID] [--truncate] [--out PATH]
-                        [--no-progress] [--url URL]
+                        [--no-progress] [--json] [--url URL]
 
 Embeds one text (embed.query) or several (embed.batch) and prints the model, fingerprint, dims,
 token counts and the first 8 values of each vector; --json prints the whole result envelope.
@@ -27,15 +34,17 @@ stops polling (a server keeps running the job) and prints the job id.
 
   --model ID          model to use (default: the first embed model)
   --truncate          cut over-long texts to the model's limit and disclose it, instead of refusing
-  --json              print the result (or the error) as JSON (not with --file)
-  --url URL           call a running server (http://127.0.0.1:PORT) instead of an embedded instance
+  --json              print the result (or the error) as JSON; with --file the lines are JSONL
+                      anyway, and --json prints a refusal of the batch as JSON on stdout
+  --url URL           call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL, else
+                      the running 'ck-synapse serve', else an embedded instance
   --file PATH         JSONL items to embed as one batch
   --request-key KEY   idempotency key of the batch (required with --file)
   --out PATH          write the result lines to PATH instead of stdout
   --no-progress       no progress display on stderr
 
-Exit status: 0 all embedded, 1 refused (any item) or job failed, 2 channel or usage error,
-130 interrupted (--file).`;
+Exit status: 0 all embedded, 1 refused (the request, or any item: the same rule as 'call') or
+job failed, 2 channel error, unreachable server, or usage error, 130 interrupted (--file).`;
 
 /** Shape of the embed result fields this command prints. */
 interface EmbedPrintable {
@@ -50,7 +59,6 @@ interface EmbedPrintable {
     effective_tokens: number;
     truncated: boolean;
   }[];
-  item_errors?: { id: string; index: number; error: { code: string; message: string } }[];
 }
 
 /** The `embed` command. */
@@ -76,7 +84,6 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     if (positionals.length > 0) {
       throw new UsageError(`Cannot embed --file: unexpected TEXT '${positionals[0]}'`);
     }
-    if (values.json) throw new UsageError("Cannot embed --file with --json: results are JSONL");
     const key = values["request-key"];
     if (key === undefined || key === "") {
       throw new UsageError("Cannot embed --file: give a non-empty --request-key KEY");
@@ -89,6 +96,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
       out: values.out,
       url: values.url,
       progress: !values["no-progress"],
+      json: values.json ?? false,
     }, io);
   }
   for (const flag of ["request-key", "out", "no-progress"] as const) {
@@ -104,25 +112,13 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
   const client = await openClient(values.url, io);
   try {
     const outcome = await client.call(method, params);
-    if (values.json) {
-      io.out(JSON.stringify(
-        outcome.kind === "channel" ? outcome.body : (outcome.body as { result: unknown }).result,
-        null,
-        2,
-      ));
+    if (values.json) return printJsonOutcome(outcome, io);
+    if (outcome.kind !== "result") return reportError(outcome, io);
+    printSummary((outcome.body as { result: EmbedPrintable }).result, io);
+    for (const e of refusedItems(outcome)) {
+      io.err(`error: item ${e.id}: ${e.error.code}: ${e.error.message}`);
     }
-    if (outcome.kind !== "result") {
-      return values.json ? cliExitFor(outcome.kind) : reportError(outcome, io);
-    }
-    const res = (outcome.body as { result: EmbedPrintable }).result;
-    if (!values.json) printSummary(res, io);
-    const refused = res.item_errors ?? [];
-    if (!values.json) {
-      for (const e of refused) {
-        io.err(`error: item ${e.id}: ${e.error.code}: ${e.error.message}`);
-      }
-    }
-    return refused.length > 0 ? cliExitFor("semantic") : cliExitFor("result");
+    return exitCodeOf(outcome);
   } finally {
     await client.close();
   }

@@ -4,8 +4,8 @@
  *
  * @module
  */
-import { cliExitFor } from "../../http/status_table.ts";
 import {
+  exitCodeOf,
   openClient,
   parseCommandArgs,
   printJsonOutcome,
@@ -26,9 +26,10 @@ stopped, and the token counts; --json prints the whole result envelope.
   --grammar GBNF      constrain the output with a GBNF grammar (needs grammar_enabled)
   --grammar-file F    the grammar, read from a file
   --json              print the result (or the error) as JSON
-  --url URL           call a running server (http://127.0.0.1:PORT) instead of an embedded instance
+  --url URL           call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL, else
+                      the running 'ck-synapse serve', else an embedded instance
 
-Exit status: 0 generated, 1 refused, 2 channel or usage error.`;
+Exit status: 0 generated, 1 refused, 2 channel error, unreachable server, or usage error.`;
 
 interface GeneratePrintable {
   model_id: string;
@@ -101,7 +102,7 @@ async function runGenerate(args: string[], io: CliIO): Promise<number> {
         `text repaired to valid UTF-8: ${res.text_repair.dropped_tail_bytes} incomplete tail bytes dropped, ${res.text_repair.replaced_sequences} invalid sequences replaced`,
       );
     }
-    return cliExitFor("result");
+    return exitCodeOf(outcome);
   } finally {
     await client.close();
   }

@@ -1,12 +1,12 @@
 /**
  * `ck-synapse job status ID [--json] [--url URL]` and `ck-synapse job pages ID [--out PATH]
- * [--url URL]`: a durable embed job's state, and its committed result pages as JSONL, both read
- * with `embed.result`.
+ * [--json] [--url URL]`: a durable embed job's state, and its committed result pages as JSONL,
+ * both read with `embed.result`.
  *
  * @module
  */
 import { cliExitFor } from "../../http/status_table.ts";
-import { openClient, parseCommandArgs, reportError, UsageError } from "../_command.ts";
+import { openClient, parseCommandArgs, reportRefusal, UsageError } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 import { failureLines } from "../_embed_file.ts";
 import {
@@ -20,24 +20,28 @@ import type { ResultPage } from "../_job_results.ts";
 import { openResultSink } from "../_result_sink.ts";
 
 const USAGE = `usage: ck-synapse job status ID [--json] [--url URL]
-       ck-synapse job pages ID [--out PATH] [--url URL]
+       ck-synapse job pages ID [--out PATH] [--json] [--url URL]
 
 status  prints a durable embed job's state, items done / total, committed pages and error;
-        --json prints them as one JSON object.
+        --json prints them as one JSON object (and a refusal as JSON).
 pages   writes the items of every committed page as JSONL (stdout, or --out PATH), one line per
         item: {"id","vector","content_sha256","submitted_sha256","tokens","truncated"}, or
-        {"id","error":{"code","message"}} for a refused item; pages in commit order.
+        {"id","error":{"code","message"}} for a refused item; pages in commit order. The lines
+        are JSONL anyway; --json prints a refusal (unknown job …) as JSON on stdout.
 
-Jobs live in the store of the instance that ran them: with --url, the server's; without, the
-embedded instance's store in this data home, which holds the jobs of earlier embedded runs (a job
-whose process died reads failed_transient, module_restarted).
+Jobs live in the store of the instance that ran them: a server's (--url, $SYNAPSE_URL, or the
+running 'ck-synapse serve' of this data home, found by itself); without one, the embedded
+instance's store in this data home, which holds the jobs of earlier embedded runs (a job whose
+process died reads failed_transient, module_restarted).
 
-  --json        print the status as JSON
+  --json        print the status, or a refusal, as JSON
   --out PATH    write the result lines to PATH instead of stdout
-  --url URL     call a running server (http://127.0.0.1:PORT) instead of an embedded instance
+  --url URL     call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL, else the
+                running 'ck-synapse serve', else an embedded instance
 
 Exit status: 0 read (job done, queued or running, and for pages no refused item), 1 the job
-failed, an item was refused, or the job is unknown, 2 channel or usage error.`;
+failed, an item was refused, or the job is unknown, 2 channel error, unreachable server, or usage
+error.`;
 
 /** The `job` command group: `status` and `pages`. */
 export const jobCommand: Command = {
@@ -66,13 +70,11 @@ async function runJob(args: string[], io: CliIO): Promise<number> {
   if (sub === "status" && values.out !== undefined) {
     throw new UsageError("Cannot use --out with 'job status' (it is for 'job pages')");
   }
-  if (sub === "pages" && values.json) {
-    throw new UsageError("Cannot use --json with 'job pages' (it writes JSONL)");
-  }
   return sub === "status" ? await status(id, values.json ?? false, values.url, io) : await pages(
     id,
     values.out,
     values.url,
+    values.json ?? false,
     io,
   );
 }
@@ -87,7 +89,7 @@ async function status(
   try {
     const first = await readPage(client, id, 0);
     if (first.kind !== "page") {
-      if (first.kind === "error") return reportError(first.outcome, io);
+      if (first.kind === "error") return reportRefusal(first.outcome, io, json);
       throw new Error(`Page 0 of job '${id}' read as pending. This is a bug`);
     }
     // Page 0 carries the status; the state may have moved on since, so re-read the last page.
@@ -137,6 +139,7 @@ async function pages(
   id: string,
   out: string | undefined,
   url: string | undefined,
+  json: boolean,
   io: CliIO,
 ): Promise<number> {
   const sink = await openResultSink(out, io);
@@ -153,7 +156,7 @@ async function pages(
         pageCount++;
         await sink.write(records);
       });
-      if (read.kind === "error") return reportError(read.outcome, io);
+      if (read.kind === "error") return reportRefusal(read.outcome, io, json);
       const s = read.status;
       io.err(
         `job ${s.jobId} ${s.state}: ${pageCount} page(s), ${items}/${s.itemsTotal} items written ` +

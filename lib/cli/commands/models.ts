@@ -3,8 +3,8 @@
  *
  * @module
  */
-import { cliExitFor } from "../../http/status_table.ts";
 import {
+  exitCodeOf,
   openClient,
   parseCommandArgs,
   printJsonOutcome,
@@ -12,13 +12,16 @@ import {
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
+import { servedBy } from "../_served_by.ts";
 
 const USAGE = `usage: ck-synapse models list [--json] [--url URL]
 
-Lists the models with their task, state, dims and fingerprint; --json prints the whole result.
+Lists the models with their task, state, dims and fingerprint, then which model serves each task
+when a request names none (and why none does); --json prints the whole models.list result.
 
   --json        print the result (or the error) as JSON
-  --url URL     call a running server (http://127.0.0.1:PORT) instead of an embedded instance`;
+  --url URL     call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL, else
+                the running 'ck-synapse serve', else an embedded instance`;
 
 interface ModelsPrintable {
   models: {
@@ -30,6 +33,8 @@ interface ModelsPrintable {
     test_model?: boolean;
     error?: { code: string; message: string };
   }[];
+  served_by?: Record<string, string | null>;
+  default_test_models?: boolean;
 }
 
 /** The `models` command group (`list` only, for now). */
@@ -69,7 +74,11 @@ async function runModels(args: string[], io: CliIO): Promise<number> {
     for (const r of [header, ...rows]) {
       io.out(r.map((cell, c) => c === r.length - 1 ? cell : cell.padEnd(widths[c]!)).join("  "));
     }
-    return cliExitFor("result");
+    io.out("");
+    for (const [task, by] of [["TASK", "SERVED BY"], ...servedBy(res)]) {
+      io.out(`${task!.padEnd(8)}  ${by}`);
+    }
+    return exitCodeOf(outcome);
   } finally {
     await client.close();
   }

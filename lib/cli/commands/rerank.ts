@@ -3,8 +3,8 @@
  *
  * @module
  */
-import { cliExitFor } from "../../http/status_table.ts";
 import {
+  exitCodeOf,
   openClient,
   parseCommandArgs,
   printJsonOutcome,
@@ -21,9 +21,10 @@ input order, with their sigmoid beside them; --json prints the whole result enve
   --query Q     the query (required)
   --model ID    model to use (default: the first rerank model)
   --json        print the result (or the error) as JSON
-  --url URL     call a running server (http://127.0.0.1:PORT) instead of an embedded instance
+  --url URL     call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL, else
+                the running 'ck-synapse serve', else an embedded instance
 
-Exit status: 0 scored, 1 refused, 2 channel or usage error.`;
+Exit status: 0 scored, 1 refused, 2 channel error, unreachable server, or usage error.`;
 
 interface RerankPrintable {
   model_id: string;
@@ -73,7 +74,7 @@ async function runRerank(args: string[], io: CliIO): Promise<number> {
         }`,
       );
     });
-    return cliExitFor("result");
+    return exitCodeOf(outcome);
   } finally {
     await client.close();
   }

@@ -1,22 +1,28 @@
 /**
  * `ck-synapse serve --http 127.0.0.1:PORT`: runs an instance with the HTTP door until SIGINT or
- * SIGTERM, then shuts down cleanly (in-flight requests finish, the instance is disposed).
+ * SIGTERM, then shuts down cleanly (in-flight requests finish, the instance is disposed). Once
+ * bound it records its address beside its singleton lease, so CLI commands in the same data home
+ * talk to it by themselves.
  *
  * @module
  */
-import { createSynapse } from "../../synapse.ts";
-import { serveHttp } from "../../http/server.ts";
 import { cliExitFor } from "../../http/status_table.ts";
 import { parseCommandArgs, UsageError } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 
-const USAGE = `usage: ck-synapse serve --http HOST:PORT
+const USAGE = `usage: ck-synapse serve --http HOST:PORT [--json]
 
 Serves the operations over HTTP on a loopback address (127.0.0.1, [::1], localhost):
 POST /v1/ops/<method>, POST /v1/embeddings (OpenAI shape), GET /health. PORT 0 picks a free
 port. Prints "listening on http://HOST:PORT" once bound, and runs until SIGINT or SIGTERM.
 
+Before that line it records its address beside its singleton lease (a 0600 file in the data
+home), so other ck-synapse commands of this user and data home talk to it without --url; the
+record goes when it stops, and a record whose server died is ignored.
+
   --http HOST:PORT   address to listen on, e.g. 127.0.0.1:8080
+  --json             print {"url", "pid"} once bound instead of the "listening on" line, and a
+                     start failure as {code, message}
   --subc FILE        serve on the subc bus (not available in this build)`;
 
 /** How long a stopping server lets in-flight requests finish before it stops the engines, ms. */
@@ -52,6 +58,7 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   const { values, positionals } = parseCommandArgs(args, {
     http: { type: "string" },
     subc: { type: "string" },
+    json: { type: "boolean" },
   });
   if (positionals.length > 0) throw new UsageError(`Cannot serve: unexpected '${positionals[0]}'`);
   if (values.subc !== undefined) {
@@ -60,11 +67,16 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   }
   if (values.http === undefined) throw new UsageError("Cannot serve: give --http HOST:PORT");
   const { hostname, port } = parseHostPort(values.http);
+  const [{ createSynapse }, { serveHttp }] = await Promise.all([
+    import("../../synapse.ts"),
+    import("../../http/server.ts"),
+  ]);
   const synapse = await createSynapse({ ...io.synapseOptions, waitForModels: false });
   // A long-running server sweeps expired jobs and pages (contract.md §8 retention).
   synapse.startSweeper();
   const stop = new AbortController();
   const onSignal = (): void => stop.abort();
+  let recorded: Promise<boolean> = Promise.resolve(false);
   const signals: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"];
   try {
     const server = serveHttp(synapse, {
@@ -72,7 +84,23 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
       port,
       onListen: function announce(addr): void {
         const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
-        io.out(`listening on http://${host}:${addr.port}`);
+        const url = `http://${host}:${addr.port}`;
+        // The line comes once the record is written: whoever waits for it can rely on other
+        // commands finding this server.
+        recorded = synapse.recordServerAddress(url).then(
+          () => true,
+          (err) => {
+            io.err(
+              `warning: cannot record the server address beside the lease (${
+                (err as Error).message
+              }); other commands need --url ${url}`,
+            );
+            return false;
+          },
+        ).then((ok) => {
+          io.out(values.json ? JSON.stringify({ url, pid: Deno.pid }) : `listening on ${url}`);
+          return ok;
+        });
       },
     });
     for (const s of signals) Deno.addSignalListener(s, onSignal);
@@ -82,6 +110,10 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
       new Promise<void>((resolve) => stop.signal.addEventListener("abort", () => resolve())),
       server.finished,
     ]);
+    // New commands go elsewhere (embedded, once the lease is free) from now on; a record still
+    // being written is awaited first, or it would outlive the server.
+    await recorded;
+    synapse.removeServerAddress();
     io.err("shutting down");
     // In-flight requests get a grace period; then the engines stop (a hung worker is killed and
     // its request answered engine_crashed), so a stop never waits for a 180 s generate timeout.
@@ -100,6 +132,7 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   } finally {
     for (const s of signals) Deno.removeSignalListener(s, onSignal);
     io.signal?.removeEventListener("abort", onSignal);
+    await recorded;
     await synapse.modelsSettled.catch(() => {});
     await synapse.dispose();
   }

@@ -1,0 +1,115 @@
+/**
+ * The model of a request, with a refusal that explains itself when no model serves the task.
+ *
+ * The generated test models serve only while `preload_models` lists no model (a configured
+ * service never answers from random weights by surprise). So a config that lists, say, only a
+ * generate model leaves `embed` with no model at all: the refusal says exactly that, and shows a
+ * `preload_models` entry to add.
+ *
+ * @module
+ */
+import { SynapseError } from "../contract/errors.ts";
+import type { ModelTask, ReadyModel } from "../models/model.ts";
+import type { OpContext } from "./context.ts";
+
+/** A `preload_models[]` entry to copy, per task (paths to edit). */
+export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string, string>>>> =
+  Object.freeze({
+    embed: Object.freeze({
+      engine: "ort",
+      task: "embed",
+      model_path: "/models/all-MiniLM-L6-v2",
+      tokenizer_path: "/models/all-MiniLM-L6-v2/tokenizer.json",
+    }),
+    rerank: Object.freeze({
+      engine: "ort",
+      task: "rerank",
+      model_path: "/models/ms-marco-MiniLM-L-6-v2",
+      tokenizer_path: "/models/ms-marco-MiniLM-L-6-v2/tokenizer.json",
+    }),
+    generate: Object.freeze({
+      engine: "llama",
+      task: "generate",
+      model_path: "/models/qwen2.5-0.5b-instruct.gguf",
+      tokenizer_path: "/models/qwen2.5-0.5b-instruct/tokenizer.json",
+    }),
+  });
+
+/**
+ * The ready model for a request: `ctx.registry.resolve`, whose `unknown_model` for a request
+ * without `model` (no model of the task at all) is replaced by one that says why there is none —
+ * the test models are off because `preload_models` lists models, or the test models do not serve
+ * this task — and which `preload_models` entry to add (`details.example`).
+ *
+ * @param ctx Module context (registry and config).
+ * @param modelId The requested model id, if any.
+ * @param task The operation's task.
+ * @throws {SynapseError} as `ModelRegistry.resolve`; `unknown_model {model_id: null, task,
+ *   serving, test_models, example}` when no model serves the task.
+ */
+export function resolveModel(
+  ctx: Pick<OpContext, "registry" | "config">,
+  modelId: string | undefined,
+  task: ModelTask,
+): ReadyModel {
+  try {
+    return ctx.registry.resolve(modelId, task);
+  } catch (err) {
+    if (
+      modelId !== undefined || !(err instanceof SynapseError) || err.code !== "unknown_model" ||
+      ctx.registry.list().some((m) => m.task === task)
+    ) {
+      throw err;
+    }
+    throw noModelFor(ctx, task, err);
+  }
+}
+
+/**
+ * Which model serves each task when a request names none (`models.list` `served_by`): the first
+ * model of the task, in `preload_models` order, that has not failed, else the first; `null` when
+ * no model serves the task. The same rule as `ModelRegistry.resolve(undefined, task)`.
+ *
+ * @param ctx Module context (registry).
+ * @returns A model id or null per task.
+ */
+export function servedByTask(
+  ctx: Pick<OpContext, "registry">,
+): Record<ModelTask, string | null> {
+  const list = ctx.registry.list();
+  const pick = (task: ModelTask): string | null =>
+    (list.find((m) => m.task === task && m.state !== "failed") ??
+      list.find((m) => m.task === task))?.modelId ?? null;
+  return { embed: pick("embed"), rerank: pick("rerank"), generate: pick("generate") };
+}
+
+function noModelFor(
+  ctx: Pick<OpContext, "registry" | "config">,
+  task: ModelTask,
+  cause: SynapseError,
+): SynapseError {
+  const serving = ctx.registry.list().map((m) => ({ model_id: m.modelId, task: m.task }));
+  const configured = ctx.config.preload_models.length > 0;
+  const list = serving.map((m) => `${m.model_id} (${m.task})`).join(", ") || "none";
+  const why = configured
+    ? `preload_models lists ${list}, and the test models are off whenever preload_models lists a model`
+    : `the generated test models serve embed and rerank only`;
+  const example = PRELOAD_EXAMPLES[task];
+  return new SynapseError(
+    "unknown_model",
+    `Cannot serve ${task}: no ${task} model is configured (${why}); add ${
+      task === "embed" ? "an" : "a"
+    } ${task} model to ` +
+      `preload_models in the config, e.g. ${JSON.stringify(example)}`,
+    {
+      cause,
+      details: {
+        model_id: null,
+        task,
+        serving,
+        test_models: !configured,
+        example: { ...example },
+      },
+    },
+  );
+}
