@@ -25,6 +25,8 @@ import type { CommonParams } from "../contract/schemas.ts";
 import { embedItems } from "../ops/embed.ts";
 import type { EmbedItem, EmbedResult } from "../ops/embed.ts";
 import type { OpOutcome } from "../ops/dispatcher.ts";
+import { serviceStatus } from "../ops/status.ts";
+import type { LogSink } from "../log/log.ts";
 import { SYNAPSE_VERSION } from "../synapse.ts";
 import type { Synapse } from "../synapse.ts";
 import { HttpRefusal, MAX_BODY_BYTES, readJsonBody } from "./_request_body.ts";
@@ -64,6 +66,12 @@ export interface ServeHttpOptions {
    * @default {the config's `http.max_body_bytes` (67108864)}
    */
   maxBodyBytes?: number;
+  /**
+   * Where the request log goes (one line per request, lib/http/server.ts `logRequest`).
+   *
+   * @default {the instance's log (`context.log`)}
+   */
+  log?: LogSink;
 }
 
 /** A running HTTP server. */
@@ -333,63 +341,21 @@ function errorMessage(err: unknown): string {
 // ---------------------------------------------------------------------------------------------
 // GET /health
 
-/** One model in the health answer. */
-interface HealthModel {
-  model_id: string;
-  state: "loading" | "ready" | "failed";
-  test_model?: true;
-  /**
-   * `quarantined` when the model's worker broke its crash budget; `unresponsive` when it has been
-   * busy longer than the request timeout without a pause.
-   */
-  serving_admission?: "quarantined" | "unresponsive";
-  serving_admission_reason?: Record<string, unknown>;
-}
-
 /**
- * `ok` (200) when every model is ready; `degraded` (200) when one is ready but another failed,
- * is still loading, or is quarantined (its worker broke the crash budget; the row says why);
- * `loading` (503) while none is ready and one is still loading; `unavailable` (503) when none is
- * ready or loading, or the instance was disposed.
+ * The service status ({@link serviceStatus}, the one status function below the doors): 200 for
+ * `ok` and `degraded`, 503 for `loading` and `unavailable`. Cached state only; never touches an
+ * engine.
  */
 function health(synapse: HttpBackend): Response {
-  const models: HealthModel[] = synapse.registry.list().map((m) => {
-    const row: HealthModel = { model_id: m.modelId, state: m.state };
-    if (m.testModel) row.test_model = true;
-    const h = m.ready?.interactive.engine.health();
-    const q = h?.quarantine;
-    const busyMs = h?.busyMs ?? 0;
-    const threshold = h?.busyLimitMs ?? Infinity;
-    if (q !== undefined) {
-      row.serving_admission = "quarantined";
-      row.serving_admission_reason = { ...q };
-    } else if (busyMs > threshold) {
-      // Busy past the request timeout without a pause: likely hung (its GENERATE timeout will
-      // kill it); say so instead of "ok".
-      row.serving_admission = "unresponsive";
-      row.serving_admission_reason = {
-        reason: "worker_busy",
-        busy_ms: Math.round(busyMs),
-        threshold_ms: threshold,
-      };
-    }
-    return row;
-  });
-  const quarantined = models.some((m) => m.serving_admission !== undefined);
-  const ready = models.some((m) => m.state === "ready" && m.serving_admission === undefined);
-  const loading = models.some((m) => m.state === "loading");
-  const failed = models.some((m) => m.state === "failed");
-  let status: "ok" | "degraded" | "loading" | "unavailable";
-  if (synapse.disposed) status = "unavailable";
-  else if (ready) status = failed || loading || quarantined ? "degraded" : "ok";
-  else status = loading ? "loading" : "unavailable";
+  const s = serviceStatus(synapse.registry.list(), { disposed: synapse.disposed });
   const body = {
-    status,
+    status: s.status,
+    ...(s.reason === undefined ? {} : { reason: s.reason }),
     version: SYNAPSE_VERSION,
     module_generation: synapse.moduleGeneration,
-    models,
+    models: s.models,
   };
-  return jsonResponse(status === "ok" || status === "degraded" ? 200 : 503, body);
+  return jsonResponse(s.status === "ok" || s.status === "degraded" ? 200 : 503, body);
 }
 
 // ---------------------------------------------------------------------------------------------

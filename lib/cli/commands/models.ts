@@ -15,7 +15,8 @@ import type { CliIO, Command } from "../_command.ts";
 
 const USAGE = `usage: ck-synapse models list [--json] [--url URL]
 
-Lists the models with their task, state, dims and fingerprint; --json prints the whole result.
+Lists the models with their task, state, dims and fingerprint, and why a model is not ready
+(the same state and reason as GET /health); --json prints the whole result.
 
   --json        print the result (or the error) as JSON
   --url URL     call a running server (http://127.0.0.1:PORT) instead of an embedded instance`;
@@ -28,7 +29,8 @@ interface ModelsPrintable {
     dims?: number;
     fingerprints: string[];
     test_model?: boolean;
-    error?: { code: string; message: string };
+    /** Why the model is not ready (lib/ops/status.ts, the state and reason /health prints). */
+    state_reason?: { reason: string; code?: string; message: string };
   }[];
 }
 
@@ -62,7 +64,9 @@ async function runModels(args: string[], io: CliIO): Promise<number> {
       m.state,
       m.dims === undefined ? "-" : String(m.dims),
       (m.fingerprints[0] ?? "-") + (m.test_model ? "  (test model)" : "") +
-      (m.error ? `  ${m.error.code}: ${m.error.message}` : ""),
+      (m.state_reason
+        ? `  ${m.state_reason.code ?? m.state_reason.reason}: ${m.state_reason.message}`
+        : ""),
     ]);
     const header = ["MODEL", "TASK", "STATE", "DIMS", "FINGERPRINT"];
     const widths = header.map((h, c) => Math.max(h.length, ...rows.map((r) => r[c]!.length)));
