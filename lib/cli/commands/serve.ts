@@ -5,7 +5,7 @@
  * @module
  */
 import { createSynapse } from "../../synapse.ts";
-import { serveHttp } from "../../http/server.ts";
+import { bindHttp } from "../../http/server.ts";
 import { cliExitFor } from "../../http/status_table.ts";
 import { parseCommandArgs, UsageError } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
@@ -13,8 +13,10 @@ import type { CliIO, Command } from "../_command.ts";
 const USAGE = `usage: ck-synapse serve --http HOST:PORT
 
 Serves the operations over HTTP on a loopback address (127.0.0.1, [::1], localhost):
-POST /v1/ops/<method>, POST /v1/embeddings (OpenAI shape), GET /health. PORT 0 picks a free
-port. Prints "listening on http://HOST:PORT" once bound, and runs until SIGINT or SIGTERM.
+POST /v1/ops/<method>, POST /v1/embeddings and GET /v1/models (OpenAI shape), GET /health.
+PORT 0 picks a free port. Binds before it starts (a port in use fails at once, naming it),
+prints "listening on http://HOST:PORT" on stderr once it serves, logs one line per request
+(CK_LOG=info; debug, warn, error, off), and runs until SIGINT or SIGTERM.
 
   --http HOST:PORT   address to listen on, e.g. 127.0.0.1:8080
   --subc FILE        serve on the subc bus (not available in this build)`;
@@ -60,21 +62,25 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   }
   if (values.http === undefined) throw new UsageError("Cannot serve: give --http HOST:PORT");
   const { hostname, port } = parseHostPort(values.http);
-  const synapse = await createSynapse({ ...io.synapseOptions, waitForModels: false });
+  // Bind first: an address in use is refused at once, naming it, before a store is opened.
+  const server = bindHttp({ hostname, port });
+  let synapse: Awaited<ReturnType<typeof createSynapse>>;
+  try {
+    synapse = await createSynapse({ ...io.synapseOptions, waitForModels: false });
+  } catch (err) {
+    await server.shutdown();
+    throw err;
+  }
   // A long-running server sweeps expired jobs and pages (contract.md §8 retention).
   synapse.startSweeper();
   const stop = new AbortController();
   const onSignal = (): void => stop.abort();
   const signals: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"];
   try {
-    const server = serveHttp(synapse, {
-      hostname,
-      port,
-      onListen: function announce(addr): void {
-        const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
-        io.out(`listening on http://${host}:${addr.port}`);
-      },
-    });
+    server.attach(synapse);
+    // On stderr, with the log: stdout stays free for output a caller parses.
+    const host = server.hostname.includes(":") ? `[${server.hostname}]` : server.hostname;
+    io.err(`listening on http://${host}:${server.port}`);
     for (const s of signals) Deno.addSignalListener(s, onSignal);
     io.signal?.addEventListener("abort", onSignal, { once: true });
     if (io.signal?.aborted) stop.abort();
@@ -100,6 +106,7 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   } finally {
     for (const s of signals) Deno.removeSignalListener(s, onSignal);
     io.signal?.removeEventListener("abort", onSignal);
+    await server.shutdown().catch(() => {});
     await synapse.modelsSettled.catch(() => {});
     await synapse.dispose();
   }
