@@ -50,6 +50,7 @@ export function requestFacts(params: unknown, outcome: OpOutcome): RequestFacts 
   if (items !== undefined) facts.items = items;
   if (result === undefined) return facts;
   if (Array.isArray(result.item_errors)) facts.item_errors = result.item_errors.length;
+  else if (Array.isArray(result.vectors)) facts.item_errors = 0;
   const counts = result.real_token_counts;
   if (Array.isArray(counts)) {
     let tokens = 0;
