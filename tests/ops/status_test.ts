@@ -4,7 +4,6 @@
  * `ck-synapse models list --url` — never `ready` for a model that refuses every request.
  */
 import assert from "node:assert/strict";
-import { loadConfig } from "../../lib/config/config.ts";
 import { serveHttp } from "../../lib/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { main } from "../../lib/cli/main.ts";
@@ -26,8 +25,8 @@ async function start(
     HOME: dir,
     SYNAPSE_CONFIG_JSON: JSON.stringify({ preload_models: preloads }),
   };
-  const { config } = loadConfig({ env, cwd: dir });
-  const syn = await createSynapse({ config, env, log: nullLog, llamaWorkerArgs });
+  // The config is layered from SYNAPSE_CONFIG_JSON, as an operator's would be.
+  const syn = await createSynapse({ env, cwd: dir, log: nullLog, llamaWorkerArgs });
   return { syn, dir };
 }
 
