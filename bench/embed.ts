@@ -269,20 +269,21 @@ if (!skip.has("synapse-http")) {
   const child = new Deno.Command(`${ROOT}/ck-synapse`, {
     args: ["serve", "--http", "127.0.0.1:0"],
     env: { ...env, SYNAPSE_CONFIG_JSON: "", SYNAPSE_CONFIG_PATH: cfgPath },
-    stdout: "piped",
-    stderr: "inherit",
+    stdout: "inherit",
+    stderr: "piped",
   }).spawn();
-  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  // "listening on …" comes on stderr with the log (one line per request at info): read it, then
+  // keep draining so the child never blocks on a full pipe.
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
   let url = "";
   while (!url) {
     const { value, done } = await reader.read();
-    if (done) throw new Error("server exited before listening");
+    if (done) throw new Error(`server exited before listening: ${buf}`);
     buf += value;
     const m = buf.match(/listening on (http:\/\/\S+)/);
     if (m) url = m[1]!;
   }
-  // Keep draining stdout so the child never blocks on a full pipe.
   (async () => {
     while (!(await reader.read()).done) { /* drain */ }
   })();

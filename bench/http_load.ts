@@ -89,14 +89,16 @@ if (url === "") {
       SYNAPSE_CONFIG_JSON: "",
       SYNAPSE_CONFIG_PATH: cfgPath,
     },
-    stdout: "piped",
-    stderr: "inherit",
+    stdout: "inherit",
+    stderr: "piped",
   }).spawn();
-  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  // "listening on …" comes on stderr with the log (one line per request at info): read it, then
+  // keep draining so the child never blocks on a full pipe.
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
   while (!url) {
     const { value, done } = await reader.read();
-    if (done) throw new Error("server exited before listening");
+    if (done) throw new Error(`server exited before listening: ${buf}`);
     buf += value;
     url = buf.match(/listening on (http:\/\/\S+)/)?.[1] ?? "";
   }

@@ -30,11 +30,11 @@ import { Store } from "./store/store.ts";
 import { storePath } from "./paths.ts";
 import { machineProfileHash, probeMachineProfile } from "./identity/machine_profile.ts";
 import type { MachineProfile } from "./identity/machine_profile.ts";
-import type { EnvSource } from "./paths.ts";
+import { envLookup, type EnvSource } from "./paths.ts";
 import { LlamaEngine } from "./engines/llama/llama_engine.ts";
 import { TokenizerPool } from "./tokenize/tokenizer_pool.ts";
 import { defaultWorkerRuntimeDir, resolveLlamaWorkerLaunch } from "./engines/llama/launch.ts";
-import { type LogSink, stderrLog } from "./log/log.ts";
+import { type LogSink, readLogFilter, stderrLog } from "./log/log.ts";
 import { prepareRuntimeDir } from "./workers/runtime_dir.ts";
 
 export { SYNAPSE_VERSION } from "./version.ts";
@@ -324,11 +324,20 @@ export class Synapse implements AsyncDisposable {
  * Starts a Synapse instance: loads config, opens the store (bumping `module_generation`), and
  * loads the preloaded models (or the two test models when none is configured).
  *
- * @throws {SynapseError} `invalid_request` for a bad config (naming key and file),
- *   `module_not_initialized` when a machine-profile probe fails (contract.md §5: no
+ * @throws {SynapseError} `invalid_request` for a bad config (naming key and file) or an invalid
+ *   `CK_LOG` (naming it), `module_not_initialized` when a machine-profile probe fails (contract.md §5: no
  *   placeholders), `store_failure` when the store cannot open.
  */
 export async function createSynapse(options: SynapseOptions = {}): Promise<Synapse> {
+  // An invalid CK_LOG is refused before anything starts, not silently read as `info`.
+  try {
+    readLogFilter({ get: envLookup(options.env) });
+  } catch (err) {
+    throw new SynapseError("invalid_request", (err as Error).message, {
+      channel: true,
+      details: { field: "CK_LOG", reason: "invalid_log_filter" },
+    });
+  }
   const cwd = options.cwd ?? Deno.cwd();
   let machine = options.machineProfile;
   if (machine === undefined) {

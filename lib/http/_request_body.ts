@@ -65,6 +65,9 @@ export interface ReadJsonBodyOptions {
  * @throws {HttpRefusal} 413, semantic `invalid_request` `{field: "body", reason:
  *   "body_too_large", limit: "http.max_body_bytes", max, received_at_least}` when the body
  *   exceeds the cap: its Content-Length, or the bytes streamed so far (nothing more is read).
+ * @throws {HttpRefusal} 400, channel `invalid_request` `{field: "body", reason:
+ *   "body_incomplete", received_bytes, content_length?}` when the connection ends before the
+ *   whole body arrived (a client that half-closes early, an unterminated chunked body).
  * @throws {SynapseError} channel `invalid_request` for a body that is not UTF-8 or not JSON,
  *   the latter naming the position.
  */
@@ -127,7 +130,13 @@ async function readBodyBytes(
   const chunks: Uint8Array[] = [];
   let total = 0;
   for (;;) {
-    const { done, value } = await reader.read();
+    let chunk: ReadableStreamReadResult<Uint8Array>;
+    try {
+      chunk = await reader.read();
+    } catch (err) {
+      throw incomplete(err, total, declared);
+    }
+    const { done, value } = chunk;
     if (done) break;
     total += value.byteLength;
     if (total > maxBytes) {
@@ -144,6 +153,29 @@ async function readBodyBytes(
     off += c.byteLength;
   }
   return { bytes: out, owned: true };
+}
+
+/**
+ * A body the transport cut short — the client closed its side before the bytes its
+ * Content-Length announced, or before the last chunk of a chunked body — is the client's fault,
+ * never an encoding failure of ours: 400 `invalid_request`, reason `body_incomplete`.
+ */
+function incomplete(err: unknown, received: number, declared: string | null): HttpRefusal {
+  const expected = declared === null ? undefined : Number(declared);
+  const what = expected === undefined || !Number.isFinite(expected)
+    ? "before the end of its chunked body"
+    : `before the ${expected} bytes its Content-Length announced had arrived`;
+  return new HttpRefusal(
+    400,
+    `Cannot read body: the connection ended ${what}; send the whole body`,
+    {
+      field: "body",
+      reason: "body_incomplete",
+      received_bytes: received,
+      ...(expected === undefined || !Number.isFinite(expected) ? {} : { content_length: expected }),
+      transport_error: err instanceof Error ? err.message : String(err),
+    },
+  );
 }
 
 function tooLarge(bytes: number, maxBytes: number): HttpRefusal {

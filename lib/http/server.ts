@@ -1,6 +1,6 @@
 /**
  * The HTTP front door (design.md "Three front doors, one dispatcher"): a loopback-only
- * `Deno.serve` that decodes requests into the ops layer and encodes its outcomes. No operation
+ * `Deno.serve` that decodes requests into the ops dispatcher and encodes its outcomes. No operation
  * logic lives here.
  *
  * Routes:
@@ -9,27 +9,36 @@
  *   wire JSON exactly — `{"result": …}` (200), a semantic error
  *   `{"result": {"module_generation", "error": WireError}}` or a channel error `{code, message}`,
  *   each with the status of {@link httpStatusFor}.
- * - `POST /v1/embeddings`: OpenAI's embeddings shape, served by the shared embed path
- *   ({@link embedItems}), with Synapse's identity facts under `synapse`.
- * - `GET /health`: cached model states only; never touches an engine.
+ * - `POST /v1/embeddings`: OpenAI's embeddings shape, mapped onto `embed.batch` (lib/http/openai.ts).
+ * - `GET /v1/models`: OpenAI's model list, mapped from `models.list`.
+ * - `GET /health`: the service status of lib/ops/status.ts; never touches an engine.
  *
  * Transient errors carry `Retry-After` (whole seconds, rounded up) and `retry-after-ms`;
- * results that carry a fingerprint carry `x-synapse-fingerprint`.
+ * results that carry a fingerprint carry `x-synapse-fingerprint`. Every request is logged in one
+ * line at `info` (`/health` at `debug`): see {@link logRequest}.
+ *
+ * The socket is bound before the instance starts ({@link bindHttp}), so a port already in use
+ * fails at once, naming the address, before a store is opened; until an instance is attached the
+ * door answers 503 `module_not_initialized`.
  *
  * @module
  */
-import { z } from "zod";
-import { invalidRequest, SynapseError, toSynapseError } from "../contract/errors.ts";
-import { parseParams } from "../contract/schemas.ts";
-import type { CommonParams } from "../contract/schemas.ts";
-import { embedItems } from "../ops/embed.ts";
-import type { EmbedItem, EmbedResult } from "../ops/embed.ts";
+import { invalidRequest, SynapseError } from "../contract/errors.ts";
+import { outcomeOf } from "../ops/dispatcher.ts";
 import type { OpOutcome } from "../ops/dispatcher.ts";
+import { requestFacts } from "../ops/request_facts.ts";
+import type { RequestFacts } from "../ops/request_facts.ts";
+import { serviceStatus } from "../ops/status.ts";
+import { type LogSink, stderrLog } from "../log/log.ts";
 import { SYNAPSE_VERSION } from "../synapse.ts";
 import type { Synapse } from "../synapse.ts";
 import { HttpRefusal, MAX_BODY_BYTES, readJsonBody } from "./_request_body.ts";
 import { JsonBodyParser } from "./_json_body_parser.ts";
+import { embeddingsAnswer, embeddingsCall, modelsAnswer, openAiError } from "./openai.ts";
+import type { OpenAiAnswer } from "./openai.ts";
 import { httpStatusFor } from "./status_table.ts";
+
+export { float32Base64LE } from "./openai.ts";
 
 /** What the HTTP door needs from a Synapse instance. */
 export type HttpBackend = Pick<
@@ -44,7 +53,7 @@ export interface ListenAddress {
   port: number;
 }
 
-/** Options of {@link serveHttp}. */
+/** Options of {@link serveHttp} and {@link bindHttp}. */
 export interface ServeHttpOptions {
   /**
    * Loopback address to bind: `127.0.0.1`, `::1` (or `[::1]`) or `localhost`.
@@ -64,6 +73,12 @@ export interface ServeHttpOptions {
    * @default {the config's `http.max_body_bytes` (67108864)}
    */
   maxBodyBytes?: number;
+  /**
+   * Where the request log goes (one line per request, see {@link logRequest}).
+   *
+   * @default {the instance's log (`context.log`); stderr, filtered by CK_LOG, before one is attached}
+   */
+  log?: LogSink;
 }
 
 /** A running HTTP server. */
@@ -76,6 +91,17 @@ export interface HttpServer extends AsyncDisposable {
   readonly finished: Promise<void>;
   /** Stops accepting, lets in-flight requests finish, and resolves when stopped. Idempotent. */
   shutdown(): Promise<void>;
+}
+
+/** A bound server that serves an instance once one is attached. */
+export interface BoundHttpServer extends HttpServer {
+  /**
+   * Starts serving `synapse`; until then every route answers 503 `module_not_initialized`
+   * (`/health`: `loading`, "the instance is starting").
+   *
+   * @throws {Error} "… This is a bug" when an instance is already attached.
+   */
+  attach(synapse: HttpBackend): void;
 }
 
 /**
@@ -103,13 +129,14 @@ export function isLoopbackHostname(hostname: string): boolean {
 }
 
 /**
- * Serves a Synapse instance over HTTP on a loopback address.
+ * Serves a Synapse instance over HTTP on a loopback address: {@link bindHttp}, then
+ * {@link BoundHttpServer.attach}.
  *
  * @param synapse The instance; the server never disposes it.
- * @param options Address, shutdown signal and body cap.
+ * @param options Address, shutdown signal, body cap and request log.
  * @returns The running server, already bound.
- * @throws {SynapseError} channel `invalid_request` for a non-loopback hostname or a bad port.
- * @throws {Deno.errors.AddrInUse} when the port is taken.
+ * @throws {SynapseError} channel `invalid_request` for a non-loopback hostname, a bad port, or an
+ *   address that cannot be bound (in use, not permitted), naming the address.
  *
  * @example Serve on an ephemeral port
  * ```ts ignore
@@ -119,6 +146,23 @@ export function isLoopbackHostname(hostname: string): boolean {
  * ```
  */
 export function serveHttp(synapse: HttpBackend, options: ServeHttpOptions = {}): HttpServer {
+  const server = bindHttp(options);
+  server.attach(synapse);
+  return server;
+}
+
+/**
+ * Binds the HTTP door's socket before any instance exists, so that an address already in use is
+ * refused at once, naming it — before a store is opened in the data home (`serve` binds first,
+ * then starts the instance and {@link BoundHttpServer.attach}es it).
+ *
+ * @param options Address, shutdown signal, body cap and request log.
+ * @returns The bound server, answering 503 `module_not_initialized` until an instance is attached.
+ * @throws {SynapseError} channel `invalid_request` for a non-loopback hostname or a bad port;
+ *   channel `invalid_request` `{field: "http", address, reason: "address_in_use" |
+ *   "address_not_permitted" | "bind_failed"}` when the socket cannot be bound.
+ */
+export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
   const hostname = options.hostname ?? "127.0.0.1";
   const port = options.port ?? 0;
   if (!isLoopbackHostname(hostname)) {
@@ -132,36 +176,53 @@ export function serveHttp(synapse: HttpBackend, options: ServeHttpOptions = {}):
       field: "port",
     });
   }
-  // `context` is absent on test doubles of the backend.
-  const maxBodyBytes = options.maxBodyBytes ?? synapse.context?.config?.http?.max_body_bytes ??
-    MAX_BODY_BYTES;
   // Bodies over 1 MiB are decoded and parsed on a worker thread (F21); stopped with the server.
   const parser = new JsonBodyParser();
-  const body = { maxBodyBytes, parser };
+  const door: Door = {
+    backend: undefined,
+    parser,
+    maxBodyBytes: options.maxBodyBytes,
+    log: options.log,
+    startedSec: Math.floor(Date.now() / 1000),
+  };
   const bindHost = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
-  const server = Deno.serve({
-    hostname: bindHost,
-    port,
-    ...(options.signal ? { signal: options.signal } : {}),
-    onListen: function onListen(addr: Deno.NetAddr): void {
-      options.onListen?.({ hostname: addr.hostname, port: addr.port });
-    },
-    onError: function onError(err: unknown): Response {
-      return errorResponse(
-        new SynapseError("encode_failed", `Cannot answer: ${errorMessage(err)}`, { cause: err }),
-        synapse,
-      );
-    },
-  }, function handle(req: Request): Promise<Response> {
-    return route(synapse, req, body);
-  });
+  let server: Deno.HttpServer<Deno.NetAddr>;
+  try {
+    server = Deno.serve({
+      hostname: bindHost,
+      port,
+      ...(options.signal ? { signal: options.signal } : {}),
+      onListen: function onListen(addr: Deno.NetAddr): void {
+        options.onListen?.({ hostname: addr.hostname, port: addr.port });
+      },
+      onError: function onError(err: unknown): Response {
+        return errorResponse(
+          new SynapseError("encode_failed", `Cannot answer: ${errorMessage(err)}`, { cause: err }),
+          door.backend,
+        );
+      },
+    }, function handle(req: Request): Promise<Response> {
+      return handleLogged(door, req);
+    });
+  } catch (err) {
+    parser.dispose();
+    throw bindError(err, hostname, port);
+  }
   server.finished.then(() => parser.dispose(), () => parser.dispose());
-  const addr = server.addr as Deno.NetAddr;
+  const addr = server.addr;
   let shutdown: Promise<void> | undefined;
   return {
     hostname: addr.hostname,
     port: addr.port,
     finished: server.finished,
+    attach(synapse: HttpBackend): void {
+      if (door.backend !== undefined) {
+        throw new Error(
+          "An HTTP server serves one instance; attach() was called twice. This is a bug",
+        );
+      }
+      door.backend = synapse;
+    },
     shutdown(): Promise<void> {
       shutdown ??= server.shutdown().then(() => server.finished);
       return shutdown;
@@ -172,33 +233,139 @@ export function serveHttp(synapse: HttpBackend, options: ServeHttpOptions = {}):
   };
 }
 
-/** How the door reads bodies. */
-interface BodyReading {
-  maxBodyBytes: number;
-  parser: JsonBodyParser;
+/** The typed refusal of an address that cannot be bound, naming it and what to do. */
+function bindError(err: unknown, hostname: string, port: number): SynapseError {
+  const address = hostname.includes(":") && !hostname.startsWith("[")
+    ? `[${hostname}]:${port}`
+    : `${hostname}:${port}`;
+  const [reason, why] = err instanceof Deno.errors.AddrInUse
+    ? ["address_in_use", "the address is already in use (another Synapse, or another program)"]
+    : err instanceof Deno.errors.PermissionDenied || err instanceof Deno.errors.NotCapable
+    ? ["address_not_permitted", `binding it is not permitted (${errorMessage(err)})`]
+    : ["bind_failed", errorMessage(err)];
+  return new SynapseError(
+    "invalid_request",
+    `Cannot listen on ${address}: ${why}; stop what holds it or pick another port (--http ${hostname}:0 picks a free one)`,
+    { channel: true, cause: err, details: { field: "http", address, reason } },
+  );
 }
 
-async function route(synapse: HttpBackend, req: Request, body: BodyReading): Promise<Response> {
+/** The door's state: the attached instance (once there is one) and how it reads bodies. */
+interface Door {
+  backend: HttpBackend | undefined;
+  parser: JsonBodyParser;
+  maxBodyBytes: number | undefined;
+  log: LogSink | undefined;
+  /** When the server started, Unix seconds (`created` of `GET /v1/models`). */
+  startedSec: number;
+}
+
+/** What one request did, for its log line; `route` fills it in. */
+interface RequestRecord {
+  /** The operation it ran (`embed.batch` for `/v1/embeddings`), when it got that far. */
+  op?: string;
+  /** The params the operation got (counted, never logged). */
+  params?: unknown;
+  /** The outcome's facts (model, items, tokens, times). */
+  facts?: RequestFacts;
+  /** The error it was answered with, when it did not reach or finish an operation. */
+  error?: SynapseError;
+}
+
+async function handleLogged(door: Door, req: Request): Promise<Response> {
+  const started = performance.now();
+  const path = new URL(req.url).pathname;
+  const log = door.log ?? door.backend?.context?.log ?? stderrLog;
+  log("debug", "synapse.http", "request start", {
+    method: req.method,
+    path: clip(path),
+    content_length: req.headers.get("content-length") ?? "-",
+  });
+  const record: RequestRecord = {};
+  const res = await route(door, req, path, record);
+  logRequest(log, req.method, path, record, res.status, performance.now() - started);
+  return res;
+}
+
+/**
+ * Writes the request log line: `request` at `info` (`/health` at `debug`, so a prober does not
+ * fill the log) with `method path op model items item_errors tokens queue_ms inference_ms outcome
+ * status total_ms`, in that order; `-` where a fact is unknown (the request never reached an
+ * operation, or the operation has no such fact). No text, id, key or header is logged: only
+ * counts, times, the model id and codes.
+ */
+function logRequest(
+  log: LogSink,
+  method: string,
+  path: string,
+  record: RequestRecord,
+  status: number,
+  totalMs: number,
+): void {
+  const f = record.facts;
+  const dash = (v: string | number | undefined): string | number => v ?? "-";
+  log(path === "/health" ? "debug" : "info", "synapse.http", "request", {
+    method: clip(method),
+    path: clip(path),
+    op: clip(record.op ?? "-"),
+    model: clip(f?.model ?? "-"),
+    items: dash(f?.items),
+    item_errors: dash(f?.item_errors),
+    tokens: dash(f?.tokens),
+    queue_ms: dash(f?.queue_ms),
+    inference_ms: dash(f?.inference_ms),
+    outcome: f?.outcome ?? record.error?.code ?? (status < 400 ? "ok" : "-"),
+    status,
+    total_ms: Math.round(totalMs * 1000) / 1000,
+  });
+}
+
+/** A caller-supplied string cut to a log-friendly length. */
+function clip(s: string): string {
+  return s.length > 200 ? `${s.slice(0, 200)}…` : s;
+}
+
+async function route(
+  door: Door,
+  req: Request,
+  path: string,
+  record: RequestRecord,
+): Promise<Response> {
+  const openAi = path === "/v1/embeddings" || path === "/v1/models";
   try {
     checkHostAndOrigin(req);
-    const path = new URL(req.url).pathname;
     if (path === "/health") {
       if (req.method === "HEAD") {
-        const res = health(synapse);
+        const res = health(door.backend);
         return new Response(null, { status: res.status, headers: res.headers });
       }
       requireMethod(req, "GET");
-      return health(synapse);
+      return health(door.backend);
     }
     if (path === "/v1/embeddings") {
+      record.op = "embed.batch";
       requireMethod(req, "POST");
-      return await openAiEmbeddings(synapse, req, body);
+      return await openAiEmbeddings(door, req, record);
+    }
+    if (path === "/v1/models") {
+      record.op = "models.list";
+      requireMethod(req, "GET");
+      const synapse = attached(door);
+      record.params = {};
+      const outcome = await synapse.call("models.list", {}, { signal: req.signal });
+      record.facts = requestFacts({}, outcome);
+      return openAiResponse(modelsAnswer(outcome, door.startedSec));
     }
     if (path.startsWith("/v1/ops/")) {
       requireMethod(req, "POST");
       const method = decodeMethod(path.slice("/v1/ops/".length));
-      const params = await readJsonBody(req, { maxBytes: body.maxBodyBytes, parser: body.parser });
-      return outcomeResponse(await synapse.call(method, params, { signal: req.signal }));
+      record.op = method;
+      const synapse = attached(door);
+      const params = await readJsonBody(req, bodyOptions(door));
+      record.params = params;
+      const outcome = await synapse.call(method, params, { signal: req.signal });
+      record.facts = requestFacts(params, outcome);
+      return outcomeResponse(outcome);
     }
     throw new SynapseError(
       "unknown_method",
@@ -206,13 +373,52 @@ async function route(synapse: HttpBackend, req: Request, body: BodyReading): Pro
       {
         details: {
           path,
-          endpoints: ["POST /v1/ops/<method>", "POST /v1/embeddings", "GET /health"],
+          endpoints: [
+            "POST /v1/ops/<method>",
+            "POST /v1/embeddings",
+            "GET /v1/models",
+            "GET /health",
+          ],
         },
       },
     );
   } catch (err) {
-    return errorResponse(toSynapseError(err, "encode_failed"), synapse);
+    const e = doorError(door, err, path);
+    record.error = e;
+    if (openAi) return openAiResponse(openAiError(e));
+    return errorResponse(e, door.backend);
   }
+}
+
+/** The attached instance. @throws {SynapseError} `module_not_initialized` before one is. */
+function attached(door: Door): HttpBackend {
+  if (door.backend === undefined) {
+    throw new SynapseError(
+      "module_not_initialized",
+      "Cannot serve yet: the instance is starting; retry shortly",
+      { retryAfterMs: 250 },
+    );
+  }
+  return door.backend;
+}
+
+function bodyOptions(door: Door): { maxBytes: number; parser: JsonBodyParser } {
+  // `context` is absent on test doubles of the backend.
+  const maxBytes = door.maxBodyBytes ?? door.backend?.context?.config?.http?.max_body_bytes ??
+    MAX_BODY_BYTES;
+  return { maxBytes, parser: door.parser };
+}
+
+/**
+ * A failure of the door itself as its stable error: a {@link SynapseError} as it is; anything else
+ * is a bug, logged with its stack and answered `internal_error` (as the dispatcher does).
+ */
+function doorError(door: Door, err: unknown, path: string): SynapseError {
+  if (err instanceof SynapseError) return err;
+  const log = door.log ?? door.backend?.context?.log ?? stderrLog;
+  const o = outcomeOf({ moduleGeneration: door.backend?.moduleGeneration ?? 0, log }, err, path);
+  if (o.kind === "result") throw new Error("outcomeOf() answered a result. This is a bug");
+  return o.error;
 }
 
 /**
@@ -284,13 +490,13 @@ function outcomeResponse(outcome: OpOutcome): Response {
 }
 
 /** A front-door error in the ops wire shape (channel, or semantic when the error says so). */
-function errorResponse(e: SynapseError, synapse: HttpBackend): Response {
+function errorResponse(e: SynapseError, synapse: HttpBackend | undefined): Response {
   const status = e instanceof HttpRefusal ? e.status : httpStatusFor(e.code);
   const headers = retryHeaders(e);
   if (e instanceof HttpRefusal && e.status === 405) {
     headers.set("allow", String(e.details?.allow ?? ""));
   }
-  const body = e.channel
+  const body = e.channel || synapse === undefined
     ? e.toChannel()
     : { result: { module_generation: synapse.moduleGeneration, error: e.toWire() } };
   return jsonResponse(status, body, headers);
@@ -333,208 +539,53 @@ function errorMessage(err: unknown): string {
 // ---------------------------------------------------------------------------------------------
 // GET /health
 
-/** One model in the health answer. */
-interface HealthModel {
-  model_id: string;
-  state: "loading" | "ready" | "failed";
-  test_model?: true;
-  /**
-   * `quarantined` when the model's worker broke its crash budget; `unresponsive` when it has been
-   * busy longer than the request timeout without a pause.
-   */
-  serving_admission?: "quarantined" | "unresponsive";
-  serving_admission_reason?: Record<string, unknown>;
-}
-
 /**
- * `ok` (200) when every model is ready; `degraded` (200) when one is ready but another failed,
- * is still loading, or is quarantined (its worker broke the crash budget; the row says why);
- * `loading` (503) while none is ready and one is still loading; `unavailable` (503) when none is
- * ready or loading, or the instance was disposed.
+ * The service status ({@link serviceStatus}, the one status function below the doors): 200 for
+ * `ok` and `degraded`, 503 for `loading` and `unavailable`. Cached state only; never touches an
+ * engine. Before an instance is attached: 503 `loading`, "the instance is starting".
  */
-function health(synapse: HttpBackend): Response {
-  const models: HealthModel[] = synapse.registry.list().map((m) => {
-    const row: HealthModel = { model_id: m.modelId, state: m.state };
-    if (m.testModel) row.test_model = true;
-    const h = m.ready?.interactive.engine.health();
-    const q = h?.quarantine;
-    const busyMs = h?.busyMs ?? 0;
-    const threshold = h?.busyLimitMs ?? Infinity;
-    if (q !== undefined) {
-      row.serving_admission = "quarantined";
-      row.serving_admission_reason = { ...q };
-    } else if (busyMs > threshold) {
-      // Busy past the request timeout without a pause: likely hung (its GENERATE timeout will
-      // kill it); say so instead of "ok".
-      row.serving_admission = "unresponsive";
-      row.serving_admission_reason = {
-        reason: "worker_busy",
-        busy_ms: Math.round(busyMs),
-        threshold_ms: threshold,
-      };
-    }
-    return row;
-  });
-  const quarantined = models.some((m) => m.serving_admission !== undefined);
-  const ready = models.some((m) => m.state === "ready" && m.serving_admission === undefined);
-  const loading = models.some((m) => m.state === "loading");
-  const failed = models.some((m) => m.state === "failed");
-  let status: "ok" | "degraded" | "loading" | "unavailable";
-  if (synapse.disposed) status = "unavailable";
-  else if (ready) status = failed || loading || quarantined ? "degraded" : "ok";
-  else status = loading ? "loading" : "unavailable";
+function health(synapse: HttpBackend | undefined): Response {
+  if (synapse === undefined) {
+    return jsonResponse(503, {
+      status: "loading",
+      reason: "the instance is starting",
+      version: SYNAPSE_VERSION,
+      models: [],
+    });
+  }
+  const s = serviceStatus(synapse.registry.list(), { disposed: synapse.disposed });
   const body = {
-    status,
+    status: s.status,
+    ...(s.reason === undefined ? {} : { reason: s.reason }),
     version: SYNAPSE_VERSION,
     module_generation: synapse.moduleGeneration,
-    models,
+    models: s.models,
   };
-  return jsonResponse(status === "ok" || status === "degraded" ? 200 : 503, body);
+  return jsonResponse(s.status === "ok" || s.status === "degraded" ? 200 : 503, body);
 }
 
 // ---------------------------------------------------------------------------------------------
-// POST /v1/embeddings (OpenAI shape)
-
-/**
- * OpenAI embeddings request; unknown fields are refused (field report F16). `user` is accepted
- * and ignored; token-id inputs (`number[]`) are refused as `invalid_request` naming `input`.
- */
-const OpenAiEmbeddingsRequest = z.strictObject({
-  input: z.union([z.string(), z.array(z.string())]),
-  model: z.string().min(1).optional(),
-  encoding_format: z.enum(["float", "base64"]).optional(),
-  dimensions: z.number().int().positive().optional(),
-  user: z.string().optional(),
-});
-
-/** The OpenAI error body `{error: {message, type, code, param}}`. */
-interface OpenAiError {
-  error: {
-    message: string;
-    /** `invalid_request_error` (4xx), `rate_limit_error` (429) or `server_error` (5xx). */
-    type: string;
-    /** The Synapse stable code. */
-    code: string;
-    /** The offending field, e.g. `input[2]`, or null. */
-    param: string | null;
-    retry_after_ms?: number;
-  };
-}
+// The OpenAI door: a mapping around the dispatcher (lib/http/openai.ts)
 
 async function openAiEmbeddings(
-  synapse: HttpBackend,
+  door: Door,
   req: Request,
-  body: BodyReading,
+  record: RequestRecord,
 ): Promise<Response> {
-  let single = false;
-  try {
-    const raw = await readJsonBody(req, { maxBytes: body.maxBodyBytes, parser: body.parser });
-    const p = parseParams("/v1/embeddings", OpenAiEmbeddingsRequest, raw);
-    if (synapse.disposed) {
-      throw new SynapseError(
-        "module_not_initialized",
-        "Cannot embed: this instance is shutting down",
-      );
-    }
-    single = typeof p.input === "string";
-    const texts = typeof p.input === "string" ? [p.input] : p.input;
-    // One path for a string and a one-element list (field report F5).
-    const items: EmbedItem[] = texts.map((text, i) => ({ id: String(i), text }));
-    const common: CommonParams = p.model === undefined ? {} : { model: p.model };
-    if (p.dimensions !== undefined) {
-      const model = synapse.registry.resolve(p.model, "embed");
-      if (model.dims !== p.dimensions) {
-        throw invalidRequest(
-          `Cannot embed with dimensions ${p.dimensions}: model '${model.modelId}' produces ${model.dims}-dimensional vectors, and Synapse never shortens or projects vectors`,
-          { field: "dimensions", dims: model.dims, dimensions: p.dimensions },
-        );
-      }
-    }
-    const res = await embedItems(synapse.context, common, items, {
-      signal: req.signal,
-    });
-    // Without a request_key an over-limit batch is refused, never turned into a job.
-    if (!("vectors" in res)) throw new Error("An OpenAI request became a job. This is a bug");
-    const refused = res.item_errors?.[0];
-    if (refused !== undefined) {
-      // OpenAI clients expect all or nothing: name the first refused item.
-      const more = res.item_errors!.length - 1;
-      const e = new SynapseError(refused.error.code, refused.error.message, {
-        ...(refused.error.retry_after_ms === undefined
-          ? {}
-          : { retryAfterMs: refused.error.retry_after_ms }),
-      });
-      const param = single ? "input" : `input[${refused.index}]`;
-      const suffix = more > 0 ? ` (and ${more} more input${more > 1 ? "s" : ""} refused)` : "";
-      return openAiErrorResponse(e, param, `${e.message}${suffix}`);
-    }
-    return openAiResult(res, p.encoding_format ?? "float");
-  } catch (err) {
-    const e = toSynapseError(err, "engine_crashed");
-    const field = e.details?.field;
-    return openAiErrorResponse(e, typeof field === "string" ? field : null, e.message);
+  const synapse = attached(door);
+  const body = await readJsonBody(req, bodyOptions(door));
+  const call = embeddingsCall(body, req.signal);
+  record.params = call.params;
+  const outcome = await synapse.call("embed.batch", call.params, call.options);
+  record.facts = requestFacts(call.params, outcome);
+  return openAiResponse(embeddingsAnswer(outcome, call));
+}
+
+function openAiResponse(answer: OpenAiAnswer): Response {
+  const headers = answer.error ? retryHeaders(answer.error) : new Headers();
+  if (answer.fingerprint !== undefined) headers.set("x-synapse-fingerprint", answer.fingerprint);
+  if (answer.error instanceof HttpRefusal && answer.error.status === 405) {
+    headers.set("allow", String(answer.error.details?.allow ?? ""));
   }
-}
-
-function openAiErrorResponse(e: SynapseError, param: string | null, message: string): Response {
-  const status = e instanceof HttpRefusal ? e.status : httpStatusFor(e.code);
-  const type = status === 429
-    ? "rate_limit_error"
-    : status >= 500
-    ? "server_error"
-    : "invalid_request_error";
-  const body: OpenAiError = { error: { message, type, code: e.code, param } };
-  if (e.retryAfterMs !== undefined) body.error.retry_after_ms = e.retryAfterMs;
-  return jsonResponse(status, body, retryHeaders(e));
-}
-
-function openAiResult(res: EmbedResult, format: "float" | "base64"): Response {
-  const promptTokens = res.real_token_counts.reduce((a, b) => a + b, 0);
-  const synapse: Record<string, unknown> = {
-    fingerprint: res.fingerprint,
-    table_epoch: res.table_epoch,
-    dims: res.dims,
-    provenance: res.provenance,
-    module_generation: res.module_generation,
-    equivalent_to: res.equivalent_to,
-  };
-  if (res.test_model) synapse.test_model = true;
-  synapse.items = res.vectors.map((v) => ({
-    index: Number(v.id),
-    content_sha256: v.content_sha256,
-    submitted_sha256: v.submitted_sha256,
-  }));
-  synapse.real_token_counts = res.real_token_counts;
-  synapse.truncation_disclosures = res.truncation_disclosures;
-  synapse.queue_time_ms = res.queue_time_ms;
-  synapse.inference_time_ms = res.inference_time_ms;
-  const body = {
-    object: "list",
-    data: res.vectors.map((v) => ({
-      object: "embedding",
-      index: Number(v.id),
-      embedding: format === "base64" ? float32Base64LE(v.vector) : v.vector,
-    })),
-    model: res.model_id,
-    usage: { prompt_tokens: promptTokens, total_tokens: promptTokens },
-    synapse,
-  };
-  return jsonResponse(200, body, new Headers({ "x-synapse-fingerprint": res.fingerprint }));
-}
-
-/**
- * Base64 of a vector as little-endian float32 bytes (OpenAI's `encoding_format: "base64"`).
- *
- * @param vector The values.
- * @returns Standard base64 (with padding) of `4 × vector.length` bytes.
- */
-export function float32Base64LE(vector: ArrayLike<number>): string {
-  const bytes = new Uint8Array(vector.length * 4);
-  const view = new DataView(bytes.buffer);
-  for (let i = 0; i < vector.length; i++) view.setFloat32(i * 4, vector[i]!, true);
-  let binary = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) {
-    binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  }
-  return btoa(binary);
+  return jsonResponse(answer.status, answer.body, headers);
 }

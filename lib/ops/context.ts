@@ -45,4 +45,31 @@ export interface OpContext {
 export interface CallOptions {
   /** Aborts the call (client went away). */
   signal?: AbortSignal;
+  /** How a door asks `embed.batch` to serve; set by a door, never read from the wire. */
+  embed?: EmbedCallOptions;
+}
+
+/**
+ * How a door asks `embed.batch` to serve. The OpenAI door (`POST /v1/embeddings`) sets these: its
+ * clients send up to 2,048 inputs in one call, expect one answer, and have no `request_key`.
+ */
+export interface EmbedCallOptions {
+  /**
+   * Serve the batch as consecutive inline chunks — each within `inline.max_items`,
+   * `inline.byte_budget` and `inline.max_tokens`, each admitted on the model's interactive lane
+   * exactly as an inline request is (its own `deadline_ms` and `max_queue_ms`) — instead of a
+   * durable job or a refusal, up to this many items. Queries and other inline requests take
+   * their turn between chunks. Ignored when the call has a `request_key`.
+   */
+  inlineChunksUpTo?: number;
+  /**
+   * Refuse with `invalid_request` naming `dimensions` unless the model's vectors are this wide
+   * (OpenAI's `dimensions`; Synapse never shortens or projects vectors).
+   */
+  requiredDims?: number;
+  /**
+   * Stop at the first refused item (its texts are checked before any engine work; later chunks
+   * are not run) and answer what was refused: the caller refuses the whole request anyway.
+   */
+  allOrNothing?: boolean;
 }

@@ -35,7 +35,7 @@ import {
   wireToError,
 } from "./_embedding.ts";
 import { utf8Length } from "./_text.ts";
-import type { CallOptions, OpContext } from "./context.ts";
+import type { CallOptions, EmbedCallOptions, OpContext } from "./context.ts";
 import { resolveModel } from "./_resolve_model.ts";
 
 export type { EmbedItem, EmbedVector, ItemError, TruncationDisclosure };
@@ -123,7 +123,7 @@ export async function embedBatch(
  * @param ctx Module context.
  * @param p Validated common params.
  * @param items Items, ids unique.
- * @param options The caller's signal.
+ * @param options The caller's signal; a door's `embed` options (inline chunks, required dims).
  * @param requestKey Turns an over-limit batch into a durable job.
  * @throws {SynapseError} request-level refusals; item-level ones land in `item_errors`.
  */
@@ -138,6 +138,11 @@ export async function embedItems(
   checkItems(items);
   const model = resolveModel(ctx, requestedModel(p), "embed");
   checkFingerprint(model, p);
+  checkDims(model, options.embed?.requiredDims);
+  const chunksUpTo = requestKey === undefined ? options.embed?.inlineChunksUpTo : undefined;
+  if (chunksUpTo !== undefined) {
+    return await embedInChunks(ctx, model, p, items, chunksUpTo, options);
+  }
   const truncate = p.truncate ?? false;
   let bytes = 0;
   for (const it of items) bytes += utf8Length(it.text);
@@ -229,20 +234,58 @@ function assemble(
   errors: (ItemError | undefined)[],
   out: LaneBatchResult,
 ): EmbedResult {
-  const vectors: EmbedVector[] = [];
-  const counts: number[] = [];
-  const disclosures: TruncationDisclosure[] = [];
+  const served = newServed();
+  collectRows(model, prepared, out, served, (e) => errors[e.index] = e);
+  return buildResult(
+    ctx,
+    model,
+    served,
+    errors.filter((e): e is ItemError => e !== undefined),
+    out.queueTimeMs,
+    out.inferenceMs,
+  );
+}
+
+/** Served items, in request order. */
+interface Served {
+  vectors: EmbedVector[];
+  counts: number[];
+  disclosures: TruncationDisclosure[];
+}
+
+function newServed(): Served {
+  return { vectors: [], counts: [], disclosures: [] };
+}
+
+/** Adds a lane run's rows to `served`; a row the lane could not serve goes to `onError`. */
+function collectRows(
+  model: ReadyModel,
+  prepared: readonly PreparedItem[],
+  out: LaneBatchResult,
+  served: Served,
+  onError: (e: ItemError) => void,
+): void {
   prepared.forEach((x, k) => {
     const row = out.rows[k]!;
     if (row.kind !== "ok") {
-      errors[x.index] = rowError(model, x, row);
+      onError(rowError(model, x, row));
       return;
     }
     const line = vectorLine(model, x, row.values);
-    vectors.push(line.vector);
-    counts.push(line.count);
-    disclosures.push(line.disclosure);
+    served.vectors.push(line.vector);
+    served.counts.push(line.count);
+    served.disclosures.push(line.disclosure);
   });
+}
+
+function buildResult(
+  ctx: OpContext,
+  model: ReadyModel,
+  served: Served,
+  errors: ItemError[],
+  queueTimeMs: number,
+  inferenceMs: number,
+): EmbedResult {
   const result: EmbedResult = {
     ...buildEnvelope({
       fingerprint: model.fingerprint,
@@ -253,15 +296,157 @@ function assemble(
       modelId: model.modelId,
       testModel: model.testModel,
     }),
-    vectors,
-    real_token_counts: counts,
-    truncation_disclosures: disclosures,
-    queue_time_ms: out.queueTimeMs,
-    inference_time_ms: Math.round(out.inferenceMs * 1000) / 1000,
+    vectors: served.vectors,
+    real_token_counts: served.counts,
+    truncation_disclosures: served.disclosures,
+    queue_time_ms: queueTimeMs,
+    inference_time_ms: Math.round(inferenceMs * 1000) / 1000,
   };
-  const errs = errors.filter((e): e is ItemError => e !== undefined).sort((a, b) =>
-    a.index - b.index
-  );
+  const errs = [...errors].sort((a, b) => a.index - b.index);
   if (errs.length > 0) result.item_errors = errs;
   return result;
+}
+
+/**
+ * A batch served as inline chunks ({@link EmbedCallOptions.inlineChunksUpTo}): cut into chunks
+ * within `inline.max_items` and `inline.byte_budget`; each chunk is admitted on the interactive
+ * lane like an inline request, tokenized, and run in groups within `inline.max_tokens`. Chunks
+ * run one after another, so other requests take their turn between them; no job is made.
+ *
+ * @throws {SynapseError} semantic `invalid_request` `{field: "items", reason: "too_many_items"}`
+ *   over `upTo` items; the first chunk refusal (`queue_full`, `deadline_exceeded` …) for the whole
+ *   batch.
+ */
+async function embedInChunks(
+  ctx: OpContext,
+  model: ReadyModel,
+  p: CommonParams,
+  items: EmbedItem[],
+  upTo: number,
+  options: CallOptions,
+): Promise<EmbedResult> {
+  if (items.length > upTo) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot embed ${items.length} items in one call: at most ${upTo} are served inline in chunks; split them over several calls, or run them as one durable job (embed.batch with a request_key)`,
+      { details: { field: "items", reason: "too_many_items", items: items.length, max: upTo } },
+    );
+  }
+  const limits = ctx.config.inline;
+  const embed: EmbedCallOptions = options.embed ?? {};
+  const signal = options.signal;
+  const truncate = p.truncate ?? false;
+  const checked = checkItemTexts(items);
+  const errors: ItemError[] = checked.filter((e): e is ItemError => e !== undefined);
+  const served = newServed();
+  let queueMs = 0;
+  let inferenceMs = 0;
+  const done = () => buildResult(ctx, model, served, errors, queueMs, inferenceMs);
+  if (embed.allOrNothing && errors.length > 0) return done();
+  for (const [a, b, bytes] of inlineChunks(items, limits.max_items, limits.byte_budget)) {
+    signal?.throwIfAborted();
+    using permit = model.interactive.admit({
+      bytes,
+      deadlineMs: p.deadline_ms ?? limits.deadline_ms,
+      maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
+    });
+    const chunk = await prepareItems(ctx.tokenizers, model, items.slice(a, b), {
+      truncate,
+      offset: a,
+      checked: checked.slice(a, b),
+      ...(signal === undefined ? {} : { signal }),
+    });
+    for (let i = 0; i < b - a; i++) {
+      const e = chunk.errors[i];
+      if (e !== undefined && checked[a + i] === undefined) errors.push(e);
+    }
+    if (embed.allOrNothing && errors.length > 0) return done();
+    const groups = tokenGroups(chunk.prepared, limits.max_tokens);
+    ctx.log("debug", "synapse.ops", "embed chunk", {
+      model: model.modelId,
+      from: a,
+      items: b - a,
+      bytes,
+      tokens: chunk.tokens,
+      groups: groups.length,
+    });
+    for (const group of groups) {
+      const out = await model.interactive.run(
+        { kind: "embed", rows: group.map((x) => x.seq) },
+        { permit, ...(signal === undefined ? {} : { signal }), label: "embed" },
+      );
+      queueMs += out.queueTimeMs;
+      inferenceMs += out.inferenceMs;
+      collectRows(model, group, out, served, (e) => errors.push(e));
+      if (embed.allOrNothing && errors.length > 0) return done();
+    }
+  }
+  return done();
+}
+
+/**
+ * Cuts items into consecutive chunks of at most `maxItems` items and `byteBudget` UTF-8 bytes (an
+ * item over the budget alone is a chunk of its own; admission decides it).
+ *
+ * @returns `[from, to, bytes]` per chunk, `to` exclusive.
+ */
+export function inlineChunks(
+  items: readonly EmbedItem[],
+  maxItems: number,
+  byteBudget: number,
+): [number, number, number][] {
+  const chunks: [number, number, number][] = [];
+  let from = 0;
+  let bytes = 0;
+  for (let i = 0; i < items.length; i++) {
+    const n = utf8Length(items[i]!.text);
+    if (i > from && (i - from >= maxItems || bytes + n > byteBudget)) {
+      chunks.push([from, i, bytes]);
+      from = i;
+      bytes = 0;
+    }
+    bytes += n;
+  }
+  if (items.length > from) chunks.push([from, items.length, bytes]);
+  return chunks;
+}
+
+/**
+ * Groups prepared items in order so each group's effective tokens stay within `maxTokens` (an
+ * item over it alone is a group of its own).
+ */
+export function tokenGroups(
+  prepared: readonly PreparedItem[],
+  maxTokens: number,
+): PreparedItem[][] {
+  const groups: PreparedItem[][] = [];
+  let group: PreparedItem[] = [];
+  let tokens = 0;
+  for (const x of prepared) {
+    const n = x.seq.effectiveTokens;
+    if (group.length > 0 && tokens + n > maxTokens) {
+      groups.push(group);
+      group = [];
+      tokens = 0;
+    }
+    group.push(x);
+    tokens += n;
+  }
+  if (group.length > 0) groups.push(group);
+  return groups;
+}
+
+/**
+ * Refuses a request whose required vector width differs from the model's.
+ *
+ * @throws {SynapseError} semantic `invalid_request` `{field: "dimensions", dims, dimensions}`.
+ */
+function checkDims(model: ReadyModel, dimensions: number | undefined): void {
+  if (dimensions !== undefined && dimensions !== model.dims) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot embed with dimensions ${dimensions}: model '${model.modelId}' produces ${model.dims}-dimensional vectors, and Synapse never shortens or projects vectors; omit dimensions or give ${model.dims}`,
+      { details: { field: "dimensions", dims: model.dims, dimensions, model_id: model.modelId } },
+    );
+  }
 }

@@ -242,6 +242,14 @@ async function runEmbedJob(
         { kind: "embed", rows: slice.map((x) => x.seq) },
         { label: `${jobId}@${start}` },
       );
+      ctx.log("debug", "synapse.jobs", "job quantum", {
+        job: jobId,
+        from: start,
+        rows: slice.length,
+        tokens: lengths.slice(start, end).reduce((a, b) => a + b, 0),
+        queue_ms: out.queueTimeMs,
+        inference_ms: Math.round(out.inferenceMs * 1000) / 1000,
+      });
       slice.forEach((x, k) => {
         const row = out.rows[k]!;
         if (row.kind !== "ok") {
@@ -255,8 +263,20 @@ async function runEmbedJob(
     }
     commit();
     store.finish(jobId, "done");
+    ctx.log("info", "synapse.jobs", "job done", {
+      job: jobId,
+      model: req.model.modelId,
+      items: req.items.length,
+      pages: pageNo,
+    });
   } catch (err) {
     const e = asOperationError(err, ctx, `job ${jobId}`);
+    ctx.log(e.errorClass === "transient" ? "warn" : "error", "synapse.jobs", "job failed", {
+      job: jobId,
+      model: req.model.modelId,
+      items: req.items.length,
+      outcome: e.code,
+    });
     try {
       commit();
     } catch { /* keep the pages already committed */ }

@@ -1,5 +1,7 @@
 /**
- * `models.list` (contract.md §1): every model with its state, fingerprint and limits.
+ * `models.list` (contract.md §1): every model with its state, fingerprint and limits. A row's
+ * `state`, `state_reason` and `serving_admission` come from {@link modelStatus}, the one status
+ * function `/health` prints too.
  *
  * @module
  */
@@ -9,11 +11,16 @@ import type { LaneStatusRow } from "../models/lane_status.ts";
 import type { OpContext } from "./context.ts";
 import { servedByTask } from "./_resolve_model.ts";
 import type { InlineConfig } from "../config/types.ts";
+import { modelStatus } from "./status.ts";
+import type { ModelServingState, StateReason } from "./status.ts";
 
 /** One row of `models.list`. */
 export interface ModelRow {
   model_id: string;
-  state: "loading" | "ready" | "failed";
+  /** What a request for the model gets now ({@link modelStatus}). */
+  state: ModelServingState;
+  /** Why the model is not `ready`: `{reason, code?, message, details?}`. */
+  state_reason?: StateReason;
   task: "embed" | "rerank" | "generate";
   engine: string;
   fingerprints: string[];
@@ -25,9 +32,12 @@ export interface ModelRow {
   dtype: string;
   device_class: "cpu" | "cuda" | "metal" | "vulkan";
   certified: false;
-  /** `quarantined` when the model's worker broke its crash budget. */
-  serving_admission?: "serving" | "quarantined";
-  /** Why it is quarantined: `{reason, message, since_ms, crashes}`. */
+  /**
+   * `quarantined` when the model's worker broke its crash budget, `unresponsive` when it is busy
+   * past its request timeout; `serving` otherwise (worker-backed models).
+   */
+  serving_admission?: "serving" | "quarantined" | "unresponsive";
+  /** Why: `{reason: "worker_quarantined", message, since_ms, crashes}` or `{reason: "worker_busy", busy_ms, threshold_ms}`. */
   serving_admission_reason?: Record<string, unknown>;
   /** Worker supervision of a worker-backed model. */
   worker?: Record<string, unknown>;
@@ -56,11 +66,13 @@ export interface ModelsListResult {
 }
 
 /** Builds one row. */
-export function modelRow(m: ModelEntry): ModelRow {
+export function modelRow(m: ModelEntry, now: number = Date.now()): ModelRow {
   const r = m.ready;
+  const status = modelStatus(m, now);
   const row: ModelRow = {
     model_id: m.modelId,
-    state: m.state,
+    state: status.state,
+    ...(status.state_reason === undefined ? {} : { state_reason: status.state_reason }),
     task: m.task,
     engine: m.engine,
     fingerprints: r ? [r.fingerprint] : [],
@@ -78,10 +90,10 @@ export function modelRow(m: ModelEntry): ModelRow {
     certified: false,
   };
   const health = r?.interactive.engine.health();
-  if (health?.worker !== undefined) {
-    row.worker = { ...health.worker };
-    row.serving_admission = health.quarantine ? "quarantined" : "serving";
-    if (health.quarantine) row.serving_admission_reason = { ...health.quarantine };
+  if (health?.worker !== undefined) row.worker = { ...health.worker };
+  if (status.serving_admission !== undefined) row.serving_admission = status.serving_admission;
+  if (status.serving_admission_reason !== undefined) {
+    row.serving_admission_reason = status.serving_admission_reason;
   }
   if (r) row.numeric_profile_id = r.numericProfileId;
   if (r) row.dims = r.dims;
@@ -114,7 +126,7 @@ export function modelsList(ctx: OpContext, rawParams: unknown): ModelsListResult
   return {
     module_generation: ctx.moduleGeneration,
     table_epoch: ctx.tableEpoch(),
-    models: ctx.registry.list().map(modelRow),
+    models: ctx.registry.list().map((m) => modelRow(m, ctx.now())),
     alias_rows: [],
     served_by: servedByTask(ctx),
     default_test_models: ctx.config.preload_models.length === 0,

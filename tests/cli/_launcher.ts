@@ -102,22 +102,31 @@ export async function serve(home: Home): Promise<Served> {
     stdout: "piped",
     stderr: "piped",
   }).spawn();
-  const stderr = new Response(child.stderr).text();
-  const lines = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  // "listening on …" comes on stderr, with the log; stdout is kept drained.
+  const stdout = new Response(child.stdout).text();
+  const lines = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let seen = "";
+  const rest = async (): Promise<string> => {
+    for (;;) {
+      const { done, value } = await lines.read();
+      if (done) return seen;
+      seen += value;
+    }
+  };
   let stopped: Promise<{ code: number; stderr: string }> | undefined;
+  let drained: Promise<string> | undefined;
   const stop = (): Promise<{ code: number; stderr: string }> => {
     stopped ??= (async () => {
       try {
         child.kill("SIGTERM");
       } catch { /* already gone */ }
       const status = await child.status;
-      await lines.cancel();
-      return { code: status.code, stderr: await stderr };
+      await stdout;
+      return { code: status.code, stderr: await (drained ??= rest()) };
     })();
     return stopped;
   };
   try {
-    let seen = "";
     let url: string | undefined;
     const deadline = Date.now() + 300_000; // a hang guard, not a speed limit
     while (url === undefined && Date.now() < deadline) {
@@ -126,7 +135,9 @@ export async function serve(home: Home): Promise<Served> {
       seen += value;
       url = /listening on (http:\/\/127\.0\.0\.1:\d+)\n/.exec(seen)?.[1];
     }
-    assert.ok(url, `no 'listening on' line; stdout: ${seen}`);
+    assert.ok(url, `no 'listening on' line; stderr: ${seen}`);
+    // Keep reading stderr (the request log) so the child never blocks on a full pipe.
+    drained = rest();
     for (;;) {
       const body: { status: string } = await (await fetch(`${url}/health`)).json();
       if (body.status === "ok") break;

@@ -106,10 +106,12 @@ Deno.test("ck-synapse serve --http 127.0.0.1:0 answers embed --url, then stops c
     stdout: "piped",
     stderr: "piped",
   }).spawn();
-  const stderr = new Response(child.stderr).text();
-  const lines = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  // "listening on …" comes on stderr, with the log; stdout stays empty.
+  const stdout = new Response(child.stdout).text();
+  const lines = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let seen = "";
+  let drained: Promise<void> | undefined;
   try {
-    let seen = "";
     let url: string | undefined;
     const deadline = Date.now() + 300_000; // a hang guard, not a speed limit
     while (url === undefined && Date.now() < deadline) {
@@ -118,7 +120,14 @@ Deno.test("ck-synapse serve --http 127.0.0.1:0 answers embed --url, then stops c
       seen += value;
       url = /listening on (http:\/\/127\.0\.0\.1:\d+)\n/.exec(seen)?.[1];
     }
-    assert.ok(url, `no 'listening on' line; stdout: ${seen}`);
+    assert.ok(url, `no 'listening on' line; stderr: ${seen}`);
+    drained = (async () => {
+      for (;;) {
+        const { done, value } = await lines.read();
+        if (done) return;
+        seen += value;
+      }
+    })();
     // The socket is bound before the models are ready (they answer model_loading meanwhile).
     for (;;) {
       const health: Response = await fetch(`${url}/health`);
@@ -150,11 +159,12 @@ Deno.test("ck-synapse serve --http 127.0.0.1:0 answers embed --url, then stops c
   } finally {
     child.kill("SIGTERM");
     const status = await child.status;
-    await lines.cancel();
-    const err = await stderr;
+    await (drained ?? lines.cancel());
+    const out = await stdout;
     await Deno.remove(dir, { recursive: true });
-    assert.equal(status.code, 0, err);
-    assert.match(err, /shutting down/);
+    assert.equal(status.code, 0, seen);
+    assert.match(seen, /shutting down/);
+    assert.equal(out, "");
   }
 });
 

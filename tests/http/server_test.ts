@@ -36,10 +36,11 @@ function fakeBackend(
   models: { modelId: string; state: string; testModel?: boolean }[],
   outcome?: OpOutcome,
 ): HttpBackend {
+  const entries = models.map((m) => ({ task: "embed", loadAttempts: 1, ...m }));
   return {
     call: () => Promise.resolve(outcome!),
     context: {},
-    registry: { list: () => models },
+    registry: { list: () => entries },
     disposed: false,
     moduleGeneration: 7,
   } as unknown as HttpBackend;
@@ -86,18 +87,29 @@ Deno.test("serveHttp() refuses to bind a non-loopback hostname", () => {
 });
 
 Deno.test("serveHttp() answers /health 503 loading while no model is ready, degraded when one failed", async () => {
-  const cases: [{ modelId: string; state: string }[], number, string][] = [
-    [[{ modelId: "a", state: "loading" }], 503, "loading"],
-    [[{ modelId: "a", state: "ready" }, { modelId: "b", state: "failed" }], 200, "degraded"],
-    [[{ modelId: "a", state: "failed" }], 503, "unavailable"],
+  const cases: [{ modelId: string; state: string }[], number, string, string][] = [
+    [
+      [{ modelId: "a", state: "loading" }],
+      503,
+      "loading",
+      "no model is ready: 'a' loading (model_loading)",
+    ],
+    [
+      [{ modelId: "a", state: "ready" }, { modelId: "b", state: "failed" }],
+      200,
+      "degraded",
+      "1 of 2 models not ready: 'b' failed",
+    ],
+    [[{ modelId: "a", state: "failed" }], 503, "unavailable", "no model is ready: 'a' failed"],
   ];
-  for (const [models, status, word] of cases) {
+  for (const [models, status, word, reason] of cases) {
     const server = serveHttp(fakeBackend(models), {});
     try {
       const res = await fetch(`http://127.0.0.1:${server.port}/health`);
       assert.equal(res.status, status);
       const body = await json(res);
       assert.equal(body.status, word);
+      assert.equal(body.reason, reason);
       assert.equal(body.module_generation, 7);
     } finally {
       await server.shutdown();
@@ -181,8 +193,8 @@ Deno.test("serveHttp() over a real instance", async (t) => {
       version: SYNAPSE_VERSION,
       module_generation: s.t.syn.moduleGeneration,
       models: [
-        { model_id: "synapse-tiny-embed", state: "ready", test_model: true },
-        { model_id: "synapse-tiny-rerank", state: "ready", test_model: true },
+        { model_id: "synapse-tiny-embed", task: "embed", state: "ready", test_model: true },
+        { model_id: "synapse-tiny-rerank", task: "rerank", state: "ready", test_model: true },
       ],
     });
   });

@@ -24,20 +24,15 @@ async function startServer(env: Record<string, string>): Promise<Server> {
     stdout: "piped",
     stderr: "piped",
   }).spawn();
-  // Kept for the failure message (a server that exits says why on stderr).
-  let stderr = "";
-  void (async () => {
-    for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
-      stderr = (stderr + chunk).slice(-4096);
-    }
-  })();
-  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  // "listening on …" comes on stderr, with the log; stdout is kept drained.
+  void child.stdout.pipeTo(new WritableStream());
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
   while (true) {
     const { value, done } = await reader.read();
     if (done) {
       const st = await child.status;
-      throw new Error(`server exited before listening (${st.code}): ${buf}\n${stderr}`);
+      throw new Error(`server exited before listening (${st.code}): ${buf}`);
     }
     buf += value;
     const m = buf.match(/listening on (http:\/\/\S+)/);

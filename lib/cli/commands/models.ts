@@ -16,8 +16,9 @@ import { servedBy } from "../_served_by.ts";
 
 const USAGE = `usage: ck-synapse models list [--json] [--url URL]
 
-Lists the models with their task, state, dims and fingerprint, then which model serves each task
-when a request names none (and why none does); --json prints the whole models.list result.
+Lists the models with their task, state, dims and fingerprint, why a model is not ready (the
+same state and reason as GET /health), then which model serves each task when a request names
+none (and why none does); --json prints the whole models.list result.
 
   --json        print the result (or the error) as JSON
   --url URL     call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL, else
@@ -31,7 +32,8 @@ interface ModelsPrintable {
     dims?: number;
     fingerprints: string[];
     test_model?: boolean;
-    error?: { code: string; message: string };
+    /** Why the model is not ready (lib/ops/status.ts, the state and reason /health prints). */
+    state_reason?: { reason: string; code?: string; message: string };
   }[];
   served_by?: Record<string, string | null>;
   default_test_models?: boolean;
@@ -67,7 +69,9 @@ async function runModels(args: string[], io: CliIO): Promise<number> {
       m.state,
       m.dims === undefined ? "-" : String(m.dims),
       (m.fingerprints[0] ?? "-") + (m.test_model ? "  (test model)" : "") +
-      (m.error ? `  ${m.error.code}: ${m.error.message}` : ""),
+      (m.state_reason
+        ? `  ${m.state_reason.code ?? m.state_reason.reason}: ${m.state_reason.message}`
+        : ""),
     ]);
     const header = ["MODEL", "TASK", "STATE", "DIMS", "FINGERPRINT"];
     const widths = header.map((h, c) => Math.max(h.length, ...rows.map((r) => r[c]!.length)));

@@ -13,8 +13,10 @@ import type { CliIO, Command } from "../_command.ts";
 const USAGE = `usage: ck-synapse serve --http HOST:PORT [--json]
 
 Serves the operations over HTTP on a loopback address (127.0.0.1, [::1], localhost):
-POST /v1/ops/<method>, POST /v1/embeddings (OpenAI shape), GET /health. PORT 0 picks a free
-port. Prints "listening on http://HOST:PORT" once bound, and runs until SIGINT or SIGTERM.
+POST /v1/ops/<method>, POST /v1/embeddings and GET /v1/models (OpenAI shape), GET /health.
+PORT 0 picks a free port. Binds before it starts (a port in use fails at once, naming it),
+prints "listening on http://HOST:PORT" on stderr once it serves, logs one line per request
+(CK_LOG=info; debug, warn, error, off), and runs until SIGINT or SIGTERM.
 
 Before that line it records its address beside its singleton lease (a 0600 file in the data
 home), so other ck-synapse commands of this user and data home talk to it without --url; the
@@ -67,11 +69,19 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   }
   if (values.http === undefined) throw new UsageError("Cannot serve: give --http HOST:PORT");
   const { hostname, port } = parseHostPort(values.http);
-  const [{ createSynapse }, { serveHttp }] = await Promise.all([
+  const [{ createSynapse }, { bindHttp }] = await Promise.all([
     import("../../synapse.ts"),
     import("../../http/server.ts"),
   ]);
-  const synapse = await createSynapse({ ...io.synapseOptions, waitForModels: false });
+  // Bind first: an address in use is refused at once, naming it, before a store is opened.
+  const server = bindHttp({ hostname, port });
+  let synapse: Awaited<ReturnType<typeof createSynapse>>;
+  try {
+    synapse = await createSynapse({ ...io.synapseOptions, waitForModels: false });
+  } catch (err) {
+    await server.shutdown();
+    throw err;
+  }
   // A long-running server sweeps expired jobs and pages (contract.md §8 retention).
   synapse.startSweeper();
   const stop = new AbortController();
@@ -79,29 +89,26 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   let recorded: Promise<boolean> = Promise.resolve(false);
   const signals: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"];
   try {
-    const server = serveHttp(synapse, {
-      hostname,
-      port,
-      onListen: function announce(addr): void {
-        const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
-        const url = `http://${host}:${addr.port}`;
-        // The line comes once the record is written: whoever waits for it can rely on other
-        // commands finding this server.
-        recorded = synapse.recordServerAddress(url).then(
-          () => true,
-          (err) => {
-            io.err(
-              `warning: cannot record the server address beside the lease (${
-                (err as Error).message
-              }); other commands need --url ${url}`,
-            );
-            return false;
-          },
-        ).then((ok) => {
-          io.out(values.json ? JSON.stringify({ url, pid: Deno.pid }) : `listening on ${url}`);
-          return ok;
-        });
+    server.attach(synapse);
+    const host = server.hostname.includes(":") ? `[${server.hostname}]` : server.hostname;
+    const url = `http://${host}:${server.port}`;
+    // The line comes once the record is written: whoever waits for it can rely on other
+    // commands finding this server. The line goes to stderr, with the log (stdout stays free
+    // for output a caller parses); --json prints {url, pid} on stdout.
+    recorded = synapse.recordServerAddress(url).then(
+      () => true,
+      (err) => {
+        io.err(
+          `warning: cannot record the server address beside the lease (${
+            (err as Error).message
+          }); other commands need --url ${url}`,
+        );
+        return false;
       },
+    ).then((ok) => {
+      if (values.json) io.out(JSON.stringify({ url, pid: Deno.pid }));
+      else io.err(`listening on ${url}`);
+      return ok;
     });
     for (const s of signals) Deno.addSignalListener(s, onSignal);
     io.signal?.addEventListener("abort", onSignal, { once: true });
@@ -133,6 +140,7 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
     for (const s of signals) Deno.removeSignalListener(s, onSignal);
     io.signal?.removeEventListener("abort", onSignal);
     await recorded;
+    await server.shutdown().catch(() => {});
     await synapse.modelsSettled.catch(() => {});
     await synapse.dispose();
   }

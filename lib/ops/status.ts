@@ -1,0 +1,199 @@
+/**
+ * The one answer to "is this model serving, and if not, why?" and "is the service up?". Every
+ * door prints what this module says — `GET /health`, `models.list` (and through it
+ * `ck-synapse models list` and `GET /v1/models`) — so no two of them can disagree. Read from
+ * cached state only (the registry's entries and each engine's cached health); never an engine
+ * call.
+ *
+ * A model's `state` is what a request for it gets now:
+ *
+ * | state | a request gets | `state_reason.reason` |
+ * |---|---|---|
+ * | `ready` | served | — |
+ * | `loading` | `model_loading` (transient) | `loading`, or `retrying_after_failure` while a failed load waits for its background retry |
+ * | `failed` | the load error (permanent) | `load_failed` |
+ * | `quarantined` | `probe_required` (permanent): its worker broke the crash budget | `worker_quarantined` |
+ * | `unresponsive` | queued behind work that has run past the request timeout without a pause: likely hung (the timeout will restart the worker) | `worker_busy` |
+ *
+ * @module
+ */
+import type { ErrorCode } from "../contract/errors.ts";
+import type { ModelEntry, ModelTask } from "../models/model.ts";
+
+/** What a request for a model gets now (see the module table). */
+export type ModelServingState = "loading" | "ready" | "failed" | "quarantined" | "unresponsive";
+
+/** Why a model is not `ready`. */
+export interface StateReason {
+  /** One word: `loading`, `retrying_after_failure`, `load_failed`, `worker_quarantined`, `worker_busy`. */
+  reason:
+    | "loading"
+    | "retrying_after_failure"
+    | "load_failed"
+    | "worker_quarantined"
+    | "worker_busy";
+  /** The stable code a request for the model is refused with now; absent when it is queued. */
+  code?: ErrorCode;
+  /** One line for people, naming the model. */
+  message: string;
+  /** Facts: `attempt`, `retry_in_ms`, `last_error`, `crashes`, `since_ms`, `busy_ms`, `threshold_ms` … */
+  details?: Record<string, unknown>;
+}
+
+/** The status of one model, as every door prints it. */
+export interface ModelStatus {
+  model_id: string;
+  task: ModelTask;
+  state: ModelServingState;
+  /** Present whenever `state` is not `ready`. */
+  state_reason?: StateReason;
+  /**
+   * The worker's admission (contract.md §1 `serving_admission`): `serving`, `quarantined`
+   * (past its crash budget) or `unresponsive` (busy past the request timeout). Present for
+   * worker-backed models, and for any model that is quarantined or unresponsive.
+   */
+  serving_admission?: "serving" | "quarantined" | "unresponsive";
+  /** The quarantine record `{reason, message, since_ms, crashes}`, or `{reason: "worker_busy", busy_ms, threshold_ms}`. */
+  serving_admission_reason?: Record<string, unknown>;
+  /** Present and true for generated test fixtures. */
+  test_model?: true;
+}
+
+/** Overall state of the service. */
+export type ServiceState = "ok" | "degraded" | "loading" | "unavailable";
+
+/** The status of the service and of each model. */
+export interface ServiceStatus {
+  /**
+   * `ok`: every model is ready. `degraded`: one is ready, another is not (failed, loading,
+   * quarantined, unresponsive). `loading`: none is ready and one is loading. `unavailable`:
+   * none is ready or loading, or the instance is shutting down.
+   */
+  status: ServiceState;
+  /** Present unless `ok`: which models are not ready and why, in one line. */
+  reason?: string;
+  models: ModelStatus[];
+}
+
+/**
+ * The status of one model: its registry state, refined by its engine's cached health.
+ *
+ * @param m The registry entry.
+ * @param now Wall clock in ms (for `retry_in_ms`). @default Date.now()
+ * @returns State, reason and the worker's admission.
+ */
+export function modelStatus(m: ModelEntry, now: number = Date.now()): ModelStatus {
+  const status: ModelStatus = { model_id: m.modelId, task: m.task, state: m.state };
+  if (m.testModel) status.test_model = true;
+  if (m.state === "loading") {
+    status.state_reason = {
+      reason: "loading",
+      code: "model_loading",
+      message: `Model '${m.modelId}' is loading (attempt ${m.loadAttempts})`,
+      details: { attempt: m.loadAttempts },
+    };
+    return status;
+  }
+  if (m.state === "failed") {
+    const e = m.error;
+    if (m.retryAtMs !== undefined) {
+      // Answered model_loading while the background retry is due (the registry's resolve()).
+      status.state = "loading";
+      status.state_reason = {
+        reason: "retrying_after_failure",
+        code: "model_loading",
+        message: `Model '${m.modelId}' failed to load (${
+          e?.message ?? "no error recorded"
+        }); loading again in the background`,
+        details: {
+          attempt: m.loadAttempts,
+          retry_in_ms: Math.max(0, Math.round(m.retryAtMs - now)),
+          ...(e ? { last_error: { code: e.code, message: e.message } } : {}),
+        },
+      };
+      return status;
+    }
+    status.state_reason = {
+      reason: "load_failed",
+      ...(e ? { code: e.code } : {}),
+      message: e?.message ?? `Model '${m.modelId}' failed to load`,
+      ...(e?.details === undefined ? {} : { details: { ...e.details } }),
+    };
+    return status;
+  }
+  const h = m.ready?.interactive.engine.health();
+  if (h === undefined) return status;
+  if (h.quarantine !== undefined) {
+    const q = h.quarantine;
+    status.state = "quarantined";
+    status.serving_admission = "quarantined";
+    status.serving_admission_reason = { ...q };
+    status.state_reason = {
+      reason: "worker_quarantined",
+      code: "probe_required",
+      message: `Model '${m.modelId}' is quarantined: ${
+        String(q.message ?? "its worker broke its crash budget")
+      }`,
+      details: { ...q },
+    };
+    return status;
+  }
+  if (h.busyMs > h.busyLimitMs) {
+    // Busy past the request timeout without a pause: likely hung (its timeout will restart it).
+    const facts = {
+      reason: "worker_busy",
+      busy_ms: Math.round(h.busyMs),
+      threshold_ms: h.busyLimitMs,
+    };
+    status.state = "unresponsive";
+    status.serving_admission = "unresponsive";
+    status.serving_admission_reason = facts;
+    status.state_reason = {
+      reason: "worker_busy",
+      message:
+        `Model '${m.modelId}' has been busy for ${facts.busy_ms} ms without a pause, past its ${h.busyLimitMs} ms request timeout: its worker may be hung`,
+      details: { busy_ms: facts.busy_ms, threshold_ms: h.busyLimitMs },
+    };
+    return status;
+  }
+  if (h.worker !== undefined) status.serving_admission = "serving";
+  return status;
+}
+
+/**
+ * The status of the service: each model's {@link modelStatus} and the overall state.
+ *
+ * @param models The registry's entries, in load order.
+ * @param options `disposed`: the instance is shutting down; `now`: wall clock in ms.
+ * @returns The overall state, why it is not `ok`, and every model's status.
+ */
+export function serviceStatus(
+  models: readonly ModelEntry[],
+  options: { disposed?: boolean; now?: number } = {},
+): ServiceStatus {
+  const now = options.now ?? Date.now();
+  const rows = models.map((m) => modelStatus(m, now));
+  const notReady = rows.filter((r) => r.state !== "ready");
+  const why = notReady.map((r) => {
+    const code = r.state_reason?.code;
+    return `'${r.model_id}' ${r.state}${code === undefined ? "" : ` (${code})`}`;
+  });
+  let status: ServiceState;
+  let reason: string | undefined;
+  if (options.disposed) {
+    status = "unavailable";
+    reason = "the instance is shutting down";
+  } else if (rows.length === 0) {
+    status = "unavailable";
+    reason = "no model is configured";
+  } else if (notReady.length === 0) {
+    status = "ok";
+  } else if (notReady.length < rows.length) {
+    status = "degraded";
+    reason = `${notReady.length} of ${rows.length} models not ready: ${why.join(", ")}`;
+  } else {
+    status = rows.some((r) => r.state === "loading") ? "loading" : "unavailable";
+    reason = `no model is ready: ${why.join(", ")}`;
+  }
+  return { status, ...(reason === undefined ? {} : { reason }), models: rows };
+}
