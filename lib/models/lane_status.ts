@@ -22,7 +22,8 @@ export interface LaneStatusRow {
   start_delay_p95_ms: Record<string, number>;
   tokens_per_second: Record<string, number>;
   worker?: Record<string, unknown>;
-  serving_admission?: "serving" | "quarantined";
+  /** The model's worker admission, from the one status function (lib/ops/status.ts). */
+  serving_admission?: "serving" | "quarantined" | "unresponsive";
   serving_admission_reason?: Record<string, unknown>;
   models: string[];
 }
@@ -30,7 +31,8 @@ export interface LaneStatusRow {
 /**
  * The row of one scheduler, from its statistics; the per-class figures are keyed `interactive`,
  * `bulk` and `decode`. Engine-specific fields (`task`, `intra_op_threads`, `worker`,
- * `serving_admission`) are left for the caller.
+ * `serving_admission`) are left for the caller; `admission.status` takes `serving_admission`
+ * from the model's status (lib/ops/status.ts), the same as `/health` and `models.list`.
  *
  * @param lane Lane name (`ort-interactive`, `ort-bulk`, `llama-<model id>`).
  * @param engine Engine kind.

@@ -278,8 +278,6 @@ export class ModelRegistry implements AsyncDisposable {
       const h = own.engine.health();
       row.task = own.engine.task;
       if (h.worker !== undefined) row.worker = { ...h.worker };
-      row.serving_admission = h.quarantine ? "quarantined" : "serving";
-      if (h.quarantine) row.serving_admission_reason = h.quarantine;
       rows.push(row);
     }
     return rows;

@@ -164,6 +164,19 @@ export function admissionStatus(ctx: OpContext, rawParams: unknown): AdmissionSt
   const a = ctx.admission;
   const inFlight = a.inFlight;
   const lanes = ctx.registry.laneStatus();
+  // A worker lane's admission is its model's, from the one status function (as /health and
+  // models.list print it), never worked out a second time here.
+  const entries = new Map(ctx.registry.list().map((m) => [m.modelId, m]));
+  for (const row of lanes) {
+    if (row.worker === undefined || row.models.length !== 1) continue;
+    const entry = entries.get(row.models[0]!);
+    if (entry === undefined) continue;
+    const status = modelStatus(entry);
+    if (status.serving_admission !== undefined) row.serving_admission = status.serving_admission;
+    if (status.serving_admission_reason !== undefined) {
+      row.serving_admission_reason = status.serving_admission_reason;
+    }
+  }
   const counters = ctx.jobs.store.counters();
   const depth = (cls: "interactive" | "bulk" | "control"): number =>
     lanes.reduce((n, l) => n + l.depths[cls], 0);

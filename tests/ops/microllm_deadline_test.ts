@@ -115,6 +115,11 @@ Deno.test("microllm.oneshot answers deadline_exceeded at its deadline while a hu
     assert.equal(row.serving_admission, "unresponsive");
     assert.equal(row.serving_admission_reason.reason, "worker_busy");
     assert.ok(row.serving_admission_reason.busy_ms > 1000);
+    // admission.status's lane row says the same: one status function, not a second copy.
+    const lanes = resultOf(await syn.call("admission.status", {})).lanes;
+    const lane = lanes.find((l: { models: string[] }) => l.models.includes("gen"));
+    assert.equal(lane.serving_admission, "unresponsive", JSON.stringify(lane));
+    assert.equal(lane.serving_admission_reason.reason, "worker_busy");
   } finally {
     await server.shutdown();
     // Disposing kills the hung worker (a SHUTDOWN it never reads, then the kill): it returns.
