@@ -15,8 +15,9 @@ import { invalidRequest } from "./errors.ts";
  *   number or a boolean, so `7` cannot become `"7"` and clash with a real `"7"` — of well-formed
  *   Unicode (a lone UTF-16 surrogate, half of a cut emoji, is refused, never echoed back and never
  *   turned into U+FFFD, which would let two different keys share a job: field report F17), at
- *   most {@link NAME_MAX_CHARS} UTF-16 code units ({@link REQUEST_KEY_MAX_CHARS} for a
- *   request_key).
+ *   most {@link NAME_MAX_CHARS} UTF-16 code units (a request_key: at most
+ *   {@link REQUEST_KEY_MAX_BYTES} UTF-8 bytes, the job store's own limit, so a key the door takes
+ *   is never refused later when its batch becomes a job).
  * - A **text** the model reads (a batch item's text, a query, a candidate, a prompt) is a JSON
  *   string; its content (empty, whitespace-only, lone surrogates) is checked by the operation,
  *   so one bad item of a batch is an `item_errors` entry and the rest is served.
@@ -26,8 +27,10 @@ import { invalidRequest } from "./errors.ts";
  * A refusal is a permanent channel `invalid_request` naming the field path (`items.3.id`).
  */
 export const NAME_MAX_CHARS = 256;
-/** Longest `request_key`, in UTF-16 code units (a client may key by a path or a URL). */
-export const REQUEST_KEY_MAX_CHARS = 1024;
+const utf8 = new TextEncoder();
+
+/** Longest `request_key`, in UTF-8 bytes (the job store keys jobs by it). */
+export const REQUEST_KEY_MAX_BYTES = 256;
 /** Longest GBNF grammar, in UTF-16 code units (64 Ki). */
 export const GRAMMAR_MAX_CHARS = 65_536;
 
@@ -96,7 +99,15 @@ export const EmbedBatchParams = z.strictObject({
   items: z.array(item).optional(),
   texts: z.array(z.string()).optional(),
   /** Empty means none (an inline batch); a job needs a non-empty one (contract.md §1). */
-  request_key: wellFormedName(REQUEST_KEY_MAX_CHARS, 0).optional(),
+  request_key: z.string()
+    .refine((s) => s.isWellFormed(), {
+      message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
+      abort: true,
+    })
+    .refine((s) => utf8.encode(s).byteLength <= REQUEST_KEY_MAX_BYTES, {
+      message: `is longer than ${REQUEST_KEY_MAX_BYTES} UTF-8 bytes`,
+    })
+    .optional(),
   input_type: z.enum(["query", "document"]).optional(),
 });
 export type EmbedBatchParams = z.infer<typeof EmbedBatchParams>;

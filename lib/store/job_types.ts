@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { REQUEST_KEY_MAX_BYTES } from "../contract/schemas.ts";
 
 import type { WireError } from "../contract/errors.ts";
 
@@ -19,8 +20,8 @@ export type JobState =
 /** Terminal states: the job will not change again (until it is swept). */
 export type TerminalJobState = "done" | "failed_transient" | "failed_permanent";
 
-/** Longest `request_key`, in UTF-8 bytes. */
-export const MAX_REQUEST_KEY_BYTES = 256;
+/** Longest `request_key`, in UTF-8 bytes: the door's own limit (lib/contract/schemas.ts). */
+export const MAX_REQUEST_KEY_BYTES = REQUEST_KEY_MAX_BYTES;
 
 /** A row of `jobs`, with the JSON columns parsed. Times are unix milliseconds. */
 export interface JobRow {

@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { channelError, resultOf, startSynapse } from "../_helpers.ts";
-import { NAME_MAX_CHARS, REQUEST_KEY_MAX_CHARS } from "../../lib/contract/schemas.ts";
+import { NAME_MAX_CHARS, REQUEST_KEY_MAX_BYTES } from "../../lib/contract/schemas.ts";
 
 const LONE = "\ud83d";
 
@@ -63,9 +63,10 @@ Deno.test("Caller names have exact types and length bounds, refused naming the f
     ["embed.query", { text: "x", model: long }, "model", /longer than 256/],
     [
       "embed.batch",
-      { items: ["x"], request_key: "k".repeat(REQUEST_KEY_MAX_CHARS + 1) },
+      // 86 three-byte characters: 86 code units, 258 UTF-8 bytes (the job store's unit).
+      { items: ["x"], request_key: "€".repeat(Math.ceil((REQUEST_KEY_MAX_BYTES + 1) / 3)) },
       "request_key",
-      /longer than 1024/,
+      /longer than 256 UTF-8 bytes/,
     ],
     ["embed.result", { job_id: long }, "job_id", /longer than 256/],
     ["embed.batch", { items: [{ id: "a", text: 5 }] }, "items.0.text", /expected string/],
