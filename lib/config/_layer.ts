@@ -183,7 +183,6 @@ function preloadEntry(entry: PreloadEntryInput, index: number, source: string): 
     engine: normalizeEngineName(entry.engine),
     pooling: entry.pooling ?? "mean",
     normalize: entry.normalize ?? true,
-    max_tokens: entry.max_tokens ?? (entry.profile === undefined ? 512 : 8192),
   });
 }
 

@@ -61,11 +61,12 @@ export const PreloadModelConfigSchema = z.strictObject({
    */
   normalize: z.boolean(),
   /**
-   * Most tokens per input.
-   *
-   * @default {512, or 8192 when `profile` is set}
+   * Most tokens per input. Absent: 512, or 8192 when `profile` is set (the preload default), or
+   * the model's own limit where that is smaller (an ONNX model's `max_position_embeddings`, a
+   * GGUF lane's context) — a default never makes a model fail to load. A value given here above
+   * the model's limit refuses the load (`artifact_invalid`).
    */
-  max_tokens: positiveInt,
+  max_tokens: positiveInt.optional(),
   /** Quantization, e.g. `q8_0`, `f16`. */
   quant: nonEmpty.optional(),
   /** Model family, e.g. `bert`. */
@@ -332,7 +333,6 @@ export const SynapseConfigSchema = z.strictObject({
 export const PreloadEntrySchema = PreloadModelConfigSchema.partial({
   pooling: true,
   normalize: true,
-  max_tokens: true,
 });
 
 /**

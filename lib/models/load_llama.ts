@@ -206,14 +206,14 @@ export function llamaReadyModel(
 /**
  * The lane limits of a GGUF model: the context is the source's `contextSize`, else the GGUF's
  * `<arch>.context_length` up to {@link LLAMA_CONTEXT_CAP}; `max_tokens` is the source's, else
- * the context. Nothing is clamped: a limit the model cannot run refuses the load.
+ * its default (`maxTokensDefault`) capped at the context, else the context. Nothing is clamped: a limit the model cannot run refuses the load.
  *
  * @throws {SynapseError} `artifact_invalid` with `details.reason` `context_over_model` (a context
  *   size outside [16, context_length]) or `max_tokens_over_context`.
  */
 export function llamaLimits(
   modelId: string,
-  src: Pick<ModelSource, "contextSize" | "maxTokens">,
+  src: Pick<ModelSource, "contextSize" | "maxTokens" | "maxTokensDefault">,
   facts: Pick<GgufFacts, "contextLength">,
 ): { contextSize: number; maxTokens: number } {
   const contextSize = src.contextSize ?? Math.min(facts.contextLength, LLAMA_CONTEXT_CAP);
@@ -231,7 +231,7 @@ export function llamaLimits(
       },
     );
   }
-  const maxTokens = src.maxTokens ?? contextSize;
+  const maxTokens = src.maxTokens ?? Math.min(src.maxTokensDefault ?? Infinity, contextSize);
   if (maxTokens > contextSize || maxTokens < 2) {
     throw new SynapseError(
       "artifact_invalid",

@@ -79,8 +79,10 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
   const maxPos = typeof config.max_position_embeddings === "number"
     ? config.max_position_embeddings
     : 512;
-  const maxTokens = src.maxTokens ??
-    (typeof config.synapse_max_tokens === "number" ? config.synapse_max_tokens : maxPos);
+  const modelMax = typeof config.synapse_max_tokens === "number"
+    ? config.synapse_max_tokens
+    : maxPos;
+  const maxTokens = src.maxTokens ?? Math.min(src.maxTokensDefault ?? Infinity, modelMax);
   if (maxTokens > maxPos || maxTokens < tokenizer.singleSpecialTokens + 1) {
     throw new SynapseError(
       "artifact_invalid",

@@ -42,6 +42,11 @@ export interface ModelSource {
    * max_position_embeddings. llama: default the usable context; a value above it fails the load.
    */
   maxTokens?: number;
+  /**
+   * Used when `maxTokens` is absent, capped at the model's own limit (its positions, or a GGUF
+   * lane's context): the preload default, which must never fail a load.
+   */
+  maxTokensDefault?: number;
   /** Labelled as a test model everywhere it appears. */
   testModel?: boolean;
   /**

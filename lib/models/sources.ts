@@ -97,6 +97,7 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
     normalize: entry.normalize ?? true,
   };
   if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
+  else source.maxTokensDefault = preloadMaxTokensDefault(entry);
   return source;
 }
 
@@ -134,8 +135,17 @@ function llamaSourceFromPreload(entry: SynapseConfig["preload_models"][number]):
     normalize: entry.normalize ?? true,
   };
   if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
+  else source.maxTokensDefault = preloadMaxTokensDefault(entry);
   if (entry.artifact_digest !== undefined) source.artifactDigest = entry.artifact_digest;
   if (entry.worker_bin !== undefined) source.workerBin = entry.worker_bin;
   if (entry.worker_runtime_dir !== undefined) source.workerRuntimeDir = entry.worker_runtime_dir;
   return source;
+}
+
+/**
+ * The preload default of `max_tokens` (contract §9: 512, or 8192 with a `profile`), which the
+ * load caps at the model's own limit.
+ */
+function preloadMaxTokensDefault(entry: SynapseConfig["preload_models"][number]): number {
+  return entry.profile === undefined ? 512 : 8192;
 }

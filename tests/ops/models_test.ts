@@ -45,6 +45,47 @@ Deno.test("preload_models: a max_tokens beyond the model's positions, or below s
   assert.equal(e.code, "artifact_invalid");
 });
 
+Deno.test("preload_models: the default max_tokens (512) is capped at the model's own positions, never a failed load", async () => {
+  // A BERT with 128 positions (config.json says so); no max_tokens in its entry.
+  const dir = await Deno.makeTempDir();
+  for (const f of ["model.onnx", "tokenizer.json"]) {
+    await Deno.copyFile(`${MODELS}/synapse-tiny-embed/${f}`, `${dir}/${f}`);
+  }
+  const config = JSON.parse(await Deno.readTextFile(`${MODELS}/synapse-tiny-embed/config.json`));
+  config.max_position_embeddings = 128;
+  delete config.synapse_max_tokens;
+  await Deno.writeTextFile(`${dir}/config.json`, JSON.stringify(config));
+  const entry = (id: string, extra: Record<string, unknown> = {}) => ({
+    engine: "ort",
+    model_path: dir,
+    tokenizer_path: `${dir}/tokenizer.json`,
+    model_id: id,
+    ...extra,
+  });
+  await using t = await startSynapse({
+    preload_models: [
+      entry("short"),
+      entry("asked", { max_tokens: 256 }),
+      // MiniLM-shaped: 512 positions, so the default 512 applies as is.
+      { ...entry("minilm"), model_path: MINILM, tokenizer_path: `${MINILM}/tokenizer.json` },
+    ],
+  });
+  const list = resultOf(await t.syn.call("models.list", {}));
+  const row = (id: string) => list.models.find((m: { model_id: string }) => m.model_id === id);
+  assert.equal(row("short").state, "ready");
+  assert.equal(row("short").max_tokens, 128);
+  assert.equal(row("minilm").max_tokens, 512);
+  // Asking for more than the model has is still refused, not clamped.
+  assert.equal(row("asked").state, "failed");
+  assert.equal(row("asked").error.code, "artifact_invalid");
+  const e = semanticError(
+    await t.syn.call("embed.query", { model: "short", text: "word ".repeat(200) }),
+  );
+  assert.equal(e.code, "sequence_too_long");
+  assert.equal(e.details.max_tokens, 128);
+  await Deno.remove(dir, { recursive: true });
+});
+
 Deno.test("preload_models: a cross-encoder loaded as an embedder fails with artifact_invalid", async () => {
   const d = `${MODELS}/synapse-tiny-rerank`;
   await using t = await startSynapse({
