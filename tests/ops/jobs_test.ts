@@ -1,5 +1,13 @@
 import assert from "node:assert/strict";
-import { cosine, MINILM, preload, resultOf, semanticError, startSynapse } from "../_helpers.ts";
+import {
+  channelError,
+  cosine,
+  MINILM,
+  preload,
+  resultOf,
+  semanticError,
+  startSynapse,
+} from "../_helpers.ts";
 import type { Synapse } from "../../lib/synapse.ts";
 
 /**
@@ -89,11 +97,12 @@ Deno.test("embed.batch jobs: same key and digest attach, another digest is idemp
   );
   assert.equal(c.code, "idempotency_conflict");
   assert.equal(c.class, "permanent");
-  const long = semanticError(
+  // 258 UTF-8 bytes: refused at the door, before any job (the store's limit is the door's).
+  const long = channelError(
     await t.syn.call("embed.batch", { texts: TEXTS, request_key: "é".repeat(129) }),
   );
   assert.equal(long.code, "invalid_request");
-  assert.equal(long.details.field, "request_key");
+  assert.match(long.message, /field 'request_key': is longer than 256 UTF-8 bytes/);
   await waitJob(t.syn, a.job_id);
   const status = resultOf(await t.syn.call("admission.status", {}));
   assert.equal(status.jobs_minted, 1);
