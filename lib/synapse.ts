@@ -33,7 +33,11 @@ import type { MachineProfile } from "./identity/machine_profile.ts";
 import { envLookup, type EnvSource } from "./paths.ts";
 import { LlamaEngine } from "./engines/llama/llama_engine.ts";
 import { TokenizerPool } from "./tokenize/tokenizer_pool.ts";
-import { defaultWorkerRuntimeDir, resolveLlamaWorkerLaunch } from "./engines/llama/launch.ts";
+import {
+  checkLlamaWorkerPermitted,
+  defaultWorkerRuntimeDir,
+  resolveLlamaWorkerLaunch,
+} from "./engines/llama/launch.ts";
 import { type LogSink, readLogFilter, stderrLog } from "./log/log.ts";
 import { prepareRuntimeDir } from "./workers/runtime_dir.ts";
 
@@ -97,6 +101,8 @@ export const DECODE_WORKER_NICE = 5;
 /** Worker options of a {@link Synapse} (from {@link SynapseOptions}). */
 export interface SynapseWorkerOptions {
   log?: LogSink;
+  /** Worker id of each llama model, given at boot (a retried load keeps its model's id). */
+  llamaWorkerIds?: ReadonlyMap<string, string>;
   llamaWorkerArgs?: string[];
   workerHandshakeTimeoutMs?: number;
   workerRequestTimeoutMs?: number;
@@ -183,7 +189,7 @@ export class Synapse implements AsyncDisposable {
             ],
           }),
           runtimeDir: source.workerRuntimeDir ?? defaultWorkerRuntimeDir(),
-          workerId: nextLlamaWorkerId(),
+          workerId: workerOptions.llamaWorkerIds?.get(source.modelId) ?? nextLlamaWorkerId(),
           loadTimeoutMs: config.worker.load_timeout_ms,
           // A worker may take long to start on a busy machine (F20): worker.start_timeout_ms.
           acceptTimeoutMs: workerOptions.workerHandshakeTimeoutMs ?? config.worker.start_timeout_ms,
@@ -359,11 +365,27 @@ export async function createSynapse(options: SynapseOptions = {}): Promise<Synap
   const sources = config.preload_models.length > 0
     ? config.preload_models.map(sourceFromPreload)
     : defaultModelSources();
-  // Before any lease or store: a runtime dir another user could reach refuses boot (issue 9.6).
+  // Before any lease or store, each llama model's worker plan: a runtime dir another user could
+  // reach, or a socket or program this process may not use, refuses boot (issue 9.6). Worker ids
+  // are given here, in source order, and kept for the model's life (a retried load reuses its
+  // id), so they stay within the slots the launcher grants.
+  const llamaWorkerIds = new Map<string, string>();
   for (const source of sources) {
-    if (source.engine === "llama") {
-      prepareRuntimeDir(source.workerRuntimeDir ?? defaultWorkerRuntimeDir());
-    }
+    if (source.engine !== "llama") continue;
+    const runtimeDir = source.workerRuntimeDir ?? defaultWorkerRuntimeDir();
+    const plan = {
+      modelId: source.modelId,
+      workerId: llamaWorkerIds.get(source.modelId) ?? nextLlamaWorkerId(),
+      runtimeDir,
+      launch: resolveLlamaWorkerLaunch(
+        source.workerBin === undefined ? {} : { workerBin: source.workerBin },
+      ),
+      runtimeDirFromEntry: source.workerRuntimeDir !== undefined,
+      workerBinFromEntry: source.workerBin !== undefined,
+    };
+    llamaWorkerIds.set(source.modelId, plan.workerId);
+    prepareRuntimeDir(runtimeDir);
+    checkLlamaWorkerPermitted(plan);
   }
   const path = options.storePath ?? storePath(options.env);
   const storeDir = path.slice(0, Math.max(0, path.lastIndexOf("/"))) || ".";
@@ -391,6 +413,7 @@ export async function createSynapse(options: SynapseOptions = {}): Promise<Synap
   let syn: Synapse;
   try {
     syn = new Synapse(config, store, sources, options.now ?? Date.now, machine, leases, {
+      llamaWorkerIds,
       ...(options.log === undefined ? {} : { log: options.log }),
       ...(options.llamaWorkerArgs === undefined
         ? {}

@@ -49,11 +49,19 @@ export function prepareRuntimeDir(dir: string): string {
     );
   };
   // Missing components are created one at a time, so none is created through a symlink that
-  // appeared in between without lstat seeing it below.
+  // appeared in between without lstat seeing it below. Existing ones are only looked at: a
+  // process may read /run or /tmp without being allowed to write there (Deno checks the write
+  // permission before the kernel says the directory exists).
   const parts = absolute.split("/").filter((p) => p !== "" && p !== ".");
   let path = "";
   for (const part of parts) {
     path = part === ".." ? path.replace(/\/[^/]*$/, "") : `${path}/${part}`;
+    try {
+      Deno.lstatSync(path);
+      continue;
+    } catch (err) {
+      if (!(err instanceof Deno.errors.NotFound)) throw err;
+    }
     try {
       Deno.mkdirSync(path, { mode: 0o700 });
     } catch (err) {
