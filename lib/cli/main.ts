@@ -121,9 +121,10 @@ export async function main(args: string[], io: CliIO = processIO()): Promise<num
     // Thrown, not answered: the instance could not start (config, lease), or a bug (an
     // unexpected throw is answered internal_error, as the doors answer a bug).
     const message = err instanceof Error ? err.message : String(err);
-    const body = err instanceof SynapseError
-      ? err.toChannel()
-      : { code: "internal_error", message };
+    // A start refusal's details (the runtime dir's `reason`, the field) go with it under --json.
+    const body: { code: string; message: string; details?: Record<string, unknown> } =
+      err instanceof SynapseError ? err.toChannel() : { code: "internal_error", message };
+    if (err instanceof SynapseError && err.details !== undefined) body.details = err.details;
     if (wantsJson(rest)) io.out(JSON.stringify(body, null, 2));
     else {io.err(
         err instanceof SynapseError ? `error: ${body.code}: ${message}` : `error: ${message}`,

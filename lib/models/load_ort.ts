@@ -104,7 +104,24 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
     },
     maxSequenceTokens: maxTokens,
   };
-  const { engine: interactive, coldLoadMs } = await OrtEngine.load(ctx.interactive, spec);
+  let loaded: Awaited<ReturnType<typeof OrtEngine.load>>;
+  try {
+    loaded = await OrtEngine.load(ctx.interactive, spec);
+  } catch (err) {
+    // onnxruntime's own words ("Protobuf parsing failed"), under the same lead and details as
+    // every other load refusal.
+    if (err instanceof SynapseError && err.code === "artifact_invalid") {
+      throw new SynapseError(
+        "artifact_invalid",
+        `Cannot load model '${modelId}': onnxruntime cannot open '${src.modelPath}': ${
+          err.message.replace(/^ORT lane: /, "")
+        }`,
+        { details: { model_id: modelId, file: src.modelPath, reason: "onnx_load_failed" } },
+      );
+    }
+    throw err;
+  }
+  const { engine: interactive, coldLoadMs } = loaded;
   const bulk = OrtEngine.lazy(ctx.bulk, spec, interactive.dims);
   const profile: NumericProfile = {
     model_digest: modelDigest,

@@ -37,6 +37,13 @@ Deno.test("launcher: an entry's own worker_runtime_dir is refused at boot, namin
     assert.match(out, /may not listen on the worker socket/);
     assert.match(out, new RegExp(`SYNAPSE_WORKER_RUNTIME_DIR=${rt}`));
     assert.doesNotMatch(out, /NotCapable|Requires net access/);
+    // --json carries the refusal's details.
+    const body = JSON.parse(refused.stdout);
+    assert.equal(body.code, "invalid_request");
+    assert.deepEqual([body.details.field, body.details.reason], [
+      "worker_runtime_dir",
+      "not_permitted",
+    ]);
 
     home.env.SYNAPSE_CONFIG_JSON = genConfig();
     home.env.SYNAPSE_WORKER_RUNTIME_DIR = rt;

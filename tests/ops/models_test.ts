@@ -100,3 +100,27 @@ Deno.test("preload_models: a cross-encoder loaded as an embedder fails with arti
   assert.equal(e.code, "artifact_invalid");
   assert.match(e.message, /check the preload entry's task/);
 });
+
+Deno.test("preload_models: a model.onnx onnxruntime cannot parse fails as artifact_invalid naming the model and file", async () => {
+  const dir = await Deno.makeTempDir();
+  await Deno.writeFile(`${dir}/model.onnx`, crypto.getRandomValues(new Uint8Array(4096)));
+  await Deno.copyFile(`${MODELS}/synapse-tiny-embed/tokenizer.json`, `${dir}/tokenizer.json`);
+  await using t = await startSynapse({
+    preload_models: [{
+      engine: "ort",
+      model_path: dir,
+      tokenizer_path: `${dir}/tokenizer.json`,
+      model_id: "garbage",
+    }],
+  });
+  const m = resultOf(await t.syn.call("models.list", {})).models[0];
+  assert.equal(m.state, "failed");
+  assert.equal(m.error.code, "artifact_invalid");
+  assert.match(
+    m.error.message,
+    /^Cannot load model 'garbage': onnxruntime cannot open '.*model\.onnx': /,
+  );
+  assert.equal(m.error.details.model_id, "garbage");
+  assert.equal(m.error.details.reason, "onnx_load_failed");
+  await Deno.remove(dir, { recursive: true });
+});
