@@ -587,7 +587,10 @@ async function generate(
       yieldEogToken: true,
       ...(state === undefined ? {} : { grammarEvaluationState: state }),
     });
-    // Precedence at a token boundary (contract.md §6): natural completion, then cancel.
+    // Precedence at a token boundary (contract.md §6): natural completion, then cancel. Under a
+    // grammar, the end token means llama.cpp's sampler let it through; the module checks the
+    // text against the grammar before it calls the answer complete (and finds completions that
+    // fall on exactly the max_tokens-th token, which this loop reports as max_tokens).
     for await (const tok of it) {
       if (m.model.isEogToken(tok)) {
         finish = state === undefined ? "stop_token" : "grammar_complete";

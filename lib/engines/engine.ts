@@ -67,6 +67,12 @@ export type FinishReason = "stop_token" | "max_tokens" | "grammar_complete" | "c
 
 /** Result of {@link Engine.generate}. */
 export interface GenerateOutput {
+  /**
+   * Why the engine stopped, as the engine saw it. With a grammar, `grammar_complete` only says
+   * that llama.cpp's grammar sampler let the end-of-generation token through, and `max_tokens`
+   * does not say whether the grammar had just completed: `microllm.oneshot` settles the answer's
+   * finish reason by checking the text against the grammar itself.
+   */
   finishReason: FinishReason;
   generatedIds: number[];
   nPrompt: number;

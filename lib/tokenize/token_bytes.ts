@@ -75,6 +75,14 @@ export interface GeneratedText extends Utf8DecodeStats {
 export interface DecodeGeneratedOptions {
   /** Let special tokens (`special: true` added tokens) contribute their text. @default false */
   includeSpecial?: boolean;
+  /**
+   * Apply the decoder's leading strip ({@link TokenBytes.stripLeading}). `false` keeps those
+   * bytes: the text is then exactly the tokens' bytes, as llama.cpp's grammar sampler saw them
+   * (it constrains the leading space of a SentencePiece piece like any other character).
+   *
+   * @default {true}
+   */
+  stripLeading?: boolean;
 }
 
 const FLAG_PRESENT = 1;
@@ -339,12 +347,12 @@ export class GeneratedTextDecoder {
 
   /**
    * @param table The tokenizer's bytes.
-   * @param options Whether special tokens contribute.
+   * @param options Whether special tokens contribute, whether the leading strip applies.
    */
   constructor(table: TokenBytes, options: DecodeGeneratedOptions = {}) {
     this.#table = table;
     this.#includeSpecial = options.includeSpecial ?? false;
-    this.#stripLeft = table.stripLeading?.count ?? 0;
+    this.#stripLeft = options.stripLeading === false ? 0 : table.stripLeading?.count ?? 0;
   }
 
   /**
@@ -418,7 +426,7 @@ export class GeneratedTextDecoder {
  *
  * @param ids Generated token ids, in order.
  * @param table The tokenizer's bytes.
- * @param options Whether special tokens contribute.
+ * @param options Whether special tokens contribute, whether the leading strip applies.
  * @returns The answer text, well-formed, with the counts of what was dropped and replaced.
  *
  * @example Byte fallback cut inside "€"

@@ -12,6 +12,10 @@ import { nullLog } from "../../lib/log/log.ts";
 import { threadsForKnob } from "../../lib/models/model_registry.ts";
 import type { OpOutcome } from "../../lib/ops/dispatcher.ts";
 import { createSynapse } from "../../lib/synapse.ts";
+import { checkGbnf } from "../../lib/engines/llama/gbnf.ts";
+import { grammarFinishReason } from "../../lib/ops/_grammar_finish.ts";
+import { decodeGenerated } from "../../lib/tokenize/token_bytes.ts";
+import type { SynapseError } from "../../lib/contract/errors.ts";
 import { channelError, MODELS, resultOf, semanticError } from "../_helpers.ts";
 import type { TestSynapse } from "../_helpers.ts";
 
@@ -339,6 +343,144 @@ Deno.test("microllmOneshot() constrains output with a grammar and refuses bad on
     );
     assert.equal(plain.n_gen, 4);
   });
+});
+
+Deno.test("microllmOneshot() says grammar_complete only for text the grammar accepts (F18)", async (t) => {
+  await using s = await start({ grammar_enabled: true });
+  const gen = s.syn.registry.resolve("gen", "generate");
+  const bytes = s.syn.registry.resolve("bytes", "generate");
+  const before = await workerRow(s, "gen");
+  const call = (model: string, grammar: string, max_tokens = 8, prompt = "Hello there") =>
+    s.syn.call("microllm.oneshot", { model, prompt, max_tokens, grammar });
+
+  await t.step("a grammar that can match nothing is refused before generation", async () => {
+    const cases: [string, string, number, number, string][] = [
+      ["root ::= [^\\x00-\\U0010FFFF]", "empty_class", 1, 10, "root"],
+      ['root ::= "a" | x\nx ::= [\\x00]', "empty_class", 2, 7, "x"],
+      ['root ::= "a" root', "unsatisfiable_rule", 1, 1, "root"],
+      ['root ::= item+\nitem ::= "(" item ")"', "unsatisfiable_rule", 2, 1, "item"],
+    ];
+    for (const [grammar, reason, line, column, rule] of cases) {
+      const e = semanticError(await call("gen", grammar));
+      assert.equal(e.code, "invalid_request", grammar);
+      assert.equal(e.class, "permanent", grammar);
+      assert.deepEqual(e.details, { field: "grammar", reason, line, column, rule }, grammar);
+      assert.match(e.message, new RegExp(` at line ${line} column ${column}$`), grammar);
+    }
+    const after = await workerRow(s, "gen");
+    assert.equal(after.pid, before.pid);
+    assert.equal(after.total_crashes, 0);
+  });
+
+  await t.step(
+    "the F18 input, had it reached llama.cpp: 'complete' on bytes that are no text",
+    async () => {
+      // The engine below the op, given the grammar unchecked, as the module used to.
+      for (const model of [gen, bytes]) {
+        const engine = model.interactive.engine as LlamaEngine;
+        const ids = model.tokenizer!.encode("Hello there", { maxTokens: 512 }).ids;
+        const out = await engine.generate({
+          ids,
+          maxTokens: 8,
+          grammar: "root ::= [^\\x00-\\U0010FFFF]",
+        });
+        assert.equal(out.finishReason, "grammar_complete", model.modelId);
+        const decoded = decodeGenerated(out.generatedIds, model.tokenizer!.tokenBytes, {
+          stripLeading: false,
+        });
+        assert.ok(decoded.replacedSequences > 0, model.modelId);
+        // What the op now makes of such an output.
+        const grammar = checkGbnf("root ::= [^a]"); // any checked grammar: the bytes fail first
+        assert.throws(
+          () =>
+            grammarFinishReason(grammar, out.finishReason, decoded, {
+              modelId: model.modelId,
+              nGen: out.generatedIds.length,
+            }),
+          (e: SynapseError) =>
+            e.code === "engine_output_invalid" && e.details?.reason === "not_utf8",
+        );
+      }
+    },
+  );
+
+  await t.step(
+    "a negated class llama.cpp reads loosely: valid text completes, bytes are refused",
+    async () => {
+      // The byte model emits only <0x80>..<0xFF>. One character of [^a]: a valid 4-byte one.
+      const one = resultOf(await call("bytes", "root ::= [^a]"));
+      assert.equal(one.finish_reason, "grammar_complete");
+      assert.equal([...one.text].length, 1);
+      assert.notEqual(one.text, "a");
+      assert.equal(one.text_repair, undefined);
+      assert.equal(
+        new TextDecoder("utf-8", { fatal: true }).decode(
+          Uint8Array.from(one.generated_token_ids, byteOf),
+        ),
+        one.text,
+      );
+      // More of them: the second "character" llama.cpp lets through is F4 9x…, beyond U+10FFFF.
+      const many = semanticError(await call("bytes", "root ::= [^a]+"));
+      assert.equal(many.code, "engine_output_invalid");
+      assert.equal(many.class, "permanent");
+      assert.equal(many.details.reason, "not_utf8");
+      assert.equal(many.details.model_id, "bytes");
+      assert.equal(many.details.engine_finish_reason, "max_tokens");
+      assert.equal(many.details.n_gen, 8);
+      assert.equal(many.details.replaced_sequences, 4);
+      // Without a grammar the same bytes are an answer, repaired and said so (F14).
+      const plain = resultOf(
+        await s.syn.call("microllm.oneshot", {
+          model: "bytes",
+          prompt: "Hello there",
+          max_tokens: 8,
+        }),
+      );
+      assert.equal(plain.finish_reason, "max_tokens");
+    },
+  );
+
+  await t.step(
+    "a grammar completing on exactly the max_tokens-th token is grammar_complete",
+    async () => {
+      const grammar = 'root ::= "yes" | "no"';
+      const free = resultOf(await call("gen", grammar, 16));
+      assert.equal(free.finish_reason, "grammar_complete");
+      assert.ok(free.text === "yes" || free.text === "no", free.text);
+      const k = free.n_gen;
+      assert.ok(k >= 2, `the answer takes ${k} tokens`);
+      // The worker stops at the limit and calls it max_tokens; the text is the whole answer, and
+      // the grammar admits nothing after it.
+      const atLimit = resultOf(await call("gen", grammar, k));
+      assert.equal(atLimit.n_gen, k);
+      assert.deepEqual(atLimit.generated_token_ids, free.generated_token_ids);
+      assert.equal(atLimit.text, free.text);
+      assert.equal(atLimit.finish_reason, "grammar_complete");
+      // One token fewer is a cut answer.
+      const short = resultOf(await call("gen", grammar, k - 1));
+      assert.equal(short.n_gen, k - 1);
+      assert.equal(short.finish_reason, "max_tokens");
+      assert.ok(free.text.startsWith(short.text) && short.text !== free.text, short.text);
+    },
+  );
+
+  await t.step("at the limit, text the grammar could extend stays max_tokens", async () => {
+    const r = resultOf(await call("gen", 'root ::= [a-z]+ | [a-z]+ "."', 12));
+    assert.equal(r.n_gen, 12);
+    assert.match(r.text, /^[a-z]+$/);
+    assert.equal(r.finish_reason, "max_tokens");
+  });
+
+  await t.step(
+    "a grammar's leading space is kept: the text is what the grammar allowed",
+    async () => {
+      const r = resultOf(await call("gen", 'root ::= " yes" | " no"', 16));
+      assert.ok(r.text === " yes" || r.text === " no", JSON.stringify(r.text));
+      assert.equal(r.finish_reason, "grammar_complete");
+      // The tokenizer's own decode strips that space (a SentencePiece "▁" piece).
+      assert.equal(gen.tokenizer!.decode(r.generated_token_ids), r.text.slice(1));
+    },
+  );
 });
 
 Deno.test("microllmOneshot() refuses malformed params, limits, bad prompts and wrong models", async (t) => {

@@ -126,6 +126,22 @@ Deno.test("decodeGenerated() lets special tokens speak only when asked", async (
   assert.deepEqual(table.bytesOf(1), new TextEncoder().encode("<s>"));
 });
 
+Deno.test("decodeGenerated() keeps the leading space when the strip is off", async () => {
+  const tok = await llama2();
+  const table = tok.tokenBytes;
+  for (const text of ["Hi there", " two spaces", "x"]) {
+    const ids = contentIds(tok, text);
+    // The SentencePiece encoder prepends "▁" to the first word: its space is in the first token.
+    const raw = decodeGenerated(ids, table, { stripLeading: false });
+    assert.equal(raw.text, ` ${text}`, JSON.stringify(text));
+    assert.equal(raw.bytes, new TextEncoder().encode(` ${text}`).length);
+    assert.equal(decodeGenerated(ids, table, { stripLeading: true }).text, text);
+    assert.equal(decodeGenerated(ids, table).text, text);
+    // Specials still contribute nothing.
+    assert.equal(decodeGenerated([1, ...ids, 2], table, { stripLeading: false }).text, ` ${text}`);
+  }
+});
+
 Deno.test("decodeGenerated() decodes Llama 2 byte-fallback tokens to valid text", async () => {
   const tok = await llama2();
   const table = tok.tokenBytes;

@@ -423,6 +423,158 @@ const INVALID: Refusal[] = [
     "empty character class '[^]'",
     "accepts",
   ),
+  // classes that match no character (F18)
+  r(
+    "every code point negated",
+    "root ::= [^\\x00-\\U0010FFFF]",
+    "empty_class",
+    1,
+    10,
+    "root",
+    "character class '[^\\x00-\\U0010FFFF]' matches no character",
+    "accepts", // and then lets the model emit bytes that are not UTF-8
+  ),
+  r(
+    "every generable code point negated",
+    "root ::= [^\\x01-\\U0010FFFF]",
+    "empty_class",
+    1,
+    10,
+    "root",
+    "matches no character",
+    "accepts",
+  ),
+  r(
+    "negation leaving only NUL and the surrogates",
+    'root ::= "a" [^\\x01-\\uD7FF\\uE000-\\U0010FFFF]',
+    "empty_class",
+    1,
+    14,
+    "root",
+    "matches no character",
+    "accepts",
+  ),
+  r(
+    "negation of overlapping ranges that cover everything",
+    "root ::= [^\\U00010000-\\U0010FFFF\\x00-\\uFFFF a-z]",
+    "empty_class",
+    1,
+    10,
+    "root",
+    "matches no character",
+    "accepts",
+  ),
+  r(
+    "only NUL",
+    'root ::= "a" |\n  [\\x00]',
+    "empty_class",
+    2,
+    3,
+    "root",
+    "character class '[\\x00]' matches no character",
+    "accepts",
+  ),
+  r(
+    "a long empty class is shortened in the message",
+    `root ::= [^\\x00-\\U0010FFFF${"a".repeat(50)}]`,
+    "empty_class",
+    1,
+    10,
+    "root",
+    `'[^\\x00-\\U0010FFFF${"a".repeat(19)}...]' matches no character`,
+    "accepts",
+  ),
+  r(
+    "an empty class in a rule root does not use",
+    'root ::= "a"\nunused ::= "b" [^\\x00-\\U0010FFFF]',
+    "empty_class",
+    2,
+    16,
+    "unused",
+    "matches no character",
+    "accepts",
+  ),
+  // rules that match no text
+  r(
+    "root that never ends",
+    'root ::= "a" root',
+    "unsatisfiable_rule",
+    1,
+    1,
+    "root",
+    "rule 'root' can match no text: every alternative needs 'root' again, so it never ends",
+    "accepts",
+  ),
+  r(
+    "a rule root needs that never ends",
+    'root ::= "<" x ">"\nx ::= "(" x ")" | "[" x "]"',
+    "unsatisfiable_rule",
+    2,
+    1,
+    "x",
+    "rule 'x' can match no text: every alternative needs 'x' again",
+    "accepts",
+  ),
+  r(
+    "the cause, not the rules that depend on it",
+    'root ::= x\nx ::= y y\ny ::= z "!"\nz ::= "(" y ")"',
+    "unsatisfiable_rule",
+    3,
+    1,
+    "y",
+    "rule 'y' can match no text: every alternative needs one of 'y', 'z' again",
+    "accepts",
+  ),
+  r(
+    "mutual recursion without an end",
+    'root ::= a\na ::= "x" b\nb ::= "y" a | "z" b',
+    "unsatisfiable_rule",
+    2,
+    1,
+    "a",
+    "needs one of 'a', 'b' again",
+    "accepts",
+  ),
+  r(
+    "recursion through a group and a repetition",
+    'root ::= ("a" root)+',
+    "unsatisfiable_rule",
+    1,
+    1,
+    "root",
+    "rule 'root' can match no text",
+    "accepts",
+  ),
+  r(
+    "a rule root does not use",
+    'root ::= "a"\n\n  loop ::= "b" loop',
+    "unsatisfiable_rule",
+    3,
+    3,
+    "loop",
+    "rule 'loop' can match no text",
+    "accepts",
+  ),
+  r(
+    "a rule whose only reference {0} removes",
+    'root ::= "a" x{0}\nx ::= "b" x',
+    "unsatisfiable_rule",
+    2,
+    1,
+    "x",
+    "rule 'x' can match no text",
+    "accepts",
+  ),
+  r(
+    "left recursion without a base case is reported as left recursion",
+    'root ::= root "a"',
+    "left_recursion",
+    1,
+    10,
+    "root",
+    "rule 'root' is left-recursive (root -> root)",
+    "refuses",
+  ),
   // repetition
   r(
     "{m,n} with n < m",
@@ -599,6 +751,7 @@ const REASONS: ReadonlySet<string> = new Set<GbnfErrorReason>([
   "duplicate_rule",
   "missing_root",
   "left_recursion",
+  "unsatisfiable_rule",
   "empty_grammar",
   "too_large",
   "too_deep",
@@ -624,7 +777,9 @@ function refusalOf(
 Deno.test("checkGbnf() accepts valid grammars and lists their rules", () => {
   for (const { name, source, rules } of VALID) {
     const checked = checkGbnf(source);
-    assert.deepEqual(checked, { source, rules, root: "root" }, name);
+    const { table, ...facts } = checked;
+    assert.deepEqual(facts, { source, rules, root: "root" }, name);
+    assert.ok(table.rules.length >= rules.length, name);
   }
 });
 
@@ -948,11 +1103,12 @@ const FUZZ = fuzzCorpus(0x5eed);
  * Work budget of one check, in checkGbnfCountingSteps() steps: linear in the source, plus a
  * fixed allowance for the repetition rewrite, whose copies are bounded by MAX_ELEMENTS rather
  * than by the source (`"a"+++…` copies a growing suffix at each `+`). Measured on FUZZ: at most
- * 17 steps per character (`"a"???…`), and about 3 per element (`"a"` and 440 `+`, 298k steps).
+ * 17 steps per character (`"a"???…`), and about 6 per element (`"a"` and 440 `+`, 594k steps:
+ * the rewrite copies, then nullability, left recursion and satisfiability each walk the table).
  * A blow-up (a rescan, a revisit, a quadratic walk) over a 64 KB source or 1024 rules exceeds it.
  */
 function stepBudget(source: string): number {
-  return 24 * (source.length + 1) + 4 * MAX_ELEMENTS;
+  return 24 * (source.length + 1) + 8 * MAX_ELEMENTS;
 }
 
 Deno.test("checkGbnf() throws only invalid_request on 5000 fuzzed grammars, each within a linear step budget", () => {
