@@ -20,6 +20,7 @@ let libc: Deno.DynamicLibrary<typeof SYMBOLS> | undefined;
 const NAMES: Record<number, string> = {
   1: "EPERM",
   3: "ESRCH",
+  9: "EBADF",
   13: "EACCES",
   22: "EINVAL",
 };
