@@ -44,7 +44,7 @@ export function prepareRuntimeDir(dir: string): string {
   const refuse = (reason: RuntimeDirFault, at: string, why: string): never => {
     throw new SynapseError(
       "invalid_request",
-      `Cannot use worker runtime dir '${dir}': ${why}; remove it, or set worker_runtime_dir to a directory only you can write`,
+      `Cannot use worker runtime dir '${dir}': ${why}; fix or remove it, or use another directory only you can write (SYNAPSE_WORKER_RUNTIME_DIR under the ck-synapse launcher)`,
       { details: { field: "worker_runtime_dir", path: dir, reason, at } },
     );
   };
