@@ -114,7 +114,9 @@ export function createFleetLog(options: FleetLogOptions = {}): FleetLog {
       now(),
     ));
   };
-  for (const w of settings.warnings) toStderr(renderLogEvent("warn", "synapse.log", w, undefined, undefined, now()));
+  for (const w of settings.warnings) {
+    toStderr(renderLogEvent("warn", "synapse.log", w, undefined, undefined, now()));
+  }
   const filter = settings.filter;
   const log: LogSink = function fleetLog(level, target, message, fields, bound) {
     if (!filter.enabled(level, loggerOf(target))) return;

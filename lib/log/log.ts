@@ -274,7 +274,12 @@ export function readLogSettings(
   return {
     filter,
     maxAgeDays: whole("CK_LOG_MAX_AGE_DAYS", DEFAULT_LOG_MAX_AGE_DAYS, 36_500, "days"),
-    alarmSegmentMb: whole("CK_LOG_ALARM_SEGMENT_MB", DEFAULT_LOG_ALARM_SEGMENT_MB, 1_048_576, "MiB"),
+    alarmSegmentMb: whole(
+      "CK_LOG_ALARM_SEGMENT_MB",
+      DEFAULT_LOG_ALARM_SEGMENT_MB,
+      1_048_576,
+      "MiB",
+    ),
     warnings,
   };
 }

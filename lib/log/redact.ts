@@ -96,7 +96,8 @@ const SHAPES: [RegExp, string | ((...m: string[]) => string)][] = [
   [/(?<![A-Za-z0-9_])[0-9A-Fa-f]{32,}(?![A-Za-z0-9_])/g, REDACTED],
   [
     /(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{40,}={0,2}(?![A-Za-z0-9+/_=-])/g,
-    (m) => m.startsWith("/") || !/[A-Z]/.test(m) || !/[a-z]/.test(m) || !/[0-9]/.test(m) ? m : REDACTED,
+    (m) =>
+      m.startsWith("/") || !/[A-Z]/.test(m) || !/[a-z]/.test(m) || !/[0-9]/.test(m) ? m : REDACTED,
   ],
 ];
 

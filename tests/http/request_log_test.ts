@@ -78,7 +78,7 @@ Deno.test("the request log writes one line per request with the fields of a real
     console.log(text);
     assert.match(
       text,
-      /^\S+Z INFO  synapse\.http: request method=POST path=\/v1\/ops\/embed\.batch op=embed\.batch model=synapse-tiny-embed items=3 item_errors=1 tokens=\d+ queue_ms=[\d.]+ inference_ms=[\d.]+ outcome=ok status=200 total_ms=[\d.]+$/,
+      /^\S+Z INFO {2}synapse\.http: request method=POST path=\/v1\/ops\/embed\.batch op=embed\.batch model=synapse-tiny-embed items=3 item_errors=1 tokens=\d+ queue_ms=[\d.]+ inference_ms=[\d.]+ outcome=ok status=200 total_ms=[\d.]+$/,
     );
     for (const s of [secret, "doc-key", "KEY-ABC"]) assert.ok(!text.includes(s), s);
 

@@ -52,7 +52,10 @@ Deno.test("serve on a port in use fails at once naming the address, before a sto
 Deno.test("serve refuses an invalid CK_LOG or CK_LOG_MAX_AGE_DAYS at boot with a clear error", async () => {
   for (
     const [env, message] of [
-      [{ CK_LOG: "verbose" }, /Cannot use CK_LOG 'verbose': 'verbose' is not a level; use off, error/],
+      [
+        { CK_LOG: "verbose" },
+        /Cannot use CK_LOG 'verbose': 'verbose' is not a level; use off, error/,
+      ],
       [
         { CK_LOG_MAX_AGE_DAYS: "-1" },
         /Cannot use CK_LOG_MAX_AGE_DAYS '-1': not a whole number of days from 0 to 36500/,
@@ -123,7 +126,7 @@ async function serveOnce(
     });
     assert.equal(res.status, 200);
     await res.body?.cancel();
-    if (level !== "warn") await readUntil(/INFO  synapse\.http: request method=POST[^\n]*\n/);
+    if (level !== "warn") await readUntil(/INFO {2}synapse\.http: request method=POST[^\n]*\n/);
   } finally {
     child.kill("SIGTERM");
   }
@@ -153,7 +156,7 @@ Deno.test("serve with CK_LOG=info logs 'listening on' and one line per request o
   assert.equal(lines.length, 1, info.stderr);
   assert.match(
     lines[0]!,
-    /^\S+Z INFO  synapse\.http: request method=POST path=\/v1\/ops\/embed\.batch op=embed\.batch model=synapse-tiny-embed items=2 item_errors=0 tokens=\d+ queue_ms=[\d.]+ inference_ms=[\d.]+ outcome=ok status=200 total_ms=[\d.]+$/,
+    /^\S+Z INFO {2}synapse\.http: request method=POST path=\/v1\/ops\/embed\.batch op=embed\.batch model=synapse-tiny-embed items=2 item_errors=0 tokens=\d+ queue_ms=[\d.]+ inference_ms=[\d.]+ outcome=ok status=200 total_ms=[\d.]+$/,
   );
   assert.ok(!info.stderr.includes("first text"));
   // /health polls are debug lines: not at info.
@@ -181,7 +184,7 @@ Deno.test("serve with CK_LOG=info logs 'listening on' and one line per request o
     / DEBUG synapse\.http: request start method=POST path=\/v1\/ops\/embed\.batch/,
   );
   assert.match(debug.stderr, / DEBUG synapse\.http: request method=GET path=\/health /);
-  assert.match(debug.stderr, / INFO  synapse\.http: request method=POST/);
+  assert.match(debug.stderr, / INFO {2}synapse\.http: request method=POST/);
 
   // warn: no request lines at all, but the address is still announced.
   const warn = await serveOnce("warn");

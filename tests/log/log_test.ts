@@ -121,7 +121,13 @@ Deno.test("withBound() adds bracket context; retarget() writes under one logger 
   assert.deepEqual(seen, [
     ["info", "synapse.http", "a", { n: 1 }, { session: "cli:1" }],
     ["warn", "synapse.http", "b", undefined, { session: "cli:1", agent: "x" }],
-    ["info", "synapse.worker", "line", { engine: "llama", model: "gen", stream: "stderr" }, undefined],
+    [
+      "info",
+      "synapse.worker",
+      "line",
+      { engine: "llama", model: "gen", stream: "stderr" },
+      undefined,
+    ],
     ["error", "synapse.worker", "crashed", { engine: "llama", model: "gen" }, undefined],
     ["debug", "synapse.worker", "c", { a: 1 }, { session: "cli:1", root: "/r" }],
   ]);

@@ -159,7 +159,11 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
       timer = setTimeout(() => r("timeout"), SHUTDOWN_GRACE_MS)
     );
     if (await Promise.race([drained.then(() => "drained" as const), grace]) === "timeout") {
-      log("warn", "synapse", `requests still running after ${SHUTDOWN_GRACE_MS} ms: stopping the engines`);
+      log(
+        "warn",
+        "synapse",
+        `requests still running after ${SHUTDOWN_GRACE_MS} ms: stopping the engines`,
+      );
       await synapse.dispose();
     }
     clearTimeout(timer);
