@@ -65,6 +65,19 @@ export function loggerName(moduleId: string, target: string): string {
  */
 export function loggerFor(moduleId: string, target: string): { logger: string; lost?: string } {
   if (target === moduleId) return { logger: moduleId };
+  const key = `${moduleId}\0${target}`;
+  let found = loggerCache.get(key);
+  if (found === undefined) {
+    found = resolveLogger(moduleId, target);
+    // Targets are few (they are written in code); the cache is bounded all the same.
+    if (loggerCache.size < 4096) loggerCache.set(key, found);
+  }
+  return found;
+}
+
+const loggerCache = new Map<string, { logger: string; lost?: string }>();
+
+function resolveLogger(moduleId: string, target: string): { logger: string; lost?: string } {
   const segments = target.split(".");
   if (target !== "" && segments.every(isLoggerSegment)) {
     return { logger: segments[0] === moduleId ? target : `${moduleId}.${target}` };

@@ -57,7 +57,8 @@ export const MODULE_ID = "synapse";
  * `synapse.http` (one line per request), `synapse.ops` (operation internals and bugs),
  * `synapse.jobs` (durable jobs), `synapse.models` (model loads), `synapse.worker` (engine
  * workers: forwarded worker output, crashes), `synapse.perf` (the perf sampler), `synapse.log`
- * (the log itself: a malformed `CK_LOG`, a file it cannot write).
+ * (the log itself: a malformed `CK_LOG`, a file it cannot write), `synapse.panic` (an uncaught
+ * error, one line per line of its stack).
  */
 export const LOGGERS = [
   "synapse",
@@ -68,6 +69,7 @@ export const LOGGERS = [
   "synapse.worker",
   "synapse.perf",
   "synapse.log",
+  "synapse.panic",
 ] as const;
 
 /** What to do with a malformed `CK_LOG*` value. */
@@ -360,6 +362,26 @@ export function renderLogEvent(
     fields: all === undefined ? undefined : redactFields(all),
     bound: bound === undefined ? undefined : redactFields(bound),
   });
+}
+
+/**
+ * Logs an uncaught error the fleet's way (subc.md §6): one `synapse.panic` line at `error` per
+ * line of its text (the stack, or the message), trimmed, blank lines skipped. `serve` calls it
+ * from its `error` and `unhandledrejection` listeners; the process then dies as it would have.
+ *
+ * @param log Where to write.
+ * @param err What was thrown.
+ */
+export function logPanic(log: LogSink, err: unknown): void {
+  const text = err instanceof Error
+    ? err.stack ?? `${err.name}: ${err.message}`
+    : typeof err === "string"
+    ? err
+    : Deno.inspect(err);
+  for (const line of text.split(/\r?\n/)) {
+    const t = line.trim();
+    if (t !== "") log("error", "synapse.panic", t);
+  }
 }
 
 /** The logger an event of `target` is filtered and written under. */

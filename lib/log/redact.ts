@@ -67,10 +67,16 @@ const CREDENTIAL_WORDS = new Set([
  * ```
  */
 export function isCredentialKey(key: string): boolean {
+  let yes = keyCache.get(key);
+  if (yes !== undefined) return yes;
   const words = key.split(/[_.\-]+|(?<=[a-z0-9])(?=[A-Z])/);
-  const last = words.at(-1)?.toLowerCase() ?? "";
-  return CREDENTIAL_WORDS.has(last);
+  yes = CREDENTIAL_WORDS.has(words.at(-1)?.toLowerCase() ?? "");
+  // Keys are few (they are written in code); the cache is bounded all the same.
+  if (keyCache.size < 4096) keyCache.set(key, yes);
+  return yes;
 }
+
+const keyCache = new Map<string, boolean>();
 
 /** A cheap test: text without any of these cannot hold a secret by shape. */
 const SUSPECT =

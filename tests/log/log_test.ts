@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import {
   LogEnvError,
+  LOGGERS,
+  logPanic,
   parseLogFilter,
   readLogFilter,
   readLogSettings,
@@ -10,6 +12,7 @@ import {
 import type { LogFields, LogLevel, LogSink } from "../../lib/log/log.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
 import { createModuleLog, createSynapse } from "../../lib/synapse.ts";
+import { ROOT } from "../_helpers.ts";
 
 const LEVELS: LogLevel[] = ["error", "warn", "info", "debug"];
 
@@ -225,3 +228,47 @@ async function exists(path: string): Promise<boolean> {
     return false;
   }
 }
+
+Deno.test("logPanic() writes one synapse.panic error line per line of the stack, trimmed", () => {
+  const seen: [LogLevel, string, string][] = [];
+  const sink: LogSink = (l, t, m) => seen.push([l, t, m]);
+  const err = new Error("boom");
+  err.stack = "Error: boom\n    at one (file:///a.ts:1:2)\n\n    at two (file:///b.ts:3:4)\n";
+  logPanic(sink, err);
+  logPanic(sink, "a string\r\nthat spans");
+  assert.deepEqual(seen, [
+    ["error", "synapse.panic", "Error: boom"],
+    ["error", "synapse.panic", "at one (file:///a.ts:1:2)"],
+    ["error", "synapse.panic", "at two (file:///b.ts:3:4)"],
+    ["error", "synapse.panic", "a string"],
+    ["error", "synapse.panic", "that spans"],
+  ]);
+});
+
+Deno.test("every logger lib/ writes to is one of LOGGERS (the documented set), rooted at synapse", async () => {
+  const used = new Set<string>();
+  const walk = async (dir: string): Promise<void> => {
+    for await (const e of Deno.readDir(dir)) {
+      const p = `${dir}/${e.name}`;
+      // Engines log under their own targets; their sinks are retargeted to synapse.worker by the
+      // registry (ORT) and synapse.ts (llama), tested in worker_log_test.ts.
+      if (e.isDirectory) {
+        if (p !== `${ROOT}/lib/engines`) await walk(p);
+      } else if (e.name.endsWith(".ts")) {
+        const text = await Deno.readTextFile(p);
+        // log(level, "target", …), ctx.log(…), this.#log(…), retarget(log, "logger", …)
+        for (
+          const m of text.matchAll(
+            /(?:\blog|#log|\bretarget)\(\s*(?:"[a-z]+"|[^,()"]+(?:"[^"]*"[^,()"]*)*)\s*,\s*"([^"]+)"/g,
+          )
+        ) used.add(m[1]!);
+      }
+    }
+  };
+  await walk(`${ROOT}/lib`);
+  const outside = [...used].filter((t) => !(LOGGERS as readonly string[]).includes(t));
+  assert.deepEqual(outside, []);
+  for (const l of ["synapse", "synapse.http", "synapse.jobs", "synapse.worker", "synapse.perf"]) {
+    assert.ok(used.has(l), `${l} not seen: the scan is broken (${[...used].join(", ")})`);
+  }
+});

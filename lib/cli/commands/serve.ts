@@ -99,6 +99,12 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
     throw err;
   }
   const log = moduleLog?.log ?? io.synapseOptions?.log!;
+  // An uncaught error is logged line by line under synapse.panic before the process dies of it.
+  const { logPanic } = await import("../../log/log.ts");
+  const onError = (e: ErrorEvent): void => logPanic(log, e.error ?? e.message);
+  const onRejection = (e: PromiseRejectionEvent): void => logPanic(log, e.reason);
+  globalThis.addEventListener("error", onError);
+  globalThis.addEventListener("unhandledrejection", onRejection);
   // The instance started: the day file opens now (and prunes), not at the first request.
   moduleLog?.open();
   // A long-running server sweeps expired jobs and pages (contract.md §8 retention), and logs
@@ -170,6 +176,8 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
     await drained;
     return cliExitFor("result");
   } finally {
+    globalThis.removeEventListener("error", onError);
+    globalThis.removeEventListener("unhandledrejection", onRejection);
     for (const s of signals) Deno.removeSignalListener(s, onSignal);
     io.signal?.removeEventListener("abort", onSignal);
     await recorded;
