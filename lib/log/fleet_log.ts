@@ -57,6 +57,8 @@ export interface FleetLog extends Disposable {
   readonly dayFile: LogDayFile | undefined;
   /** Lines the day file failed to take (each also went to stderr when `stderr` is on). */
   readonly swallowedWrites: number;
+  /** True after {@link dispose}. */
+  readonly disposed: boolean;
   /**
    * Opens today's file now (directory, pruning) instead of at the first line; a failure is
    * reported like a failed write.
@@ -95,6 +97,7 @@ export function createFleetLog(options: FleetLogOptions = {}): FleetLog {
     },
   );
   let swallowed = 0;
+  let disposed = false;
   let reported = false;
   // After a failure the file is tried again a minute later, not at every line.
   let retryAt = -Infinity;
@@ -141,6 +144,9 @@ export function createFleetLog(options: FleetLogOptions = {}): FleetLog {
     get swallowedWrites(): number {
       return swallowed;
     },
+    get disposed(): boolean {
+      return dayFile?.disposed ?? disposed;
+    },
     open(): void {
       if (dayFile === undefined || dayFile.disposed) return;
       try {
@@ -150,10 +156,11 @@ export function createFleetLog(options: FleetLogOptions = {}): FleetLog {
       }
     },
     dispose(): void {
+      disposed = true;
       dayFile?.dispose();
     },
     [Symbol.dispose](): void {
-      dayFile?.dispose();
+      this.dispose();
     },
   };
 }

@@ -39,7 +39,10 @@ Deno.test("createFleetLog() writes each line to the day file and to stderr, filt
   assert.equal(log.dayFile?.path, path);
   assert.equal(Deno.readTextFileSync(path), want.join("\n") + "\n");
   assert.equal(log.swallowedWrites, 0);
+  assert.equal(log.disposed, false);
   log.dispose();
+  log.dispose(); // idempotent
+  assert.equal(log.disposed, true);
   // After dispose, lines still reach stderr; the file is closed.
   log.log("error", "synapse", "late");
   assert.equal(stderr.length, 4);
