@@ -101,8 +101,8 @@ export function createFleetLog(options: FleetLogOptions = {}): FleetLog {
   let reported = false;
   // After a failure the file is tried again a minute later, not at every line.
   let retryAt = -Infinity;
-  const fileFailed = (err: unknown): void => {
-    swallowed++;
+  const fileFailed = (err: unknown, line = true): void => {
+    if (line) swallowed++;
     retryAt = now() + FILE_RETRY_MS;
     if (reported) return;
     reported = true;
@@ -152,7 +152,7 @@ export function createFleetLog(options: FleetLogOptions = {}): FleetLog {
       try {
         dayFile.open();
       } catch (err) {
-        fileFailed(err);
+        fileFailed(err, false);
       }
     },
     dispose(): void {

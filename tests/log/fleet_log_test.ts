@@ -108,6 +108,9 @@ Deno.test("createFleetLog() reports a file it cannot write once, keeps stderr, a
     now: () => now,
     writeStderr: (l) => stderr.push(l),
   });
+  log.open(); // fails: reported, no line lost yet
+  assert.equal(log.swallowedWrites, 0);
+  now += FILE_RETRY_MS;
   log.log("info", "synapse", "one");
   log.log("info", "synapse", "two");
   assert.equal(stderr.length, 3, stderr.join("\n"));
@@ -128,7 +131,7 @@ Deno.test("createFleetLog() reports a file it cannot write once, keeps stderr, a
   assert.equal(log.swallowedWrites, 2);
   assert.equal(
     Deno.readTextFileSync(`${dir.path}/not-a-dir/logs/synapse.2026-11-30.log`),
-    "2026-11-30T09:49:23.739Z INFO  synapse: three\n",
+    "2026-11-30T09:50:23.739Z INFO  synapse: three\n",
   );
   assert.equal(stderr.length, 4, "no second report");
 });
