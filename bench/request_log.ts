@@ -87,7 +87,7 @@ async function run(level: string): Promise<Run> {
       ms.push(performance.now() - t0);
     }
     await drainedAfter(child, drained);
-    const lines = seen.split("\n").filter((l) => / synapse\.http request /.test(l));
+    const lines = seen.split("\n").filter((l) => / synapse\.http: request /.test(l));
     return {
       p50: percentile(ms, 0.5),
       p99: percentile(ms, 0.99),

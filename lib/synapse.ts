@@ -38,7 +38,17 @@ import {
   defaultWorkerRuntimeDir,
   resolveLlamaWorkerLaunch,
 } from "./engines/llama/launch.ts";
-import { type LogSink, readLogFilter, stderrLog } from "./log/log.ts";
+import {
+  type InvalidLogEnv,
+  LogEnvError,
+  type LogFields,
+  type LogSink,
+  readLogSettings,
+  retarget,
+  stderrLog,
+} from "./log/log.ts";
+import { createFleetLog, type FleetLog, type FleetLogOptions } from "./log/fleet_log.ts";
+import { PerfSampler } from "./log/perf_sampler.ts";
 import { prepareRuntimeDir } from "./workers/runtime_dir.ts";
 
 export { SYNAPSE_VERSION } from "./version.ts";
@@ -68,6 +78,14 @@ export interface SynapseOptions {
   leaseRoot?: string;
   /** Module log. @default stderr, filtered by `CK_LOG` */
   log?: LogSink;
+  /**
+   * What a malformed `CK_LOG`, `CK_LOG_MAX_AGE_DAYS` or `CK_LOG_ALARM_SEGMENT_MB` does at boot:
+   * `refuse` (`serve --http` and the CLI: `invalid_request`) or `warn` (under the subc bus,
+   * subc.md §6: the default value and one stderr warning, from the log that reads them).
+   *
+   * @default {"refuse"}
+   */
+  invalidLogEnv?: InvalidLogEnv;
   /**
    * Extra arguments for every llama worker (tests: the hidden `--test-…` hooks of
    * `workers/llama.ts`). @default []
@@ -131,6 +149,8 @@ export class Synapse implements AsyncDisposable {
   /** `sha256` of the machine profile; keys certification rows. */
   readonly machineProfileHash: string;
   #sweeper: ReturnType<typeof setInterval> | undefined;
+  #perf: PerfSampler | undefined;
+  #log: LogSink;
   #leases: FileLock[];
   #disposed = false;
 
@@ -150,6 +170,7 @@ export class Synapse implements AsyncDisposable {
     this.machineProfileHash = machineProfileHash(machine);
     this.store = store;
     const log = workerOptions.log ?? stderrLog;
+    this.#log = log;
     this.admission = new Admission({
       byteBudget: config.inline.byte_budget,
       maxQueueMs: config.inline.max_queue_ms,
@@ -200,7 +221,8 @@ export class Synapse implements AsyncDisposable {
           ...(workerOptions.workerGenerateTimeoutMs === undefined
             ? {}
             : { generateTimeoutMs: workerOptions.workerGenerateTimeoutMs }),
-          log,
+          // The worker's own lines and its crashes, whatever target the engine uses.
+          log: retarget(log, "synapse.worker", { engine: "llama", model: spec.modelId }),
           forwardLinesPerSec: config.log.worker_forward_lines_per_sec,
         }),
     });
@@ -252,6 +274,44 @@ export class Synapse implements AsyncDisposable {
     const timer = setInterval(sweep, intervalMs);
     Deno.unrefTimer(timer as unknown as number);
     this.#sweeper = timer;
+  }
+
+  /**
+   * Starts the perf sampler when config `log.perf_interval_secs` is above 0: one `synapse.perf`
+   * line every that many seconds with RSS, heap, event-loop lag and {@link perfFacts}. Called by
+   * `serve`; an embedded instance samples only when asked. Idempotent; stopped by dispose.
+   */
+  startPerfSampler(): void {
+    if (this.#perf !== undefined || this.#disposed) return;
+    this.#perf = new PerfSampler({
+      intervalSecs: this.config.log.perf_interval_secs,
+      log: this.#log,
+      facts: () => this.perfFacts(),
+    });
+    this.#perf.start();
+  }
+
+  /**
+   * The lane facts of a perf line: `queued` (tasks waiting on every lane), `in_flight` (running),
+   * `lanes` (`<lane>:<queued>/<in flight>` per lane, comma-separated), `admission_bytes` (request
+   * bytes admitted and not released), `jobs_running`.
+   */
+  perfFacts(): LogFields {
+    let queued = 0;
+    let inFlight = 0;
+    const lanes: string[] = [];
+    for (const row of this.registry.laneStatus()) {
+      queued += row.waiters;
+      inFlight += row.in_flight;
+      lanes.push(`${row.lane}:${row.waiters}/${row.in_flight}`);
+    }
+    return {
+      queued,
+      in_flight: inFlight,
+      lanes: lanes.join(","),
+      admission_bytes: this.admission.bytesInFlight,
+      jobs_running: this.context.jobs.running.size,
+    };
   }
 
   /** Module generation of this boot. */
@@ -312,6 +372,7 @@ export class Synapse implements AsyncDisposable {
     // First of all: CLI commands must stop being sent here.
     this.removeServerAddress();
     if (this.#sweeper !== undefined) clearInterval(this.#sweeper);
+    this.#perf?.dispose();
     try {
       await this.registry.dispose();
       await this.tokenizers.dispose();
@@ -327,22 +388,60 @@ export class Synapse implements AsyncDisposable {
 }
 
 /**
+ * The boot refusal of a malformed `CK_LOG*` variable: `invalid_request` (a channel error) with
+ * `details.field` naming the variable.
+ *
+ * @param err What reading the settings threw; anything but a {@link LogEnvError} is returned as
+ *   it is.
+ */
+function logEnvRefusal(err: unknown): unknown {
+  if (!(err instanceof LogEnvError)) return err;
+  return new SynapseError("invalid_request", err.message, {
+    channel: true,
+    cause: err,
+    details: {
+      field: err.variable,
+      reason: err.variable === "CK_LOG" ? "invalid_log_filter" : "invalid_log_setting",
+    },
+  });
+}
+
+/**
+ * The log of a serving process (lib/log/fleet_log.ts): r2 lines to
+ * `<data_home>/cortexkit/synapse/logs/synapse.<YYYY-MM-DD>.log` and to stderr, filtered by
+ * `CK_LOG`. The file opens at the first line or `open()`. Dispose it after the instance.
+ *
+ * @param options Environment, directory, sinks, clock; `onInvalid` as
+ *   {@link SynapseOptions.invalidLogEnv}.
+ * @returns The log; pass `log.log` as {@link SynapseOptions.log}.
+ * @throws {SynapseError} `invalid_request` (`details.field`: the variable) for a malformed
+ *   `CK_LOG`, `CK_LOG_MAX_AGE_DAYS` or `CK_LOG_ALARM_SEGMENT_MB`, unless `onInvalid` is `"warn"`.
+ */
+export function createModuleLog(options: FleetLogOptions = {}): FleetLog {
+  try {
+    return createFleetLog(options);
+  } catch (err) {
+    throw logEnvRefusal(err);
+  }
+}
+
+/**
  * Starts a Synapse instance: loads config, opens the store (bumping `module_generation`), and
  * loads the preloaded models (or the two test models when none is configured).
  *
  * @throws {SynapseError} `invalid_request` for a bad config (naming key and file) or an invalid
- *   `CK_LOG` (naming it), `module_not_initialized` when a machine-profile probe fails (contract.md §5: no
+ *   `CK_LOG`, `CK_LOG_MAX_AGE_DAYS` or `CK_LOG_ALARM_SEGMENT_MB` (naming it), `module_not_initialized` when a machine-profile probe fails (contract.md §5: no
  *   placeholders), `store_failure` when the store cannot open.
  */
 export async function createSynapse(options: SynapseOptions = {}): Promise<Synapse> {
-  // An invalid CK_LOG is refused before anything starts, not silently read as `info`.
-  try {
-    readLogFilter({ get: envLookup(options.env) });
-  } catch (err) {
-    throw new SynapseError("invalid_request", (err as Error).message, {
-      channel: true,
-      details: { field: "CK_LOG", reason: "invalid_log_filter" },
-    });
+  // An invalid CK_LOG* is refused before anything starts, not silently read as the default
+  // (under the bus, `invalidLogEnv: "warn"`: the log that reads them warns).
+  if ((options.invalidLogEnv ?? "refuse") === "refuse") {
+    try {
+      readLogSettings({ get: envLookup(options.env) });
+    } catch (err) {
+      throw logEnvRefusal(err);
+    }
   }
   const cwd = options.cwd ?? Deno.cwd();
   let machine = options.machineProfile;

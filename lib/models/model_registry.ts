@@ -18,7 +18,7 @@ import { createOrtLanes } from "../engines/ort/ort_lanes.ts";
 import type { Engine } from "../engines/engine.ts";
 import type { Admission } from "../sched/admission.ts";
 import { LaneScheduler } from "../sched/lane_scheduler.ts";
-import { type LogSink, nullLog } from "../log/log.ts";
+import { type LogSink, nullLog, retarget, stderrLog } from "../log/log.ts";
 import { type LaneStatusRow, laneStatusRow } from "./lane_status.ts";
 import { loadOrtModel, ortReadyModel } from "./load_ort.ts";
 import { type LlamaEngineFactory, llamaReadyModel, loadLlamaModel } from "./load_llama.ts";
@@ -112,7 +112,8 @@ export class ModelRegistry implements AsyncDisposable {
     // nice 10 for bulk, idle release) lives in createOrtLanes.
     const lanes = createOrtLanes({
       intraOpThreads: threads,
-      ...(options.log ? { log: options.log } : {}),
+      // Engine lines (the lanes' priority warning) go under synapse.worker.
+      log: retarget(options.log ?? stderrLog, "synapse.worker", { engine: "ort" }),
     });
     this.#ortInteractive = lanes.interactive;
     this.#ortBulk = lanes.bulk;

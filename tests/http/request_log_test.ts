@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { serveHttp } from "../../lib/http/server.ts";
-import { formatLogLine } from "../../lib/log/log.ts";
+import { renderLogEvent } from "../../lib/log/log.ts";
 import type { LogLevel } from "../../lib/log/log.ts";
 import { startSynapse } from "../_helpers.ts";
 
@@ -73,12 +73,12 @@ Deno.test("the request log writes one line per request with the fields of a real
     assert.equal(f.outcome, "ok");
     assert.equal(f.status, 200);
     assert.ok(typeof f.total_ms === "number" && f.total_ms >= 0);
-    const text = formatLogLine(line.level, line.target, line.message, line.fields);
-    // What the operator sees (CK_LOG=info, on stderr):
+    const text = renderLogEvent(line.level, line.target, line.message, line.fields);
+    // What the operator sees (CK_LOG=info, on stderr and in the day file):
     console.log(text);
     assert.match(
       text,
-      /^\S+Z INFO synapse\.http request method=POST path=\/v1\/ops\/embed\.batch op=embed\.batch model=synapse-tiny-embed items=3 item_errors=1 tokens=\d+ queue_ms=[\d.]+ inference_ms=[\d.]+ outcome=ok status=200 total_ms=[\d.]+$/,
+      /^\S+Z INFO {2}synapse\.http: request method=POST path=\/v1\/ops\/embed\.batch op=embed\.batch model=synapse-tiny-embed items=3 item_errors=1 tokens=\d+ queue_ms=[\d.]+ inference_ms=[\d.]+ outcome=ok status=200 total_ms=[\d.]+$/,
     );
     for (const s of [secret, "doc-key", "KEY-ABC"]) assert.ok(!text.includes(s), s);
 

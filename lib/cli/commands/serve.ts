@@ -15,8 +15,10 @@ const USAGE = `usage: ck-synapse serve --http HOST:PORT [--json]
 Serves the operations over HTTP on a loopback address (127.0.0.1, [::1], localhost):
 POST /v1/ops/<method>, POST /v1/embeddings and GET /v1/models (OpenAI shape), GET /health.
 PORT 0 picks a free port. Binds before it starts (a port in use fails at once, naming it),
-prints "listening on http://HOST:PORT" on stderr once it serves, logs one line per request
-(CK_LOG=info; debug, warn, error, off), and runs until SIGINT or SIGTERM.
+prints "listening on http://HOST:PORT" on stderr once it serves, and runs until SIGINT or
+SIGTERM. It logs one line per request (CK_LOG=info; debug, warn, error, off) to stderr and to
+the day file <data home>/cortexkit/synapse/logs/synapse.YYYY-MM-DD.log (UTC days, kept
+CK_LOG_MAX_AGE_DAYS=14 days).
 
 Before that line it records its address beside its singleton lease (a 0600 file in the data
 home), so other ck-synapse commands of this user and data home talk to it without --url; the
@@ -69,21 +71,46 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   }
   if (values.http === undefined) throw new UsageError("Cannot serve: give --http HOST:PORT");
   const { hostname, port } = parseHostPort(values.http);
-  const [{ createSynapse }, { bindHttp }] = await Promise.all([
+  const [{ createModuleLog, createSynapse, SYNAPSE_VERSION }, { bindHttp }] = await Promise.all([
     import("../../synapse.ts"),
     import("../../http/server.ts"),
   ]);
   // Bind first: an address in use is refused at once, naming it, before a store is opened.
   const server = bindHttp({ hostname, port });
   let synapse: Awaited<ReturnType<typeof createSynapse>>;
+  // The fleet log: r2 lines to the module's day file and to stderr (a malformed CK_LOG* is
+  // refused here, issue 9). A caller's own sink (tests) replaces it.
+  let moduleLog: ReturnType<typeof createModuleLog> | undefined;
   try {
-    synapse = await createSynapse({ ...io.synapseOptions, waitForModels: false });
+    const injected = io.synapseOptions?.log;
+    moduleLog = injected === undefined
+      ? createModuleLog({
+        ...(io.synapseOptions?.env === undefined ? {} : { env: io.synapseOptions.env }),
+      })
+      : undefined;
+    synapse = await createSynapse({
+      ...io.synapseOptions,
+      ...(moduleLog === undefined ? {} : { log: moduleLog.log }),
+      waitForModels: false,
+    });
   } catch (err) {
+    moduleLog?.dispose();
     await server.shutdown();
     throw err;
   }
-  // A long-running server sweeps expired jobs and pages (contract.md §8 retention).
+  const log = moduleLog?.log ?? io.synapseOptions?.log!;
+  // An uncaught error is logged line by line under synapse.panic before the process dies of it.
+  const { logPanic } = await import("../../log/log.ts");
+  const onError = (e: ErrorEvent): void => logPanic(log, e.error ?? e.message);
+  const onRejection = (e: PromiseRejectionEvent): void => logPanic(log, e.reason);
+  globalThis.addEventListener("error", onError);
+  globalThis.addEventListener("unhandledrejection", onRejection);
+  // The instance started: the day file opens now (and prunes), not at the first request.
+  moduleLog?.open();
+  // A long-running server sweeps expired jobs and pages (contract.md §8 retention), and logs
+  // perf lines when log.perf_interval_secs asks for them.
   synapse.startSweeper();
+  synapse.startPerfSampler();
   const stop = new AbortController();
   const onSignal = (): void => stop.abort();
   let recorded: Promise<boolean> = Promise.resolve(false);
@@ -98,14 +125,22 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
     recorded = synapse.recordServerAddress(url).then(
       () => true,
       (err) => {
-        io.err(
-          `warning: cannot record the server address beside the lease (${
+        log(
+          "warn",
+          "synapse",
+          `Cannot record the server address beside the lease (${
             (err as Error).message
           }); other commands need --url ${url}`,
         );
         return false;
       },
     ).then((ok) => {
+      log("info", "synapse", "serving", {
+        url,
+        pid: Deno.pid,
+        version: SYNAPSE_VERSION,
+        ...(moduleLog?.dayFile?.path === undefined ? {} : { log_file: moduleLog.dayFile.path }),
+      });
       if (values.json) io.out(JSON.stringify({ url, pid: Deno.pid }));
       else io.err(`listening on ${url}`);
       return ok;
@@ -121,7 +156,7 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
     // being written is awaited first, or it would outlive the server.
     await recorded;
     synapse.removeServerAddress();
-    io.err("shutting down");
+    log("info", "synapse", "shutting down");
     // In-flight requests get a grace period; then the engines stop (a hung worker is killed and
     // its request answered engine_crashed), so a stop never waits for a 180 s generate timeout.
     const drained = server.shutdown();
@@ -130,18 +165,25 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
       timer = setTimeout(() => r("timeout"), SHUTDOWN_GRACE_MS)
     );
     if (await Promise.race([drained.then(() => "drained" as const), grace]) === "timeout") {
-      io.err(`requests still running after ${SHUTDOWN_GRACE_MS} ms: stopping the engines`);
+      log(
+        "warn",
+        "synapse",
+        `requests still running after ${SHUTDOWN_GRACE_MS} ms: stopping the engines`,
+      );
       await synapse.dispose();
     }
     clearTimeout(timer);
     await drained;
     return cliExitFor("result");
   } finally {
+    globalThis.removeEventListener("error", onError);
+    globalThis.removeEventListener("unhandledrejection", onRejection);
     for (const s of signals) Deno.removeSignalListener(s, onSignal);
     io.signal?.removeEventListener("abort", onSignal);
     await recorded;
     await server.shutdown().catch(() => {});
     await synapse.modelsSettled.catch(() => {});
     await synapse.dispose();
+    moduleLog?.dispose();
   }
 }
