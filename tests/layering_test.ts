@@ -16,7 +16,7 @@ const LAYERS: string[][] = [
   ["models"],
   ["ops"],
   ["synapse.ts"],
-  ["http"],
+  ["http", "client"],
   ["cli"],
 ];
 

@@ -83,12 +83,29 @@ export function parseCommandArgs<O extends ArgOptions>(
 ): ReturnType<
   typeof parseArgs<{ args: string[]; options: O; strict: true; allowPositionals: true }>
 > {
+  if (Object.hasOwn(options, "subc")) args = bareSubc(args);
   try {
     return parseArgs({ args, options, strict: true, allowPositionals: true });
   } catch (err) {
     const message = parseArgsMessage(err);
     throw new UsageError(message, { flag: message.startsWith("unknown flag") });
   }
+}
+
+/**
+ * `--subc` without a path (last, or before another flag) becomes `--subc=`: the empty path, which
+ * means "find the connection file by the ladder" (`SUBC_CONNECTION_FILE`, …). `node:util`
+ * parseArgs has no optional values, so this is done before it runs.
+ */
+function bareSubc(args: string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === "--") return [...out, ...args.slice(i)];
+    const next = args[i + 1];
+    out.push(a === "--subc" && (next === undefined || next.startsWith("-")) ? "--subc=" : a);
+  }
+  return out;
 }
 
 /** Flag definitions of {@link parseCommandArgs}. */
@@ -117,18 +134,60 @@ export function wantsJson(args: readonly string[]): boolean {
   return false;
 }
 
+/** The flags that choose a command's server: `--url` and `--subc` (parseArgs values). */
+export interface ServerFlags {
+  /** `--url URL`. */
+  url?: string | undefined;
+  /** `--subc [FILE]`; the empty string for `--subc` without a path (the ladder). */
+  subc?: string | undefined;
+}
+
 /**
- * Opens the client a command uses. The server is, in this order: `url` (the `--url` flag), the
- * `SYNAPSE_URL` environment variable, the address recorded by a live `ck-synapse serve` beside
- * its singleton lease; with none of them, an embedded instance in this process.
+ * The usage lines of `--url` and `--subc`, shared by every command that talks to a server.
  *
- * @param url The `--url` value, if any.
+ * @param width Width of the flag column (the description starts at column `2 + width`).
+ * @returns The lines, without a final newline.
+ */
+export function serverFlagsUsage(width: number): string {
+  const pad = " ".repeat(2 + width);
+  const flag = (name: string): string => `  ${name.padEnd(width)}`;
+  return [
+    `${flag("--url URL")}call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL,`,
+    `${pad}else the running 'ck-synapse serve', else an embedded instance`,
+    `${flag("--subc FILE")}call the synapse module ($SUBC_MODULE_ID) through the subc daemon`,
+    `${pad}of this connection file; '--subc' alone: $SUBC_CONNECTION_FILE, else`,
+    `${pad}where the daemon publishes it. An unreachable daemon is an error, never`,
+    `${pad}a fallback to another server`,
+  ].join("\n");
+}
+
+/**
+ * Opens the client a command uses. The server is, in this order: the subc bus when `--subc` is
+ * given (with or without a path); `--url`; the `SYNAPSE_URL` environment variable; the address
+ * recorded by a live `ck-synapse serve` beside its singleton lease; with none of them, an
+ * embedded instance in this process. `--url` and `--subc` together are a usage error. A bus
+ * client connects at its first call, and an unreachable daemon is answered `connection_failed`
+ * there: it never falls back to another door.
+ *
+ * @param flags `--url` and `--subc`, if given.
  * @param io Supplies the environment, lease location and the embedded instance's options.
+ * @throws {UsageError} for `--url` with `--subc`.
  * @throws {SynapseError} channel `invalid_request` for a URL that is not loopback http (naming
  *   `--url` or `SYNAPSE_URL`); createSynapse's errors for the embedded instance.
  */
-export async function openClient(url: string | undefined, io: CliIO): Promise<SynapseClient> {
-  const target = await findServer(url, io);
+export async function openClient(flags: ServerFlags, io: CliIO): Promise<SynapseClient> {
+  if (flags.subc !== undefined) {
+    if (flags.url !== undefined) {
+      throw new UsageError("Cannot use --url and --subc together: give one server");
+    }
+    const { BusClient } = await import("./client.ts");
+    const env = io.synapseOptions?.env;
+    return new BusClient(flags.subc, {
+      ...(env === undefined ? {} : { env }),
+      ...(io.signal === undefined ? {} : { signal: io.signal }),
+    });
+  }
+  const target = await findServer(flags.url, io);
   const { HttpClient, InProcessClient } = await import("./client.ts");
   if (target !== undefined) return await HttpClient.open(target.url, { source: target.source });
   return await InProcessClient.create(io.synapseOptions ?? {});

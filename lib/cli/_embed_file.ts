@@ -35,7 +35,9 @@ export interface EmbedFileOptions {
   /** Output path. @default stdout */
   out?: string;
   /** Server URL. @default an embedded instance */
-  url?: string;
+  url?: string | undefined;
+  /** `--subc` connection file (`""` for the ladder): call over the subc bus. */
+  subc?: string | undefined;
   /** Show progress on stderr. @default true */
   progress?: boolean;
   /** Pause between polls, in milliseconds. @default 200 */
@@ -64,7 +66,7 @@ export async function runEmbedFile(opts: EmbedFileOptions, io: CliIO): Promise<n
   const items = await readItemsFile(opts.file);
   const sink = await openResultSink(opts.out, io);
   try {
-    const client = await openClient(opts.url, io);
+    const client = await openClient({ url: opts.url, subc: opts.subc }, io);
     try {
       return await embedItems(client, items, opts, io, sink);
     } finally {
@@ -145,7 +147,7 @@ async function followToEnd(
       `interrupted: stopped following job ${s.jobId} (${s.state}, ` +
         `${Math.max(s.itemsDone, collected.count)}/${s.itemsTotal} items done); nothing written`,
     );
-    for (const line of interruptHints(s.jobId, client.url?.origin)) io.err(line);
+    for (const line of interruptHints(s.jobId, client.serverFlag)) io.err(line);
     return EXIT_INTERRUPTED;
   }
   if (result.kind === "error") {
@@ -176,16 +178,16 @@ async function followToEnd(
 }
 
 /** What to tell the user after Ctrl-C. */
-function interruptHints(jobId: string, url: string | undefined): string[] {
-  if (url === undefined) {
+function interruptHints(jobId: string, serverFlag: string | undefined): string[] {
+  if (serverFlag === undefined) {
     return [
       "The job ran inside this process and stops with it; re-run the same command (same",
       "--request-key) to run it again as a fresh job.",
     ];
   }
   return [
-    `The job keeps running on the server. Follow it with: ck-synapse job status ${jobId} --url ${url}`,
-    `read its results with: ck-synapse job pages ${jobId} --url ${url} --out PATH`,
+    `The job keeps running on the server. Follow it with: ck-synapse job status ${jobId} ${serverFlag}`,
+    `read its results with: ck-synapse job pages ${jobId} ${serverFlag} --out PATH`,
     "or re-run the same command (same --request-key), which attaches to the job.",
   ];
 }

@@ -1,13 +1,18 @@
 /**
- * How CLI commands reach Synapse: an embedded instance in this process, or a running server over
- * loopback HTTP (`--url`, `SYNAPSE_URL`, or the address a running `serve` recorded). Both answer
- * with the wire body and its kind, so commands print the same thing whichever door they used.
+ * How CLI commands reach Synapse: an embedded instance in this process, a running server over
+ * loopback HTTP (`--url`, `SYNAPSE_URL`, or the address a running `serve` recorded), or the
+ * `synapse` module on the subc bus (`--subc`). All answer with the wire body and its kind, so
+ * commands print the same thing whichever door they used.
  *
- * The instance and the HTTP door are imported when a client opens, not when this module loads.
+ * The instance, the HTTP door and the bus consumer are imported when a client opens, not when
+ * this module loads.
  *
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
+import type { EnvSource } from "../paths.ts";
+import type { SubcConsumer, SubcRoute } from "../subc/consumer.ts";
+import { SubcWireError } from "../subc/errors.ts";
 import type { Synapse, SynapseOptions } from "../synapse.ts";
 import { describeSource } from "./_find_server.ts";
 import type { ServerSource } from "./_find_server.ts";
@@ -38,6 +43,11 @@ export interface SynapseClient extends AsyncDisposable {
   close(): Promise<void>;
   /** The server's base URL for a client over HTTP; absent for an embedded instance. */
   readonly url?: URL;
+  /**
+   * The command-line flag that reaches the same server again (`--url http://…`, `--subc FILE`),
+   * for hints; absent for an embedded instance.
+   */
+  readonly serverFlag?: string;
 }
 
 /** A client over an embedded instance that it created and owns. */
@@ -135,6 +145,11 @@ export class HttpClient implements SynapseClient {
   /** Where the URL came from. */
   readonly source: ServerSource;
   #fetch: typeof fetch;
+
+  /** `--url <origin>`. */
+  get serverFlag(): string {
+    return `--url ${this.url.origin}`;
+  }
 
   /** @internal Use {@link HttpClient.open}. */
   constructor(url: URL, options: HttpClientOptions = {}) {
@@ -245,4 +260,156 @@ function connectionFailed(url: URL, source: ServerSource, err: unknown): ClientO
       url: url.origin,
     },
   };
+}
+
+/** Options of {@link BusClient}. */
+export interface BusClientOptions {
+  /** Environment source (`SUBC_CONNECTION_FILE` and the ladder, `SUBC_MODULE_ID`). */
+  env?: EnvSource;
+  /** Stops a route.open still retrying (the command's signal). */
+  signal?: AbortSignal;
+}
+
+/**
+ * A client over the subc bus: it authenticates to the daemon as a client, opens a
+ * management-surface route to the module `SUBC_MODULE_ID` (else `synapse`), sends each call as
+ * `{method, params}` on it, and at the end says Goodbye on the route and closes the connection.
+ * It connects at the first call; later calls reuse the route.
+ *
+ * Outcomes: a Response is the wire body (`{result}`, classified as {@link classify}); an Error
+ * terminal is a channel outcome `{code, message}` with its code verbatim (`unknown_method`,
+ * `invalid_request`, `cancelled`, …; `details` when the module sent any); a daemon that cannot
+ * be reached, a connection file that cannot be trusted or a handshake that fails is a channel
+ * outcome {@link CONNECTION_FAILED}, naming the file; a route.open refused after its retries is a
+ * channel outcome with the daemon's code (`module_warming`, `target_unavailable`, …). There is
+ * never a fallback to another door.
+ */
+export class BusClient implements SynapseClient {
+  /** The `--subc` path, or undefined for the ladder (`SUBC_CONNECTION_FILE`, …). */
+  readonly connectionFile: string | undefined;
+  readonly #options: BusClientOptions;
+  #connected: { consumer: SubcConsumer; route: SubcRoute } | undefined;
+  #closed = false;
+
+  /**
+   * Makes a client (nothing is sent until the first call).
+   *
+   * @param connectionFile The `--subc` path; undefined or empty for the ladder of subc §1.
+   * @param options Environment, signal.
+   */
+  constructor(connectionFile: string | undefined, options: BusClientOptions = {}) {
+    this.connectionFile = connectionFile === "" ? undefined : connectionFile;
+    this.#options = options;
+  }
+
+  /** `--subc <the connection file used>` (or the one named). */
+  get serverFlag(): string {
+    const path = this.#connected?.consumer.connectionFile ?? this.connectionFile;
+    return path === undefined ? "--subc" : `--subc ${path}`;
+  }
+
+  /** Sends one call on the route (connecting and opening it first when needed). */
+  async call(method: string, params: unknown): Promise<ClientOutcome> {
+    const { SubcCallError, terminalError } = await import("../subc/consumer.ts");
+    let connected;
+    try {
+      connected = await this.#connect();
+    } catch (err) {
+      return busRefusal(err, this.connectionFile, SubcCallError);
+    }
+    const body = new TextEncoder().encode(JSON.stringify({ method, params: params ?? {} }));
+    let terminal;
+    try {
+      terminal = await connected.route.request(body);
+    } catch (err) {
+      return busRefusal(err, this.connectionFile, SubcCallError);
+    }
+    if (terminal.kind === "error") {
+      const e = terminalError(terminal, method);
+      const out: Record<string, unknown> = { code: e.code, message: e.remoteMessage ?? e.message };
+      if (typeof e.detail === "object" && e.detail !== null) out.details = e.detail;
+      return { kind: "channel", body: out };
+    }
+    if (terminal.kind === "stream_end") {
+      return channel(
+        "encode_failed",
+        `Cannot decode the answer to '${method}': a stream, not a body`,
+      );
+    }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(terminal.body));
+    } catch {
+      return channel("encode_failed", `Cannot decode the answer to '${method}': not UTF-8 JSON`);
+    }
+    return classify(parsed);
+  }
+
+  /** Goodbye on the route, then the connection closes. Idempotent. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    const c = this.#connected;
+    this.#connected = undefined;
+    if (c === undefined) return;
+    await c.route.close();
+    await c.consumer.close();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  async #connect(): Promise<{ consumer: SubcConsumer; route: SubcRoute }> {
+    if (this.#connected !== undefined && !this.#connected.consumer.closed) return this.#connected;
+    if (this.#closed) throw new Error("Cannot call: the bus client was closed. This is a bug");
+    const { SubcConsumer } = await import("../subc/consumer.ts");
+    const { subcModuleId } = await import("../subc/launch.ts");
+    const env = this.#options.env;
+    const consumer = await SubcConsumer.connect({
+      ...(this.connectionFile === undefined ? {} : { connectionFile: this.connectionFile }),
+      ...(env === undefined ? {} : { env }),
+    });
+    try {
+      const route = await consumer.openRoute(subcModuleId(env), {
+        ...(this.#options.signal === undefined ? {} : { signal: this.#options.signal }),
+      });
+      this.#connected = { consumer, route };
+      return this.#connected;
+    } catch (err) {
+      await consumer.close();
+      throw err;
+    }
+  }
+}
+
+/**
+ * The channel outcome of a bus fault: {@link CONNECTION_FAILED} for what stops the connection
+ * (a connection file refused, a failed handshake, an unreachable or vanished daemon), the code
+ * itself for a route.open refusal or a closed route.
+ */
+function busRefusal(
+  err: unknown,
+  file: string | undefined,
+  callError: typeof import("../subc/consumer.ts").SubcCallError,
+): ClientOutcome {
+  const text = err instanceof Error ? err.message : String(err);
+  const where = file === undefined ? "the subc connection file ladder" : file;
+  if (err instanceof callError && err.phase !== "connect" && err.code !== "connection_lost") {
+    const body: Record<string, unknown> = { code: err.code, message: err.message };
+    if (typeof err.detail === "object" && err.detail !== null) body.details = err.detail;
+    return { kind: "channel", body };
+  }
+  if (err instanceof SubcWireError || err instanceof callError) {
+    const reason = err instanceof SubcWireError ? err.reason : err.code;
+    return {
+      kind: "channel",
+      body: {
+        code: CONNECTION_FAILED,
+        message: text.startsWith("Cannot") ? text : `Cannot reach Synapse on the subc bus: ${text}`,
+        connection_file: where,
+        reason,
+      },
+    };
+  }
+  throw err;
 }

@@ -3,9 +3,10 @@
  * exit codes from the one table ({@link cliExitFor}): 0 result, 1 semantic error or refused item,
  * 2 channel or usage error.
  *
- * Commands call a running server when one is found (`--url`, `SYNAPSE_URL`, or the address a
- * live `ck-synapse serve` recorded beside its lease); otherwise they run an embedded instance in
- * this process, wait for its models, and dispose it at the end.
+ * Commands call the `synapse` module on the subc bus with `--subc`, else a running server when one
+ * is found (`--url`, `SYNAPSE_URL`, or the address a live `ck-synapse serve` recorded beside its
+ * lease); otherwise they run an embedded instance in this process, wait for its models, and
+ * dispose it at the end.
  *
  * Only light modules load at start (the command modules import the engines, the store and the
  * HTTP door when they run), so `version` and `--help` stay fast: `deno task bench:startup`.
@@ -63,9 +64,9 @@ export function usageText(): string {
     "",
     "Run 'ck-synapse <command> --help' for a command's options. Every command takes --json.",
     "",
-    "Which instance a command talks to: --url URL, else $SYNAPSE_URL, else the running",
-    "'ck-synapse serve' of this data home (it records its address beside its lease), else an",
-    "embedded instance started in this process.",
+    "Which instance a command talks to: --subc [FILE] (the synapse module on the subc bus),",
+    "else --url URL, else $SYNAPSE_URL, else the running 'ck-synapse serve' of this data home",
+    "(it records its address beside its lease), else an embedded instance started in this process.",
     "",
     "Exit status: 0 result; 1 refused: a semantic error, or any item refused (item_errors), the",
     "same for 'call' and the typed commands; 2 channel error, unreachable server, or usage error.",

@@ -1,11 +1,18 @@
 /**
- * `ck-synapse call METHOD [PARAMS_JSON] [--url URL]`: any operation, printing the wire body.
+ * `ck-synapse call METHOD [PARAMS_JSON] [--url URL | --subc [FILE]]`: any operation, printing the
+ * wire body.
  *
  * @module
  */
 import { cliExitFor } from "../../http/status_table.ts";
 import { SynapseError } from "../../contract/errors.ts";
-import { exitCodeOf, openClient, parseCommandArgs, UsageError } from "../_command.ts";
+import {
+  exitCodeOf,
+  openClient,
+  parseCommandArgs,
+  serverFlagsUsage,
+  UsageError,
+} from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 
 /**
@@ -25,7 +32,7 @@ export const CALL_METHODS: readonly (readonly [method: string, params: string])[
 
 const width = Math.max(...CALL_METHODS.map(([m]) => m.length));
 
-const USAGE = `usage: ck-synapse call METHOD [PARAMS_JSON] [--url URL]
+const USAGE = `usage: ck-synapse call METHOD [PARAMS_JSON] [--url URL | --subc [FILE]]
 
 Calls one operation (e.g. embed.query '{"text":"hello"}') and prints the wire response as JSON:
 {"result": …} for a result or a refusal (result.error), {code, message} for a channel error.
@@ -35,8 +42,7 @@ methods:
 ${CALL_METHODS.map(([m, p]) => `  ${m.padEnd(width)}  ${p}`).join("\n")}
   (… the common params: model, deadline_ms, max_queue_ms, required_fingerprint, truncate)
 
-  --url URL     call a running server (http://127.0.0.1:PORT) instead of the one found
-                (SYNAPSE_URL, the running 'ck-synapse serve') or an embedded instance
+${serverFlagsUsage(14)}
 
 Exit status: 0 result; 1 semantic error (result.error) or any item refused (result.item_errors,
 the same as 'embed'); 2 channel error, unreachable server, or usage error.`;
@@ -52,6 +58,7 @@ export const callCommand: Command = {
 async function runCall(args: string[], io: CliIO): Promise<number> {
   const { values, positionals } = parseCommandArgs(args, {
     url: { type: "string" },
+    subc: { type: "string" },
     json: { type: "boolean" },
   });
   const [method, paramsJson, ...extra] = positionals;
@@ -71,7 +78,7 @@ async function runCall(args: string[], io: CliIO): Promise<number> {
   }
   let client;
   try {
-    client = await openClient(values.url, io);
+    client = await openClient(values, io);
   } catch (err) {
     if (!(err instanceof SynapseError)) throw err;
     // The wire shape of a channel error, so scripts parse one format whatever failed.

@@ -12,14 +12,16 @@ import {
   printJsonOutcome,
   refusedItems,
   reportError,
+  serverFlagsUsage,
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 import { runEmbedFile } from "../_embed_file.ts";
 
-const USAGE = `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--url URL] TEXT...
+const USAGE =
+  `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--url URL | --subc [FILE]] TEXT...
        ck-synapse embed --file PATH --request-key KEY [--model ID] [--truncate] [--out PATH]
-                        [--no-progress] [--json] [--url URL]
+                        [--no-progress] [--json] [--url URL | --subc [FILE]]
 
 Embeds one text (embed.query) or several (embed.batch) and prints the model, fingerprint, dims,
 token counts and the first 8 values of each vector; --json prints the whole result envelope.
@@ -36,8 +38,7 @@ stops polling (a server keeps running the job) and prints the job id.
   --truncate          cut over-long texts to the model's limit and disclose it, instead of refusing
   --json              print the result (or the error) as JSON; with --file the lines are JSONL
                       anyway, and --json prints a refusal of the batch as JSON on stdout
-  --url URL           call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL, else
-                      the running 'ck-synapse serve', else an embedded instance
+${serverFlagsUsage(20)}
   --file PATH         JSONL items to embed as one batch
   --request-key KEY   idempotency key of the batch (required with --file)
   --out PATH          write the result lines to PATH instead of stdout
@@ -75,6 +76,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     json: { type: "boolean" },
     truncate: { type: "boolean" },
     url: { type: "string" },
+    subc: { type: "string" },
     file: { type: "string" },
     "request-key": { type: "string" },
     out: { type: "string" },
@@ -95,6 +97,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
       truncate: values.truncate ?? false,
       out: values.out,
       url: values.url,
+      subc: values.subc,
       progress: !values["no-progress"],
       json: values.json ?? false,
     }, io);
@@ -109,7 +112,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
   const [method, params] = positionals.length === 1
     ? ["embed.query", { ...common, text: positionals[0] }]
     : ["embed.batch", { ...common, texts: positionals }];
-  const client = await openClient(values.url, io);
+  const client = await openClient(values, io);
   try {
     const outcome = await client.call(method, params);
     if (values.json) return printJsonOutcome(outcome, io);

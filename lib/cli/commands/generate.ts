@@ -10,13 +10,14 @@ import {
   parseCommandArgs,
   printJsonOutcome,
   reportError,
+  serverFlagsUsage,
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 
 const USAGE =
   `usage: ck-synapse generate [--model ID] [--max-tokens N] [--grammar GBNF | --grammar-file F]
-                           [--json] [--url URL] PROMPT
+                           [--json] [--url URL | --subc [FILE]] PROMPT
 
 Generates greedily from PROMPT on a GGUF model (microllm.oneshot) and prints the text, why it
 stopped, and the token counts; --json prints the whole result envelope.
@@ -26,8 +27,7 @@ stopped, and the token counts; --json prints the whole result envelope.
   --grammar GBNF      constrain the output with a GBNF grammar (needs grammar_enabled)
   --grammar-file F    the grammar, read from a file
   --json              print the result (or the error) as JSON
-  --url URL           call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL, else
-                      the running 'ck-synapse serve', else an embedded instance
+${serverFlagsUsage(20)}
 
 Exit status: 0 generated, 1 refused, 2 channel error, unreachable server, or usage error.`;
 
@@ -58,6 +58,7 @@ async function runGenerate(args: string[], io: CliIO): Promise<number> {
     "grammar-file": { type: "string" },
     json: { type: "boolean" },
     url: { type: "string" },
+    subc: { type: "string" },
   });
   if (positionals.length !== 1) throw new UsageError("Cannot generate: give exactly one PROMPT");
   const maxTokens = Number(values["max-tokens"] ?? 64);
@@ -85,7 +86,7 @@ async function runGenerate(args: string[], io: CliIO): Promise<number> {
       );
     }
   }
-  const client = await openClient(values.url, io);
+  const client = await openClient(values, io);
   try {
     const outcome = await client.call("microllm.oneshot", params);
     if (values.json) return printJsonOutcome(outcome, io);

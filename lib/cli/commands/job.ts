@@ -6,8 +6,14 @@
  * @module
  */
 import { cliExitFor } from "../../http/status_table.ts";
-import { openClient, parseCommandArgs, reportRefusal, UsageError } from "../_command.ts";
-import type { CliIO, Command } from "../_command.ts";
+import {
+  openClient,
+  parseCommandArgs,
+  reportRefusal,
+  serverFlagsUsage,
+  UsageError,
+} from "../_command.ts";
+import type { CliIO, Command, ServerFlags } from "../_command.ts";
 import { failureLines } from "../_embed_file.ts";
 import {
   isTerminal,
@@ -19,8 +25,8 @@ import {
 import type { ResultPage } from "../_job_results.ts";
 import { openResultSink } from "../_result_sink.ts";
 
-const USAGE = `usage: ck-synapse job status ID [--json] [--url URL]
-       ck-synapse job pages ID [--out PATH] [--json] [--url URL]
+const USAGE = `usage: ck-synapse job status ID [--json] [--url URL | --subc [FILE]]
+       ck-synapse job pages ID [--out PATH] [--json] [--url URL | --subc [FILE]]
 
 status  prints a durable embed job's state, items done / total, committed pages and error;
         --json prints them as one JSON object (and a refusal as JSON).
@@ -29,15 +35,14 @@ pages   writes the items of every committed page as JSONL (stdout, or --out PATH
         {"id","error":{"code","message"}} for a refused item; pages in commit order. The lines
         are JSONL anyway; --json prints a refusal (unknown job …) as JSON on stdout.
 
-Jobs live in the store of the instance that ran them: a server's (--url, $SYNAPSE_URL, or the
-running 'ck-synapse serve' of this data home, found by itself); without one, the embedded
+Jobs live in the store of the instance that ran them: a server's (--url, --subc, $SYNAPSE_URL, or
+the running 'ck-synapse serve' of this data home, found by itself); without one, the embedded
 instance's store in this data home, which holds the jobs of earlier embedded runs (a job whose
 process died reads failed_transient, module_restarted).
 
   --json        print the status, or a refusal, as JSON
   --out PATH    write the result lines to PATH instead of stdout
-  --url URL     call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL, else the
-                running 'ck-synapse serve', else an embedded instance
+${serverFlagsUsage(14)}
 
 Exit status: 0 read (job done, queued or running, and for pages no refused item), 1 the job
 failed, an item was refused, or the job is unknown, 2 channel error, unreachable server, or usage
@@ -56,6 +61,7 @@ async function runJob(args: string[], io: CliIO): Promise<number> {
     json: { type: "boolean" },
     out: { type: "string" },
     url: { type: "string" },
+    subc: { type: "string" },
   });
   const [sub, id, ...extra] = positionals;
   if (sub !== "status" && sub !== "pages") {
@@ -70,10 +76,10 @@ async function runJob(args: string[], io: CliIO): Promise<number> {
   if (sub === "status" && values.out !== undefined) {
     throw new UsageError("Cannot use --out with 'job status' (it is for 'job pages')");
   }
-  return sub === "status" ? await status(id, values.json ?? false, values.url, io) : await pages(
+  return sub === "status" ? await status(id, values.json ?? false, values, io) : await pages(
     id,
     values.out,
-    values.url,
+    values,
     values.json ?? false,
     io,
   );
@@ -82,10 +88,10 @@ async function runJob(args: string[], io: CliIO): Promise<number> {
 async function status(
   id: string,
   json: boolean,
-  url: string | undefined,
+  server: ServerFlags,
   io: CliIO,
 ): Promise<number> {
-  const client = await openClient(url, io);
+  const client = await openClient(server, io);
   try {
     const first = await readPage(client, id, 0);
     if (first.kind !== "page") {
@@ -138,13 +144,13 @@ async function status(
 async function pages(
   id: string,
   out: string | undefined,
-  url: string | undefined,
+  server: ServerFlags,
   json: boolean,
   io: CliIO,
 ): Promise<number> {
   const sink = await openResultSink(out, io);
   try {
-    const client = await openClient(url, io);
+    const client = await openClient(server, io);
     try {
       let items = 0;
       let refused = 0;

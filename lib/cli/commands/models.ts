@@ -9,20 +9,20 @@ import {
   parseCommandArgs,
   printJsonOutcome,
   reportError,
+  serverFlagsUsage,
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 import { servedBy } from "../_served_by.ts";
 
-const USAGE = `usage: ck-synapse models list [--json] [--url URL]
+const USAGE = `usage: ck-synapse models list [--json] [--url URL | --subc [FILE]]
 
 Lists the models with their task, state, dims and fingerprint, why a model is not ready (the
 same state and reason as GET /health), then which model serves each task when a request names
 none (and why none does); --json prints the whole models.list result.
 
   --json        print the result (or the error) as JSON
-  --url URL     call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL, else
-                the running 'ck-synapse serve', else an embedded instance`;
+${serverFlagsUsage(14)}`;
 
 interface ModelsPrintable {
   models: {
@@ -51,13 +51,14 @@ async function runModels(args: string[], io: CliIO): Promise<number> {
   const { values, positionals } = parseCommandArgs(args, {
     json: { type: "boolean" },
     url: { type: "string" },
+    subc: { type: "string" },
   });
   const [sub, ...extra] = positionals;
   if (sub !== undefined && sub !== "list") {
     throw new UsageError(`Cannot run 'models ${sub}': unknown subcommand (use 'models list')`);
   }
   if (extra.length > 0) throw new UsageError(`Cannot list models: unexpected '${extra[0]}'`);
-  const client = await openClient(values.url, io);
+  const client = await openClient(values, io);
   try {
     const outcome = await client.call("models.list", {});
     if (values.json) return printJsonOutcome(outcome, io);

@@ -9,11 +9,13 @@ import {
   parseCommandArgs,
   printJsonOutcome,
   reportError,
+  serverFlagsUsage,
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 
-const USAGE = `usage: ck-synapse rerank [--model ID] [--json] [--url URL] --query Q DOC...
+const USAGE = `usage: ck-synapse rerank [--model ID] [--json] [--url URL | --subc [FILE]]
+                         --query Q DOC...
 
 Scores each DOC against the query with a cross-encoder and prints the raw scores (logits) in
 input order, with their sigmoid beside them; --json prints the whole result envelope.
@@ -21,8 +23,7 @@ input order, with their sigmoid beside them; --json prints the whole result enve
   --query Q     the query (required)
   --model ID    model to use (default: the first rerank model)
   --json        print the result (or the error) as JSON
-  --url URL     call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL, else
-                the running 'ck-synapse serve', else an embedded instance
+${serverFlagsUsage(14)}
 
 Exit status: 0 scored, 1 refused, 2 channel error, unreachable server, or usage error.`;
 
@@ -49,12 +50,13 @@ async function runRerank(args: string[], io: CliIO): Promise<number> {
     query: { type: "string" },
     json: { type: "boolean" },
     url: { type: "string" },
+    subc: { type: "string" },
   });
   if (values.query === undefined) throw new UsageError("Cannot rerank: --query is required");
   if (positionals.length === 0) throw new UsageError("Cannot rerank: give at least one DOC");
   const params: Record<string, unknown> = { query: values.query, candidates: positionals };
   if (values.model !== undefined) params.model = values.model;
-  const client = await openClient(values.url, io);
+  const client = await openClient(values, io);
   try {
     const outcome = await client.call("rerank.score", params);
     if (values.json) return printJsonOutcome(outcome, io);

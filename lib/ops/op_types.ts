@@ -1,0 +1,76 @@
+/**
+ * The params and result type of every operation the dispatcher serves, by method name: one table
+ * that typed clients of every door share with the operations themselves. The params are what the
+ * operation's zod schema accepts (its input type); the result is what its handler returns, read
+ * from the handler's own signature, so a change to an operation changes its type here and a typed
+ * client cannot drift from it.
+ *
+ * Types only: importing this module loads no operation code.
+ *
+ * @module
+ */
+import type { z } from "zod";
+import type {
+  AdmissionStatusParams,
+  EmbedBatchParams,
+  EmbedQueryParams,
+  EmbedResultParams,
+  ModelsListParams,
+  RerankScoreParams,
+} from "../contract/schemas.ts";
+import type { embedBatch, embedQuery } from "./embed.ts";
+import type { embedResult } from "./jobs.ts";
+import type { microllmOneshot, MicrollmOneshotParams } from "./microllm.ts";
+import type { admissionStatus, modelsList } from "./models.ts";
+import type { rerankScore } from "./rerank.ts";
+
+type ResultOf<F extends (...args: never[]) => unknown> = Awaited<ReturnType<F>>;
+
+/**
+ * Method → `{params, result}` of every operation (docs/operations.md). `params` is the input
+ * type of the method's strict schema (an unknown field is refused `invalid_request`); `result`
+ * is the payload inside the wire body `{"result": …}` of a successful call.
+ *
+ * `embed.batch` answers either vectors inline ({@link EmbedResult}) or, over the inline limits
+ * with a `request_key`, a durable job ({@link JobAccepted}): tell them apart by `"job_id" in
+ * result`.
+ */
+export interface SynapseOperations {
+  "embed.query": {
+    params: z.input<typeof EmbedQueryParams>;
+    result: ResultOf<typeof embedQuery>;
+  };
+  "embed.batch": {
+    params: z.input<typeof EmbedBatchParams>;
+    result: ResultOf<typeof embedBatch>;
+  };
+  "embed.result": {
+    params: z.input<typeof EmbedResultParams>;
+    result: ResultOf<typeof embedResult>;
+  };
+  "rerank.score": {
+    params: z.input<typeof RerankScoreParams>;
+    result: ResultOf<typeof rerankScore>;
+  };
+  "microllm.oneshot": {
+    params: z.input<typeof MicrollmOneshotParams>;
+    result: ResultOf<typeof microllmOneshot>;
+  };
+  "models.list": {
+    params: z.input<typeof ModelsListParams>;
+    result: ResultOf<typeof modelsList>;
+  };
+  "admission.status": {
+    params: z.input<typeof AdmissionStatusParams>;
+    result: ResultOf<typeof admissionStatus>;
+  };
+}
+
+/** A method the dispatcher serves (`"embed.query"`, …). */
+export type SynapseMethod = keyof SynapseOperations;
+
+/** The params of a method. */
+export type OpParams<M extends SynapseMethod> = SynapseOperations[M]["params"];
+
+/** The result payload of a method (inside `{"result": …}`). */
+export type OpResult<M extends SynapseMethod> = SynapseOperations[M]["result"];
