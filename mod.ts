@@ -1,13 +1,20 @@
 /**
- * Synapse public API: start an instance in-process, call its operations, and compute the
- * identities (numeric profile id, fingerprint, machine-profile hash) exactly as contract.md
- * §4–5 define them.
+ * Synapse public API: start an instance in-process, call its operations, call the `synapse`
+ * module over the subc bus, and compute the identities (numeric profile id, fingerprint,
+ * machine-profile hash) exactly as contract.md §4–5 define them.
  *
  * @example Embed in-process
  * ```ts ignore
  * import { createSynapse } from "./mod.ts";
  * await using syn = await createSynapse();
  * const out = await syn.call("embed.query", { text: "hello world" });
+ * ```
+ *
+ * @example Embed over the subc bus (the same params and result types)
+ * ```ts ignore
+ * import { SynapseBusClient } from "./mod.ts";
+ * await using synapse = await SynapseBusClient.connect(); // $SUBC_CONNECTION_FILE, …
+ * const { vectors, fingerprint } = await synapse.embedQuery({ text: "hello world" });
  * ```
  *
  * @module
@@ -31,8 +38,18 @@ export type { MachineProfile } from "./lib/identity/machine_profile.ts";
 export { ERROR_CODES, SynapseError } from "./lib/contract/errors.ts";
 export type { ChannelError, ErrorClass, ErrorCode, WireError } from "./lib/contract/errors.ts";
 export type { OpOutcome } from "./lib/ops/dispatcher.ts";
+export type { OpParams, OpResult, SynapseMethod, SynapseOperations } from "./lib/ops/op_types.ts";
+export { SynapseBusClient } from "./lib/client/synapse_bus_client.ts";
+export type { BusCallOptions, SynapseBusClientOptions } from "./lib/client/synapse_bus_client.ts";
+export { SubcCallError } from "./lib/subc/consumer.ts";
+export type { SubcCallOrigin, SubcCallPhase } from "./lib/subc/consumer.ts";
+export { SubcWireError } from "./lib/subc/errors.ts";
+export type { SubcWireReason } from "./lib/subc/errors.ts";
 export type { EmbedResult, EmbedVector, ItemError, TruncationDisclosure } from "./lib/ops/embed.ts";
 export type { RerankResult } from "./lib/ops/rerank.ts";
+export type { EmbedResultPage, JobAccepted } from "./lib/ops/jobs.ts";
+export type { MicrollmResult } from "./lib/ops/microllm.ts";
+export type { AdmissionStatusResult, ModelsListResult } from "./lib/ops/models.ts";
 export type { Envelope } from "./lib/contract/envelope.ts";
 export { DEFAULT_CONFIG } from "./lib/config/defaults.ts";
 export { loadConfig } from "./lib/config/loader.ts";
