@@ -780,7 +780,13 @@ export class Peer implements AsyncDisposable {
   until(predicate: () => boolean, options: WaitOptions = {}): Promise<void> {
     const timeoutMs = options.timeoutMs ?? DEFAULT_WAIT_MS;
     return new Promise<void>((resolve, reject) => {
-      let timer: ReturnType<typeof setTimeout> | undefined;
+      let ready: boolean;
+      try {
+        ready = predicate();
+      } catch (err) {
+        return reject(err);
+      }
+      if (ready) return resolve();
       const settle = (err?: unknown): void => {
         clearTimeout(timer);
         this.#waiters.delete(waiter);
@@ -801,19 +807,12 @@ export class Peer implements AsyncDisposable {
           settle(err);
         },
       };
-      let ready: boolean;
-      try {
-        ready = predicate();
-      } catch (err) {
-        return reject(err);
-      }
-      if (ready) return resolve();
-      this.#waiters.add(waiter);
-      timer = setTimeout(() => {
+      const timer = setTimeout(() => {
         settle(
           new Error(`Timed out after ${timeoutMs} ms waiting for ${options.what ?? "a condition"}`),
         );
       }, timeoutMs);
+      this.#waiters.add(waiter);
     });
   }
 
