@@ -429,7 +429,7 @@ Deno.test("HELLO refusals as the daemon answers them: version_unsupported, inval
   const body = await refusal((e) => e.hello(bad));
   assert.equal(body.code, "invalid_manifest");
   assert.deepEqual(body.detail, { field: "manifest.trust_tier" });
-  await using first = await registeredModule(peer);
+  await using _first = await registeredModule(peer);
   assert.equal((await refusal((e) => e.hello(testManifest()))).code, "duplicate_module_id");
   assert.equal(peer.module()?.connId, (await peer.waitModule()).connId);
   assert.deepEqual(peer.stats().helloRefusals, {
