@@ -1094,3 +1094,95 @@ Deno.test("CreditWindow: holds credits by corr, queues waiters first come first 
   assert.equal(await w.acquire(5n), false);
   assert.ok(changes > 0);
 });
+
+Deno.test("under load the window holds: 32 routes × 200 pipelined requests, never more than 32 in flight per route, exactly one terminal each, no credit leaked", async () => {
+  const ROUTES = 32;
+  const PER_ROUTE = 200;
+  await using peer = await startPeer();
+  await using module = await registeredModule(peer); // module_managed: 32
+  const clients: Endpoint[] = [];
+  for (let i = 0; i < 4; i++) clients.push(await connectEndpoint(peer));
+  const routes: { client: Endpoint; route: { channel: number; epoch: number } }[] = [];
+  for (let i = 0; i < ROUTES; i++) {
+    const client = clients[i % clients.length]!;
+    routes.push({ client, route: (await openBound(client, module)).route });
+  }
+  // The scripted module holds a route's requests until it has 32 in flight; then it waits until
+  // the peer holds the 33rd back (a credit waiter), checks that no 33rd reached it, and answers
+  // the 32 in reverse order. A route's last request (corr 200) flushes the rest.
+  const inFlight = new Map<number, SubcFrame[]>();
+  let maxInFlight = 0;
+  let pingCorr = 100n;
+  const serving = (async () => {
+    for (let n = 0; n < ROUTES * PER_ROUTE; n++) {
+      const req = await module.next((f) => f.type === FrameType.Request && f.channel !== 0);
+      const held = inFlight.get(req.channel) ?? [];
+      held.push(req);
+      inFlight.set(req.channel, held);
+      maxInFlight = Math.max(maxInFlight, held.length);
+      if (held.length === 32) {
+        await peer.until(
+          () => peer.routes().find((r) => r.moduleChannel === req.channel)!.creditWaiters === 1,
+          { what: `the 33rd request of module channel ${req.channel} to wait` },
+        );
+        // Whatever the peer forwarded before that wait was queued before this Pong.
+        await module.send({ type: FrameType.Ping, corr: ++pingCorr });
+        await module.next((f) => f.type === FrameType.Pong);
+        assert.deepEqual(
+          module.pending((f) => f.type === FrameType.Request && f.channel === req.channel),
+          [],
+          "a 33rd request reached the module while 32 were in flight",
+        );
+      }
+      if (held.length === 32 || req.corr === BigInt(PER_ROUTE)) {
+        for (const r of held.reverse()) {
+          await module.send({
+            ...r,
+            type: FrameType.Response,
+            body: json({ corr: Number(r.corr) }),
+          });
+        }
+        inFlight.set(req.channel, []);
+      }
+    }
+  })();
+  for (const { client, route } of routes) {
+    for (let corr = 1n; corr <= BigInt(PER_ROUTE); corr++) {
+      void client.send({
+        type: FrameType.Request,
+        ...route,
+        corr,
+        flags: DATA_FLAGS,
+        body: json({ method: "embed.query", params: { corr: Number(corr) } }),
+      });
+    }
+  }
+  await serving;
+  await peer.until(() => peer.stats().terminals === ROUTES * PER_ROUTE, { what: "every terminal" });
+  assert.equal(maxInFlight, 32);
+  for (const { client, route } of routes) {
+    for (let corr = 1n; corr <= BigInt(PER_ROUTE); corr++) {
+      const t = await client.next((f) => f.channel === route.channel && f.corr === corr);
+      assert.equal(t.type, FrameType.Response);
+      assert.deepEqual(jsonBody(t), { corr: Number(corr) });
+    }
+  }
+  await module.send({ type: FrameType.Ping, corr: 1n }); // a last round trip: nothing else comes
+  await module.next((f) => f.type === FrameType.Pong);
+  for (const client of clients) {
+    // Relayed frames were queued before this Pong: once it is in, nothing else is on its way.
+    await client.send({ type: FrameType.Ping, corr: 999n });
+    await client.next((f) => f.type === FrameType.Pong);
+    assert.deepEqual(client.pending((f) => f.channel !== 0), []);
+  }
+  for (const info of peer.routes()) {
+    assert.deepEqual([info.requests, info.terminals, info.creditsInUse], [PER_ROUTE, PER_ROUTE, 0]);
+    assert.ok([...info.terminalsByCorr.values()].every((n) => n === 1));
+  }
+  for (const client of clients) await client[Symbol.asyncDispose]();
+  await peer.until(() => peer.routes().length === 0);
+  const stats = peer.stats();
+  assert.deepEqual([stats.creditsLeaked, stats.overReleases, stats.framesDropped], [0, 0, 0]);
+  assert.ok(stats.creditWaits > 0, "requests did wait for credits");
+  assertNoViolations(peer);
+});

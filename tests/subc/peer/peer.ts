@@ -285,7 +285,10 @@ export interface RouteInfo {
   cancels: number;
   /** Credits held when the route closed: requests that never got a module terminal. */
   leakedCredits: number;
-  /** Module terminals per request corr (a count above 1 is a violation). */
+  /**
+   * Module terminals per request corr (a count above 1 is a violation). A live read-only view,
+   * not a copy (a load test has thousands of corrs per route).
+   */
   terminalsByCorr: ReadonlyMap<bigint, number>;
   /** The bind identity. */
   identity: BindIdentity;
@@ -536,7 +539,7 @@ class Route {
       terminals: this.terminals,
       cancels: this.cancels,
       leakedCredits: this.leakedCredits,
-      terminalsByCorr: new Map(this.terminalsByCorr),
+      terminalsByCorr: this.terminalsByCorr,
       identity: this.identity,
       principal: this.principal,
     };
@@ -713,6 +716,15 @@ export class Peer implements AsyncDisposable {
   }
 
   /**
+   * Snapshots of every module id that ever registered (the newest connection of each).
+   *
+   * @returns One {@link ModuleInfo} per module id, in registration order.
+   */
+  modules(): ModuleInfo[] {
+    return [...this.#modules.values()].map(moduleInfo);
+  }
+
+  /**
    * Waits until a module of `moduleId` is registered (its HELLO_ACK queued).
    *
    * @param moduleId The module id. @default "synapse"
@@ -770,8 +782,8 @@ export class Peer implements AsyncDisposable {
 
   /**
    * Waits until `predicate()` is true. It is checked now and after every event of the peer (a
-   * frame read or written, a credit taken or released, a connection opened or closed), never on a
-   * timer: tests wait on events, the timeout is only a hang guard.
+   * frame handled, a credit taken or released, a route or connection opened or closed, a
+   * violation), never on a timer: tests wait on events, the timeout is only a hang guard.
    *
    * @param predicate A side-effect-free check of the peer's state.
    * @param options Hang guard and what is awaited.
@@ -1067,18 +1079,22 @@ export class Peer implements AsyncDisposable {
     }
     this.#rawConns.delete(conn);
     const onFrame = this.#options.onFrame;
-    link.framed = new FramedConn(conn, {
-      onFrame: (direction, frame) => {
-        onFrame?.({
-          direction,
-          connId: link.id,
-          kind: link.kind,
-          moduleId: link.module?.moduleId,
-          frame,
-        });
-        this.#notify();
+    // The tap costs a decode of every frame written, so it is installed only when asked for.
+    link.framed = new FramedConn(
+      conn,
+      onFrame === undefined ? {} : {
+        onFrame: (direction, frame) => {
+          onFrame({
+            direction,
+            connId: link.id,
+            // A first frame other than HELLO makes the connection a client as it is read.
+            kind: link.kind === "pending" && frame.type !== FrameType.Hello ? "client" : link.kind,
+            moduleId: link.module?.moduleId,
+            frame,
+          });
+        },
       },
-    });
+    );
     this.#links.add(link);
     if (this.#killed) link.framed.close();
     this.#notify();
@@ -1172,14 +1188,14 @@ export class Peer implements AsyncDisposable {
       (surface?.role === "management_surface" ? surface.concurrency : undefined) ??
         (tools?.role === "tool_provider" ? tools.concurrency : undefined) ?? "module_managed";
     const m = new ModuleConn(link, hello, concurrency);
+    link.kind = "module";
+    link.module = m;
     // HELLO_ACK is queued before the module becomes routable: always the first frame it sees.
     void link.framed.send({
       type: FrameType.HelloAck,
       corr: frame.corr,
       body: encodeControlBody(this.#helloAck(id)),
     });
-    link.kind = "module";
-    link.module = m;
     this.#modules.set(id, m);
     this.#stats.modulesRegistered++;
     this.#log(`#${link.id} module '${id}' registered (window ${m.window})`);
