@@ -1186,3 +1186,33 @@ Deno.test("under load the window holds: 32 routes × 200 pipelined requests, nev
   assert.ok(stats.creditWaits > 0, "requests did wait for credits");
   assertNoViolations(peer);
 });
+
+Deno.test("closeRoute(): silently for the client, whose next request gets unknown_channel and, once the slot is re-opened, stale_route_epoch; silently for the module, whose route Goodbye never comes", async () => {
+  await using peer = await startPeer();
+  await using module = await registeredModule(peer);
+  await using client = await connectEndpoint(peer);
+  const first = await openBound(client, module);
+  const id = peer.routes()[0]!.id;
+  assert.equal(peer.closeRoute(id, { goodbyeToClient: false }), true);
+  assert.equal(peer.closeRoute(id), false, "already closed");
+  const bye = await module.next((f) => f.type === FrameType.Goodbye);
+  assert.deepEqual([bye.channel, bye.epoch], [first.bind.route_channel, first.bind.epoch]);
+  const unknown = await client.call(first.route, { method: "echo" });
+  assert.equal(parseErrorBody(unknown.body).code, "unknown_channel");
+  const second = await openBound(client, module);
+  assert.deepEqual([second.route.channel, second.route.epoch], [1, 2]);
+  const stale = await client.call(first.route, { method: "echo" });
+  assert.equal(parseErrorBody(stale.body).code, "stale_route_epoch");
+  assert.equal(peer.closeRoute(peer.routes()[0]!.id, { goodbyeToModule: false }), true);
+  const clientBye = await client.next((f) => f.type === FrameType.Goodbye);
+  assert.deepEqual([clientBye.channel, clientBye.epoch], [1, 2]);
+  // Only the first close reached the module.
+  await module.send({ type: FrameType.Ping, corr: 1n });
+  await module.next((f) => f.type === FrameType.Pong);
+  assert.deepEqual(module.pending((f) => f.type === FrameType.Goodbye), []);
+  assert.deepEqual(
+    peer.routes({ includeClosed: true }).map((r) => r.closedBy),
+    ["peer_closed", "peer_closed"],
+  );
+  assertNoViolations(peer);
+});

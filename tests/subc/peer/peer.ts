@@ -247,6 +247,7 @@ export type RouteCloseReason =
   | "module_goodbye"
   | "module_gone"
   | "peer_goodbye"
+  | "peer_closed"
   | "replaced";
 
 /** A snapshot of one route ({@link Peer.routes}). */
@@ -974,6 +975,30 @@ export class Peer implements AsyncDisposable {
     for (const route of [...m.routes.values()]) this.#dropRoute(route, "peer_goodbye");
     this.#notify();
     await m.link.framed.send({ type: FrameType.Goodbye });
+  }
+
+  /**
+   * Closes a route as the daemon would on its own, telling each side or not (fault injection: a
+   * module whose route Goodbye never comes needs its idle reaper; a client whose route vanished
+   * silently gets `unknown_channel` on its next request and must re-open).
+   *
+   * @param routeId The route's {@link RouteInfo.id}.
+   * @param options `goodbyeToModule` (default true): send the module a route Goodbye;
+   *   `goodbyeToClient` (default true): answer the client's requests in flight with
+   *   `target_unavailable` and send it a Goodbye on the route.
+   * @returns Whether the route was open.
+   */
+  closeRoute(
+    routeId: number,
+    options: { goodbyeToModule?: boolean; goodbyeToClient?: boolean } = {},
+  ): boolean {
+    const route = this.#allRoutes.find((r) => r.id === routeId);
+    if (route === undefined || !route.open) return false;
+    this.#dropRoute(route, "peer_closed", {
+      module: options.goodbyeToModule ?? true,
+      client: options.goodbyeToClient ?? true,
+    });
+    return true;
   }
 
   /**
@@ -1847,7 +1872,11 @@ export class Peer implements AsyncDisposable {
    * route Goodbye when the client or the peer closed it; the client gets `target_unavailable`
    * for each request in flight and a Goodbye on the route when the module or the peer did.
    */
-  #dropRoute(route: Route, reason: RouteCloseReason): void {
+  #dropRoute(
+    route: Route,
+    reason: RouteCloseReason,
+    tell?: { module: boolean; client: boolean },
+  ): void {
     if (!route.open) return;
     route.open = false;
     route.closedBy = reason;
@@ -1862,10 +1891,11 @@ export class Peer implements AsyncDisposable {
     this.#stats.creditsLeaked += held.length;
     const clientLink = route.client.link;
     const moduleLink = route.module.link;
-    const notifyModule = reason === "client_goodbye" || reason === "client_gone" ||
-      reason === "peer_goodbye";
-    const tellClient = reason === "module_goodbye" || reason === "module_gone" ||
-      reason === "peer_goodbye" || reason === "replaced";
+    const notifyModule = tell?.module ??
+      (reason === "client_goodbye" || reason === "client_gone" || reason === "peer_goodbye");
+    const tellClient = tell?.client ??
+      (reason === "module_goodbye" || reason === "module_gone" || reason === "peer_goodbye" ||
+        reason === "replaced");
     if (tellClient && !clientLink.framed.closed) {
       // The spec does not say what in-flight requests of a vanished route get; the peer answers
       // each with a retryable target_unavailable so that no client waits forever.
