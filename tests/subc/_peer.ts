@@ -4,7 +4,7 @@
  *
  * - `peer.ts`: {@link startPeer} → {@link Peer}, the daemon stand-in (listener, connection file,
  *   handshake, HELLO/HELLO_ACK, route.open → route.bind, the credit-window relay, counters,
- *   faults);
+ *   faults); `types.ts` its options, snapshots and counters; `state.ts` its internal state;
  * - `endpoint.ts`: {@link connectEndpoint} → {@link Endpoint}, a raw authenticated connection for
  *   scripting a module or a client frame by frame;
  * - `manifest.ts`: {@link testManifest}, a minimal valid manifest;

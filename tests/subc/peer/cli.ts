@@ -58,7 +58,9 @@ function preview(body: Uint8Array): string {
   if (body.byteLength === 0) return "";
   try {
     const text = new TextDecoder("utf-8", { fatal: true }).decode(body);
-    if (/[\x00-\x08\x0e-\x1f]/.test(text)) return ` <${body.byteLength} bytes>`;
+    if ([...text].some((c) => c < " " && c !== "\t" && c !== "\n" && c !== "\r")) {
+      return ` <${body.byteLength} bytes>`;
+    }
     return " " + (text.length > PREVIEW_CHARS ? `${text.slice(0, PREVIEW_CHARS)}…` : text);
   } catch {
     return ` <${body.byteLength} bytes, not UTF-8>`;
