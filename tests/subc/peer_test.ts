@@ -777,7 +777,7 @@ Deno.test("a module that accepts a bind with an equal epoch is a violation; the 
   assert.equal(peer.routes({ includeClosed: true })[0]!.closedBy, "replaced");
 });
 
-Deno.test("route.open refusals: unknown module target_unavailable, configured but unregistered module_warming, a malformed open invalid_request, another op unknown_control_op", async () => {
+Deno.test("route.open refusals: unknown module target_unavailable, configured but unregistered module_warming, a malformed open or a body that is not JSON invalid_request, another op unknown_control_op", async () => {
   await using peer = await startPeer();
   await using client = await connectEndpoint(peer);
   const code = async (init: Parameters<Endpoint["openRoute"]>[0]) => {
@@ -790,6 +790,16 @@ Deno.test("route.open refusals: unknown module target_unavailable, configured bu
   await client.send({ type: FrameType.Request, corr: 50n, body: json({ op: "route.open" }) });
   const bad = await client.next((f) => f.corr === 50n);
   assert.deepEqual([bad.type, parseErrorBody(bad.body).code], [FrameType.Error, "invalid_request"]);
+  await client.send({
+    type: FrameType.Request,
+    corr: 52n,
+    body: new TextEncoder().encode("{not json"),
+  });
+  const notJson = await client.next((f) => f.corr === 52n);
+  assert.deepEqual([notJson.type, parseErrorBody(notJson.body).code], [
+    FrameType.Error,
+    "invalid_request",
+  ]);
   await client.send({ type: FrameType.Request, corr: 51n, body: json({ op: "route.poll" }) });
   const other = await client.next((f) => f.corr === 51n);
   assert.equal(parseErrorBody(other.body).code, "unknown_control_op");
