@@ -1226,3 +1226,34 @@ Deno.test("closeRoute(): silently for the client, whose next request gets unknow
   );
   assertNoViolations(peer);
 });
+
+Deno.test("route traffic a module sends right behind its route.bind ack (same TCP segment) finds the route installed", async () => {
+  await using peer = await startPeer();
+  await using module = await registeredModule(peer);
+  await using client = await connectEndpoint(peer);
+  const opening = client.openRoute();
+  const bind = await module.next(isControlRequest("route.bind"));
+  const b = parseRouteBind(bind.body);
+  const ack = encodeFrame({
+    type: FrameType.Response,
+    corr: bind.corr,
+    body: json({ op: "route.bind" }),
+  });
+  const push = encodeFrame({
+    type: FrameType.Push,
+    channel: b.route_channel,
+    epoch: b.epoch,
+    flags: DATA_FLAGS,
+    body: json({ event: "ready" }),
+  });
+  const both = new Uint8Array(ack.byteLength + push.byteLength);
+  both.set(ack);
+  both.set(push, ack.byteLength);
+  await module.sendRaw(both);
+  const route = await opening;
+  const got = await client.next((f) => f.type === FrameType.Push);
+  assert.deepEqual([got.channel, got.epoch, jsonBody(got)], [route.channel, route.epoch, {
+    event: "ready",
+  }]);
+  assert.equal(peer.stats().framesDropped, 0);
+});

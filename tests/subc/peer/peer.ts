@@ -1066,21 +1066,35 @@ export class Peer implements AsyncDisposable {
     return m;
   }
 
-  /** Sends a daemon channel-0 Request (corr from the endpoint's counter) and awaits its reply. */
-  #control(m: ModuleConn, body: object, timeoutMs: number): Promise<ControlResult> {
+  /**
+   * Sends a daemon channel-0 Request (corr from the endpoint's counter) and awaits its reply.
+   * `settle`, when given, runs synchronously as the reply is read (before the module's next frame
+   * is handled): a route.bind ack installs the route there, so route traffic the module sends right
+   * after its ack finds the route.
+   */
+  #control(
+    m: ModuleConn,
+    body: object,
+    timeoutMs: number,
+    settle: (result: ControlResult) => void = () => {},
+  ): Promise<ControlResult> {
     const corr = m.nextCorr++;
     return new Promise<ControlResult>((resolve) => {
-      if (m.state === "gone") return resolve({ kind: "gone" });
+      const done = (result: ControlResult): void => {
+        settle(result);
+        resolve(result);
+      };
+      if (m.state === "gone") return done({ kind: "gone" });
       const timer = setTimeout(() => {
         m.pending.delete(corr);
         m.expired.add(corr);
+        done({ kind: "timeout" });
         this.#notify();
-        resolve({ kind: "timeout" });
       }, timeoutMs);
       m.pending.set(corr, {
         resolve: (result) => {
           clearTimeout(timer);
-          resolve(result);
+          done(result);
         },
       });
       void m.link.framed.send({ type: FrameType.Request, corr, body: encodeControlBody(body) });
@@ -1247,11 +1261,8 @@ export class Peer implements AsyncDisposable {
   }
 
   async #routeOpen(c: ClientConn, frame: SubcFrame, value: unknown): Promise<void> {
-    const refuse = (code: string, message: string, detail?: JsonValue): void => {
-      this.#stats.routeOpenRefusals[code] = (this.#stats.routeOpenRefusals[code] ?? 0) + 1;
-      this.#log(`#${c.link.id} route.open refused: ${code}`);
-      this.#controlError(c, frame.corr, code, message, detail);
-    };
+    const refuse = (code: string, message: string, detail?: JsonValue): void =>
+      this.#refuseOpen(c, frame.corr, code, message, detail);
     let open: RouteOpen;
     try {
       open = parseControl(RouteOpenSchema, value, "route.open");
@@ -1326,7 +1337,30 @@ export class Peer implements AsyncDisposable {
         : { consumer_capabilities: open.consumer_capabilities }),
     };
     if (slot.replaces === undefined) m.reservedSlots.add(slot.channel);
-    const res = await this.#control(m, bind, this.#bindTimeoutMs);
+    await this.#control(
+      m,
+      bind,
+      this.#bindTimeoutMs,
+      (res) => this.#bindSettled({ c, openCorr: frame.corr, m, slot, identity, principal }, res),
+    );
+  }
+
+  /** The end of a route.open, run as the module's answer to route.bind is read. */
+  #bindSettled(
+    open: {
+      c: ClientConn;
+      openCorr: bigint;
+      m: ModuleConn;
+      slot: { channel: number; epoch: number; replaces?: Route };
+      identity: BindIdentity;
+      principal: Principal | undefined;
+    },
+    res: ControlResult,
+  ): void {
+    const { c, m, slot, identity, principal } = open;
+    const id = m.moduleId;
+    const refuse = (code: string, message: string): void =>
+      this.#refuseOpen(c, open.openCorr, code, message);
     m.reservedSlots.delete(slot.channel);
     if (res.kind === "timeout") {
       this.#stats.bindTimeouts++;
@@ -1348,7 +1382,7 @@ export class Peer implements AsyncDisposable {
       const code = safeErrorBody(decodeSafe(reply.body)).code;
       this.#stats.routeOpenRefusals[code] = (this.#stats.routeOpenRefusals[code] ?? 0) + 1;
       this.#log(`#${c.link.id} route.open refused by module '${id}': ${code}`);
-      void c.link.framed.send({ type: FrameType.Error, corr: frame.corr, body: reply.body });
+      void c.link.framed.send({ type: FrameType.Error, corr: open.openCorr, body: reply.body });
       return;
     }
     try {
@@ -1396,7 +1430,7 @@ export class Peer implements AsyncDisposable {
     this.#stats.routesOpened++;
     void c.link.framed.send({
       type: FrameType.Response,
-      corr: frame.corr,
+      corr: open.openCorr,
       body: encodeControlBody({
         op: "route.open",
         route_channel: clientChannel,
@@ -1404,6 +1438,18 @@ export class Peer implements AsyncDisposable {
       }),
     });
     this.#notify();
+  }
+
+  #refuseOpen(
+    c: ClientConn,
+    corr: bigint,
+    code: string,
+    message: string,
+    detail?: JsonValue,
+  ): void {
+    this.#stats.routeOpenRefusals[code] = (this.#stats.routeOpenRefusals[code] ?? 0) + 1;
+    this.#log(`#${c.link.id} route.open refused: ${code}`);
+    this.#controlError(c, corr, code, message, detail);
   }
 
   #allocateModuleSlot(
