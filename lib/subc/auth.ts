@@ -439,6 +439,12 @@ export interface ClientHandshakeOptions extends HandshakeOptions {
 export interface ServerHandshakeOptions extends HandshakeOptions {
   /** The daemon's version string, sent in message 2. */
   daemonVer: string;
+  /**
+   * The server nonce (32 bytes). Only for golden tests (the in-test daemon passes the vectors'):
+   * a fixed nonce lets a recorded client proof be replayed.
+   * @default {randomNonce()}, fresh for each handshake
+   */
+  serverNonce?: Uint8Array;
 }
 
 /**
@@ -498,6 +504,7 @@ export async function serverHandshake(
       daemonId: options.daemonId,
       daemonVer: options.daemonVer,
       hello,
+      ...(options.serverNonce === undefined ? {} : { serverNonce: options.serverNonce }),
     });
     await io.send(answer.proof);
     const auth = await io.receive("ClientAuth");
