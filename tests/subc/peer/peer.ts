@@ -704,6 +704,8 @@ export class Peer implements AsyncDisposable {
         if (link.kind === "pending") {
           if (frame.type === FrameType.Hello) {
             await this.#onHello(link, frame);
+            // A registration is an event: waitModule() must see it even if nothing follows.
+            this.#notify();
             continue;
           }
           link.kind = "client";
