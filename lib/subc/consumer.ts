@@ -671,9 +671,24 @@ export class SubcConsumer implements AsyncDisposable {
     this.#writer.send({ type: FrameType.Goodbye, flags: CONTROL_FLAGS, channel, epoch, corr: 0n });
   }
 
-  /** @internal Forgets a closed route. */
+  /**
+   * @internal Forgets a closed route. Its requests still waiting reject with `route_closed`: after
+   * the route's Goodbye the module drops their work and answers nothing.
+   */
   forget(route: SubcRoute): void {
     this.#routes.delete(route);
+    const closed = new SubcCallError(
+      "route_closed",
+      `Cannot finish the call: route ${route.channel} was closed while it waited`,
+      {
+        phase: "request",
+        origin: "consumer",
+        detail: { route_channel: route.channel, route_epoch: route.epoch },
+      },
+    );
+    for (const p of [...this.#requests.values()]) {
+      if (p.channel === route.channel) p.settle(closed);
+    }
   }
 
   // -------------------------------------------------------------------------------------------
@@ -938,7 +953,10 @@ export class SubcRoute implements AsyncDisposable {
     return parseJson(terminal.body, method);
   }
 
-  /** Closes the route: a Goodbye on `(channel, epoch)`. Idempotent. */
+  /**
+   * Closes the route: a Goodbye on `(channel, epoch)`; requests still waiting on it reject with
+   * `route_closed` (the module drops their work and answers nothing). Idempotent.
+   */
   close(): Promise<void> {
     if (this.#state !== "closed") {
       if (this.#state === "open") this.sendGoodbye();

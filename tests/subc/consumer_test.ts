@@ -356,6 +356,20 @@ Deno.test("SubcRoute.close sends its Goodbye; the route cannot be used after", a
   assert.equal(daemon.received.filter((r) => r.frame.type === FrameType.Goodbye).length, 1);
 });
 
+Deno.test("SubcRoute.close while a call waits: Goodbye sent, the call rejects with route_closed (no terminal will come)", async () => {
+  await using daemon = await echoDaemon((f) => f.channel !== 0); // holds requests
+  await using consumer = await SubcConsumer.connect({ connectionFile: daemon.connectionFile });
+  const route = await consumer.openRoute();
+  const call = route.call("x");
+  await daemon.until(
+    () => daemon.received.some((r) => r.frame.channel === 7 && r.frame.type === FrameType.Request),
+    "the request",
+  );
+  await route.close();
+  await assert.rejects(call, isCode("route_closed", "request"));
+  assert.equal(consumer.inFlight, 0);
+});
+
 Deno.test("SubcConsumer: a daemon that goes away fails waiting calls with connection_lost, and later calls too", async () => {
   await using daemon = await echoDaemon((f) => f.channel !== 0);
   await using consumer = await SubcConsumer.connect({ connectionFile: daemon.connectionFile });
