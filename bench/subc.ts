@@ -230,13 +230,19 @@ for (const [label, byDoor] of Object.entries(results)) {
 console.log("");
 for (const [label, s] of Object.entries(summary)) {
   const overhead = s.bus.p50 - s["in-process"].p50;
+  // The overhead target is per call, so it is judged one client at a time; with many in flight
+  // latency is queueing, and the ratios say how the doors compare.
+  const target = label === "1 client"
+    ? ` (target ≤ 0.5: ${overhead <= 0.5 ? "met" : "MISSED"})`
+    : "";
   console.log(
-    `${label}: bus p50 − in-process p50 = ${f(overhead)} ms (target ≤ 0.5); ` +
-      `bus/http p50 ${(s.bus.p50 / s.http.p50).toFixed(2)}, p99 ${
-        (s.bus.p99 / s.http.p99).toFixed(2)
-      }; req/s bus/http ${(s.bus.rps / s.http.rps).toFixed(2)}, bus/in-process ${
-        (s.bus.rps / s["in-process"].rps).toFixed(2)
-      }`,
+    `${label}: bus p50 − in-process p50 = ${f(overhead)} ms${target}; bus/http p50 ${
+      (s.bus.p50 / s.http.p50).toFixed(2)
+    } (no worse than HTTP: ${s.bus.p50 <= s.http.p50 ? "met" : "MISSED"}), p99 ${
+      (s.bus.p99 / s.http.p99).toFixed(2)
+    }; req/s bus/http ${(s.bus.rps / s.http.rps).toFixed(2)}, bus/in-process ${
+      (s.bus.rps / s["in-process"].rps).toFixed(2)
+    }`,
   );
 }
 console.log(
