@@ -83,7 +83,7 @@ export function parseCommandArgs<O extends ArgOptions>(
 ): ReturnType<
   typeof parseArgs<{ args: string[]; options: O; strict: true; allowPositionals: true }>
 > {
-  if (Object.hasOwn(options, "subc")) args = bareSubc(args);
+  if (options.subc === SUBC_CLIENT_FLAG) args = bareSubc(args);
   try {
     return parseArgs({ args, options, strict: true, allowPositionals: true });
   } catch (err) {
@@ -91,6 +91,13 @@ export function parseCommandArgs<O extends ArgOptions>(
     throw new UsageError(message, { flag: message.startsWith("unknown flag") });
   }
 }
+
+/**
+ * The `--subc [FILE]` flag of the commands that call a server: with this very definition,
+ * {@link parseCommandArgs} takes `--subc` without a path (see {@link bareSubc}). `serve --subc`
+ * (the module side) defines its own, which needs a path.
+ */
+export const SUBC_CLIENT_FLAG: { readonly type: "string" } = Object.freeze({ type: "string" });
 
 /**
  * `--subc` without a path (last, or before another flag) becomes `--subc=`: the empty path, which

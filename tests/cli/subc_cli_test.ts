@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { main } from "../../lib/cli/main.ts";
 import type { CliIO } from "../../lib/cli/main.ts";
-import { parseCommandArgs } from "../../lib/cli/_command.ts";
+import { parseCommandArgs, SUBC_CLIENT_FLAG } from "../../lib/cli/_command.ts";
 import { writeConnectionFile } from "../../lib/subc/connection_file.ts";
 import { FrameType } from "../../lib/subc/envelope.ts";
 import { bodyJson, startScriptedDaemon } from "../subc/_scripted_daemon.ts";
@@ -197,11 +197,16 @@ Deno.test("--subc with an unreachable daemon exits 2 with connection_failed nami
 });
 
 Deno.test("parseCommandArgs: a bare --subc (last, or before a flag) is the empty path; --subc FILE keeps FILE", () => {
-  const opts = { subc: { type: "string" }, json: { type: "boolean" } } as const;
+  const opts = { subc: SUBC_CLIENT_FLAG, json: { type: "boolean" } } as const;
   assert.equal(parseCommandArgs(["x", "--subc"], opts).values.subc, "");
   assert.equal(parseCommandArgs(["--subc", "--json", "x"], opts).values.subc, "");
   assert.equal(parseCommandArgs(["--subc", "/f.json", "x"], opts).values.subc, "/f.json");
   assert.deepEqual(parseCommandArgs(["--", "--subc"], opts).positionals, ["--subc"]);
+  // Another command's own --subc (serve's, the module side) still needs its path.
+  assert.throws(
+    () => parseCommandArgs(["--subc"], { subc: { type: "string" } }),
+    /flag --subc needs a value/,
+  );
 });
 
 Deno.test("./ck-synapse call --subc through the real launcher (its narrow permissions reach the daemon)", async () => {

@@ -11,6 +11,7 @@ import {
   openClient,
   parseCommandArgs,
   serverFlagsUsage,
+  SUBC_CLIENT_FLAG,
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
@@ -58,7 +59,7 @@ export const callCommand: Command = {
 async function runCall(args: string[], io: CliIO): Promise<number> {
   const { values, positionals } = parseCommandArgs(args, {
     url: { type: "string" },
-    subc: { type: "string" },
+    subc: SUBC_CLIENT_FLAG,
     json: { type: "boolean" },
   });
   const [method, paramsJson, ...extra] = positionals;

@@ -13,6 +13,7 @@ import {
   refusedItems,
   reportError,
   serverFlagsUsage,
+  SUBC_CLIENT_FLAG,
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
@@ -76,7 +77,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     json: { type: "boolean" },
     truncate: { type: "boolean" },
     url: { type: "string" },
-    subc: { type: "string" },
+    subc: SUBC_CLIENT_FLAG,
     file: { type: "string" },
     "request-key": { type: "string" },
     out: { type: "string" },

@@ -11,6 +11,7 @@ import {
   printJsonOutcome,
   reportError,
   serverFlagsUsage,
+  SUBC_CLIENT_FLAG,
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
@@ -58,7 +59,7 @@ async function runGenerate(args: string[], io: CliIO): Promise<number> {
     "grammar-file": { type: "string" },
     json: { type: "boolean" },
     url: { type: "string" },
-    subc: { type: "string" },
+    subc: SUBC_CLIENT_FLAG,
   });
   if (positionals.length !== 1) throw new UsageError("Cannot generate: give exactly one PROMPT");
   const maxTokens = Number(values["max-tokens"] ?? 64);

@@ -11,6 +11,7 @@ import {
   parseCommandArgs,
   reportRefusal,
   serverFlagsUsage,
+  SUBC_CLIENT_FLAG,
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command, ServerFlags } from "../_command.ts";
@@ -61,7 +62,7 @@ async function runJob(args: string[], io: CliIO): Promise<number> {
     json: { type: "boolean" },
     out: { type: "string" },
     url: { type: "string" },
-    subc: { type: "string" },
+    subc: SUBC_CLIENT_FLAG,
   });
   const [sub, id, ...extra] = positionals;
   if (sub !== "status" && sub !== "pages") {

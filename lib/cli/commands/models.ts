@@ -10,6 +10,7 @@ import {
   printJsonOutcome,
   reportError,
   serverFlagsUsage,
+  SUBC_CLIENT_FLAG,
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
@@ -51,7 +52,7 @@ async function runModels(args: string[], io: CliIO): Promise<number> {
   const { values, positionals } = parseCommandArgs(args, {
     json: { type: "boolean" },
     url: { type: "string" },
-    subc: { type: "string" },
+    subc: SUBC_CLIENT_FLAG,
   });
   const [sub, ...extra] = positionals;
   if (sub !== undefined && sub !== "list") {

@@ -10,6 +10,7 @@ import {
   printJsonOutcome,
   reportError,
   serverFlagsUsage,
+  SUBC_CLIENT_FLAG,
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
@@ -50,7 +51,7 @@ async function runRerank(args: string[], io: CliIO): Promise<number> {
     query: { type: "string" },
     json: { type: "boolean" },
     url: { type: "string" },
-    subc: { type: "string" },
+    subc: SUBC_CLIENT_FLAG,
   });
   if (values.query === undefined) throw new UsageError("Cannot rerank: --query is required");
   if (positionals.length === 0) throw new UsageError("Cannot rerank: give at least one DOC");
