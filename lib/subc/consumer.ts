@@ -77,6 +77,8 @@ export const DEFAULT_OPEN_RETRY_MAX_MS = 1_000;
 export const DEFAULT_CANCEL_GRACE_MS = 5_000;
 
 const READ_CHUNK_BYTES = 64 * 1024;
+/** Longest wait for the Goodbyes to be written at close, in milliseconds. */
+const CLOSE_FLUSH_MS = 1_000;
 const ENCODER = new TextEncoder();
 
 /**
@@ -486,7 +488,13 @@ export class SubcConsumer implements AsyncDisposable {
           origin: "consumer",
         }),
       );
-      await this.#writer.flush();
+      // The Goodbyes are best effort: a daemon that stopped reading does not hold the close up.
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([
+        this.#writer.flush(),
+        new Promise<void>((resolve) => timer = setTimeout(resolve, CLOSE_FLUSH_MS)),
+      ]);
+      clearTimeout(timer);
       this.#writer.close();
       try {
         this.#conn.close();
