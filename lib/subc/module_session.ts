@@ -8,25 +8,14 @@
  *   (a channel-0 Error is `hello_refused` with the daemon's code). Then `initialize(ack)` runs
  *   (the door opens its store at the ack's storage descriptor); until it resolves, `route.bind` is
  *   refused with `module_not_initialized`.
- * - **Control** (channel 0): `route.bind` is answered at once, on the reader's turn (never after
- *   model loading or a lane): ack Response `{"op":"route.bind"}`, then the route is installed; a
- *   strictly higher epoch replaces an installed route (its work is aborted, its answers dropped),
- *   an equal or lower one is refused `stale_route_epoch`. `health.check` is answered from the
- *   service's cached state, off the reader's turn. Ping → Pong. Another op →
- *   `unknown_control_op`. Goodbye → drain: requests in flight get up to
- *   {@link DRAIN_GRACE_MS} to finish (then they are cancelled and answered `cancelled`), and the
- *   session ends with reason `goodbye`.
- * - **Data plane** (channel ≠ 0): a frame whose `(channel, epoch)` is not installed is dropped
- *   silently. A Request body `{method, params}` (`params` defaults to `{}`) goes to the service
- *   with its own AbortSignal; exactly one terminal goes back (Response, or Error `{code, message}`)
- *   with the request's channel, epoch and corr and flags 0x02. Cancel aborts the request and its
- *   terminal is Error `cancelled`. A route Goodbye drops the route and aborts its work, and
- *   nothing is sent for it. On a flow-scoped route (`route.bind` `scope.attributes.flow_id`) only
- *   operations the manifest declares as `query` are served; anything else is
- *   `flow_scope_refused`.
- * - **Idle routes.** Route Goodbyes are best-effort, so a route with nothing in flight and no
- *   frame for {@link ROUTE_IDLE_MS} is reaped: forgotten here, and closed with the module's own
- *   Goodbye on its `(channel, epoch)` so the daemon stops routing to it.
+ * - **Control** (channel 0): `route.bind` is handed to the data plane on the reader's own turn
+ *   (never after model loading or a lane), so it is acked at once; `health.check` is answered
+ *   from the service's cached state, off the reader's turn; Ping → Pong; another op →
+ *   `unknown_control_op`; `catalog.update` goes out when HELLO_ACK offers it. Goodbye → drain:
+ *   requests in flight get up to {@link DRAIN_GRACE_MS} to finish (then they are cancelled and
+ *   answered `cancelled`), and the session ends with reason `goodbye`.
+ * - **Data plane** (channel ≠ 0): `lib/subc/module_data_plane.ts` (routes and epochs, one
+ *   terminal per request, Cancel, route Goodbye, flow scope, the idle reaper).
  * - **Writes** go through one {@link FrameWriter}: frames never interleave; while the daemon does
  *   not read (more than the high-water mark queued), the session stops reading.
  *
@@ -47,32 +36,30 @@ import {
   parseControl,
   parseErrorBody,
   parseHelloAck,
-  parseRouteBind,
 } from "./control.ts";
 import type {
-  BindIdentity,
   Capabilities,
   ErrorBody,
   Hello,
   HelloAck,
   JsonValue,
-  Principal,
   ProviderRole,
 } from "./control.ts";
-import {
-  CONTROL_FLAGS,
-  DATA_FLAGS,
-  describeFrame,
-  FrameDecoder,
-  FrameType,
-  pongFor,
-} from "./envelope.ts";
+import { CONTROL_FLAGS, describeFrame, FrameDecoder, FrameType, pongFor } from "./envelope.ts";
 import type { SubcFrame } from "./envelope.ts";
 import { SubcWireError } from "./errors.ts";
+import type { ModuleSessionReason } from "./errors.ts";
 import { FrameWriter } from "./frame_writer.ts";
 import { declaredOperations } from "./manifest.ts";
-import { RouteTable } from "./module_routes.ts";
-import type { InFlightRequest, Route } from "./module_routes.ts";
+import { DataPlane } from "./module_data_plane.ts";
+import type { ModuleHealth, ModuleService } from "./module_data_plane.ts";
+
+export type {
+  ModuleHealth,
+  ModuleReply,
+  ModuleRequest,
+  ModuleService,
+} from "./module_data_plane.ts";
 
 /** A route with nothing in flight and no frame for this long is reaped: 10 minutes. */
 export const ROUTE_IDLE_MS = 10 * 60_000;
@@ -89,44 +76,6 @@ export const HELLO_ACK_TIMEOUT_MS = 30_000;
 const CLOSE_FLUSH_MS = 5_000;
 const READ_CHUNK_BYTES = 64 * 1024;
 const TARGET = "synapse.subc";
-
-/** One data-plane request, as the service sees it. */
-export interface ModuleRequest {
-  /** The operation, e.g. `embed.query`. */
-  method: string;
-  /** Its params (`{}` when the body had none). */
-  params: unknown;
-  /** Aborted by Cancel, route Goodbye, a replacing bind, or the end of the session. */
-  signal: AbortSignal;
-  /** The route and the request's correlation id (for logs). */
-  channel: number;
-  epoch: number;
-  corr: bigint;
-  /** The bind's identity: unattested, for attribution only. */
-  identity: BindIdentity;
-  /** The route's principal as the daemon attests it, when given. */
-  principal: Principal | undefined;
-}
-
-/** The terminal the service answers a request with. */
-export type ModuleReply =
-  | { kind: "response"; body: Uint8Array }
-  | { kind: "error"; body: ErrorBody };
-
-/** What `health.check` answers (subc §3); `metrics` at most 16 KiB of JSON with the session's. */
-export interface ModuleHealth {
-  status: "ok" | "degraded" | "failing";
-  detail?: string;
-  metrics?: Record<string, JsonValue>;
-}
-
-/** What the module serves once initialised. */
-export interface ModuleService {
-  /** Serves one request; should not throw (a throw is answered `internal_error`). */
-  call(request: ModuleRequest): Promise<ModuleReply>;
-  /** The module's health from cached state only: no engine call, no I/O. */
-  health(): ModuleHealth;
-}
 
 /** Options of {@link ModuleSession}. */
 export interface ModuleSessionOptions {
@@ -184,11 +133,9 @@ type State = "new" | "awaiting_ack" | "initialising" | "ready" | "draining" | "e
 export class ModuleSession {
   readonly #o: ModuleSessionOptions;
   readonly #log: LogSink;
-  readonly #now: () => number;
   readonly #writer: FrameWriter;
   readonly #decoder = new FrameDecoder();
-  readonly #routes = new RouteTable();
-  readonly #kinds: Map<string, "query" | "mutate">;
+  readonly #data: DataPlane;
   readonly #moduleId: string;
   #state: State = "new";
   #ack: HelloAck | undefined;
@@ -197,23 +144,26 @@ export class ModuleSession {
   #ended = Promise.withResolvers<SessionEnd>();
   #finishing = false;
   #ackTimer: ReturnType<typeof setTimeout> | undefined;
-  #reaper: ReturnType<typeof setInterval> | undefined;
-  #idleWaiters: (() => void)[] = [];
   #nextCorr = 2n;
   #pending = new Map<bigint, { resolve(): void; reject(e: unknown): void }>();
-  #stats = { requests: 0, terminals: 0, droppedFrames: 0 };
 
   /** @param options Connection, HELLO, initialisation and timings. */
   constructor(options: ModuleSessionOptions) {
     this.#o = options;
     this.#log = options.log ?? nullLog;
-    this.#now = options.now ?? Date.now;
     this.#writer = new FrameWriter(
       options.conn,
       options.highWaterBytes === undefined ? {} : { highWaterBytes: options.highWaterBytes },
     );
-    this.#kinds = declaredOperations(options.hello.manifest);
     this.#moduleId = options.hello.manifest.module_id;
+    this.#data = new DataPlane({
+      writer: this.#writer,
+      log: this.#log,
+      now: options.now ?? Date.now,
+      moduleId: this.#moduleId,
+      kinds: declaredOperations(options.hello.manifest),
+      parseBody: options.parseBody ?? parseJson,
+    });
   }
 
   /** The HELLO_ACK, once received. */
@@ -229,9 +179,9 @@ export class ModuleSession {
   /** Routes, requests in flight and frame counters. */
   get stats(): SessionStats {
     return {
-      routes: this.#routes.size,
-      inFlight: this.#routes.inFlightCount,
-      ...this.#stats,
+      routes: this.#data.routeCount,
+      inFlight: this.#data.inFlightCount,
+      ...this.#data.counters,
     };
   }
 
@@ -253,13 +203,11 @@ export class ModuleSession {
     signal?.addEventListener("abort", stop, { once: true });
     const ackMs = this.#o.helloAckTimeoutMs ?? HELLO_ACK_TIMEOUT_MS;
     this.#ackTimer = setTimeout(() => {
-      void this.#finish(
-        sessionError(
-          "hello_timeout",
-          `the subc daemon sent no HELLO_ACK within ${ackMs} ms; check that it is a subc v2 daemon`,
-          { timeout_ms: ackMs },
-        ),
-      );
+      void this.#finish(sessionError(
+        "hello_timeout",
+        `the subc daemon sent no HELLO_ACK within ${ackMs} ms; check that it is a subc v2 daemon`,
+        { timeout_ms: ackMs },
+      ));
     }, ackMs);
     this.#writer.send({ type: FrameType.Hello, corr: 1n, body: encodeControlBody(this.#o.hello) });
     void this.#readLoop();
@@ -328,7 +276,7 @@ export class ModuleSession {
       try {
         frames = this.#decoder.push(buf.subarray(0, n));
       } catch (err) {
-        this.#log("error", TARGET, `subc protocol violation: ${(err as Error).message}`);
+        this.#log("error", TARGET, `subc protocol violation: ${errText(err)}`);
         void this.#finish(err);
         return;
       }
@@ -347,8 +295,22 @@ export class ModuleSession {
 
   #onFrame(f: SubcFrame): void {
     if (this.#state === "awaiting_ack") return this.#onFirstFrame(f);
-    if (f.channel === 0) return this.#onControl(f);
-    this.#onData(f);
+    if (f.channel !== 0) return this.#data.onFrame(f);
+    switch (f.type) {
+      case FrameType.Request:
+        return this.#onControlRequest(f);
+      case FrameType.Response:
+      case FrameType.Error:
+        return this.#onControlReply(f);
+      case FrameType.Ping:
+        this.#writer.send(pongFor(f));
+        return;
+      case FrameType.Goodbye:
+        void this.#drain("goodbye");
+        return;
+      default:
+        this.#log("debug", TARGET, "ignored a channel-0 frame", { frame: describeFrame(f) });
+    }
   }
 
   #onFirstFrame(f: SubcFrame): void {
@@ -369,22 +331,16 @@ export class ModuleSession {
         negotiated_ver: ack.negotiated_ver,
         storage: ack.storage?.backend.backend ?? "-",
       });
-      const init = this.#o.initialize(ack);
-      this.#initDone = init.then(
-        (service) => {
-          if (this.#finishing) return;
-          this.#service = service;
-          if (this.#state !== "initialising") return; // a drain began meanwhile
-          this.#state = "ready";
-          this.#startReaper();
-          this.#log("info", TARGET, "ready: accepting routes", { module_id: this.#moduleId });
-        },
+      this.#initDone = this.#o.initialize(ack).then(
+        (service) => this.#opened(service),
         (err) => {
           void this.#finish(
             sessionError(
               "module_init_failed",
               `the module registered, then could not start: ${errText(err)}`,
-              { ...(err instanceof Error && "code" in err ? { code: String(err.code) } : {}) },
+              typeof (err as { code?: unknown }).code === "string"
+                ? { code: (err as { code: string }).code }
+                : {},
               err,
             ),
             true,
@@ -394,49 +350,32 @@ export class ModuleSession {
       return;
     }
     if (f.channel === 0 && f.type === FrameType.Error) {
-      let body: ErrorBody;
-      try {
-        body = parseErrorBody(f.body);
-      } catch {
-        body = {
-          code: "unreadable_error_body",
-          message: "(the Error body was not {code, message})",
-        };
-      }
-      void this.#finish(
-        sessionError(
-          "hello_refused",
-          `the subc daemon refused HELLO with ${body.code}: ${body.message}`,
-          { code: body.code, message: body.message },
-        ),
-      );
+      const body = readErrorBody(f.body);
+      void this.#finish(sessionError(
+        "hello_refused",
+        `the subc daemon refused HELLO with ${body.code}: ${body.message}`,
+        { code: body.code, message: body.message },
+      ));
       return;
     }
-    void this.#finish(
-      sessionError(
-        "unexpected_frame",
-        `the subc daemon's first frame was ${describeFrame(f)}, not HELLO_ACK`,
-        { type: f.type, channel: f.channel },
-      ),
-    );
+    void this.#finish(sessionError(
+      "unexpected_frame",
+      `the subc daemon's first frame was ${describeFrame(f)}, not HELLO_ACK`,
+      { type: f.type, channel: f.channel },
+    ));
   }
 
-  #onControl(f: SubcFrame): void {
-    switch (f.type) {
-      case FrameType.Request:
-        return this.#onControlRequest(f);
-      case FrameType.Response:
-      case FrameType.Error:
-        return this.#onControlReply(f);
-      case FrameType.Ping:
-        this.#writer.send(pongFor(f));
-        return;
-      case FrameType.Goodbye:
-        void this.#drain("goodbye");
-        return;
-      default:
-        this.#log("debug", TARGET, "ignored a channel-0 frame", { frame: describeFrame(f) });
-    }
+  #opened(service: ModuleService): void {
+    if (this.#finishing) return; // the owner disposes what it made
+    this.#service = service;
+    this.#data.open(service);
+    if (this.#state !== "initialising") return; // a drain began meanwhile
+    this.#state = "ready";
+    this.#data.startReaper(
+      this.#o.routeIdleMs ?? ROUTE_IDLE_MS,
+      this.#o.reapIntervalMs ?? ROUTE_REAP_INTERVAL_MS,
+    );
+    this.#log("info", TARGET, "ready: accepting routes", { module_id: this.#moduleId });
   }
 
   #onControlRequest(f: SubcFrame): void {
@@ -445,9 +384,17 @@ export class ModuleSession {
     try {
       ({ op, value } = decodeControlBody(f.body));
     } catch (err) {
-      return this.#controlError(f.corr, "invalid_request", (err as Error).message);
+      return this.#controlError(f.corr, "invalid_request", errText(err));
     }
-    if (op === "route.bind") return this.#onBind(f.corr, value);
+    if (op === "route.bind") {
+      if (this.#state === "ready") return this.#data.bind(f.corr, value);
+      const why = this.#state === "draining" ? "is shutting down" : "is still starting";
+      return this.#controlError(
+        f.corr,
+        "module_not_initialized",
+        `Cannot bind a route: module '${this.#moduleId}' ${why}; retry shortly`,
+      );
+    }
     if (op === "health.check") {
       // Off the reader's turn, as a data request is served (subc §3).
       queueMicrotask(() => this.#answerHealth(f.corr));
@@ -468,68 +415,6 @@ export class ModuleSession {
     );
   }
 
-  #onBind(corr: bigint, value: unknown): void {
-    if (this.#state !== "ready") {
-      const why = this.#state === "draining" ? "is shutting down" : "is still starting";
-      return this.#controlError(
-        corr,
-        "module_not_initialized",
-        `Cannot bind a route: module '${this.#moduleId}' ${why}; retry shortly`,
-      );
-    }
-    let bind;
-    try {
-      bind = parseRouteBind(value);
-    } catch (err) {
-      const field = err instanceof SubcWireError ? String(err.details?.field ?? "") : "";
-      return this.#controlError(corr, "route_rejected", (err as Error).message, { field });
-    }
-    const { target } = bind;
-    if (target.kind !== "management_surface" || target.module_id !== this.#moduleId) {
-      return this.#controlError(
-        corr,
-        "route_rejected",
-        `Cannot bind a route to ${target.kind} '${target.module_id}': this module is the ` +
-          `management_surface of '${this.#moduleId}'`,
-      );
-    }
-    const decision = this.#routes.decide(bind.route_channel, bind.epoch);
-    if (decision.kind === "stale") {
-      return this.#controlError(
-        corr,
-        "stale_route_epoch",
-        `Cannot bind channel ${bind.route_channel} at epoch ${bind.epoch}: epoch ` +
-          `${decision.installedEpoch} is installed there; a rebind needs a higher epoch`,
-        { route_channel: bind.route_channel, epoch: bind.epoch },
-      );
-    }
-    // Ack first, install after (subc §3): both on this turn, so no frame of the route can be
-    // read before it is installed.
-    this.#writer.send({
-      type: FrameType.Response,
-      corr,
-      body: encodeControlBody({ op: "route.bind" }),
-    });
-    const route: Route = {
-      channel: bind.route_channel,
-      epoch: bind.epoch,
-      identity: bind.identity,
-      principal: bind.principal,
-      flowId: flowIdOf(value),
-      inFlight: new Map(),
-      lastActivityMs: this.#now(),
-    };
-    this.#routes.install(route);
-    if (decision.kind === "replace") this.#abandon(decision.previous);
-    this.#log("debug", TARGET, "route bound", {
-      channel: route.channel,
-      epoch: route.epoch,
-      principal: route.principal?.kind ?? "-",
-      flow: route.flowId ?? "-",
-      replaced_epoch: decision.kind === "replace" ? decision.previous.epoch : "-",
-    });
-  }
-
   #answerHealth(corr: bigint): void {
     if (this.#finishing) return;
     let report: ModuleHealth;
@@ -545,8 +430,8 @@ export class ModuleSession {
     if (this.#state === "draining") {
       report = { ...report, status: "degraded", detail: "draining: the module is shutting down" };
     }
-    const own = { routes: this.#routes.size, in_flight: this.#routes.inFlightCount };
-    let metrics: Record<string, JsonValue> = { ...(report.metrics ?? {}), ...own };
+    const own = { routes: this.#data.routeCount, in_flight: this.#data.inFlightCount };
+    let metrics: Record<string, JsonValue> = { ...report.metrics, ...own };
     if (new TextEncoder().encode(JSON.stringify(metrics)).byteLength > MAX_HEALTH_METRICS_BYTES) {
       metrics = own;
     }
@@ -572,176 +457,12 @@ export class ModuleSession {
     }
     this.#pending.delete(f.corr);
     if (f.type === FrameType.Response) return pending.resolve();
-    let body: ErrorBody;
-    try {
-      body = parseErrorBody(f.body);
-    } catch {
-      body = { code: "unreadable_error_body", message: "(the Error body was not {code, message})" };
-    }
-    pending.reject(
-      sessionError(
-        "catalog_update_refused",
-        `the subc daemon refused catalog.update with ${body.code}: ${body.message}`,
-        {
-          code: body.code,
-        },
-      ),
-    );
-  }
-
-  #onData(f: SubcFrame): void {
-    const route = this.#routes.get(f.channel, f.epoch);
-    if (route === undefined) {
-      this.#stats.droppedFrames++;
-      this.#log("debug", TARGET, "dropped a frame for a route not installed", {
-        frame: describeFrame(f),
-      });
-      return;
-    }
-    route.lastActivityMs = this.#now();
-    switch (f.type) {
-      case FrameType.Request:
-        return this.#onRequest(route, f);
-      case FrameType.Cancel: {
-        const req = route.inFlight.get(f.corr);
-        if (req === undefined || req.cancelled) return;
-        req.cancelled = true;
-        req.controller.abort(new DOMException("the caller cancelled (subc Cancel)", "AbortError"));
-        return;
-      }
-      case FrameType.Goodbye:
-        this.#routes.remove(route);
-        this.#abandon(route);
-        this.#log("debug", TARGET, "route closed", { channel: route.channel, epoch: route.epoch });
-        return;
-      case FrameType.Ping:
-        this.#writer.send(pongFor(f));
-        return;
-      default:
-        this.#log("debug", TARGET, "ignored a data-plane frame", { frame: describeFrame(f) });
-    }
-  }
-
-  #onRequest(route: Route, f: SubcFrame): void {
-    this.#stats.requests++;
-    if (this.#state !== "ready") {
-      return this.#terminal(
-        route,
-        f.corr,
-        refusal(
-          "module_not_initialized",
-          `Cannot serve: module '${this.#moduleId}' is shutting down; retry`,
-        ),
-      );
-    }
-    if (route.inFlight.has(f.corr)) {
-      return this.#terminal(
-        route,
-        f.corr,
-        refusal(
-          "invalid_request",
-          `Cannot serve: corr ${f.corr} is already in flight on this route; use a fresh corr`,
-        ),
-      );
-    }
-    const req: InFlightRequest = {
-      corr: f.corr,
-      controller: new AbortController(),
-      cancelled: false,
-      suppressed: false,
-    };
-    route.inFlight.set(f.corr, req);
-    void this.#serve(route, req, f.body);
-  }
-
-  async #serve(route: Route, req: InFlightRequest, body: Uint8Array): Promise<void> {
-    let reply: ModuleReply;
-    try {
-      const request = await this.#readRequest(body);
-      if ("kind" in request) reply = request;
-      else if (route.flowId !== undefined && this.#kinds.get(request.method) !== "query") {
-        reply = refusal(
-          "flow_scope_refused",
-          `Cannot call '${request.method}' on a flow-scoped route (flow ${route.flowId}): flows ` +
-            `may call only the query operations of '${this.#moduleId}'`,
-        );
-      } else if (req.controller.signal.aborted) {
-        reply = refusal("cancelled", "Cancelled by the caller before it started");
-      } else {
-        reply = await this.#service!.call({
-          ...request,
-          signal: req.controller.signal,
-          channel: route.channel,
-          epoch: route.epoch,
-          corr: req.corr,
-          identity: route.identity,
-          principal: route.principal,
-        });
-      }
-    } catch (err) {
-      this.#log("error", TARGET, `serving a request failed. This is a bug: ${errText(err)}`, {
-        stack: (err as Error).stack ?? "",
-      });
-      reply = refusal("internal_error", `Cannot serve the request: ${errText(err)}`);
-    }
-    if (route.inFlight.get(req.corr) === req) route.inFlight.delete(req.corr);
-    if (!req.suppressed && !this.#finishing) {
-      if (req.cancelled) reply = refusal("cancelled", "Cancelled by the caller");
-      this.#terminal(route, req.corr, reply);
-    }
-    if (this.#routes.inFlightCount === 0) {
-      const waiters = this.#idleWaiters;
-      this.#idleWaiters = [];
-      for (const w of waiters) w();
-    }
-  }
-
-  /** `{method, params}` from a request body, or the `invalid_request` it is answered with. */
-  async #readRequest(
-    body: Uint8Array,
-  ): Promise<{ method: string; params: unknown } | ModuleReply> {
-    let value: unknown;
-    try {
-      value = await (this.#o.parseBody ?? parseJson)(body);
-    } catch (err) {
-      return refusal("invalid_request", `Cannot read the request: ${errText(err)}`);
-    }
-    if (typeof value !== "object" || value === null || Array.isArray(value)) {
-      return refusal(
-        "invalid_request",
-        'Cannot read the request: the body must be a JSON object {"method", "params"}',
-      );
-    }
-    const { method, params } = value as { method?: unknown; params?: unknown };
-    if (typeof method !== "string" || method === "") {
-      return refusal(
-        "invalid_request",
-        "Cannot read the request: field 'method' must be a non-empty string (e.g. \"embed.query\")",
-      );
-    }
-    return { method, params: params ?? {} };
-  }
-
-  /** Sends the one terminal of a request (a Response over the 64 MiB cap becomes an Error). */
-  #terminal(route: Route, corr: bigint, reply: ModuleReply): void {
-    const head = { channel: route.channel, epoch: route.epoch, corr, flags: DATA_FLAGS };
-    try {
-      this.#writer.send(
-        reply.kind === "response"
-          ? { ...head, type: FrameType.Response, body: reply.body }
-          : { ...head, type: FrameType.Error, body: encodeControlBody(reply.body) },
-      );
-    } catch (err) {
-      this.#writer.send({
-        ...head,
-        type: FrameType.Error,
-        body: encodeControlBody(
-          errorBody("encode_failed", `Cannot send the answer: ${errText(err)}`),
-        ),
-      });
-    }
-    this.#stats.terminals++;
-    route.lastActivityMs = this.#now();
+    const body = readErrorBody(f.body);
+    pending.reject(sessionError(
+      "catalog_update_refused",
+      `the subc daemon refused catalog.update with ${body.code}: ${body.message}`,
+      { code: body.code },
+    ));
   }
 
   #controlError(corr: bigint, code: string, message: string, detail?: JsonValue): void {
@@ -752,94 +473,46 @@ export class ModuleSession {
     });
   }
 
-  /** Aborts a route's work; nothing is sent for it. */
-  #abandon(route: Route): void {
-    for (const req of route.inFlight.values()) {
-      req.suppressed = true;
-      req.controller.abort(new DOMException("the route was closed", "AbortError"));
-    }
-  }
-
-  #startReaper(): void {
-    const idleMs = this.#o.routeIdleMs ?? ROUTE_IDLE_MS;
-    this.#reaper = setInterval(() => {
-      for (const route of this.#routes.idle(this.#now(), idleMs)) {
-        this.#routes.remove(route);
-        this.#writer.send({ type: FrameType.Goodbye, channel: route.channel, epoch: route.epoch });
-        this.#log("info", TARGET, "reaped an idle route (closed with Goodbye)", {
-          channel: route.channel,
-          epoch: route.epoch,
-          idle_ms: idleMs,
-        });
-      }
-    }, this.#o.reapIntervalMs ?? ROUTE_REAP_INTERVAL_MS);
-    Deno.unrefTimer(this.#reaper as unknown as number);
-  }
-
   /** Stops taking work, lets requests in flight finish (then cancels them), and ends. */
   async #drain(reason: "goodbye" | "stopped"): Promise<void> {
     if (this.#finishing || this.#state === "draining") return;
     const before = this.#state;
     this.#state = "draining";
     clearTimeout(this.#ackTimer);
-    clearInterval(this.#reaper);
+    this.#data.stopAccepting();
     this.#log(
       "info",
       TARGET,
       reason === "goodbye" ? "the subc daemon said Goodbye: draining" : "stopping: draining",
-      {
-        in_flight: this.#routes.inFlightCount,
-      },
+      { in_flight: this.#data.inFlightCount },
     );
     if (before === "initialising") await this.#initDone;
     const grace = this.#o.drainGraceMs ?? DRAIN_GRACE_MS;
-    if (!(await this.#whenIdle(grace))) {
-      for (const route of this.#routes.all()) {
-        for (const req of route.inFlight.values()) {
-          req.cancelled = true;
-          req.controller.abort(new DOMException("the module is shutting down", "AbortError"));
-        }
-      }
-      await this.#whenIdle(grace);
+    if (!(await this.#data.whenIdle(grace))) {
+      this.#data.cancelAll("the module is shutting down");
+      await this.#data.whenIdle(grace);
     }
-    // Only a module leaving on its own says so; after the daemon's Goodbye there is no one to tell.
+    // Only a module leaving on its own says so; after the daemon's Goodbye no one listens.
     await this.#finish({ reason }, reason === "stopped" && before !== "awaiting_ack");
-  }
-
-  #whenIdle(ms: number): Promise<boolean> {
-    if (this.#routes.inFlightCount === 0) return Promise.resolve(true);
-    return new Promise((resolve) => {
-      const waiter = (): void => {
-        clearTimeout(timer);
-        resolve(true);
-      };
-      const timer = setTimeout(() => {
-        this.#idleWaiters = this.#idleWaiters.filter((w) => w !== waiter);
-        resolve(false);
-      }, ms);
-      this.#idleWaiters.push(waiter);
-    });
   }
 
   #connectionLost(err: unknown): void {
     if (this.#state === "draining") {
       // The daemon left during a drain: nothing can be answered any more; the drain ends.
-      for (const route of this.#routes.all()) this.#abandon(route);
+      this.#data.abandonAll();
       this.#writer.close();
       return;
     }
     const how = err === undefined
       ? "it closed the connection"
       : `the connection broke: ${errText(err)}`;
-    void this.#finish(
-      sessionError(
-        "daemon_gone",
-        `the subc daemon went away (${how}); not falling back to standalone serving. The store ` +
-          "is intact; the supervisor restarts the module",
-        { in_flight: this.#routes.inFlightCount },
-        err,
-      ),
-    );
+    void this.#finish(sessionError(
+      "daemon_gone",
+      `the subc daemon went away (${how}); not falling back to standalone serving. The store ` +
+        "is intact; the supervisor restarts the module",
+      { in_flight: this.#data.inFlightCount },
+      err,
+    ));
   }
 
   /** Ends the session once: aborts what is left, optionally says Goodbye, closes the socket. */
@@ -848,8 +521,7 @@ export class ModuleSession {
     this.#finishing = true;
     this.#state = "ended";
     clearTimeout(this.#ackTimer);
-    clearInterval(this.#reaper);
-    for (const route of this.#routes.clear()) this.#abandon(route);
+    this.#data.close();
     for (const pending of this.#pending.values()) {
       pending.reject(sessionError("session_closed", "the subc session ended before the reply"));
     }
@@ -883,18 +555,12 @@ function parseJson(body: Uint8Array): Promise<unknown> {
   return Promise.resolve(JSON.parse(text));
 }
 
-/** `scope.attributes.flow_id` of a raw route.bind body (newer daemons), when a non-empty string. */
-function flowIdOf(value: unknown): string | undefined {
-  const scope = (value as { scope?: unknown }).scope;
-  if (typeof scope !== "object" || scope === null) return undefined;
-  const attributes = (scope as { attributes?: unknown }).attributes;
-  if (typeof attributes !== "object" || attributes === null) return undefined;
-  const flowId = (attributes as { flow_id?: unknown }).flow_id;
-  return typeof flowId === "string" && flowId !== "" ? flowId : undefined;
-}
-
-function refusal(code: string, message: string): ModuleReply {
-  return { kind: "error", body: { code, message } };
+function readErrorBody(body: Uint8Array): ErrorBody {
+  try {
+    return parseErrorBody(body);
+  } catch {
+    return { code: "unreadable_error_body", message: "(the Error body was not {code, message})" };
+  }
 }
 
 function errText(err: unknown): string {
@@ -902,15 +568,7 @@ function errText(err: unknown): string {
 }
 
 function sessionError(
-  reason:
-    | "hello_refused"
-    | "hello_timeout"
-    | "unexpected_frame"
-    | "daemon_gone"
-    | "module_init_failed"
-    | "catalog_update_unsupported"
-    | "catalog_update_refused"
-    | "session_closed",
+  reason: Exclude<ModuleSessionReason, "daemon_unreachable">,
   why: string,
   details: Record<string, unknown> = {},
   cause?: unknown,
