@@ -451,3 +451,53 @@ Deno.test("a second module while one runs exits at the singleton lease, before c
   );
   assert.equal(m.daemon.links.length, 1, "it never connected");
 });
+
+Deno.test("a job running when the daemon goes away is module_restarted at the next boot, its pages kept", async () => {
+  await using m = await startModule({
+    config: { inline: { max_items: 8 }, jobs: { result_page_bytes: 65536 } },
+  });
+  const syn = await registerAndBind(m, 1, 1);
+  await syn.modelsSettled;
+  const items = Array.from({ length: 20_000 }, (_, i) => `text number ${i} with some words`);
+  await m.link.send(m.link.requestFrame(1, 1, 1n, {
+    method: "embed.batch",
+    params: { items, request_key: "eof-job" },
+  }));
+  const job = bodyOf(await m.link.reply(1, 1n)).result;
+  assert.ok(job.job_id, JSON.stringify(job));
+  // Running, with a page committed and most of the 20,000 items still to go.
+  let pages = 0;
+  for (let corr = 2n; pages === 0; corr++) {
+    await m.link.send(
+      m.link.requestFrame(1, 1, corr, { method: "embed.result", params: { job_id: job.job_id } }),
+    );
+    const status = bodyOf(await m.link.reply(1, corr)).result;
+    assert.equal(status.state, "running", JSON.stringify(status).slice(0, 300));
+    pages = status.pages_available;
+  }
+  m.link.close();
+  await assert.rejects(m.running, isReason("daemon_gone"));
+  const next = await createSynapse({
+    config: syn.config,
+    env: { XDG_DATA_HOME: `${m.dir}/data`, HOME: m.dir },
+    storePath: m.storePath,
+    leaseRoot: `${m.dir}/data/cortexkit/leases`,
+    waitForModels: false,
+    log: nullLog,
+  });
+  try {
+    assert.equal(next.inheritedJobs, 1);
+    const after = await next.call("embed.result", { job_id: job.job_id });
+    assert.equal(after.kind, "result");
+    const result = after.body.result as {
+      state: string;
+      error: { code: string };
+      pages_available: number;
+    };
+    assert.equal(result.state, "failed_transient");
+    assert.equal(result.error.code, "module_restarted");
+    assert.ok(result.pages_available >= pages);
+  } finally {
+    await next.dispose();
+  }
+});
