@@ -128,6 +128,8 @@ export async function runSubcModule(options: SubcModuleOptions): Promise<Session
       }));
     } catch (err) {
       if (err instanceof SubcWireError) throw err;
+      // Stopped while connecting: nothing was registered, nothing to drain.
+      if (options.signal?.aborted) return { reason: "stopped" };
       throw new SubcWireError(
         "daemon_unreachable",
         `Cannot serve on the subc bus: nothing answers at ${endpoint.host}:${endpoint.port} ` +

@@ -8,6 +8,8 @@ import { OPERATIONS } from "../../lib/ops/dispatcher.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import { SubcWireError } from "../../lib/subc/errors.ts";
+import { writeConnectionFile } from "../../lib/subc/connection_file.ts";
+import { runSubcModule } from "../../lib/cli/_subc_door.ts";
 import { FrameType } from "../../lib/subc/envelope.ts";
 import { STORE_SCHEMA_VERSION } from "../../lib/store/store.ts";
 import { SYNAPSE_VERSION } from "../../lib/version.ts";
@@ -436,7 +438,6 @@ Deno.test("a second module while one runs exits at the singleton lease, before c
     XDG_CONFIG_HOME: `${m.dir}/config`,
     HOME: m.dir,
   };
-  const { runSubcModule } = await import("../../lib/cli/_subc_door.ts");
   await assert.rejects(
     runSubcModule({
       connectionFile: m.daemon.connectionFile,
@@ -499,5 +500,41 @@ Deno.test("a job running when the daemon goes away is module_restarted at the ne
     assert.ok(result.pages_available >= pages);
   } finally {
     await next.dispose();
+  }
+});
+
+Deno.test("no daemon at the connection file's endpoint: daemon_unreachable, loudly, and the lease is free again", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-subc-" });
+  try {
+    const closed = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const port = closed.addr.port;
+    closed.close();
+    const path = `${dir}/run/subc-connection.json`;
+    await writeConnectionFile(path, {
+      schema: 1,
+      wireVersion: 2,
+      endpoints: [{ host: "127.0.0.1", port }],
+      key: new Uint8Array(32).fill(7),
+      daemonId: new Uint8Array(16).fill(9),
+      pid: 1,
+      daemonVer: "gone",
+    });
+    const env = { XDG_DATA_HOME: `${dir}/data`, XDG_CONFIG_HOME: `${dir}/config`, HOME: dir };
+    for (let i = 0; i < 2; i++) {
+      await assert.rejects(
+        runSubcModule({ connectionFile: path, synapseOptions: { env }, launchNonce: null }),
+        (e) => {
+          isReason("daemon_unreachable")(e);
+          assert.match(
+            (e as Error).message,
+            new RegExp(`nothing answers at 127\\.0\\.0\\.1:${port}`),
+          );
+          return true;
+        },
+      );
+    }
+    await assert.rejects(Deno.stat(`${dir}/data/cortexkit/synapse/store.db`), Deno.errors.NotFound);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
   }
 });
