@@ -20,13 +20,13 @@ import type { CliIO } from "./_command.ts";
 import { cliExitFor } from "../http/status_table.ts";
 import { SynapseError } from "../contract/errors.ts";
 import { acquireLease, leaseFileName, singletonLeaseDir } from "../lease/lease.ts";
-import { type LogSink, stderrLog } from "../log/log.ts";
+import { logPanic, type LogSink, stderrLog } from "../log/log.ts";
 import { OPERATIONS } from "../ops/dispatcher.ts";
 import { requestFacts } from "../ops/request_facts.ts";
 import { serviceStatus } from "../ops/status.ts";
 import { moduleStorePath } from "../paths.ts";
 import { STORE_SCHEMA_VERSION } from "../store/store.ts";
-import { createSynapse } from "../synapse.ts";
+import { createModuleLog, createSynapse } from "../synapse.ts";
 import type { Synapse, SynapseOptions } from "../synapse.ts";
 import { SYNAPSE_VERSION } from "../version.ts";
 import { connectAndAuthenticate } from "../subc/auth.ts";
@@ -167,8 +167,12 @@ export async function runSubcModule(options: SubcModuleOptions): Promise<Session
           storePath,
           singletonLease: lease,
           waitForModels: false,
+          // Under the bus a malformed CK_LOG* means its default and one warning (subc §6).
+          invalidLogEnv: synOptions.invalidLogEnv ?? "warn",
         });
+        // A long-running module sweeps expired jobs and pages, and samples perf when asked.
         synapse.startSweeper();
+        synapse.startPerfSampler();
         await options.onReady?.(synapse, ack);
         return synapseService(synapse, log);
       },
@@ -219,6 +223,22 @@ export async function serveSubc(
   io.signal?.addEventListener("abort", onSignal, { once: true });
   if (io.signal?.aborted) stop.abort();
   let server: BoundHttpServer | undefined;
+  // The fleet log, as `serve --http` writes it (stderr and the day file); under the bus a
+  // malformed CK_LOG* warns instead of refusing (subc §6). A caller's own sink (tests) replaces it.
+  const injected = io.synapseOptions?.log;
+  const moduleLog = injected === undefined
+    ? createModuleLog({
+      ...(io.synapseOptions?.env === undefined ? {} : { env: io.synapseOptions.env }),
+      onInvalid: "warn",
+    })
+    : undefined;
+  const log = moduleLog?.log ?? injected!;
+  const synapseOptions: SynapseOptions = { ...io.synapseOptions, log, invalidLogEnv: "warn" };
+  // An uncaught error is logged line by line under synapse.panic before the process dies of it.
+  const onError = (e: ErrorEvent): void => logPanic(log, e.error ?? e.message);
+  const onRejection = (e: PromiseRejectionEvent): void => logPanic(log, e.reason);
+  globalThis.addEventListener("error", onError);
+  globalThis.addEventListener("unhandledrejection", onRejection);
   try {
     if (options.http !== undefined) {
       const { bindHttp } = await import("../http/server.ts");
@@ -228,9 +248,11 @@ export async function serveSubc(
     const moduleId = subcModuleId(io.synapseOptions?.env);
     const end = await runSubcModule({
       connectionFile,
-      ...(io.synapseOptions === undefined ? {} : { synapseOptions: io.synapseOptions }),
+      synapseOptions,
       signal: stop.signal,
       onReady: async (synapse) => {
+        // The instance started: the day file opens now (and prunes), not at the first request.
+        moduleLog?.open();
         let url: string | undefined;
         if (server !== undefined) {
           server.attach(synapse);
@@ -244,6 +266,13 @@ export async function serveSubc(
             )
           );
         }
+        log("info", "synapse", "serving", {
+          subc: moduleId,
+          ...(url ? { url } : {}),
+          pid: Deno.pid,
+          version: SYNAPSE_VERSION,
+          ...(moduleLog?.dayFile?.path === undefined ? {} : { log_file: moduleLog.dayFile.path }),
+        });
         if (options.json) {
           io.out(JSON.stringify({ module_id: moduleId, pid: Deno.pid, ...(url ? { url } : {}) }));
         } else {
@@ -276,9 +305,12 @@ export async function serveSubc(
     const leaseHeld = err instanceof SynapseError && typeof err.details?.lease === "string";
     return leaseHeld ? 1 : cliExitFor("channel");
   } finally {
+    globalThis.removeEventListener("error", onError);
+    globalThis.removeEventListener("unhandledrejection", onRejection);
     for (const s of signals) Deno.removeSignalListener(s, onSignal);
     io.signal?.removeEventListener("abort", onSignal);
     await server?.shutdown().catch(() => {});
+    moduleLog?.dispose();
   }
 }
 

@@ -92,8 +92,9 @@ Deno.test("ck-synapse serve --subc: a daemon that vanishes mid-request makes it 
   }
 });
 
-Deno.test("ck-synapse serve --subc: the daemon's Goodbye ends it with exit 0; a second module exits 1 at the lease", async () => {
-  const home = await isolatedEnv();
+Deno.test("ck-synapse serve --subc: the daemon's Goodbye ends it with exit 0; a second module exits 1 at the lease; the fleet log has its lines", async () => {
+  // Under the bus a malformed CK_LOG means its default and one warning, not a refusal (subc §6).
+  const home = await isolatedEnv({ CK_LOG: "verbose" });
   await using daemon = await HandDaemon.start(home.dir);
   try {
     const done = spawnModule(home, daemon.connectionFile);
@@ -110,7 +111,19 @@ Deno.test("ck-synapse serve --subc: the daemon's Goodbye ends it with exit 0; a 
     assert.equal(out.code, 0, stderr);
     assert.match(stderr, /serving on the subc bus as 'synapse'/);
     assert.match(stderr, /the subc daemon said Goodbye: stopped/);
+    assert.match(stderr, /CK_LOG 'verbose'/);
     await link.closed;
+    const day = new Date().toISOString().slice(0, 10);
+    const file = await Deno.readTextFile(
+      `${home.dir}/data/cortexkit/synapse/logs/synapse.${day}.log`,
+    ).catch(async () => {
+      // The run may have crossed midnight UTC: the lines are in one of the two files.
+      const [name] = [...Deno.readDirSync(`${home.dir}/data/cortexkit/synapse/logs`)]
+        .map((e) => e.name).filter((n) => n.endsWith(".log")).sort().reverse();
+      return await Deno.readTextFile(`${home.dir}/data/cortexkit/synapse/logs/${name}`);
+    });
+    assert.match(file, / INFO  synapse\.subc: request op=embed\.query .*outcome=ok channel=1/);
+    assert.match(file, / INFO  synapse: serving subc=synapse pid=\d+/);
   } finally {
     await Deno.remove(home.dir, { recursive: true });
   }
