@@ -704,6 +704,8 @@ export class Peer implements AsyncDisposable {
         if (link.kind === "pending") {
           if (frame.type === FrameType.Hello) {
             await this.#onHello(link, frame);
+            // A waitModule() must hear of it even if the module sends nothing after HELLO.
+            this.#notify();
             continue;
           }
           link.kind = "client";
