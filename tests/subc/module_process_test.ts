@@ -122,8 +122,8 @@ Deno.test("ck-synapse serve --subc: the daemon's Goodbye ends it with exit 0; a 
         .map((e) => e.name).filter((n) => n.endsWith(".log")).sort().reverse();
       return await Deno.readTextFile(`${home.dir}/data/cortexkit/synapse/logs/${name}`);
     });
-    assert.match(file, / INFO  synapse\.subc: request op=embed\.query .*outcome=ok channel=1/);
-    assert.match(file, / INFO  synapse: serving subc=synapse pid=\d+/);
+    assert.match(file, / INFO {2}synapse\.subc: request op=embed\.query .*outcome=ok channel=1/);
+    assert.match(file, / INFO {2}synapse: serving subc=synapse pid=\d+/);
   } finally {
     await Deno.remove(home.dir, { recursive: true });
   }
