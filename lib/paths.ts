@@ -81,6 +81,24 @@ export function synapseDataDir(env?: EnvSource, options: HomeOptions = {}): stri
 }
 
 /**
+ * The SQLite store path of a module by id, the fallback when the subc daemon's HELLO_ACK carries
+ * no storage descriptor (subc §5): `<data_home>/cortexkit/<module_id>/store.db`, with trailing `/`
+ * of the data home trimmed first. For `synapse` it is {@link storePath}.
+ *
+ * @param moduleId The module id (`SUBC_MODULE_ID`, else `synapse`).
+ * @param env Environment source; defaults to `Deno.env.get`.
+ * @param options Which OS ladder to follow.
+ * @returns The store file path.
+ */
+export function moduleStorePath(
+  moduleId: string,
+  env?: EnvSource,
+  options: HomeOptions = {},
+): string {
+  return `${dataHome(env, options).replace(/\/+$/, "")}/cortexkit/${moduleId}/store.db`;
+}
+
+/**
  * The Synapse SQLite store path: `<data_home>/cortexkit/synapse/store.db`.
  *
  * @param env Environment source; defaults to `Deno.env.get`.

@@ -76,6 +76,13 @@ export interface SynapseOptions {
    * else `$CORTEXKIT_LEASE_ROOT` or `<data_home>/cortexkit/leases`
    */
   leaseRoot?: string;
+  /**
+   * A singleton lease the caller already holds (`serve --subc` takes it before connecting to the
+   * daemon, subc §4, and opens the store only after HELLO_ACK). The instance owns it from then
+   * on: it is released at {@link Synapse.dispose}, or when `createSynapse` fails.
+   * @default the lease is taken here, in {@link SynapseOptions.leaseRoot}'s directory
+   */
+  singletonLease?: FileLock;
   /** Module log. @default stderr, filtered by `CK_LOG` */
   log?: LogSink;
   /**
@@ -434,6 +441,16 @@ export function createModuleLog(options: FleetLogOptions = {}): FleetLog {
  *   placeholders), `store_failure` when the store cannot open.
  */
 export async function createSynapse(options: SynapseOptions = {}): Promise<Synapse> {
+  try {
+    return await openSynapse(options);
+  } catch (err) {
+    // A lease handed in is this instance's: a failed start frees it too.
+    options.singletonLease?.release();
+    throw err;
+  }
+}
+
+async function openSynapse(options: SynapseOptions): Promise<Synapse> {
   // An invalid CK_LOG* is refused before anything starts, not silently read as the default
   // (under the bus, `invalidLogEnv: "warn"`: the log that reads them warns).
   if ((options.invalidLogEnv ?? "refuse") === "refuse") {
@@ -490,11 +507,13 @@ export async function createSynapse(options: SynapseOptions = {}): Promise<Synap
   const storeDir = path.slice(0, Math.max(0, path.lastIndexOf("/"))) || ".";
   // A second instance refuses to start (contract.md §8): the singleton lease, then the store's
   // own lease in its directory, taken before the store opens (subc.md §5).
-  const leases: FileLock[] = [];
+  const leases: FileLock[] = options.singletonLease === undefined ? [] : [options.singletonLease];
   try {
-    leases.push(
-      await acquireLease(singletonLeaseDir(options), SINGLETON_LEASE_NAME, "singleton"),
-    );
+    if (options.singletonLease === undefined) {
+      leases.push(
+        await acquireLease(singletonLeaseDir(options), SINGLETON_LEASE_NAME, "singleton"),
+      );
+    }
     leases.push(
       await acquireLease(storeDir, leaseFileName("synapse", "sqlite", "default"), "store"),
     );

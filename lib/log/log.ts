@@ -58,7 +58,8 @@ export const MODULE_ID = "synapse";
  * `synapse.jobs` (durable jobs), `synapse.models` (model loads), `synapse.worker` (engine
  * workers: forwarded worker output, crashes), `synapse.perf` (the perf sampler), `synapse.log`
  * (the log itself: a malformed `CK_LOG`, a file it cannot write), `synapse.panic` (an uncaught
- * error, one line per line of its stack).
+ * error, one line per line of its stack), `synapse.subc` (the subc bus: registration, routes,
+ * one line per request, how the session ended).
  */
 export const LOGGERS = [
   "synapse",
@@ -70,6 +71,7 @@ export const LOGGERS = [
   "synapse.perf",
   "synapse.log",
   "synapse.panic",
+  "synapse.subc",
 ] as const;
 
 /** What to do with a malformed `CK_LOG*` value. */

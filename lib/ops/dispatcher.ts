@@ -27,7 +27,20 @@ export type OpOutcome =
 
 type Handler = (ctx: OpContext, params: unknown, options: CallOptions) => unknown;
 
-/** Operations served by this build, with their contract kind. */
+/**
+ * Operations served by this build, with their contract kind (contract §1). The subc manifest
+ * declares exactly these (`lib/cli/_subc_door.ts`), and a flow-scoped route serves only the
+ * `query` ones.
+ *
+ * Every one here is `query`, as in the reference registry, which lists `embed.*`, rerank,
+ * microllm, `models.list` and `admission.status` as queries. `embed.batch` with a `request_key`
+ * does write the store (it mints a durable job), but it stays `query`: the job is the durable
+ * form of one deterministic computation, keyed by the caller's own key (the same key and texts
+ * attach to the same job; different texts are `idempotency_conflict`), and it changes nothing
+ * another caller sees — no model, alias, approval or config, which is what `mutate` marks
+ * (`model.load`, `cache.*`, `models.download`). Declaring it `mutate` would refuse big batches
+ * to flows, which the reference serves them.
+ */
 export const OPERATIONS: Readonly<Record<string, { kind: "query" | "mutate"; handler: Handler }>> =
   Object.freeze({
     "embed.query": { kind: "query", handler: embedQuery },

@@ -271,6 +271,17 @@ async function runEmbedJob(
     });
   } catch (err) {
     const e = asOperationError(err, ctx, `job ${jobId}`);
+    if (e.code === "disposed") {
+      // The instance is shutting down (a stop, or the subc daemon going away): the job is not
+      // failed here (a permanent `disposed` would tell its caller never to retry). It stays
+      // running in the store, and the next boot fails it module_restarted, transient and safe
+      // to resubmit with the same key; the pages committed so far are kept.
+      ctx.log("info", "synapse.jobs", "job interrupted by shutdown", { job: jobId });
+      try {
+        commit();
+      } catch { /* the store is gone: the pages committed before stay */ }
+      return;
+    }
     ctx.log(e.errorClass === "transient" ? "warn" : "error", "synapse.jobs", "job failed", {
       job: jobId,
       model: req.model.modelId,

@@ -1,8 +1,8 @@
 /**
  * The one error type of the subc wire layer ({@link SubcWireError}): every refusal of
  * `lib/subc/` (a frame the envelope rules reject, a failed handshake, a connection file that
- * cannot be trusted, a launch nonce that cannot be read, a control body of the wrong shape)
- * throws it with a stable {@link SubcWireReason}.
+ * cannot be trusted, a launch nonce that cannot be read, a control body of the wrong shape, a
+ * module session the daemon refused or left) throws it with a stable {@link SubcWireReason}.
  *
  * These are transport faults, not request errors: the connection (or the launch) cannot go on,
  * so the caller closes the socket or exits loudly. Nothing here maps to a contract error code;
@@ -133,13 +133,47 @@ export type LaunchNonceReason =
  */
 export type ControlBodyReason = "invalid_control_body" | "unsupported_negotiated_version";
 
+/**
+ * Why a module session with the daemon ended in failure, or could not start (subc §2–§4,
+ * `lib/subc/module_session.ts`):
+ *
+ * - `daemon_unreachable`: nothing answers at the connection file's endpoint (the daemon is not
+ *   running, or the file is stale);
+ * - `hello_refused`: the daemon answered HELLO with a channel-0 Error (`details.code`:
+ *   `version_unsupported`, `invalid_manifest`, `invalid_hello`, `duplicate_module_id`,
+ *   `reserved_module`, …; `details.message`: the daemon's words);
+ * - `hello_timeout`: no HELLO_ACK within the session's deadline;
+ * - `unexpected_frame`: the daemon broke the session order (a first frame other than HELLO_ACK
+ *   or a channel-0 Error);
+ * - `daemon_gone`: the daemon closed the connection (end of stream) or it broke, while the
+ *   module was registered;
+ * - `module_init_failed`: initialising after HELLO_ACK failed (the store, the config, a lease;
+ *   `cause` holds the error);
+ * - `catalog_update_unsupported`: `catalog.update` was asked for, and HELLO_ACK's `subc_ops` does
+ *   not list it;
+ * - `catalog_update_refused`: the daemon answered `catalog.update` with an Error
+ *   (`details.code`);
+ * - `session_closed`: the session ended before a reply arrived, or a call came after it ended.
+ */
+export type ModuleSessionReason =
+  | "daemon_unreachable"
+  | "hello_refused"
+  | "hello_timeout"
+  | "unexpected_frame"
+  | "daemon_gone"
+  | "module_init_failed"
+  | "catalog_update_unsupported"
+  | "catalog_update_refused"
+  | "session_closed";
+
 /** Every stable reason a {@link SubcWireError} may carry. */
 export type SubcWireReason =
   | FrameRejectReason
   | AuthFailReason
   | ConnectionFileReason
   | LaunchNonceReason
-  | ControlBodyReason;
+  | ControlBodyReason
+  | ModuleSessionReason;
 
 /** Options of {@link SubcWireError}. */
 export interface SubcWireErrorOptions {

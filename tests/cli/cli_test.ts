@@ -81,7 +81,7 @@ Deno.test("ck-synapse version, --version, help and usage errors", async () => {
   );
 });
 
-Deno.test("ck-synapse refuses a non-loopback --url or --http, and --subc for now", async () => {
+Deno.test("ck-synapse refuses a non-loopback --url or --http, and --subc without a connection file", async () => {
   const [url, http, subc] = await Promise.all([
     cli(["embed", "--url", "http://example.com:8080", "x"]),
     cli(["serve", "--http", "0.0.0.0:0"]),
@@ -91,8 +91,12 @@ Deno.test("ck-synapse refuses a non-loopback --url or --http, and --subc for now
   assert.match(url.stderr, /loopback/);
   assert.equal(http.code, 2);
   assert.match(http.stderr, /loopback/);
+  // Loudly, and never falling back to standalone serving (nothing listens after it).
   assert.equal(subc.code, 2);
-  assert.match(subc.stderr, /--subc is not available/);
+  assert.match(
+    subc.stderr,
+    /^error: connection_file_not_found: Cannot use subc connection file conn\.json: no such file/m,
+  );
 });
 
 Deno.test("ck-synapse serve --http 127.0.0.1:0 answers embed --url, then stops cleanly on SIGTERM", async () => {

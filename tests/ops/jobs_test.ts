@@ -9,6 +9,7 @@ import {
   startSynapse,
 } from "../_helpers.ts";
 import type { Synapse } from "../../lib/synapse.ts";
+import { createSynapse } from "../../lib/synapse.ts";
 
 /**
  * Waits for the job to end, however long the machine takes; only a job still open after 10
@@ -237,4 +238,39 @@ Deno.test("F8: a query still queued at max_queue_ms is refused with deadline_exc
   const status = resultOf(await t.syn.call("admission.status", {}));
   assert.ok(status.lanes[0].meeting_deadlines.interactive < 1);
   assert.equal(t.syn.admission.bytesInFlight, 0);
+});
+
+Deno.test("a job cut short by shutdown is not failed `disposed`: it stays running in the store, and the next boot fails it module_restarted", async () => {
+  await using t = await startSynapse({
+    inline: { max_items: 8 },
+    jobs: { result_page_bytes: 4096 },
+  });
+  await t.syn.modelsSettled;
+  const items = Array.from({ length: 20_000 }, (_, i) => `shutdown passage ${i}`);
+  const job = resultOf(await t.syn.call("embed.batch", { items, request_key: "shutdown-1" }));
+  // Running, with a page committed and most of the work still to go.
+  for (let r = job; r.pages_available === 0;) {
+    // A turn of the event loop between polls: the job's quanta come back as worker messages.
+    await new Promise((res) => setTimeout(res, 10));
+    r = resultOf(await t.syn.call("embed.result", { job_id: job.job_id }));
+    assert.equal(r.state, "running");
+  }
+  const run = t.syn.context.jobs.running.get(job.job_id);
+  assert.ok(run !== undefined);
+  // The lanes stop first at dispose (the store is still open): the job hears `disposed`.
+  await t.syn.registry.dispose();
+  await run;
+  assert.equal(t.syn.jobStore.get(job.job_id)?.state, "running");
+  await t.syn.dispose();
+  const env = { XDG_DATA_HOME: `${t.dir}/data`, XDG_CONFIG_HOME: `${t.dir}/config`, HOME: t.dir };
+  const next = await createSynapse({ config: t.syn.config, env, waitForModels: false });
+  try {
+    assert.equal(next.inheritedJobs, 1);
+    const after = resultOf(await next.call("embed.result", { job_id: job.job_id }));
+    assert.equal(after.state, "failed_transient");
+    assert.equal(after.error.code, "module_restarted");
+    assert.ok(after.pages_available >= 1);
+  } finally {
+    await next.dispose();
+  }
 });

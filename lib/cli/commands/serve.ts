@@ -2,7 +2,8 @@
  * `ck-synapse serve --http 127.0.0.1:PORT`: runs an instance with the HTTP door until SIGINT or
  * SIGTERM, then shuts down cleanly (in-flight requests finish, the instance is disposed). Once
  * bound it records its address beside its singleton lease, so CLI commands in the same data home
- * talk to it by themselves.
+ * talk to it by themselves. `--subc FILE` runs it as the module on the subc bus instead
+ * (`lib/cli/_subc_door.ts`), with the HTTP door beside it when `--http` is given too.
  *
  * @module
  */
@@ -11,6 +12,7 @@ import { parseCommandArgs, UsageError } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 
 const USAGE = `usage: ck-synapse serve --http HOST:PORT [--json]
+       ck-synapse serve --subc CONNECTION_FILE [--http HOST:PORT] [--json]
 
 Serves the operations over HTTP on a loopback address (127.0.0.1, [::1], localhost):
 POST /v1/ops/<method>, POST /v1/embeddings and GET /v1/models (OpenAI shape), GET /health.
@@ -27,7 +29,11 @@ record goes when it stops, and a record whose server died is ignored.
   --http HOST:PORT   address to listen on, e.g. 127.0.0.1:8080
   --json             print {"url", "pid"} once bound instead of the "listening on" line, and a
                      start failure as {code, message}
-  --subc FILE        serve on the subc bus (not available in this build)`;
+  --subc FILE        serve as the synapse module on the subc bus, connecting to the daemon that
+                     wrote FILE (alone, or beside --http); runs until the daemon says Goodbye
+                     (exit 0), SIGINT/SIGTERM (drain, exit 0) or the daemon goes away (exit 2;
+                     never falls back to standalone); exit 1 when another instance holds the
+                     singleton lease`;
 
 /** How long a stopping server lets in-flight requests finish before it stops the engines, ms. */
 export const SHUTDOWN_GRACE_MS = 10_000;
@@ -35,7 +41,7 @@ export const SHUTDOWN_GRACE_MS = 10_000;
 /** The `serve` command. */
 export const serveCommand: Command = {
   name: "serve",
-  describe: "Serve over HTTP on a loopback address until SIGINT/SIGTERM",
+  describe: "Serve over HTTP on a loopback address, or as a module on the subc bus",
   usage: USAGE,
   run: runServe,
 };
@@ -66,8 +72,10 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   });
   if (positionals.length > 0) throw new UsageError(`Cannot serve: unexpected '${positionals[0]}'`);
   if (values.subc !== undefined) {
-    io.err("error: --subc is not available in this build yet; use --http 127.0.0.1:PORT");
-    return cliExitFor("usage");
+    // The subc door (lib/cli/_subc_door.ts): the module session, with --http beside it if given.
+    const http = values.http === undefined ? undefined : parseHostPort(values.http);
+    const { serveSubc } = await import("../_subc_door.ts");
+    return await serveSubc(values.subc, { ...(http ? { http } : {}), json: values.json }, io);
   }
   if (values.http === undefined) throw new UsageError("Cannot serve: give --http HOST:PORT");
   const { hostname, port } = parseHostPort(values.http);

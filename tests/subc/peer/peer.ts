@@ -704,7 +704,7 @@ export class Peer implements AsyncDisposable {
         if (link.kind === "pending") {
           if (frame.type === FrameType.Hello) {
             await this.#onHello(link, frame);
-            // A registration is an event: waitModule() must see it even if nothing follows.
+            // A waitModule() must hear of it even if the module sends nothing after HELLO.
             this.#notify();
             continue;
           }
