@@ -345,6 +345,7 @@ async function main(args: string[]): Promise<number> {
     return 0;
   };
   Deno.addSignalListener("SIGINT", stop);
+  Deno.addSignalListener("SIGTERM", stop);
   const input = Deno.stdin.readable.pipeThrough(new TextDecoderStream()).pipeThrough(lines());
   for await (const line of input) {
     try {
@@ -355,6 +356,7 @@ async function main(args: string[]): Promise<number> {
     if (ending !== undefined) break;
   }
   Deno.removeSignalListener("SIGINT", stop);
+  Deno.removeSignalListener("SIGTERM", stop);
   return await finish();
 }
 
