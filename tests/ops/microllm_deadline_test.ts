@@ -8,11 +8,11 @@
  */
 import assert from "node:assert/strict";
 import { loadConfig } from "../../lib/config/loader.ts";
-import { type LogSink, nullLog } from "../../lib/log/log.ts";
+import { nullLog } from "../../lib/log/log.ts";
 import { serveHttp } from "../../lib/http/server.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import type { Synapse } from "../../lib/synapse.ts";
-import type { GenerateOutput } from "../../lib/engines/engine.ts";
+import { parkedWorker, watchGenerations } from "../_generation.ts";
 import { MODELS, resultOf, semanticError } from "../_helpers.ts";
 
 const GEN = `${MODELS}/synapse-tiny-llama`;
@@ -46,37 +46,6 @@ async function start(
     ...more,
   });
   return { syn, dir };
-}
-
-/**
- * A log sink that resolves `parked` when the worker says it waits for a CANCEL (its
- * `--test-wait-cancel-after N` hook, after N generated tokens): the moment to cancel, known from
- * the worker itself rather than a timer.
- */
-function parkedWorker(): { log: LogSink; parked: Promise<void> } {
-  const { promise, resolve } = Promise.withResolvers<void>();
-  return {
-    parked: promise,
-    log: (_level, _target, message) => {
-      if (message.includes("waiting for CANCEL")) resolve();
-    },
-  };
-}
-
-/**
- * Wraps the model's engine so a test hears how a generation ended (the real engine still does
- * the work).
- */
-function watchGenerations(syn: Synapse): { ended: Promise<GenerateOutput> } {
-  const engine = syn.registry.resolve("gen", "generate").interactive.engine;
-  const generate = engine.generate.bind(engine);
-  const ended = Promise.withResolvers<GenerateOutput>();
-  engine.generate = (request, options) => {
-    const out = generate(request, options);
-    out.then(ended.resolve, ended.reject);
-    return out;
-  };
-  return { ended: ended.promise };
 }
 
 Deno.test("microllm.oneshot answers deadline_exceeded at its deadline while a hung worker generates; /health says unresponsive", async () => {

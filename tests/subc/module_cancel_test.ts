@@ -6,10 +6,8 @@
  * generation after N tokens until its CANCEL arrives, so nothing waits on a timer.
  */
 import assert from "node:assert/strict";
-import type { LogSink } from "../../lib/log/log.ts";
-import type { GenerateOutput } from "../../lib/engines/engine.ts";
-import type { Synapse } from "../../lib/synapse.ts";
 import { FrameType } from "../../lib/subc/envelope.ts";
+import { parkedWorker, watchGenerations } from "../_generation.ts";
 import { MODELS } from "../_helpers.ts";
 import { bodyOf, json } from "./_hand_daemon.ts";
 import { registerAndBind, startModule } from "./_module.ts";
@@ -24,30 +22,6 @@ const CONFIG = {
     model_id: "gen",
   }],
 };
-
-/** A log sink that resolves `parked` when the worker waits for its CANCEL. */
-function parkedWorker(): { log: LogSink; parked: Promise<void> } {
-  const { promise, resolve } = Promise.withResolvers<void>();
-  return {
-    parked: promise,
-    log: (_level, _target, message) => {
-      if (message.includes("waiting for CANCEL")) resolve();
-    },
-  };
-}
-
-/** Hears how the model's next generation ended (the real engine does the work). */
-function watchGenerations(syn: Synapse): { ended: Promise<GenerateOutput> } {
-  const engine = syn.registry.resolve("gen", "generate").interactive.engine;
-  const generate = engine.generate.bind(engine);
-  const ended = Promise.withResolvers<GenerateOutput>();
-  engine.generate = (request, options) => {
-    const out = generate(request, options);
-    out.then(ended.resolve, ended.reject);
-    return out;
-  };
-  return { ended: ended.promise };
-}
 
 Deno.test("Cancel stops a microllm generation within a token: terminal Error cancelled, the slot is free; health.check answers meanwhile", async () => {
   const worker = parkedWorker();
