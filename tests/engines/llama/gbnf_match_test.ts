@@ -14,37 +14,10 @@ import {
 } from "../../../lib/engines/llama/gbnf_match.ts";
 import { type Rule, TERMINAL } from "../../../lib/engines/llama/_gbnf_rules.ts";
 import { SynapseError } from "../../../lib/contract/errors.ts";
+import { JSON_GBNF } from "./_json_gbnf.ts";
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const GGUF = `${ROOT}fixtures/models/synapse-tiny-llama/model.gguf`;
-
-// llama.cpp grammars/json.gbnf, verbatim.
-const JSON_GBNF = String.raw`root   ::= object
-value  ::= object | array | string | number | ("true" | "false" | "null") ws
-
-object ::=
-  "{" ws (
-            string ":" ws value
-    ("," ws string ":" ws value)*
-  )? "}" ws
-
-array  ::=
-  "[" ws (
-            value
-    ("," ws value)*
-  )? "]" ws
-
-string ::=
-  "\"" (
-    [^"\\\x7F\x00-\x1F] |
-    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
-  )* "\"" ws
-
-number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
-
-# Optional space: by convention, applied in this grammar after literal chars when allowed
-ws ::= | " " | "\n" [ \t]{0,20}
-`;
 
 /** [grammar, text, verdict, extensible, viable code points]. */
 type Golden = [string, string, GbnfMatch["verdict"], boolean, number];

@@ -7,37 +7,10 @@ import {
   MAX_ELEMENTS,
 } from "../../../lib/engines/llama/gbnf.ts";
 import { SynapseError } from "../../../lib/contract/errors.ts";
+import { JSON_GBNF } from "./_json_gbnf.ts";
 
 /** Repo root: the llama.cpp probe runs there so that `node-llama-cpp` resolves. */
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
-
-// llama.cpp grammars/json.gbnf, verbatim.
-const JSON_GBNF = String.raw`root   ::= object
-value  ::= object | array | string | number | ("true" | "false" | "null") ws
-
-object ::=
-  "{" ws (
-            string ":" ws value
-    ("," ws string ":" ws value)*
-  )? "}" ws
-
-array  ::=
-  "[" ws (
-            value
-    ("," ws value)*
-  )? "]" ws
-
-string ::=
-  "\"" (
-    [^"\\\x7F\x00-\x1F] |
-    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
-  )* "\"" ws
-
-number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
-
-# Optional space: by convention, applied in this grammar after literal chars when allowed
-ws ::= | " " | "\n" [ \t]{0,20}
-`;
 
 // llama.cpp grammars/arithmetic.gbnf, verbatim.
 const ARITHMETIC_GBNF = String.raw`root  ::= (expr "=" ws term "\n")+
