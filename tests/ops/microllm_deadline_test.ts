@@ -11,7 +11,6 @@ import { loadConfig } from "../../lib/config/loader.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { serveHttp } from "../../lib/http/server.ts";
 import { createSynapse } from "../../lib/synapse.ts";
-import type { Synapse } from "../../lib/synapse.ts";
 import { parkedWorker, watchGenerations } from "../_generation.ts";
 import { MODELS, resultOf, semanticError } from "../_helpers.ts";
 
