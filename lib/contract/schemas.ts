@@ -209,3 +209,108 @@ export function requestedModel(p: CommonParams): string | undefined {
   }
   return p.model ?? p.model_id;
 }
+
+// ---- Model, catalog and cache operations (contract.md §1 "Model and catalog ops") ----
+
+/** `sha256:<64 lowercase hex>` (a bare 64-hex digest is accepted and prefixed). */
+export const DigestParam = z.string()
+  .transform((s) => s.trim().toLowerCase())
+  .refine((s) => /^(sha256:)?[0-9a-f]{64}$/.test(s), {
+    message: "must be a SHA-256 digest: 'sha256:' and 64 hex digits",
+  })
+  .transform((s) => (s.startsWith("sha256:") ? s : `sha256:${s}`) as `sha256:${string}`);
+
+/** A file of `model.load`: a name (source `path`: inside the directory), or a pinned remote file. */
+const LoadFile = z.union([
+  wellFormedName(4096),
+  z.strictObject({
+    url: wellFormedName(4096).optional(),
+    path: wellFormedName(4096).optional(),
+    sha256: DigestParam,
+    size: z.number().int().nonnegative().optional(),
+  }),
+]);
+
+/** Engines `model.load` takes, with the contract's aliases (§9). */
+export const LoadEngine = z.enum(["ort", "onnx", "llama", "llama.cpp"]).transform((e) =>
+  e === "onnx" ? "ort" : e === "llama.cpp" ? "llama" : e
+);
+
+/** `model.load` (strict): see docs/operations.md for how `source` picks the files. */
+export const ModelLoadParams = z.strictObject({
+  source: z.enum(["path", "url", "hf"]).optional(),
+  path: wellFormedName(4096).optional(),
+  url: wellFormedName(4096).optional(),
+  repo: wellFormedName().optional(),
+  revision: wellFormedName().optional(),
+  files: z.strictObject({
+    model: LoadFile.optional(),
+    tokenizer: LoadFile.optional(),
+    config: LoadFile.optional(),
+    extra: z.array(LoadFile).max(16).optional(),
+  }).optional(),
+  expected_digest: DigestParam.optional(),
+  engine: LoadEngine.optional(),
+  task: z.enum(["embed", "rerank", "generate"]).optional(),
+  pooling: z.enum(["mean", "cls", "last"]).optional(),
+  normalize: z.boolean().optional(),
+  max_tokens: z.number().int().min(2).max(1 << 20).optional(),
+  model_id: wellFormedName(128).refine((s) => /^[A-Za-z0-9][A-Za-z0-9._:-]*$/.test(s), {
+    message: "must start with a letter or digit and hold only letters, digits, '.', '_', ':' and '-'",
+  }).optional(),
+  pin: z.boolean().optional(),
+  request_key: wellFormedName().optional(),
+  deadline_ms: z.number().int().positive().optional(),
+});
+
+/** `model.status {job_id} XOR {model_id}`. */
+export const ModelStatusParams = z.strictObject({
+  job_id: wellFormedName().optional(),
+  model_id: wellFormedName().optional(),
+}).refine((p) => (p.job_id === undefined) !== (p.model_id === undefined), {
+  message: "give exactly one of job_id and model_id",
+  path: ["job_id"],
+});
+
+/** `model.unload {model_id}`. */
+export const ModelUnloadParams = z.strictObject({ model_id: wellFormedName() });
+
+/** `models.catalog {query?, task?, runnable_here?, installed?}`. */
+export const ModelsCatalogParams = z.strictObject({
+  query: z.string().max(NAME_MAX_CHARS).optional(),
+  task: z.enum(["embed", "rerank", "generate"]).optional(),
+  runnable_here: z.boolean().optional(),
+  installed: z.boolean().optional(),
+});
+
+/** `models.download {catalog_id, request_key?}`. */
+export const ModelsDownloadParams = z.strictObject({
+  catalog_id: wellFormedName(),
+  request_key: wellFormedName().optional(),
+});
+
+/** `models.download.cancel {job_id}`. */
+export const ModelsDownloadCancelParams = z.strictObject({ job_id: wellFormedName() });
+
+/** `models.remove {catalog_id}` (a catalog id, or a model `model.load` loaded). */
+export const ModelsRemoveParams = z.strictObject({ catalog_id: wellFormedName() });
+
+/** `cache.pin {digest? | source_url, expected_digest?, format?, tokenizer_path?, module_id?, unpin?}`. */
+export const CachePinParams = z.strictObject({
+  digest: DigestParam.optional(),
+  source_url: wellFormedName(4096).optional(),
+  expected_digest: DigestParam.optional(),
+  format: z.enum(["onnx", "gguf", "tokenizer_json", "config_json", "other"]).optional(),
+  tokenizer_path: wellFormedName(4096).optional(),
+  module_id: wellFormedName().optional(),
+  unpin: z.boolean().optional(),
+}).refine((p) => (p.digest === undefined) !== (p.source_url === undefined), {
+  message: "give exactly one of digest and source_url",
+  path: ["digest"],
+});
+
+/** `cache.gc {digest?, grace_ms?}`. */
+export const CacheGcParams = z.strictObject({
+  digest: DigestParam.optional(),
+  grace_ms: z.number().int().nonnegative().optional(),
+});

@@ -128,6 +128,7 @@ export class Lane {
   #quiet: () => boolean;
   #depth: number;
   #now: () => number;
+  #active = 0;
 
   constructor(options: LaneOptions) {
     this.name = options.name;
@@ -143,6 +144,14 @@ export class Lane {
   /** Per-slot throughput of this lane's class over recent runs, tokens/s (0 before any). */
   get tokensPerSecond(): number {
     return this.#scheduler.classStats(this.cls).tokensPerSecond;
+  }
+
+  /**
+   * Requests of this lane (this model, this class) between {@link admit} and the permit's
+   * release, or inside {@link run}: what holds the model (`model_in_use`, contract §1).
+   */
+  get activeRequests(): number {
+    return this.#active;
   }
 
   /** Tasks queued or running on this lane's scheduler (all classes). */
@@ -194,12 +203,21 @@ export class Lane {
       queueClass: this.cls,
       predictedDelayMs: this.#scheduler.predictedStartDelayMs(this.cls),
     });
+    this.#active++;
+    let held = true;
+    const release = (): void => {
+      permit.release();
+      if (held) {
+        held = false;
+        this.#active--;
+      }
+    };
     return {
       admittedAtMs: permit.admittedAtMs,
       deadlineAtMs: permit.deadlineAtMs,
       maxQueueMs: req.maxQueueMs,
-      release: () => permit.release(),
-      [Symbol.dispose]: () => permit.release(),
+      release,
+      [Symbol.dispose]: release,
     };
   }
 
@@ -219,6 +237,15 @@ export class Lane {
    *   `probe_required` …); `disposed` when the lane's scheduler is gone.
    */
   async run<W extends LaneWork>(work: W, options: LaneRunOptions = {}): Promise<LaneResult<W>> {
+    this.#active++;
+    try {
+      return await this.#run(work, options);
+    } finally {
+      this.#active--;
+    }
+  }
+
+  async #run<W extends LaneWork>(work: W, options: LaneRunOptions): Promise<LaneResult<W>> {
     const { permit } = options;
     using req = permit === undefined ? undefined : requestSignal({
       ...(options.signal === undefined ? {} : { callerSignal: options.signal }),

@@ -260,6 +260,71 @@ export class ModelRegistry implements AsyncDisposable {
     return m.ready!;
   }
 
+  /**
+   * What holds a model now: requests in flight or admitted on its lanes, and any holder the
+   * caller adds (durable jobs, which the registry does not see).
+   *
+   * @returns One row per kind with a count, empty when nothing holds it.
+   */
+  holders(modelId: string): { kind: "request" | "loading"; count: number }[] {
+    const entry = this.#entries.get(modelId);
+    if (entry === undefined) return [];
+    if (entry.state === "loading") return [{ kind: "loading", count: 1 }];
+    const r = entry.ready;
+    const n = r === undefined ? 0 : r.interactive.activeRequests + r.bulk.activeRequests;
+    return n > 0 ? [{ kind: "request", count: n }] : [];
+  }
+
+  /**
+   * Unloads a model: its llama worker shuts down, or its sessions leave the ORT threads, and its
+   * id is free again. Refused while anything holds it.
+   *
+   * @param extraHolders Holders the registry does not see (durable jobs), as `model_in_use`
+   *   `holders[]` rows.
+   * @returns The entry as it was (state as before the unload).
+   * @throws {SynapseError} `unknown_model`; `model_loading` (retry 250 ms) while it loads;
+   *   `model_in_use {model_id, holders[]}` while requests or jobs hold it.
+   */
+  async unload(
+    modelId: string,
+    extraHolders: { kind: string; count?: number; job_id?: string }[] = [],
+  ): Promise<ModelEntry> {
+    this.#ensureNotDisposed();
+    const entry = this.#entries.get(modelId);
+    if (entry === undefined) throw unknownModel(modelId, undefined, [...this.#entries.keys()]);
+    if (entry.state === "loading" || entry.retryAtMs !== undefined) {
+      throw new SynapseError(
+        "model_loading",
+        `Cannot unload model '${modelId}': it is loading; retry when it is ready or failed`,
+        { retryAfterMs: 250, details: { model_id: modelId } },
+      );
+    }
+    const holders = [...this.holders(modelId), ...extraHolders];
+    if (holders.length > 0) {
+      throw new SynapseError(
+        "model_in_use",
+        `Cannot unload model '${modelId}': it is in use (${
+          holders.map((h) => h.kind).join(", ")
+        }); retry once they finish, or cancel them`,
+        { details: { model_id: modelId, catalog_id: modelId, holders } },
+      );
+    }
+    this.#entries.delete(modelId);
+    const own = this.#own.get(modelId);
+    if (own !== undefined) {
+      this.#own.delete(modelId);
+      own.scheduler.dispose();
+      await own.engine.dispose().catch(() => {});
+    } else if (entry.engine === "ort") {
+      await Promise.all([
+        this.#ortInteractive.unload(modelId).catch(() => {}),
+        this.#ortBulk.unload(modelId).catch(() => {}),
+      ]);
+    }
+    this.#log("info", "synapse.models", `model '${modelId}' unloaded`, {});
+    return entry;
+  }
+
   /** Status rows of every scheduler and the models on it (`admission.status.lanes`). */
   laneStatus(): LaneStatusRow[] {
     const ortModels = this.list().filter((m) => m.engine === "ort").map((m) => m.modelId);

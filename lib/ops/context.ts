@@ -6,6 +6,7 @@
  * @module
  */
 import type { ModelRegistry } from "../models/model_registry.ts";
+import type { ModelLoads } from "../models/model_loads.ts";
 import type { Admission } from "../sched/admission.ts";
 import type { SynapseConfig } from "../config/types.ts";
 import type { JobStore } from "../store/job_store.ts";
@@ -24,6 +25,12 @@ export interface OpContext {
   readonly config: SynapseConfig;
   /** Models; a ready model carries its lanes. */
   readonly registry: ModelRegistry;
+  /**
+   * Run-time loads, catalog downloads and the model cache (`model.load`, `models.*`, `cache.*`);
+   * absent in an instance made without a cache (those operations then answer
+   * `backend_unavailable`).
+   */
+  readonly loads?: ModelLoads;
   /** The module's admission (byte budget, refusal counters) for `admission.status`. */
   readonly admission: Admission;
   readonly jobs: JobsContext;

@@ -12,6 +12,17 @@ import { rerankScore } from "./rerank.ts";
 import { embedResult } from "./jobs.ts";
 import { admissionStatus, modelsList } from "./models.ts";
 import { microllmOneshot } from "./microllm.ts";
+import {
+  cacheGc,
+  cachePin,
+  modelLoad,
+  modelsCatalog,
+  modelsDownload,
+  modelsDownloadCancel,
+  modelsRemove,
+  modelStatusOp,
+  modelUnload,
+} from "./model_ops.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 import { asOperationError } from "./_errors.ts";
 
@@ -32,8 +43,9 @@ type Handler = (ctx: OpContext, params: unknown, options: CallOptions) => unknow
  * declares exactly these (`lib/cli/_subc_door.ts`), and a flow-scoped route serves only the
  * `query` ones.
  *
- * Every one here is `query`, as in the reference registry, which lists `embed.*`, rerank,
- * microllm, `models.list` and `admission.status` as queries. `embed.batch` with a `request_key`
+ * The inference ops, `models.list`, `models.catalog`, `model.status` and `admission.status` are
+ * `query`, as in the reference registry; `model.load`, `model.unload`, `models.download*`,
+ * `models.remove` and `cache.*` are `mutate`. `embed.batch` with a `request_key`
  * does write the store (it mints a durable job), but it stays `query`: the job is the durable
  * form of one deterministic computation, keyed by the caller's own key (the same key and texts
  * attach to the same job; different texts are `idempotency_conflict`), and it changes nothing
@@ -50,6 +62,15 @@ export const OPERATIONS: Readonly<Record<string, { kind: "query" | "mutate"; han
     "microllm.oneshot": { kind: "query", handler: microllmOneshot },
     "models.list": { kind: "query", handler: modelsList },
     "admission.status": { kind: "query", handler: admissionStatus },
+    "model.load": { kind: "mutate", handler: modelLoad },
+    "model.status": { kind: "query", handler: modelStatusOp },
+    "model.unload": { kind: "mutate", handler: modelUnload },
+    "models.catalog": { kind: "query", handler: modelsCatalog },
+    "models.download": { kind: "mutate", handler: modelsDownload },
+    "models.download.cancel": { kind: "mutate", handler: modelsDownloadCancel },
+    "models.remove": { kind: "mutate", handler: modelsRemove },
+    "cache.pin": { kind: "mutate", handler: cachePin },
+    "cache.gc": { kind: "mutate", handler: cacheGc },
   });
 
 /**

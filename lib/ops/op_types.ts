@@ -12,10 +12,19 @@
 import type { z } from "zod";
 import type {
   AdmissionStatusParams,
+  CacheGcParams,
+  CachePinParams,
   EmbedBatchParams,
   EmbedQueryParams,
   EmbedResultParams,
+  ModelLoadParams,
+  ModelsCatalogParams,
+  ModelsDownloadCancelParams,
+  ModelsDownloadParams,
   ModelsListParams,
+  ModelsRemoveParams,
+  ModelStatusParams,
+  ModelUnloadParams,
   RerankScoreParams,
 } from "../contract/schemas.ts";
 import type { embedBatch, embedQuery } from "./embed.ts";
@@ -23,6 +32,17 @@ import type { embedResult } from "./jobs.ts";
 import type { microllmOneshot, MicrollmOneshotParams } from "./microllm.ts";
 import type { admissionStatus, modelsList } from "./models.ts";
 import type { rerankScore } from "./rerank.ts";
+import type {
+  cacheGc,
+  cachePin,
+  modelLoad,
+  modelsCatalog,
+  modelsDownload,
+  modelsDownloadCancel,
+  modelsRemove,
+  modelStatusOp,
+  modelUnload,
+} from "./model_ops.ts";
 
 type ResultOf<F extends (...args: never[]) => unknown> = Awaited<ReturnType<F>>;
 
@@ -64,6 +84,33 @@ export interface SynapseOperations {
     params: z.input<typeof AdmissionStatusParams>;
     result: ResultOf<typeof admissionStatus>;
   };
+  "model.load": { params: z.input<typeof ModelLoadParams>; result: ResultOf<typeof modelLoad> };
+  "model.status": {
+    params: z.input<typeof ModelStatusParams>;
+    result: ResultOf<typeof modelStatusOp>;
+  };
+  "model.unload": {
+    params: z.input<typeof ModelUnloadParams>;
+    result: ResultOf<typeof modelUnload>;
+  };
+  "models.catalog": {
+    params: z.input<typeof ModelsCatalogParams>;
+    result: ResultOf<typeof modelsCatalog>;
+  };
+  "models.download": {
+    params: z.input<typeof ModelsDownloadParams>;
+    result: ResultOf<typeof modelsDownload>;
+  };
+  "models.download.cancel": {
+    params: z.input<typeof ModelsDownloadCancelParams>;
+    result: ResultOf<typeof modelsDownloadCancel>;
+  };
+  "models.remove": {
+    params: z.input<typeof ModelsRemoveParams>;
+    result: ResultOf<typeof modelsRemove>;
+  };
+  "cache.pin": { params: z.input<typeof CachePinParams>; result: ResultOf<typeof cachePin> };
+  "cache.gc": { params: z.input<typeof CacheGcParams>; result: ResultOf<typeof cacheGc> };
 }
 
 /** A method the dispatcher serves (`"embed.query"`, …). */

@@ -313,6 +313,18 @@ export class Store {
   }
 
   /**
+   * Deletes the `models` row of a model (no-op when absent).
+   *
+   * @throws {SynapseError} `disposed` or `store_failure`.
+   */
+  deleteModel(modelId: string): void {
+    this.#ensureNotDisposed();
+    this.#wrap(`delete model '${modelId}'`, () => {
+      this.#db.prepare("DELETE FROM models WHERE model_id = ?").run(modelId);
+    });
+  }
+
+  /**
    * Lists the `models` rows, ordered by `model_id`.
    *
    * @returns The rows.

@@ -19,6 +19,15 @@ const TYPED_METHODS = {
   "microllm.oneshot": true,
   "models.list": true,
   "admission.status": true,
+  "model.load": true,
+  "model.status": true,
+  "model.unload": true,
+  "models.catalog": true,
+  "models.download": true,
+  "models.download.cancel": true,
+  "models.remove": true,
+  "cache.pin": true,
+  "cache.gc": true,
 } satisfies Record<SynapseMethod, true>;
 
 Deno.test("SynapseOperations has a row for exactly the dispatcher's operations", () => {

@@ -29,6 +29,18 @@ export const CALL_METHODS: readonly (readonly [method: string, params: string])[
   ["microllm.oneshot", "{prompt, max_tokens, grammar?, model?, …}"],
   ["models.list", "{}: the models, their task, state and fingerprints"],
   ["admission.status", "{}: queues, lanes and serving admission"],
+  [
+    "model.load",
+    "{path | url + expected_digest | repo + revision + files, engine?, task?, model_id?, …}: a load job",
+  ],
+  ["model.status", "{job_id} | {model_id}: a load or download job, or a model's state"],
+  ["model.unload", "{model_id}: stop serving a model (model_in_use while held)"],
+  ["models.catalog", "{query?, task?, runnable_here?, installed?}: the pinned catalog"],
+  ["models.download", "{catalog_id, request_key?}: download, verify and load a catalog model"],
+  ["models.download.cancel", "{job_id}: stop a download (the partial is kept for a resume)"],
+  ["models.remove", "{catalog_id}: unload a model and delete its files from the cache"],
+  ["cache.pin", "{digest | source_url + expected_digest, module_id?, unpin?}: pin or unpin a blob"],
+  ["cache.gc", "{digest?, grace_ms?}: two-phase GC of the model cache"],
 ];
 
 const width = Math.max(...CALL_METHODS.map(([m]) => m.length));

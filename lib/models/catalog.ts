@@ -1,0 +1,470 @@
+/**
+ * The shipped catalog (contract.md §10, issue 11): real models users want, each pinned by Hugging
+ * Face revision and per-file SHA-256, with one lane per backend that can serve it here
+ * (`<catalog_id>-<backend>`). A file whose digest no public source states is listed with
+ * `sha256: null` and `digest_source: null`: its lane is not runnable (`reason:
+ * "digest_unverified"`), because an unpinned download is refused — pull it yourself with
+ * `ck-synapse pull URL --sha256 H` once you know the digest.
+ *
+ * Where a digest comes from is recorded per file (`digest_source`): the reference
+ * implementation's pinned manifest (`cortexkit/synapse` `bench/parity/models.json`) states the
+ * safetensors, `tokenizer.json` and `config.json` digests of its four catalog models; ONNX and
+ * GGUF conversions are separate files that it does not pin.
+ *
+ * @module
+ */
+import { jcsSha256, type JsonValue } from "../identity/jcs.ts";
+import type { Pooling } from "../engines/ort/pooling.ts";
+import type { ModelEngine, ModelTask } from "./model.ts";
+
+/** Revision of this catalog's schema and content as served by `models.catalog`. */
+export const CATALOG_REVISION = 1;
+
+/** One pinned file of a catalog lane. */
+export interface CatalogFile {
+  /** Hugging Face repository holding the file. */
+  hf_repo: string;
+  /** 40-hex commit of that repository (the revision the digest was stated for). */
+  revision: string;
+  /** Path inside the repository. */
+  path: string;
+  /** Lowercase hex SHA-256, or null when no public source states it (the lane is then not runnable). */
+  sha256: string | null;
+  /** Bytes, when a public source states it. */
+  size: number | null;
+  /** Where the digest is stated (a repository and path, or a URL); null with `sha256: null`. */
+  digest_source: string | null;
+}
+
+/** One backend lane of a catalog model. */
+export interface CatalogBackend {
+  /** Backend name: `ort` (onnxruntime, CPU) or `llama` (llama.cpp). */
+  backend: ModelEngine;
+  files: { model: CatalogFile; tokenizer?: CatalogFile; config?: CatalogFile };
+  pooling: Pooling;
+  normalize: boolean;
+  /** Longest input in tokens (contract §10: 8192 for the reference's catalog models). */
+  max_tokens: number;
+}
+
+/** One catalog model. */
+export interface CatalogModel {
+  id: string;
+  task: ModelTask;
+  name: string;
+  description: string;
+  default_for_task: boolean;
+  upstream: { hf_repo: string; revision: string };
+  /** Vector width (embed), 1 (rerank), 0 (generate). */
+  dims: number;
+  backends: CatalogBackend[];
+  /** Why the model has no backend here, when `backends` is empty. */
+  no_backend_reason?: string;
+}
+
+const REFERENCE_MANIFEST = "github.com/cortexkit/synapse bench/parity/models.json";
+
+function hf(
+  hf_repo: string,
+  revision: string,
+  path: string,
+  sha256: string | null,
+  size: number | null = null,
+  digest_source: string | null = sha256 === null ? null : REFERENCE_MANIFEST,
+): CatalogFile {
+  return { hf_repo, revision, path, sha256, size, digest_source };
+}
+
+const FRANKENSEARCH =
+  "github.com/Dicklesworthstone/frankensearch crates/frankensearch-embed/src/model_manifest.rs";
+const KINDLING = "github.com/juan52878911/kindling pkg/von/catalog.go";
+const OMNESIS = "github.com/omnesis-dev/Omnesis scripts/test-embedder.sh";
+/** Public GitHub files found through a code index by their content; the index names no path. */
+const CODE_INDEX = (ids: string) => `public GitHub code (code-index file ids ${ids})`;
+
+const GTE_EMBED = [
+  "Alibaba-NLP/gte-modernbert-base",
+  "e7f32e3c00f91d699e8c43b53106206bcc72bb22",
+] as const;
+const GTE_RERANK = [
+  "Alibaba-NLP/gte-reranker-modernbert-base",
+  "f7481e6055501a30fb19d090657df9ec1f79ab2c",
+] as const;
+const QWEN3_EMBED = [
+  "Qwen/Qwen3-Embedding-0.6B",
+  "97b0c614be4d77ee51c0cef4e5f07c00f9eb65b3",
+] as const;
+const QWEN3_EMBED_GGUF = [
+  "Qwen/Qwen3-Embedding-0.6B-GGUF",
+  "370f27d7550e0def9b39c1f16d3fbaa13aa67728",
+] as const;
+const QWEN3_RERANK = [
+  "Qwen/Qwen3-Reranker-0.6B",
+  "e61197ed45024b0ed8a2d74b80b4d909f1255473",
+] as const;
+const MINILM = [
+  "sentence-transformers/all-MiniLM-L6-v2",
+  "c9745ed1d9f207416be6d2e6f8de32d1f16199bf",
+] as const;
+const BGE_SMALL = ["BAAI/bge-small-en-v1.5", "5c38ec7c405ec4b44b94cc5a9bb96e735b38267a"] as const;
+const MS_MARCO = [
+  "cross-encoder/ms-marco-MiniLM-L-6-v2",
+  "c5ee24cb16019beea0893ab7796b1df96625c6b8",
+] as const;
+const QWEN25_GGUF = [
+  "Qwen/Qwen2.5-0.5B-Instruct-GGUF",
+  "9217f5db79a29953eb74d5343926648285ec7e67",
+] as const;
+const QWEN3_GGUF = ["Qwen/Qwen3-0.6B-GGUF", "23749fefcc72300e3a2ad315e1317431b06b590a"] as const;
+const SMOLLM2_GGUF = [
+  "HuggingFaceTB/SmolLM2-360M-Instruct-GGUF",
+  "593b5a2e04c8f3e4ee880263f93e0bd2901ad47f",
+] as const;
+
+/** A llama.cpp generation lane over one GGUF. */
+function generator(file: CatalogFile): CatalogBackend {
+  return {
+    backend: "llama",
+    files: { model: file },
+    pooling: "last_token",
+    normalize: false,
+    max_tokens: 8192,
+  };
+}
+
+/** The shipped catalog. */
+export const CATALOG: readonly CatalogModel[] = Object.freeze(
+  [
+    {
+      id: "gte-modernbert-base",
+      task: "embed",
+      name: "GTE ModernBERT base",
+      description:
+        "English text embeddings, 768 dims, CLS pooling, 8192-token context (ONNX, f32).",
+      default_for_task: true,
+      upstream: { hf_repo: GTE_EMBED[0], revision: GTE_EMBED[1] },
+      dims: 768,
+      backends: [{
+        backend: "ort",
+        files: {
+          model: hf(
+            ...GTE_EMBED,
+            "onnx/model.onnx",
+            "947f31df7effaeec4edb57c50e4ed7e0f2034d9336063f92615b92e3e0d24d78",
+            596392315,
+            CODE_INDEX("54057635139, 71023610531; size 53969317435"),
+          ),
+          tokenizer: hf(
+            ...GTE_EMBED,
+            "tokenizer.json",
+            "6c8aaa9a542084f2457eab775d4eeb51f92a70c0fd9de28d5edb0ddec3c08d30",
+          ),
+          config: hf(
+            ...GTE_EMBED,
+            "config.json",
+            "8ba54dc3d35d7194f5178a4194b649f146753e02dabd22bdca5c5cbac15069ed",
+          ),
+        },
+        pooling: "cls",
+        normalize: true,
+        max_tokens: 8192,
+      }],
+    },
+    {
+      id: "all-minilm-l6-v2",
+      task: "embed",
+      name: "all-MiniLM-L6-v2",
+      description:
+        "Small English sentence embeddings, 384 dims, mean pooling, 256-token inputs (ONNX, f32).",
+      default_for_task: false,
+      upstream: { hf_repo: MINILM[0], revision: MINILM[1] },
+      dims: 384,
+      backends: [{
+        backend: "ort",
+        files: {
+          model: hf(
+            ...MINILM,
+            "onnx/model.onnx",
+            "6fd5d72fe4589f189f8ebc006442dbb529bb7ce38f8082112682524616046452",
+            90405214,
+            FRANKENSEARCH,
+          ),
+          tokenizer: hf(
+            ...MINILM,
+            "tokenizer.json",
+            "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+            466247,
+            FRANKENSEARCH,
+          ),
+          config: hf(
+            ...MINILM,
+            "config.json",
+            "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+            612,
+            FRANKENSEARCH,
+          ),
+        },
+        pooling: "mean",
+        normalize: true,
+        max_tokens: 256,
+      }],
+    },
+    {
+      id: "bge-small-en-v1.5",
+      task: "embed",
+      name: "BGE small en v1.5",
+      description: "Small English embeddings, 384 dims, CLS pooling, 512-token inputs (ONNX, f32).",
+      default_for_task: false,
+      upstream: { hf_repo: BGE_SMALL[0], revision: BGE_SMALL[1] },
+      dims: 384,
+      backends: [{
+        backend: "ort",
+        files: {
+          model: hf(
+            ...BGE_SMALL,
+            "onnx/model.onnx",
+            "828e1496d7fabb79cfa4dcd84fa38625c0d3d21da474a00f08db0f559940cf35",
+            133093490,
+            CODE_INDEX("65791011912, 70276529310, 51829357947"),
+          ),
+          tokenizer: hf(
+            ...BGE_SMALL,
+            "tokenizer.json",
+            "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66",
+            711396,
+            CODE_INDEX("65791011912"),
+          ),
+          config: hf(
+            ...BGE_SMALL,
+            "config.json",
+            "094f8e891b932f2000c92cfc663bac4c62069f5d8af5b5278c4306aef3084750",
+            743,
+            CODE_INDEX("70276529310; size 71109256350"),
+          ),
+        },
+        pooling: "cls",
+        normalize: true,
+        max_tokens: 512,
+      }],
+    },
+    {
+      id: "qwen3-embedding-0.6b",
+      task: "embed",
+      name: "Qwen3 Embedding 0.6B",
+      description:
+        "Multilingual text embeddings, 1024 dims, last-token pooling (GGUF Q8_0 on llama.cpp).",
+      default_for_task: false,
+      upstream: { hf_repo: QWEN3_EMBED[0], revision: QWEN3_EMBED[1] },
+      dims: 1024,
+      backends: [{
+        backend: "llama",
+        files: {
+          model: hf(
+            ...QWEN3_EMBED_GGUF,
+            "Qwen3-Embedding-0.6B-Q8_0.gguf",
+            "06507c7b42688469c4e7298b0a1e16deff06caf291cf0a5b278c308249c3e439",
+            639150592,
+            OMNESIS,
+          ),
+        },
+        pooling: "last_token",
+        normalize: true,
+        max_tokens: 8192,
+      }],
+    },
+    {
+      id: "gte-reranker-modernbert-base",
+      task: "rerank",
+      name: "GTE ModernBERT reranker base",
+      description:
+        "English cross-encoder reranker, one relevance logit per (query, document) (ONNX, f32).",
+      default_for_task: true,
+      upstream: { hf_repo: GTE_RERANK[0], revision: GTE_RERANK[1] },
+      dims: 1,
+      backends: [{
+        backend: "ort",
+        files: {
+          model: hf(
+            ...GTE_RERANK,
+            "onnx/model.onnx",
+            "c6d3226502addbcd4d2cf273802957ebf8a2a6bf94037dcb9b1d95bfc01e5d93",
+            598803940,
+            CODE_INDEX("70590883181, 70953270880"),
+          ),
+          tokenizer: hf(
+            ...GTE_RERANK,
+            "tokenizer.json",
+            "2aea6ff4701d063e7e029b6be695a1659f2caaa2ae4fb0e8b18285818271becd",
+            3583499,
+          ),
+          config: hf(
+            ...GTE_RERANK,
+            "config.json",
+            "c9316ff715158502dad782f35454eee18de984160618dc30afe7508feb46b7ce",
+          ),
+        },
+        pooling: "cls",
+        normalize: false,
+        max_tokens: 8192,
+      }],
+    },
+    {
+      id: "ms-marco-minilm-l-6-v2",
+      task: "rerank",
+      name: "MS MARCO MiniLM L-6 v2 cross-encoder",
+      description: "Small English cross-encoder reranker, 512-token pairs (ONNX, f32).",
+      default_for_task: false,
+      upstream: { hf_repo: MS_MARCO[0], revision: MS_MARCO[1] },
+      dims: 1,
+      backends: [{
+        backend: "ort",
+        files: {
+          model: hf(
+            ...MS_MARCO,
+            "onnx/model.onnx",
+            "5d3e70fd0c9ff14b9b5169a51e957b7a9c74897afd0a35ce4bd318150c1d4d4a",
+            91011230,
+            FRANKENSEARCH,
+          ),
+          tokenizer: hf(
+            ...MS_MARCO,
+            "tokenizer.json",
+            "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66",
+            711396,
+            FRANKENSEARCH,
+          ),
+          config: hf(
+            ...MS_MARCO,
+            "config.json",
+            "380e02c93f431831be65d99a4e7e5f67c133985bf2e77d9d4eba46847190bacc",
+            794,
+            FRANKENSEARCH,
+          ),
+        },
+        pooling: "cls",
+        normalize: false,
+        max_tokens: 512,
+      }],
+    },
+    {
+      id: "qwen3-reranker-0.6b",
+      task: "rerank",
+      name: "Qwen3 Reranker 0.6B",
+      description: "Multilingual reranker scored by the yes/no logits of a causal LM.",
+      default_for_task: false,
+      upstream: { hf_repo: QWEN3_RERANK[0], revision: QWEN3_RERANK[1] },
+      dims: 1,
+      backends: [],
+      no_backend_reason:
+        "its score is the yes/no logit pair of a causal LM, a readout neither the ort nor the llama lane of this build implements",
+    },
+    {
+      id: "qwen2.5-0.5b-instruct",
+      task: "generate",
+      name: "Qwen2.5 0.5B Instruct",
+      description:
+        "Small multilingual instruct model for short generations (GGUF Q8_0 on llama.cpp).",
+      default_for_task: true,
+      upstream: { hf_repo: QWEN25_GGUF[0], revision: QWEN25_GGUF[1] },
+      dims: 0,
+      backends: [generator(hf(
+        ...QWEN25_GGUF,
+        "qwen2.5-0.5b-instruct-q8_0.gguf",
+        "ca59ca7f13d0e15a8cfa77bd17e65d24f6844b554a7b6c12e07a5f89ff76844e",
+        675710816,
+        KINDLING,
+      ))],
+    },
+    {
+      id: "qwen3-0.6b",
+      task: "generate",
+      name: "Qwen3 0.6B",
+      description: "Small multilingual model with a thinking mode (GGUF Q8_0 on llama.cpp).",
+      default_for_task: false,
+      upstream: { hf_repo: QWEN3_GGUF[0], revision: QWEN3_GGUF[1] },
+      dims: 0,
+      backends: [generator(hf(
+        ...QWEN3_GGUF,
+        "Qwen3-0.6B-Q8_0.gguf",
+        "9465e63a22add5354d9bb4b99e90117043c7124007664907259bd16d043bb031",
+        639446688,
+        CODE_INDEX("70332557291, 70404250725, 70173587882"),
+      ))],
+    },
+    {
+      id: "smollm2-360m-instruct",
+      task: "generate",
+      name: "SmolLM2 360M Instruct",
+      description: "Tiny English instruct model (GGUF Q8_0 on llama.cpp).",
+      default_for_task: false,
+      upstream: { hf_repo: SMOLLM2_GGUF[0], revision: SMOLLM2_GGUF[1] },
+      dims: 0,
+      backends: [generator(hf(
+        ...SMOLLM2_GGUF,
+        "smollm2-360m-instruct-q8_0.gguf",
+        "48ab3034d0dd401fbc721eb1df3217902fee7dab9078992d66431f09b7750201",
+        386404992,
+        KINDLING,
+      ))],
+    },
+  ] satisfies CatalogModel[],
+);
+
+/** Lane id of a catalog model's backend (contract §1: `<catalog_id>-<backend>`). */
+export function catalogLaneId(model: Pick<CatalogModel, "id">, backend: string): string {
+  return `${model.id}-${backend}`;
+}
+
+/** The catalog model with this id, or undefined. */
+export function catalogModel(
+  id: string,
+  catalog: readonly CatalogModel[] = CATALOG,
+): CatalogModel | undefined {
+  return catalog.find((m) => m.id === id);
+}
+
+/** The files of a backend, in a fixed order (model, tokenizer, config). */
+export function backendFiles(
+  b: CatalogBackend,
+): [role: "model" | "tokenizer" | "config", f: CatalogFile][] {
+  const out: [role: "model" | "tokenizer" | "config", f: CatalogFile][] = [[
+    "model",
+    b.files.model,
+  ]];
+  if (b.files.tokenizer) out.push(["tokenizer", b.files.tokenizer]);
+  if (b.files.config) out.push(["config", b.files.config]);
+  return out;
+}
+
+/**
+ * `manifest_digest` of a catalog model: JCS-SHA256 of its id, upstream and every backend's pinned
+ * files and serving facts. Changes whenever anything that shapes a download or a lane changes.
+ */
+export function manifestDigest(model: CatalogModel): string {
+  return jcsSha256(
+    {
+      id: model.id,
+      task: model.task,
+      upstream: model.upstream,
+      dims: model.dims,
+      backends: model.backends as unknown as JsonValue,
+    } as JsonValue,
+  );
+}
+
+/** Why a backend cannot be downloaded or run here, or undefined when it can. */
+export function backendUnrunnableReason(
+  b: CatalogBackend,
+  available: { llama: boolean },
+): string | undefined {
+  if (b.backend === "llama" && !available.llama) return "llama_engine_unavailable";
+  for (const [, f] of backendFiles(b)) {
+    if (f.sha256 === null || !/^[0-9a-f]{40}$/.test(f.revision)) return "digest_unverified";
+  }
+  return undefined;
+}
+
+/** The download URL of a pinned file: `<endpoint>/<repo>/resolve/<revision>/<path>` (Hugging Face's layout). */
+export function fileUrl(f: CatalogFile, endpoint = "https://huggingface.co"): string {
+  return `${endpoint.replace(/\/+$/, "")}/${f.hf_repo}/resolve/${f.revision}/${f.path}`;
+}

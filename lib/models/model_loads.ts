@@ -1,0 +1,789 @@
+/**
+ * Models loaded at run time (issue 11, contract.md §1 `model.load`, `models.download`): a load
+ * is a job that resolves its files, brings them into the content-addressed cache (a local copy,
+ * or a download verified against its pinned SHA-256), validates them there, and loads the model
+ * into the registry, where it serves at once. The loaded model is recorded in the store and
+ * loaded again at the next boot ({@link ModelLoads.restore}); its blobs are pinned so `cache.gc`
+ * never takes them.
+ *
+ * Job states (`model.load`): `resolving → downloading {bytes_done, bytes_total} → validating →
+ * loading → ready | failed {error}`. `models.download` of a catalog model: `queued →
+ * downloading → verifying → committed | failed {error} | cancelled`; a committed catalog model
+ * then loads under its catalog id.
+ *
+ * Jobs live in memory (a load is not resumed across a restart; the cache keeps a partial
+ * download, so the next attempt resumes it). A `request_key` makes a call idempotent: the same
+ * key with the same params answers the same job; other params are `idempotency_conflict`.
+ *
+ * @module
+ */
+import { SynapseError, toSynapseError, type WireError } from "../contract/errors.ts";
+import type { ArtifactFormat, BlobMeta, DownloadProgress, GcRow } from "../cache/types.ts";
+import type { Digest } from "../cache/types.ts";
+import { jcsSha256, type JsonValue } from "../identity/jcs.ts";
+import { type LogSink, nullLog } from "../log/log.ts";
+import type { ModelRegistry } from "./model_registry.ts";
+import type { Pooling } from "../engines/ort/pooling.ts";
+import type { ModelEngine, ModelEntry, ModelSource, ModelTask } from "./model.ts";
+import {
+  backendFiles,
+  backendUnrunnableReason,
+  CATALOG,
+  catalogLaneId,
+  type CatalogModel,
+  fileUrl,
+  manifestDigest,
+} from "./catalog.ts";
+import { type FileRef, type LoadRequest, resolveLoadFiles } from "./_load_request.ts";
+import { inferTask, modelIdFor } from "./_load_infer.ts";
+
+export type { LoadRequest };
+
+/** The cache as loads use it (lib/cache/model_cache.ts `ModelCache`). */
+export interface LoadCache {
+  blobPath(digest: Digest): string;
+  meta(digest: Digest): Promise<BlobMeta | undefined>;
+  importFile(
+    path: string,
+    opts?: { expectedDigest?: Digest; format?: ArtifactFormat; signal?: AbortSignal },
+  ): Promise<BlobMeta>;
+  download(url: string, opts: {
+    sha256: Digest;
+    size?: number;
+    format?: ArtifactFormat;
+    file?: string;
+    signal?: AbortSignal;
+    onProgress?: (p: DownloadProgress) => void;
+  }): Promise<BlobMeta>;
+  validate(digest: Digest, format?: ArtifactFormat): Promise<BlobMeta>;
+  acquireShared(digest: Digest): Disposable & { release(): void };
+  pin(digest: Digest, owner?: string): Promise<BlobMeta>;
+  unpin(digest: Digest, owner?: string): Promise<BlobMeta>;
+  gc(opts?: { digest?: Digest; graceMs?: number }): Promise<GcRow[]>;
+}
+
+/** The store as loads use it (lib/store/store.ts `Store`). */
+export interface LoadStore {
+  upsertModel(row: {
+    model_id: string;
+    engine: string;
+    task: string;
+    fingerprint: string;
+    config_json: string;
+  }): void;
+  deleteModel(modelId: string): void;
+  listModels(): { model_id: string; config_json: string }[];
+}
+
+/** A file of a loaded model, in the cache. */
+export interface ResolvedFile {
+  digest: Digest;
+  /** Where it came from (URL or `file://` path). */
+  source: string;
+  format: ArtifactFormat;
+  size: number;
+}
+
+/** Everything needed to serve a model from the cache again (recorded in the store). */
+export interface LoadSpec {
+  model_id: string;
+  engine: ModelEngine;
+  task: ModelTask;
+  pooling?: Pooling;
+  normalize?: boolean;
+  max_tokens?: number;
+  files: { model: ResolvedFile; tokenizer?: ResolvedFile; config?: ResolvedFile };
+  /** `runtime` (model.load) or `catalog` (models.download). */
+  origin: "runtime" | "catalog";
+  catalog_id?: string;
+  lane_id?: string;
+  manifest_digest?: string;
+  /** Pin owner of its blobs, when pinned. */
+  pin_owner?: string;
+}
+
+/** State of a `model.load` job. */
+export type LoadJobState =
+  | "resolving"
+  | "downloading"
+  | "validating"
+  | "loading"
+  | "ready"
+  | "failed";
+
+/** State of a `models.download` job. */
+export type DownloadJobState =
+  | "queued"
+  | "downloading"
+  | "verifying"
+  | "committed"
+  | "failed"
+  | "cancelled";
+
+/** A job as `model.load`, `model.status` and `models.download` answer it. */
+export interface ModelJobView {
+  job_id: string;
+  kind: "model.load" | "models.download";
+  state: LoadJobState | DownloadJobState;
+  model_id: string | null;
+  catalog_id?: string;
+  request_key?: string;
+  /** Bytes fetched so far and expected (downloading, and after). */
+  bytes_done: number;
+  bytes_total: number | null;
+  /** Set when `state` is `failed`. */
+  error?: WireError;
+  created_ms: number;
+  updated_ms: number;
+}
+
+interface Job {
+  view: ModelJobView;
+  digest: string;
+  controller: AbortController;
+  done: Promise<void>;
+}
+
+/** Options of {@link ModelLoads}. */
+export interface ModelLoadsOptions {
+  cache: LoadCache;
+  registry: ModelRegistry;
+  store?: LoadStore;
+  /** Pins are owned by `<moduleId>:model:<id>` / `<moduleId>:catalog:<id>`. @default "synapse" */
+  moduleId?: string;
+  /** Base URL of Hugging Face downloads (config `hf_endpoint`). @default "https://huggingface.co" */
+  hfEndpoint?: string;
+  /** @default CATALOG */
+  catalog?: readonly CatalogModel[];
+  /** Whether a llama worker can run here (catalog `runnable`). @default true */
+  llamaAvailable?: boolean;
+  now?: () => number;
+  log?: LogSink;
+}
+
+/** Ended jobs kept for `model.status` (the newest ones). */
+const KEEP_ENDED_JOBS = 256;
+
+/** Runtime model loads, catalog downloads and their jobs. */
+export class ModelLoads {
+  readonly cache: LoadCache;
+  readonly registry: ModelRegistry;
+  readonly catalog: readonly CatalogModel[];
+  readonly llamaAvailable: boolean;
+  #store: LoadStore | undefined;
+  #moduleId: string;
+  #hfEndpoint: string;
+  #now: () => number;
+  #log: LogSink;
+  #jobs = new Map<string, Job>();
+  #byKey = new Map<string, Job>();
+  #specs = new Map<string, LoadSpec>();
+  #seq = 0;
+
+  constructor(options: ModelLoadsOptions) {
+    this.cache = options.cache;
+    this.registry = options.registry;
+    this.#store = options.store;
+    this.#moduleId = options.moduleId ?? "synapse";
+    this.#hfEndpoint = options.hfEndpoint ?? "https://huggingface.co";
+    this.catalog = options.catalog ?? CATALOG;
+    this.llamaAvailable = options.llamaAvailable ?? true;
+    this.#now = options.now ?? Date.now;
+    this.#log = options.log ?? nullLog;
+  }
+
+  /** The load spec of a model loaded at run time or from the catalog. */
+  spec(modelId: string): LoadSpec | undefined {
+    return this.#specs.get(modelId);
+  }
+
+  /**
+   * Starts a `model.load` job (or answers the job its `request_key` already names).
+   *
+   * @throws {SynapseError} `invalid_request` for unpinned or malformed sources, a catalog id
+   *   (use `models.download`), or an id already loaded; `idempotency_conflict` for a reused key.
+   */
+  load(req: LoadRequest): ModelJobView {
+    const digest = jcsSha256(req as unknown as JsonValue);
+    const known = this.#attach(req.request_key, digest);
+    if (known) return known;
+    if (req.model_id !== undefined) this.#checkIdFree(req.model_id);
+    // Refuse what cannot work before a job exists: unpinned sources, missing files.
+    const plan = resolveLoadFiles(req, this.#hfEndpoint);
+    const job = this.#newJob(
+      "model.load",
+      req.model_id ?? null,
+      digest,
+      req.request_key,
+      "resolving",
+    );
+    job.done = this.#runLoad(job, req, plan);
+    return { ...job.view };
+  }
+
+  /**
+   * Starts a `models.download` of a catalog model: its first runnable backend's files, verified
+   * and pinned, then loaded under the catalog id. The default key is
+   * `models.download:<id>:<manifest_digest>` (contract §1).
+   *
+   * @throws {SynapseError} `unknown_model` for an id not in the catalog; `backend_unavailable`
+   *   when no backend can run here (unverified digests included); `idempotency_conflict`.
+   */
+  download(catalogId: string, requestKey?: string): ModelJobView {
+    const model = this.catalog.find((m) => m.id === catalogId);
+    if (model === undefined) {
+      throw new SynapseError(
+        "unknown_model",
+        `Cannot download '${catalogId}': it is not in the catalog; see models.catalog`,
+        { details: { model_id: catalogId, catalog: this.catalog.map((m) => m.id) } },
+      );
+    }
+    const manifest = manifestDigest(model);
+    const backend = model.backends.find((b) =>
+      backendUnrunnableReason(b, { llama: this.llamaAvailable }) === undefined
+    );
+    if (backend === undefined) {
+      throw new SynapseError(
+        "backend_unavailable",
+        `Cannot download '${catalogId}': no backend of it can run here${
+          model.no_backend_reason ? ` (${model.no_backend_reason})` : ""
+        }`,
+        {
+          details: {
+            catalog_id: catalogId,
+            lane_id: model.backends[0] ? catalogLaneId(model, model.backends[0].backend) : null,
+            backends: model.backends.map((b) => ({
+              backend: b.backend,
+              reason: backendUnrunnableReason(b, { llama: this.llamaAvailable }),
+            })),
+          },
+        },
+      );
+    }
+    const key = requestKey ?? `models.download:${catalogId}:${manifest}`;
+    const digest = jcsSha256({ catalog_id: catalogId, manifest_digest: manifest });
+    const known = this.#attach(key, digest, true);
+    if (known) return known;
+    const job = this.#newJob("models.download", catalogId, digest, key, "queued");
+    job.view.catalog_id = catalogId;
+    job.done = this.#runDownload(job, model, backend, manifest);
+    return { ...job.view };
+  }
+
+  /**
+   * Cancels a download or load job; an ended job is answered as it is.
+   *
+   * @throws {SynapseError} `invalid_request` for an unknown job.
+   */
+  cancel(jobId: string): ModelJobView {
+    const job = this.#job(jobId);
+    job.controller.abort(new DOMException("Cancelled by models.download.cancel", "AbortError"));
+    return { ...job.view };
+  }
+
+  /**
+   * A job, by id.
+   *
+   * @throws {SynapseError} `invalid_request` for an unknown job (ended jobs are kept, the newest
+   *   {@link KEEP_ENDED_JOBS}).
+   */
+  job(jobId: string): ModelJobView {
+    return { ...this.#job(jobId).view };
+  }
+
+  /** Resolves when a job has ended (tests and the CLI's wait). */
+  async settled(jobId: string): Promise<ModelJobView> {
+    const job = this.#job(jobId);
+    await job.done;
+    return { ...job.view };
+  }
+
+  /**
+   * Stops serving a model and forgets it across restarts: the store record goes, its pins are
+   * dropped (the blobs stay in the cache until `cache.gc`). A model from the config's
+   * `preload_models` comes back at the next boot.
+   *
+   * @throws {SynapseError} what {@link ModelRegistry.unload} throws (`model_in_use`, …).
+   */
+  async unload(
+    modelId: string,
+    extraHolders: { kind: string; job_id?: string }[] = [],
+  ): Promise<ModelEntry> {
+    const entry = await this.registry.unload(modelId, extraHolders);
+    const spec = this.#specs.get(modelId);
+    this.#specs.delete(modelId);
+    if (spec !== undefined) {
+      await this.#unpinAll(spec);
+      try {
+        this.#store?.deleteModel(modelId);
+      } catch (err) {
+        this.#log("warn", "synapse.models", `cannot forget model '${modelId}' in the store`, {
+          message: (err as Error).message,
+        });
+      }
+    }
+    return entry;
+  }
+
+  /**
+   * `models.remove`: unloads the model (a catalog id, or a model loaded by `model.load`), drops
+   * its pins and deletes its blobs that nothing else pins or leases.
+   *
+   * @throws {SynapseError} `unknown_model` when neither is known; `model_in_use {catalog_id,
+   *   holders[]}`.
+   */
+  async remove(
+    id: string,
+    extraHolders: { kind: string; job_id?: string }[] = [],
+  ): Promise<{ catalog_id: string; removed_manifests: string[]; freed_bytes: number }> {
+    const catalogModel = this.catalog.find((m) => m.id === id);
+    let spec = this.#specs.get(id);
+    if (this.registry.list().some((m) => m.modelId === id)) {
+      try {
+        await this.unload(id, extraHolders);
+      } catch (err) {
+        const e = toSynapseError(err, "model_in_use");
+        if (e.code === "model_in_use") {
+          throw new SynapseError("model_in_use", e.message, {
+            details: { ...(e.details ?? {}), catalog_id: id },
+          });
+        }
+        throw e;
+      }
+    } else if (spec !== undefined) {
+      this.#specs.delete(id);
+      await this.#unpinAll(spec);
+      this.#store?.deleteModel(id);
+    }
+    if (spec === undefined && catalogModel === undefined) {
+      throw new SynapseError(
+        "unknown_model",
+        `Cannot remove '${id}': it is neither a catalog model nor a model loaded with model.load`,
+        { details: { model_id: id } },
+      );
+    }
+    // A catalog model installed but not loaded: its files are still pinned under its owner.
+    const digests = new Set<Digest>();
+    if (spec) { for (const f of Object.values(spec.files)) if (f) digests.add(f.digest); }
+    if (catalogModel) {
+      for (const b of catalogModel.backends) {
+        for (const [, f] of backendFiles(b)) {
+          if (f.sha256 !== null) digests.add(`sha256:${f.sha256}`);
+        }
+      }
+      spec ??= { pin_owner: this.#owner("catalog", id) } as LoadSpec;
+    }
+    let freed = 0;
+    for (const d of digests) {
+      if (spec?.pin_owner) await this.cache.unpin(d, spec.pin_owner).catch(() => {});
+      for (const row of await this.cache.gc({ digest: d, graceMs: 0 }).catch(() => [])) {
+        // Phase one marks; with no grace the second pass deletes.
+        if (row.state === "marked") {
+          for (const r2 of await this.cache.gc({ digest: d, graceMs: 0 }).catch(() => [])) {
+            freed += r2.freed_bytes ?? 0;
+          }
+        } else freed += row.freed_bytes ?? 0;
+      }
+    }
+    return {
+      catalog_id: id,
+      removed_manifests: catalogModel ? [manifestDigest(catalogModel)] : [],
+      freed_bytes: freed,
+    };
+  }
+
+  /**
+   * Loads again, at boot, every model a previous run loaded with `model.load` or
+   * `models.download` (the store's records), except ids the config's `preload_models` already
+   * serves. Resolves once every load has started.
+   */
+  restore(): Promise<ModelEntry>[] {
+    const rows = (() => {
+      try {
+        return this.#store?.listModels() ?? [];
+      } catch {
+        return [];
+      }
+    })();
+    const started: Promise<ModelEntry>[] = [];
+    for (const row of rows) {
+      let spec: LoadSpec | undefined;
+      try {
+        spec = (JSON.parse(row.config_json) as { load?: LoadSpec }).load;
+      } catch { /* not ours */ }
+      if (spec === undefined || this.registry.list().some((m) => m.modelId === row.model_id)) {
+        continue;
+      }
+      this.#specs.set(spec.model_id, spec);
+      started.push(this.registry.load(this.#source(spec)));
+    }
+    return started;
+  }
+
+  /** Whether a catalog model's backend files are all in the cache. */
+  async installed(model: CatalogModel): Promise<{ backend: string; installed: boolean }[]> {
+    const out: { backend: string; installed: boolean }[] = [];
+    for (const b of model.backends) {
+      let all = true;
+      for (const [, f] of backendFiles(b)) {
+        if (f.sha256 === null || (await this.cache.meta(`sha256:${f.sha256}`)) === undefined) {
+          all = false;
+        }
+      }
+      out.push({ backend: b.backend, installed: all });
+    }
+    return out;
+  }
+
+  /** Records a loaded model in the store, so the next boot loads it again. */
+  record(entry: ModelEntry, spec: LoadSpec): void {
+    if (!entry.ready) return;
+    try {
+      this.#store?.upsertModel({
+        model_id: entry.modelId,
+        engine: entry.engine,
+        task: entry.task,
+        fingerprint: entry.ready.fingerprint,
+        config_json: JSON.stringify({ load: spec, profile: entry.ready.profile }),
+      });
+    } catch (err) {
+      this.#log("warn", "synapse.models", `cannot record model '${entry.modelId}' in the store`, {
+        message: (err as Error).message,
+      });
+    }
+  }
+
+  // ---- jobs ----
+
+  #attach(key: string | undefined, digest: string, reuseEnded = false): ModelJobView | undefined {
+    if (key === undefined) return undefined;
+    const job = this.#byKey.get(key);
+    if (job === undefined) return undefined;
+    if (job.digest !== digest) {
+      throw new SynapseError(
+        "idempotency_conflict",
+        `Cannot start: request_key '${key}' already names a job with other params (${job.view.job_id})`,
+        { details: { request_key: key, job_id: job.view.job_id } },
+      );
+    }
+    const ended = job.view.state === "failed" || job.view.state === "cancelled";
+    // A failed or cancelled job under the same key starts afresh (the cache resumes its bytes).
+    if (ended && !reuseEnded) return undefined;
+    if (ended) return undefined;
+    return { ...job.view };
+  }
+
+  #newJob(
+    kind: ModelJobView["kind"],
+    modelId: string | null,
+    digest: string,
+    requestKey: string | undefined,
+    state: ModelJobView["state"],
+  ): Job {
+    const now = this.#now();
+    const rand = crypto.getRandomValues(new Uint8Array(6));
+    const id = `${kind === "model.load" ? "load" : "dl"}_${now.toString(36)}${
+      (++this.#seq).toString(36)
+    }${[...rand].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
+    const job: Job = {
+      view: {
+        job_id: id,
+        kind,
+        state,
+        model_id: modelId,
+        ...(requestKey === undefined ? {} : { request_key: requestKey }),
+        bytes_done: 0,
+        bytes_total: null,
+        created_ms: now,
+        updated_ms: now,
+      },
+      digest,
+      controller: new AbortController(),
+      done: Promise.resolve(),
+    };
+    this.#jobs.set(id, job);
+    if (requestKey !== undefined) this.#byKey.set(requestKey, job);
+    this.#trim();
+    return job;
+  }
+
+  #set(job: Job, state: ModelJobView["state"], extra: Partial<ModelJobView> = {}): void {
+    Object.assign(job.view, extra, { state, updated_ms: this.#now() });
+  }
+
+  #fail(job: Job, err: unknown): void {
+    const e = toSynapseError(err, "artifact_invalid");
+    const cancelled = job.controller.signal.aborted && job.view.kind === "models.download";
+    this.#set(job, cancelled ? "cancelled" : "failed", cancelled ? {} : { error: e.toWire() });
+    if (!cancelled) {
+      this.#log("warn", "synapse.models", `${job.view.kind} ${job.view.job_id} failed`, {
+        code: e.code,
+        message: e.message,
+      });
+    }
+  }
+
+  #job(jobId: string): Job {
+    const job = this.#jobs.get(jobId);
+    if (job === undefined) {
+      throw new SynapseError("invalid_request", `Cannot find job '${jobId}'`, {
+        details: { field: "job_id", job_id: jobId },
+      });
+    }
+    return job;
+  }
+
+  #trim(): void {
+    if (this.#jobs.size <= KEEP_ENDED_JOBS * 2) return;
+    for (const [id, job] of this.#jobs) {
+      if (this.#jobs.size <= KEEP_ENDED_JOBS) break;
+      const s = job.view.state;
+      if (s === "ready" || s === "failed" || s === "committed" || s === "cancelled") {
+        this.#jobs.delete(id);
+        if (job.view.request_key !== undefined) this.#byKey.delete(job.view.request_key);
+      }
+    }
+  }
+
+  #checkIdFree(modelId: string): void {
+    if (this.registry.list().some((m) => m.modelId === modelId)) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot load '${modelId}': a model with this id is already loaded; unload it first or pick another model_id`,
+        { details: { field: "model_id", model_id: modelId } },
+      );
+    }
+    if (this.catalog.some((m) => m.id === modelId)) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot load '${modelId}': it is a catalog id; use models.download (ck-synapse pull ${modelId})`,
+        { details: { field: "model_id", catalog_id: modelId } },
+      );
+    }
+  }
+
+  #owner(kind: "model" | "catalog", id: string): string {
+    return `${this.#moduleId}:${kind}:${id}`;
+  }
+
+  async #unpinAll(spec: LoadSpec): Promise<void> {
+    if (spec.pin_owner === undefined) return;
+    for (const f of Object.values(spec.files)) {
+      if (f) await this.cache.unpin(f.digest, spec.pin_owner).catch(() => {});
+    }
+  }
+
+  /** Brings one file into the cache; progress adds to the job's bytes. */
+  async #fetch(job: Job, ref: FileRef, role: string, base: number): Promise<BlobMeta> {
+    const signal = job.controller.signal;
+    if (ref.kind === "local") {
+      return await this.cache.importFile(ref.path, {
+        ...(ref.sha256 === undefined ? {} : { expectedDigest: ref.sha256 }),
+        signal,
+      });
+    }
+    return await this.cache.download(ref.url, {
+      sha256: ref.sha256,
+      ...(ref.size === undefined ? {} : { size: ref.size }),
+      file: role,
+      signal,
+      onProgress: (p) => {
+        this.#set(job, job.view.state, { bytes_done: base + p.bytes_done });
+      },
+    });
+  }
+
+  async #runLoad(
+    job: Job,
+    req: LoadRequest,
+    plan: ReturnType<typeof resolveLoadFiles>,
+  ): Promise<void> {
+    try {
+      const remote = plan.filter((f) => f.ref.kind === "url");
+      const total = remote.every((f) => f.ref.kind === "url" && f.ref.size !== undefined)
+        ? remote.reduce((a, f) => a + (f.ref.kind === "url" ? f.ref.size ?? 0 : 0), 0)
+        : null;
+      if (remote.length > 0) this.#set(job, "downloading", { bytes_total: total });
+      const files: Partial<Record<"model" | "tokenizer" | "config", ResolvedFile>> = {};
+      let done = 0;
+      for (const f of plan) {
+        const meta = await this.#fetch(job, f.ref, f.role, done);
+        done += f.ref.kind === "url" ? meta.size : 0;
+        files[f.role] = {
+          digest: meta.digest,
+          source: meta.source,
+          format: meta.format,
+          size: meta.size,
+        };
+      }
+      this.#set(
+        job,
+        "validating",
+        remote.length > 0 ? { bytes_done: done, bytes_total: done } : {},
+      );
+      for (const [role, f] of Object.entries(files)) {
+        const meta = await this.cache.validate(
+          f.digest,
+          role === "model" ? undefined : `${role}_json` as ArtifactFormat,
+        );
+        if (meta.validation_state === "invalid") {
+          throw new SynapseError(
+            meta.validation_error?.code === "artifact_invalid"
+              ? "artifact_invalid"
+              : "artifact_invalid",
+            meta.validation_error?.message ?? `Cannot load: ${role} file is not valid`,
+            { details: { file: role, ...(meta.validation_error?.details ?? {}) } },
+          );
+        }
+        f.format = meta.format;
+      }
+      const model = files.model!;
+      const engine: ModelEngine = req.engine ?? (model.format === "gguf" ? "llama" : "ort");
+      checkFormat(engine, model.format);
+      const task = req.task ??
+        await inferTask(
+          engine,
+          this.cache.blobPath(model.digest),
+          files.config && this.cache.blobPath(files.config.digest),
+        );
+      const modelId = req.model_id ?? modelIdFor(req, plan);
+      if (req.model_id === undefined) this.#checkIdFree(modelId);
+      job.view.model_id = modelId;
+      const spec: LoadSpec = {
+        model_id: modelId,
+        engine,
+        task,
+        ...(req.pooling === undefined
+          ? {}
+          : { pooling: req.pooling === "last" ? "last_token" as const : req.pooling }),
+        ...(req.normalize === undefined ? {} : { normalize: req.normalize }),
+        ...(req.max_tokens === undefined ? {} : { max_tokens: req.max_tokens }),
+        files: files as LoadSpec["files"],
+        origin: "runtime",
+        ...(req.pin === false ? {} : { pin_owner: this.#owner("model", modelId) }),
+      };
+      await this.#loadSpec(job, spec);
+    } catch (err) {
+      this.#fail(job, err);
+    }
+  }
+
+  async #runDownload(
+    job: Job,
+    model: CatalogModel,
+    backend: CatalogModel["backends"][number],
+    manifest: string,
+  ): Promise<void> {
+    try {
+      const list = backendFiles(backend);
+      const sized = list.every(([, f]) => f.size !== null);
+      this.#set(job, "downloading", {
+        bytes_total: sized ? list.reduce((a, [, f]) => a + (f.size ?? 0), 0) : null,
+      });
+      const files: Partial<Record<"model" | "tokenizer" | "config", ResolvedFile>> = {};
+      let done = 0;
+      for (const [role, f] of list) {
+        const ref: FileRef = {
+          kind: "url",
+          url: fileUrl(f, this.#hfEndpoint),
+          sha256: `sha256:${f.sha256!}`,
+          ...(f.size === null ? {} : { size: f.size }),
+        };
+        const meta = await this.#fetch(job, ref, role, done);
+        done += meta.size;
+        files[role] = {
+          digest: meta.digest,
+          source: meta.source,
+          format: meta.format,
+          size: meta.size,
+        };
+      }
+      this.#set(job, "verifying", { bytes_done: done, bytes_total: done });
+      for (const f of Object.values(files)) await this.cache.validate(f!.digest);
+      const spec: LoadSpec = {
+        model_id: model.id,
+        engine: backend.backend,
+        task: model.task,
+        pooling: backend.pooling,
+        normalize: backend.normalize,
+        max_tokens: backend.max_tokens,
+        files: files as LoadSpec["files"],
+        origin: "catalog",
+        catalog_id: model.id,
+        lane_id: catalogLaneId(model, backend.backend),
+        manifest_digest: manifest,
+        pin_owner: this.#owner("catalog", model.id),
+      };
+      for (const f of Object.values(spec.files)) await this.cache.pin(f!.digest, spec.pin_owner);
+      this.#set(job, "committed");
+      this.#specs.set(model.id, spec);
+      if (!this.registry.list().some((m) => m.modelId === model.id)) {
+        const entry = await this.registry.load(this.#source(spec));
+        this.record(entry, spec);
+      }
+    } catch (err) {
+      this.#fail(job, err);
+    }
+  }
+
+  /** Leases, pins and loads a resolved model; the job ends ready or failed. */
+  async #loadSpec(job: Job, spec: LoadSpec): Promise<void> {
+    this.#set(job, "loading");
+    const leases = Object.values(spec.files).map((f) => this.cache.acquireShared(f!.digest));
+    try {
+      if (spec.pin_owner !== undefined) {
+        for (const f of Object.values(spec.files)) await this.cache.pin(f!.digest, spec.pin_owner);
+      }
+      this.#specs.set(spec.model_id, spec);
+      const entry = await this.registry.load(this.#source(spec));
+      // Through any background retries of a transient failure (a worker slow to start).
+      await this.registry.ready(spec.model_id).catch(() => {});
+      if (entry.state !== "ready") {
+        this.#specs.delete(spec.model_id);
+        await this.#unpinAll(spec);
+        // A failed load leaves no model behind: the id is free for the next attempt.
+        await this.registry.unload(spec.model_id).catch(() => {});
+        throw entry.error ?? new SynapseError("artifact_invalid", `Cannot load '${spec.model_id}'`);
+      }
+      this.record(entry, spec);
+      this.#set(job, "ready");
+    } finally {
+      for (const l of leases) l.release();
+    }
+  }
+
+  /** The registry source of a spec: the blobs' paths in the cache. */
+  #source(spec: LoadSpec): ModelSource {
+    const isRerank = spec.task === "rerank";
+    const source = {
+      modelId: spec.model_id,
+      task: spec.task,
+      engine: spec.engine,
+      modelPath: this.cache.blobPath(spec.files.model.digest),
+      ...(spec.files.tokenizer === undefined
+        ? {}
+        : { tokenizerPath: this.cache.blobPath(spec.files.tokenizer.digest) }),
+      ...(spec.files.config === undefined
+        ? { configOptional: true }
+        : { configPath: this.cache.blobPath(spec.files.config.digest) }),
+      pooling: spec.pooling ?? (isRerank ? "cls" : "mean"),
+      normalize: spec.normalize ?? !isRerank,
+      artifactDigest: spec.files.model.digest,
+      ...(spec.max_tokens === undefined
+        ? { maxTokensDefault: 8192 }
+        : { maxTokens: spec.max_tokens }),
+    };
+    return source as ModelSource;
+  }
+}
+
+function checkFormat(engine: ModelEngine, format: ArtifactFormat): void {
+  const want = engine === "llama" ? "gguf" : "onnx";
+  if (format !== want) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot load: engine '${engine}' needs a ${want.toUpperCase()} model file, and this one is ${format}`,
+      { details: { field: "engine", engine, format } },
+    );
+  }
+}
