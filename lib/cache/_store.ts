@@ -202,3 +202,84 @@ export function isDiskFull(err: unknown): boolean {
   if (code === "ENOSPC" || code === "EDQUOT") return true;
   return err instanceof Error && /os error (28|122)\b|No space left on device/.test(err.message);
 }
+
+/** The meta of a blob that has none (a crash between the two renames): format `other`, unvalidated, created at its mtime. */
+export function standInMeta(l: Layout, hex: string, now: number): BlobMeta {
+  let size = 0;
+  let created = now;
+  try {
+    const st = Deno.statSync(blobPathOf(l, hex));
+    size = st.size;
+    created = st.mtime?.getTime() ?? created;
+  } catch { /* absent: zeros */ }
+  return {
+    digest: digestOf(hex),
+    source: "",
+    format: "other",
+    size,
+    validation_state: "unvalidated",
+    pins: [],
+    created_ms: created,
+  };
+}
+
+/** Changes a meta in place under its lock (a missing meta starts as a stand-in); returns it. */
+export function changeMetaSync(
+  l: Layout,
+  hex: string,
+  now: number,
+  change: (m: BlobMeta) => void,
+): BlobMeta {
+  return updateMetaSync(l, hex, (m) => {
+    const next = m ?? standInMeta(l, hex, now);
+    change(next);
+    return next;
+  })!;
+}
+
+/** The meta of a present blob, written as a stand-in (with `source`) when it is missing. */
+export function ensureMetaSync(l: Layout, hex: string, source: string, now: number): BlobMeta {
+  return updateMetaSync(
+    l,
+    hex,
+    (m) => m !== undefined ? undefined : { ...standInMeta(l, hex, now), source },
+  )!;
+}
+
+/**
+ * Renames a verified temp file into `blobs/<hex>` (or drops it when the blob is already there),
+ * fsyncs the directory and writes the meta: a fresh one, keeping the pins and creation time of
+ * a meta already there (and its validation outcome, which is about the same bytes).
+ */
+export function publishBlobSync(
+  l: Layout,
+  tmpPath: string,
+  hex: string,
+  source: string,
+  now: number,
+): void {
+  const blob = blobPathOf(l, hex);
+  if (sizeIfPresentSync(blob) !== undefined) {
+    removeIfPresentSync(tmpPath);
+  } else {
+    Deno.renameSync(tmpPath, blob);
+    syncDirSync(l.blobs);
+  }
+  const size = sizeIfPresentSync(blob) ?? 0;
+  updateMetaSync(l, hex, (m) => {
+    const same = m?.size === size;
+    return {
+      digest: digestOf(hex),
+      source,
+      format: m?.format ?? "other",
+      size,
+      validation_state: same ? m!.validation_state : "unvalidated",
+      ...(same && m!.validation_error ? { validation_error: m!.validation_error } : {}),
+      ...(same && m!.sanitized_tokenizer_digest
+        ? { sanitized_tokenizer_digest: m!.sanitized_tokenizer_digest }
+        : {}),
+      pins: m?.pins ?? [],
+      created_ms: m?.created_ms ?? now,
+    };
+  });
+}

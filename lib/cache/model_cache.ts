@@ -26,29 +26,27 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
 import { SynapseError } from "../contract/errors.ts";
 import { type LogSink, nullLog } from "../log/log.ts";
 import { dataHome, envLookup, type EnvSource } from "../paths.ts";
-import { tryLockExclusive } from "../../ffi/flock.ts";
+import { SharedFlights } from "./_flights.ts";
+import { collectGarbage } from "./_gc.ts";
+import { downloadInto, importInto, type IngestContext } from "./_ingest.ts";
 import {
   blobPathOf,
+  changeMetaSync,
   digestOf,
   ensureLayoutSync,
+  ensureMetaSync,
   hexOf,
-  isDiskFull,
   type Layout,
   layoutOf,
   leasePathOf,
   readMeta,
   readMetaSync,
-  removeIfPresentSync,
   sizeIfPresentSync,
-  syncDirSync,
-  updateMetaSync,
+  standInMeta,
 } from "./_store.ts";
-import { collectGarbage } from "./_gc.ts";
-import { downloadFailed, fetchToPartial } from "./download.ts";
 import { type CacheLease, cacheLease, lockLeaseShared } from "./leases.ts";
 import type { ArtifactFormat, BlobMeta, Digest, DownloadProgress, GcRow } from "./types.ts";
 import { sniffFormat, validateArtifact } from "./validate.ts";
@@ -137,13 +135,6 @@ export interface GcOptions {
   graceMs?: number;
 }
 
-interface InFlight {
-  promise: Promise<BlobMeta>;
-  listeners: Set<(p: DownloadProgress) => void>;
-  callers: number;
-  abort: AbortController;
-}
-
 /** The model cache of one root; see the module doc. Holds no open resources between calls. */
 export class ModelCache {
   /** The root directory. */
@@ -157,7 +148,7 @@ export class ModelCache {
   #now: () => number;
   #pollMs: number;
   #log: LogSink;
-  #inflight = new Map<string, InFlight>();
+  #flights = new SharedFlights<BlobMeta, DownloadProgress>();
   #laidOut = false;
 
   /**
@@ -211,13 +202,15 @@ export class ModelCache {
     return out.sort((a, b) => a.created_ms - b.created_ms || a.digest.localeCompare(b.digest));
   }
 
-  /** Bytes on disk: every blob plus everything in `tmp/` (partials). */
+  /** Bytes on disk: every blob plus the files in `tmp/` (partials; lock files not counted). */
   async usedBytes(): Promise<number> {
     let total = 0;
     for (const dir of [this.#l.blobs, this.#l.tmp]) {
       try {
         for await (const e of Deno.readDir(dir)) {
-          if (e.isFile) total += sizeIfPresentSync(`${dir}/${e.name}`) ?? 0;
+          if (e.isFile && !e.name.endsWith(".lock")) {
+            total += sizeIfPresentSync(`${dir}/${e.name}`) ?? 0;
+          }
         }
       } catch (err) {
         if (!(err instanceof Deno.errors.NotFound)) throw err;
@@ -239,56 +232,16 @@ export class ModelCache {
    *   or on a full disk; `invalid_request {field: "expected_digest"}` for a malformed digest.
    */
   async importFile(path: string, opts: ImportFileOptions = {}): Promise<BlobMeta> {
-    const expected = opts.expectedDigest === undefined
+    const expectedHex = opts.expectedDigest === undefined
       ? undefined
       : hexOf(opts.expectedDigest, "expected_digest");
-    const file = opts.file ?? path.slice(path.lastIndexOf("/") + 1);
     this.#layout();
-    let abs: string;
-    let src: Deno.FsFile;
-    try {
-      abs = await Deno.realPath(path);
-      src = await Deno.open(abs, { read: true });
-    } catch (err) {
-      throw new SynapseError(
-        "artifact_invalid",
-        `Cannot import ${path}: ${(err as Error).message}; check the path and its permissions`,
-        { cause: err, details: { file, reason: "unreadable" } },
-      );
-    }
-    const source = `file://${abs}`;
-    const copyTo =
-      expected !== undefined && sizeIfPresentSync(blobPathOf(this.#l, expected)) !== undefined
-        ? undefined
-        : `${this.#l.tmp}/import-${crypto.randomUUID()}.partial`;
-    let hex: string;
-    try {
-      hex = await this.#copyHashing(src, copyTo, { file, url: source }, opts.signal);
-    } catch (err) {
-      if (copyTo !== undefined) removeIfPresentSync(copyTo);
-      throw err;
-    } finally {
-      src.close();
-    }
-    if (expected !== undefined && hex !== expected) {
-      if (copyTo !== undefined) removeIfPresentSync(copyTo);
-      throw new SynapseError(
-        "artifact_invalid",
-        `Cannot import ${file}: its SHA-256 is sha256:${hex}, not the expected sha256:${expected}; ` +
-          "check the file and the expected digest",
-        {
-          details: {
-            file,
-            reason: "digest_mismatch",
-            expected: digestOf(expected),
-            digest: digestOf(hex),
-          },
-        },
-      );
-    }
-    if (copyTo !== undefined) this.#publish(copyTo, hex, source);
-    else this.#ensureMeta(hex, source);
-    return await this.validate(digestOf(hex), opts.format, file);
+    return await importInto(this.#ingest(), path, {
+      ...(expectedHex === undefined ? {} : { expectedHex }),
+      ...(opts.format === undefined ? {} : { format: opts.format }),
+      ...(opts.signal === undefined ? {} : { signal: opts.signal }),
+      file: opts.file ?? path.slice(path.lastIndexOf("/") + 1),
+    });
   }
 
   /**
@@ -327,43 +280,21 @@ export class ModelCache {
     } catch (err) {
       return Promise.reject(err);
     }
-    if (opts.signal?.aborted) return Promise.reject(opts.signal.reason);
     const file = opts.file ?? (decodeURIComponent(parsed.pathname.split("/").pop() ?? "") || url);
-    let entry = this.#inflight.get(hex);
-    if (entry === undefined) {
-      const created: InFlight = {
-        promise: undefined as unknown as Promise<BlobMeta>,
-        listeners: new Set(),
-        callers: 0,
-        abort: new AbortController(),
-      };
-      created.promise = this.#downloadOnce(url, hex, { ...opts, file }, created)
-        .finally(() => this.#inflight.delete(hex));
-      created.promise.catch(() => {});
-      this.#inflight.set(hex, created);
-      entry = created;
-    }
-    const shared = entry;
-    shared.callers++;
-    const listener = opts.onProgress;
-    if (listener !== undefined) shared.listeners.add(listener);
-    const leave = (): void => {
-      if (listener !== undefined) shared.listeners.delete(listener);
+    this.#layout();
+    const fileOpts = {
+      file,
+      ...(opts.size === undefined ? {} : { size: opts.size }),
+      ...(opts.format === undefined ? {} : { format: opts.format }),
     };
-    const signal = opts.signal;
-    if (signal === undefined) return shared.promise.finally(leave);
-    return new Promise<BlobMeta>((resolve, reject) => {
-      const onAbort = (): void => {
-        leave();
-        if (--shared.callers === 0) shared.abort.abort(signal.reason);
-        reject(signal.reason);
-      };
-      signal.addEventListener("abort", onAbort, { once: true });
-      shared.promise.then(resolve, reject).finally(() => {
-        signal.removeEventListener("abort", onAbort);
-        leave();
-      });
-    });
+    return this.#flights.join(
+      hex,
+      (signal, report) => downloadInto(this.#ingest(), url, hex, fileOpts, signal, report),
+      {
+        ...(opts.signal === undefined ? {} : { signal: opts.signal }),
+        ...(opts.onProgress === undefined ? {} : { onProgress: opts.onProgress }),
+      },
+    );
   }
 
   /**
@@ -387,7 +318,7 @@ export class ModelCache {
   ): Promise<BlobMeta> {
     const hex = hexOf(digest, "digest");
     using lease = this.acquireShared(digestOf(hex));
-    const meta = readMetaSync(this.#l, hex) ?? this.#ensureMeta(hex, "");
+    const meta = readMetaSync(this.#l, hex) ?? ensureMetaSync(this.#l, hex, "", this.#now());
     const label = file ?? (meta.source.split("/").pop() || digestOf(hex));
     // An unvalidated blob's recorded format is only a guess: sniff it.
     const fmt = format ??
@@ -534,188 +465,26 @@ export class ModelCache {
 
   // --- internals ---
 
-  async #downloadOnce(
-    url: string,
-    hex: string,
-    opts: DownloadOptions & { file: string },
-    shared: InFlight,
-  ): Promise<BlobMeta> {
-    const digest = digestOf(hex);
-    const signal = shared.abort.signal;
-    const validateExisting = async (): Promise<BlobMeta | undefined> => {
-      if (sizeIfPresentSync(blobPathOf(this.#l, hex)) === undefined) return undefined;
-      try {
-        this.#ensureMeta(hex, url);
-        return await this.validate(digest, opts.format, opts.file);
-      } catch (err) {
-        // Deleted by a GC between the look and the lease: download it again.
-        if (err instanceof SynapseError && err.code === "model_not_installed") return undefined;
-        throw err;
-      }
+  #ingest(): IngestContext {
+    return {
+      layout: this.#l,
+      now: this.#now,
+      log: this.#log,
+      cap: this.#cap,
+      idleTimeoutMs: this.#idleTimeoutMs,
+      pollMs: this.#pollMs,
+      fetch: this.#fetch,
+      usedBytes: () => this.usedBytes(),
+      validate: (hex, format, file) => this.validate(digestOf(hex), format, file),
     };
-    this.#layout();
-    const have = await validateExisting();
-    if (have !== undefined) return have;
-    const lockPath = `${this.#l.tmp}/${hex}.lock`;
-    let lock = tryLockExclusive(lockPath);
-    while (lock === undefined) {
-      // Another process is downloading this digest: wait for its blob or its lock.
-      await sleep(this.#pollMs, signal);
-      const theirs = await validateExisting();
-      if (theirs !== undefined) return theirs;
-      lock = tryLockExclusive(lockPath);
-    }
-    try {
-      const done = await validateExisting();
-      if (done !== undefined) return done;
-      const partialPath = `${this.#l.tmp}/${hex}.partial`;
-      let capBytes: number | undefined;
-      if (this.#cap !== undefined) {
-        const others = (await this.usedBytes()) - (sizeIfPresentSync(partialPath) ?? 0);
-        capBytes = Math.max(0, this.#cap - others);
-      }
-      this.#log("info", "synapse.models", "downloading into the model cache", {
-        file: opts.file,
-        digest,
-        ...(sizeIfPresentSync(partialPath) ? { resume_from: sizeIfPresentSync(partialPath)! } : {}),
-      });
-      const fetched = await fetchToPartial({
-        url,
-        partialPath,
-        sha256Hex: hex,
-        ...(opts.size === undefined ? {} : { size: opts.size }),
-        file: opts.file,
-        idleTimeoutMs: this.#idleTimeoutMs,
-        ...(capBytes === undefined ? {} : { capBytes }),
-        fetch: this.#fetch,
-        signal,
-        onProgress: (p) => {
-          for (const l of shared.listeners) {
-            try {
-              l(p);
-            } catch { /* a listener's fault is its own */ }
-          }
-        },
-        log: this.#log,
-      });
-      this.#publish(partialPath, hex, url);
-      this.#log("info", "synapse.models", "downloaded into the model cache", {
-        file: opts.file,
-        digest,
-        bytes: fetched.size,
-        resumed: fetched.resumed,
-      });
-    } finally {
-      lock.release();
-    }
-    return await this.validate(digest, opts.format, opts.file);
   }
 
-  /** Streams `src` into `dest` (when given) while hashing; returns the hex digest. */
-  async #copyHashing(
-    src: Deno.FsFile,
-    dest: string | undefined,
-    names: { file: string; url: string },
-    signal: AbortSignal | undefined,
-  ): Promise<string> {
-    const hash = createHash("sha256");
-    const cap = this.#cap === undefined || dest === undefined
-      ? undefined
-      : Math.max(0, this.#cap - await this.usedBytes());
-    using out = dest === undefined
-      ? undefined
-      : await Deno.open(dest, { create: true, write: true, truncate: true, mode: 0o644 });
-    const buf = new Uint8Array(4 * 1024 * 1024);
-    let done = 0;
-    while (true) {
-      signal?.throwIfAborted();
-      const n = await src.read(buf);
-      if (n === null) break;
-      const chunk = buf.subarray(0, n);
-      hash.update(chunk);
-      done += n;
-      if (out === undefined) continue;
-      if (cap !== undefined && done > cap) {
-        throw downloadFailed(
-          names,
-          "storage_full",
-          `${done} bytes would exceed the cache's storage cap`,
-        );
-      }
-      try {
-        let off = 0;
-        while (off < chunk.length) off += await out.write(chunk.subarray(off));
-      } catch (err) {
-        if (isDiskFull(err)) {
-          throw downloadFailed(names, "storage_full", "the disk is full", {}, err);
-        }
-        throw err;
-      }
-    }
-    await out?.sync();
-    return hash.digest("hex");
-  }
-
-  /** Renames a verified temp file into `blobs/` and writes its meta (keeping any pins). */
-  #publish(tmpPath: string, hex: string, source: string): void {
-    const blob = blobPathOf(this.#l, hex);
-    if (sizeIfPresentSync(blob) !== undefined) {
-      removeIfPresentSync(tmpPath);
-    } else {
-      Deno.renameSync(tmpPath, blob);
-      syncDirSync(this.#l.blobs);
-    }
-    const size = sizeIfPresentSync(blob) ?? 0;
-    updateMetaSync(this.#l, hex, (m) => ({
-      digest: digestOf(hex),
-      source,
-      format: m?.format ?? "other",
-      size,
-      validation_state: m?.size === size ? m.validation_state : "unvalidated",
-      ...(m?.size === size && m.validation_error ? { validation_error: m.validation_error } : {}),
-      ...(m?.size === size && m.sanitized_tokenizer_digest
-        ? { sanitized_tokenizer_digest: m.sanitized_tokenizer_digest }
-        : {}),
-      pins: m?.pins ?? [],
-      created_ms: m?.created_ms ?? this.#now(),
-    }));
-  }
-
-  /** The meta of a present blob, written as a stand-in when it is missing. */
-  #ensureMeta(hex: string, source: string): BlobMeta {
-    return updateMetaSync(
-      this.#l,
-      hex,
-      (m) => m !== undefined ? undefined : { ...this.#standIn(hex), source },
-    )!;
-  }
-
-  /** Changes a meta in place under its lock (a missing meta starts as a stand-in). */
   #setMeta(hex: string, change: (m: BlobMeta) => void): BlobMeta {
-    return updateMetaSync(this.#l, hex, (m) => {
-      const next = m ?? this.#standIn(hex);
-      change(next);
-      return next;
-    })!;
+    return changeMetaSync(this.#l, hex, this.#now(), change);
   }
 
   #standIn(hex: string): BlobMeta {
-    let size = 0;
-    let created = this.#now();
-    try {
-      const st = Deno.statSync(blobPathOf(this.#l, hex));
-      size = st.size;
-      created = st.mtime?.getTime() ?? created;
-    } catch { /* absent: zeros */ }
-    return {
-      digest: digestOf(hex),
-      source: "",
-      format: "other",
-      size,
-      validation_state: "unvalidated",
-      pins: [],
-      created_ms: created,
-    };
+    return standInMeta(this.#l, hex, this.#now());
   }
 
   #notInCache(hex: string): SynapseError {
@@ -741,19 +510,4 @@ function positive(v: number, name: string, integer = false): number {
     );
   }
   return v;
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason);
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener("abort", onAbort, { once: true });
-  });
 }
