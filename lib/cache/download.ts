@@ -19,7 +19,9 @@
  * http_status}`; going past the storage cap or a full disk is `download_failed {reason:
  * "storage_full"}` and removes the partial; bytes that do not match the pinned size or digest
  * are `artifact_invalid {reason: "size_mismatch" | "digest_mismatch"}` (permanent) and remove
- * the partial — after one clean restart from byte 0 when the mismatch followed a resume.
+ * the partial — after one clean restart from byte 0 when the mismatch followed a resume. A
+ * local file fault other than a full disk (permissions, I/O) is thrown as it is, never taken for
+ * a network failure.
  *
  * @module
  */
@@ -64,6 +66,19 @@ export interface FetchedPartial {
 
 /** Thrown inside an attempt to start over from byte 0 (bad resume). */
 class Restart extends Error {}
+
+/** Wraps an error of a local file operation, so it is not taken for a network failure. */
+class LocalFault extends Error {}
+
+/** Awaits a local file operation, wrapping its error in {@link LocalFault}. */
+async function local<T>(op: Promise<T>): Promise<T> {
+  try {
+    return await op;
+  } catch (err) {
+    if (err instanceof SynapseError) throw err;
+    throw new LocalFault("local file operation failed", { cause: err });
+  }
+}
 
 /**
  * Fetches `url` into `partialPath`, resuming from the bytes already there, and checks the pinned
@@ -172,9 +187,9 @@ async function attemptOnce(
     }
     if (res.body === null) throw downloadFailed(opts, "network", "the answer has no body");
     const resumed = offset > 0;
-    const hash = resumed ? await hashFile(partialPath, offset) : createHash("sha256");
-    file = await Deno.open(partialPath, { create: true, write: true, truncate: !resumed });
-    if (resumed) await file.seek(offset, Deno.SeekMode.Start);
+    const hash = resumed ? await local(hashFile(partialPath, offset)) : createHash("sha256");
+    file = await local(Deno.open(partialPath, { create: true, write: true, truncate: !resumed }));
+    if (resumed) await local(file.seek(offset, Deno.SeekMode.Start));
     body = res.body.getReader();
     let done = offset;
     opts.onProgress?.({ bytes_done: done, bytes_total: total });
@@ -194,13 +209,13 @@ async function attemptOnce(
         removeIfPresentSync(partialPath);
         throw storageFull(opts, done + bytes.length);
       }
-      await writeAll(file, bytes, opts);
+      await local(writeAll(file, bytes, opts));
       hash.update(bytes);
       done += bytes.length;
       opts.onProgress?.({ bytes_done: done, bytes_total: total });
     }
     clearTimeout(timer);
-    await file.sync();
+    await local(file.sync());
     file.close();
     file = undefined;
     if (length !== undefined && done !== offset + length) {
@@ -220,11 +235,14 @@ async function attemptOnce(
   } catch (err) {
     if (err instanceof SynapseError || err instanceof Restart) throw err;
     if (opts.signal?.aborted) throw opts.signal.reason;
-    if (isDiskFull(err)) {
+    if (err instanceof LocalFault) {
+      // A fault of this machine's disk, not of the network: a full disk is storage_full, the
+      // rest (permissions, I/O errors) is thrown as it is.
+      if (!isDiskFull(err.cause)) throw err.cause;
       file?.close();
       file = undefined;
       removeIfPresentSync(partialPath);
-      throw storageFull(opts, undefined, err);
+      throw storageFull(opts, undefined, err.cause);
     }
     if (idle.signal.aborted) {
       throw downloadFailed(

@@ -1,7 +1,7 @@
 /**
  * A separate process that downloads one file into a model cache, for the crash and
  * cross-process tests. Argument: JSON `{root, url, sha256, size?}`. Prints `progress` once the
- * first body bytes are on disk, then `ok <digest>` or `error <code>`.
+ * first body bytes are on disk, then `ok <digest>` or `error <code> <details.reason>`.
  */
 import { ModelCache } from "../../lib/cache/model_cache.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
@@ -28,6 +28,6 @@ try {
   });
   say(`ok ${meta.digest}`);
 } catch (err) {
-  say(`error ${err instanceof SynapseError ? err.code : String(err)}`);
+  say(`error ${err instanceof SynapseError ? `${err.code} ${err.details?.reason}` : String(err)}`);
   Deno.exit(1);
 }

@@ -11,16 +11,13 @@ const HEX = ONNX_DIGEST.slice(7);
 function spawnDownload(
   root: string,
   url: string,
+  permissions = ["--allow-read", "--allow-write", "--allow-net", "--allow-ffi", "--allow-env"],
 ): { child: Deno.ChildProcess; next(): Promise<string | undefined> } {
   const child = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
       "--no-check",
-      "--allow-read",
-      "--allow-write",
-      "--allow-net",
-      "--allow-ffi",
-      "--allow-env",
+      ...permissions,
       `${ROOT}/tests/cache/_download_child.ts`,
       JSON.stringify({ root, url, sha256: ONNX_DIGEST, size: ONNX.length }),
     ],
@@ -104,4 +101,27 @@ Deno.test("two processes downloading one digest make one transfer; the waiter fi
   assert.equal(srv.requests.length, 1, "one transfer");
   assert.deepEqual(filesIn(`${t.root}/blobs`), [HEX]);
   assert.deepEqual(await Deno.readFile(t.cache.blobPath(ONNX_DIGEST)), ONNX);
+});
+
+Deno.test("a full disk (ENOSPC from the kernel) is download_failed {reason: storage_full}, the partial removed", async () => {
+  await using srv = new TestServer();
+  await using t = await tempCache();
+  srv.routes.set("/model.onnx", { kind: "file", bytes: ONNX });
+  // Every write to /dev/full fails with ENOSPC; the partial is made a link to it. Deno lets only a
+  // process with all permissions open a device, hence the child.
+  await Deno.mkdir(`${t.root}/tmp`, { recursive: true });
+  await Deno.symlink("/dev/full", `${t.root}/tmp/${HEX}.partial`);
+  const { child, next } = spawnDownload(t.root, `${srv.base}/model.onnx`, ["--allow-all"]);
+  try {
+    assert.equal(await next(), "error download_failed storage_full");
+  } finally {
+    await child.status;
+    await child.stdout.cancel().catch(() => {});
+  }
+  assert.deepEqual(tmpLeftovers(t.root), [], "the partial (the link) is removed");
+  assert.deepEqual(filesIn(`${t.root}/blobs`), []);
+  assert.equal(
+    (await t.cache.download(`${srv.base}/model.onnx`, { sha256: ONNX_DIGEST })).digest,
+    ONNX_DIGEST,
+  );
 });

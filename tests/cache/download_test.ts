@@ -183,6 +183,21 @@ Deno.test("a stalled body is download_failed {reason: network, detail: idle_time
   assert.deepEqual(filesIn(`${t.root}/blobs`), []);
 });
 
+Deno.test("a local file fault other than a full disk is not reported as a network failure", async () => {
+  await using srv = new TestServer();
+  await using t = await tempCache();
+  srv.routes.set("/model.onnx", { kind: "file", bytes: ONNX });
+  // The partial's place is taken by a directory: opening it for writing fails locally.
+  await Deno.mkdir(`${t.root}/tmp/${HEX}.partial`, { recursive: true });
+  await assert.rejects(
+    t.cache.download(`${srv.base}/model.onnx`, { sha256: ONNX_DIGEST }),
+    (err) => {
+      assert.ok(!(err instanceof SynapseError), `not a download_failed: ${err}`);
+      return true;
+    },
+  );
+});
+
 Deno.test("404 and 500 are download_failed {reason: http_status, http_status}", async () => {
   await using srv = new TestServer();
   await using t = await tempCache();
@@ -410,4 +425,23 @@ Deno.test("a downloaded blob that fails validation is artifact_invalid, kept as 
     artifactInvalid("not_onnx"),
   );
   assert.equal(srv.requests.length, 1);
+});
+
+Deno.test("a blob whose meta is missing (a crash between the renames) gets a stand-in, repaired by the next download", async () => {
+  await using srv = new TestServer();
+  await using t = await tempCache();
+  srv.routes.set("/model.onnx", { kind: "file", bytes: ONNX });
+  await t.cache.download(`${srv.base}/model.onnx`, { sha256: ONNX_DIGEST });
+  await Deno.remove(`${t.root}/meta/${HEX}.json`);
+  const standIn = await t.cache.meta(ONNX_DIGEST);
+  assert.equal(standIn?.validation_state, "unvalidated");
+  assert.equal(standIn?.size, ONNX.length);
+  assert.deepEqual((await t.cache.list()).map((m) => m.digest), [ONNX_DIGEST]);
+  const meta = await t.cache.download(`${srv.base}/model.onnx`, { sha256: ONNX_DIGEST });
+  assert.equal(meta.validation_state, "valid");
+  assert.equal(meta.format, "onnx");
+  assert.equal(srv.requests.length, 1, "the blob was not fetched again");
+  // A partial in tmp/ counts toward the bytes used.
+  await Deno.writeFile(`${t.root}/tmp/${"c".repeat(64)}.partial`, new Uint8Array(10));
+  assert.equal(await t.cache.usedBytes(), ONNX.length + 10);
 });
