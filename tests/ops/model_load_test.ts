@@ -114,12 +114,13 @@ Deno.test("model.load refuses unpinned sources before any job: a URL without a d
   await using h = await home();
   const syn = await h.start();
   try {
-    const noDigest = channelError(
+    const noDigest = semanticError(
       await syn.call("model.load", { url: "http://127.0.0.1:9/m.gguf" }),
     );
     assert.equal(noDigest.code, "invalid_request");
-    assert.match(noDigest.message, /not pinned/);
-    const branch = channelError(
+    assert.equal(noDigest.details.field, "expected_digest");
+    assert.match(noDigest.message, /not pinned: give expected_digest/);
+    const branch = semanticError(
       await syn.call("model.load", {
         repo: "Qwen/Qwen3-0.6B-GGUF",
         revision: "main",
@@ -128,12 +129,15 @@ Deno.test("model.load refuses unpinned sources before any job: a URL without a d
     );
     assert.equal(branch.code, "invalid_request");
     assert.match(branch.message, /40-hex commit/);
-    const missing = channelError(await syn.call("model.load", { path: `${h.dir}/nope` }));
+    const missing = semanticError(await syn.call("model.load", { path: `${h.dir}/nope` }));
     assert.equal(missing.code, "invalid_request");
-    const catalogId = channelError(
+    const catalogId = semanticError(
       await syn.call("model.load", { path: EMBED_DIR, model_id: "all-minilm-l6-v2" }),
     );
     assert.match(catalogId.message, /catalog id/);
+    // A malformed field is a channel error, like every other operation's.
+    const typo = channelError(await syn.call("model.load", { path: EMBED_DIR, pth: 1 }));
+    assert.equal(typo.code, "invalid_request");
   } finally {
     await syn.dispose();
   }
