@@ -280,7 +280,7 @@ export class ModelCache {
     } catch (err) {
       return Promise.reject(err);
     }
-    const file = opts.file ?? (decodeURIComponent(parsed.pathname.split("/").pop() ?? "") || url);
+    const file = opts.file ?? (lastSegment(parsed) || url);
     this.#layout();
     const fileOpts = {
       file,
@@ -298,7 +298,7 @@ export class ModelCache {
   }
 
   /**
-   * Sniffs (when `format` is absent and the meta records none) and validates a blob, recording
+   * Sniffs (when `format` is absent and the blob was never validated) and validates a blob, recording
    * the outcome in its meta; idempotent — a blob already validated as `format` is not read again,
    * and one already found invalid as `format` fails again with the recorded error. Holds a shared
    * lease while it reads.
@@ -510,4 +510,14 @@ function positive(v: number, name: string, integer = false): number {
     );
   }
   return v;
+}
+
+/** The decoded last path segment of a URL ("" when there is none or it does not decode). */
+function lastSegment(url: URL): string {
+  const raw = url.pathname.split("/").pop() ?? "";
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return raw;
+  }
 }
