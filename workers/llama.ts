@@ -4,8 +4,9 @@
  * (or `--nonce HEX`); it connects, sends HELLO with
  * its engine identity (`llama.cpp-worker`, the node-llama-cpp version, build flags naming the GPU
  * backend, so a CUDA or Metal build has its own fingerprint), waits for ACK and then answers one
- * request at a time: LOAD, EMBED_BATCH, GENERATE, UNLOAD, PING, SHUTDOWN. Token ids in, vectors
- * or token ids out: the module owns tokenization.
+ * request at a time: LOAD, EMBED_BATCH, GENERATE, TOKENIZE, UNLOAD, PING, SHUTDOWN. Token ids in,
+ * vectors or token ids out: the module owns tokenization (TOKENIZE only lets it check a tokenizer
+ * it built from the GGUF against llama.cpp's).
  *
  * CANCEL `{req_id}` may arrive while a request runs: the reader takes it out of the frame queue
  * (the other frames keep their order) and the request stops at its next token (GENERATE answers
@@ -425,6 +426,13 @@ async function handle(msg: ModuleToWorkerMessage, tensor: Uint8Array | undefined
       return await embed(msg, tensor!);
     case "GENERATE":
       return await generate(msg, tensor!);
+    case "TOKENIZE": {
+      const m = models.get(msg.model_ref);
+      if (m === undefined) throw refused("unknown_model", `no model '${msg.model_ref}' is loaded`);
+      // Special-token strings are parsed; no BOS/EOS is added (node-llama-cpp never adds them).
+      const ids = msg.texts.map((text) => Array.from(m.model.tokenize(text, true), Number));
+      return await send({ type: "TOKENS", req_id: msg.req_id, ids });
+    }
     case "UNLOAD": {
       const m = models.get(msg.model_ref);
       models.delete(msg.model_ref);

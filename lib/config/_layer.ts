@@ -146,7 +146,8 @@ export function validateLayer(value: unknown, source: string): LayerInput {
  * @param source Where it came from, named in errors.
  * @returns The canonical layer (keys left unset stay absent).
  * @throws {SynapseError} `invalid_request` when a preload entry uses a catalog-reserved
- * `model_id` (details `{file, key, model_id}`).
+ * `model_id` (details `{file, key, model_id}`) or lacks `tokenizer_path` for an engine other than
+ * `llama` (details `{file, key}`).
  */
 export function canonicalLayer(input: LayerInput, source: string): ConfigLayer {
   const { dev_alias_admin, dev, jobs, preload_models, ...rest } = input;
@@ -178,9 +179,18 @@ function preloadEntry(entry: PreloadEntryInput, index: number, source: string): 
       { model_id: entry.model_id },
     );
   }
+  const engine = normalizeEngineName(entry.engine);
+  if (entry.tokenizer_path === undefined && engine !== "llama") {
+    const key = `preload_models[${index}].tokenizer_path`;
+    throw configError(
+      source,
+      key,
+      `invalid value for '${key}': required for engine '${engine}' (only a llama GGUF can do without a tokenizer.json)`,
+    );
+  }
   return dropUndefined({
     ...entry,
-    engine: normalizeEngineName(entry.engine),
+    engine,
     pooling: entry.pooling ?? "mean",
     normalize: entry.normalize ?? true,
   });

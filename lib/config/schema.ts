@@ -32,8 +32,12 @@ export const PreloadModelConfigSchema = z.strictObject({
   engine: nonEmpty,
   /** Path of the model artifact, as written in the config. */
   model_path: nonEmpty,
-  /** Path of the `tokenizer.json`, as written in the config. */
-  tokenizer_path: nonEmpty,
+  /**
+   * Path of the `tokenizer.json`, as written in the config. Required for every engine but
+   * `llama` (checked when the layer is made canonical); a GGUF without one uses the
+   * `tokenizer.json` beside it when there is one, else a tokenizer built from its own vocabulary.
+   */
+  tokenizer_path: nonEmpty.optional(),
   /** Model id; catalog ids are reserved and refused. */
   model_id: nonEmpty.optional(),
   /** Named profile of the model. */

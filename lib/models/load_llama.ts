@@ -1,7 +1,9 @@
 /**
  * Loading a GGUF model on the llama engine: the module checks the artifact before any worker
  * sees its path (streamed SHA-256 against the optional expected digest, GGUF magic and metadata,
- * the GGUF vocabulary equal to the tokenizer.json's id by id), sets the lane's limits from the
+ * the GGUF vocabulary equal to the tokenizer.json's id by id — or, with no tokenizer.json, a
+ * tokenizer built from the GGUF's own vocabulary metadata, which once the worker has loaded must
+ * tokenize a fixed text set exactly as llama.cpp does), sets the lane's limits from the
  * model (context from `<arch>.context_length` up to a cap; a configured `max_tokens` the lane
  * cannot run is refused, never clamped — field report F22), starts the worker, loads, and
  * computes the profile with the identity the worker announced (so a CUDA or Metal build has its
@@ -11,15 +13,31 @@
  */
 import { SynapseError } from "../contract/errors.ts";
 import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
-import { type GgufFacts, readGgufFacts, sha256File } from "../engines/llama/gguf.ts";
+import {
+  type GgufFacts,
+  readGgufFacts,
+  readGgufMetadata,
+  sha256File,
+} from "../engines/llama/gguf.ts";
 import type { LlamaEngine, LlamaModelSpec } from "../engines/llama/llama_engine.ts";
 import type { EngineIdentity } from "../engines/engine.ts";
 import { Lane } from "../lanes/lane.ts";
 import type { Admission } from "../sched/admission.ts";
 import type { LaneScheduler } from "../sched/lane_scheduler.ts";
 import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
+import {
+  type GgufTokenizer,
+  ggufTokenizer,
+  tokenizerCheckTexts,
+} from "../tokenize/gguf_tokenizer.ts";
 import { identityOf } from "./load_ort.ts";
-import { LLAMA_CONTEXT_CAP, type ModelEntry, type ModelSource, type ReadyModel } from "./model.ts";
+import {
+  LLAMA_CONTEXT_CAP,
+  type ModelEntry,
+  type ModelSource,
+  type ReadyModel,
+  type TokenizerSource,
+} from "./model.ts";
 
 /** Makes the engine of a GGUF model (the registry owns it from then on). */
 export type LlamaEngineFactory = (spec: LlamaModelSpec, source: ModelSource) => LlamaEngine;
@@ -38,6 +56,8 @@ export interface LlamaLoadContext {
 /** A loaded GGUF model, before its lanes exist. */
 export interface LlamaLoaded {
   tokenizer: SanitizedTokenizer;
+  /** The model's tokenizer.json, or one built from the GGUF's vocabulary. */
+  tokenizerSource: TokenizerSource;
   profile: NumericProfile;
   identity: EngineIdentity;
   maxTokens: number;
@@ -52,8 +72,12 @@ export interface LlamaLoaded {
  * Loads a GGUF model on its own llama worker.
  *
  * @throws {SynapseError} `artifact_invalid` (unreadable file, digest mismatch, not a GGUF,
- *   `tokenizer_mismatch`, a context size or `max_tokens` the model cannot run —
- *   `details.reason` `context_over_model` / `max_tokens_over_context`); `invalid_request` for
+ *   `tokenizer_mismatch` — a tokenizer.json whose vocabulary is not the GGUF's, or a tokenizer
+ *   built from the GGUF that llama.cpp contradicts `{text_index, ours, llama_cpp}` —,
+ *   `bad_vocabulary` / `unsupported_tokenizer` when no tokenizer.json is given and the GGUF's
+ *   vocabulary metadata is inconsistent or of a kind not built here, a context size or
+ *   `max_tokens` the model cannot run — `details.reason` `context_over_model` /
+ *   `max_tokens_over_context`); `invalid_request` for
  *   rerank; `backend_unavailable` without a llama engine; `engine_crashed` / `probe_required`
  *   from the worker.
  */
@@ -94,8 +118,19 @@ export async function loadLlamaModel(
     const cfg = JSON.parse(await Deno.readTextFile(`${dir}/config.json`));
     if (cfg?.synapse_test_model === true) testModel = true;
   } catch { /* no config.json: nothing to label */ }
-  const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
-  checkVocabulary(modelId, facts, tokenizer);
+  let tokenizer: SanitizedTokenizer;
+  let built: GgufTokenizer | undefined;
+  if (src.tokenizerPath !== undefined) {
+    tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
+    checkVocabulary(modelId, facts, tokenizer);
+  } else {
+    built = ggufTokenizer(await readGgufMetadata(src.modelPath, modelId), { modelId });
+    tokenizer = SanitizedTokenizer.fromJson(
+      built.json,
+      built.config,
+      `${src.modelPath} (tokenizer built from its GGUF vocabulary)`,
+    );
+  }
   const { contextSize, maxTokens } = llamaLimits(modelId, src, facts);
   const mode = src.task === "generate" ? "generate" : "embed";
   const spec: LlamaModelSpec = {
@@ -116,6 +151,14 @@ export async function loadLlamaModel(
     // A failed model stays failed: its worker must not linger (nor show as serving).
     await engine.dispose().catch(() => {});
     throw err;
+  }
+  if (built !== undefined) {
+    try {
+      await checkAgainstLlamaCpp(modelId, tokenizer, built, engine);
+    } catch (err) {
+      await engine.dispose().catch(() => {});
+      throw err;
+    }
   }
   const { dims, coldLoadMs, identity } = loaded;
   const engineId: EngineIdentity = {
@@ -145,6 +188,7 @@ export async function loadLlamaModel(
   };
   return {
     tokenizer,
+    tokenizerSource: built === undefined ? "tokenizer.json" : "gguf",
     profile,
     identity: engineId,
     maxTokens,
@@ -187,6 +231,7 @@ export function llamaReadyModel(
     task: entry.task,
     engineKind: "llama",
     tokenizer: l.tokenizer,
+    tokenizerSource: l.tokenizerSource,
     profile: l.profile,
     ...identityOf(l.profile),
     dims: l.dims,
@@ -286,5 +331,49 @@ function checkVocabulary(modelId: string, facts: GgufFacts, tokenizer: Sanitized
         },
       },
     );
+  }
+}
+
+/**
+ * Checks a tokenizer built from the GGUF against llama.cpp on the fixed text set
+ * ({@link tokenizerCheckTexts}): for every text, our ids with special tokens must be llama.cpp's
+ * (special-token strings parsed, no specials added) with BOS before and EOS after exactly when
+ * the GGUF asks llama.cpp to add them.
+ *
+ * @throws {SynapseError} `artifact_invalid` `{reason: "tokenizer_mismatch", text_index, text,
+ *   ours, llama_cpp}` at the first text that differs (ids in full, BOS/EOS included);
+ *   `engine_crashed` and worker errors from the TOKENIZE.
+ */
+async function checkAgainstLlamaCpp(
+  modelId: string,
+  tokenizer: SanitizedTokenizer,
+  built: GgufTokenizer,
+  engine: Pick<LlamaEngine, "tokenize">,
+): Promise<void> {
+  const texts = tokenizerCheckTexts(built);
+  const theirs = await engine.tokenize(texts);
+  for (let i = 0; i < texts.length; i++) {
+    const ours = Array.from(tokenizer.encode(texts[i]!, { maxTokens: 1 << 30 }).ids);
+    const llamaCpp = [
+      ...(built.addBos ? [built.bosId!] : []),
+      ...theirs[i]!,
+      ...(built.addEos ? [built.eosId!] : []),
+    ];
+    if (ours.length !== llamaCpp.length || ours.some((id, k) => id !== llamaCpp[k])) {
+      throw new SynapseError(
+        "artifact_invalid",
+        `Cannot load model '${modelId}': the tokenizer built from its GGUF vocabulary splits check text ${i} unlike llama.cpp; give the model's tokenizer.json (tokenizer_path)`,
+        {
+          details: {
+            model_id: modelId,
+            reason: "tokenizer_mismatch",
+            text_index: i,
+            text: texts[i],
+            ours,
+            llama_cpp: llamaCpp,
+          },
+        },
+      );
+    }
   }
 }

@@ -74,6 +74,13 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
   const modelDigest = "sha256:" +
     toHex(await crypto.subtle.digest("SHA-256", modelBytes as Uint8Array<ArrayBuffer>));
   modelBytes = new Uint8Array(0);
+  if (src.tokenizerPath === undefined) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot load model '${modelId}': an ONNX model needs its tokenizer.json (tokenizer_path)`,
+      { details: { model_id: modelId, field: "tokenizer_path", engine: "ort" } },
+    );
+  }
   const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
   const config = await readConfig(src);
   const maxPos = typeof config.max_position_embeddings === "number"

@@ -18,6 +18,9 @@ export type { EngineIdentity, ModelTask };
 /** Engine kind of a model. */
 export type ModelEngine = "ort" | "llama";
 
+/** Where a model's tokenizer came from. */
+export type TokenizerSource = "tokenizer.json" | "gguf";
+
 /** Lifecycle of a model. */
 export type ModelState = "loading" | "ready" | "failed";
 
@@ -29,8 +32,11 @@ export interface ModelSource {
   engine?: ModelEngine;
   /** model.onnx, or the .gguf file for the llama engine */
   modelPath: string;
-  /** tokenizer.json */
-  tokenizerPath: string;
+  /**
+   * tokenizer.json. Required for ORT; optional for llama, where a GGUF without one gets a
+   * tokenizer built from its own vocabulary metadata, checked against llama.cpp at load time.
+   */
+  tokenizerPath?: string;
   /** config.json, when there is one. */
   configPath?: string;
   /** A missing `configPath` is not an error (defaults apply). @default false */
@@ -76,6 +82,12 @@ export interface ReadyModel {
   readonly task: ModelTask;
   readonly engineKind: ModelEngine;
   readonly tokenizer: SanitizedTokenizer;
+  /**
+   * Where the tokenizer came from: the model's `tokenizer.json`, or (llama, none given) the GGUF's
+   * own vocabulary metadata; the profile's `sanitized_tokenizer_digest` is the digest of that
+   * tokenizer.json, given or built. @default "tokenizer.json"
+   */
+  readonly tokenizerSource?: TokenizerSource;
   readonly profile: NumericProfile;
   readonly numericProfileId: string;
   /** 64 hex chars (contract.md §4). */

@@ -73,6 +73,7 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
   }
   let modelPath = entry.model_path;
   let dir: string;
+  // The schema lets tokenizer_path out for every engine; the layer refuses it missing for ort.
   let isDir = !modelPath.endsWith(".onnx");
   try {
     isDir = Deno.statSync(modelPath).isDirectory;
@@ -103,7 +104,8 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
 
 /**
  * A `preload_models[]` entry with `engine: "llama"`: `model_path` names the `.gguf` file or a
- * directory holding `model.gguf`; `tokenizer_path` defaults to `tokenizer.json` beside it.
+ * directory holding `model.gguf`; `tokenizer_path` defaults to `tokenizer.json` beside it when
+ * that file exists, else to none (the tokenizer is then built from the GGUF's vocabulary).
  */
 function llamaSourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
   let modelPath = entry.model_path;
@@ -130,16 +132,26 @@ function llamaSourceFromPreload(entry: SynapseConfig["preload_models"][number]):
     task: entry.task === "generate" ? "generate" : "embed",
     engine: "llama",
     modelPath,
-    tokenizerPath: entry.tokenizer_path ?? `${dir}/tokenizer.json`,
     pooling: (entry.pooling ?? "mean") as Pooling,
     normalize: entry.normalize ?? true,
   };
+  const tokenizerPath = entry.tokenizer_path ?? besideGguf(`${dir}/tokenizer.json`);
+  if (tokenizerPath !== undefined) source.tokenizerPath = tokenizerPath;
   if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
   else source.maxTokensDefault = preloadMaxTokensDefault(entry);
   if (entry.artifact_digest !== undefined) source.artifactDigest = entry.artifact_digest;
   if (entry.worker_bin !== undefined) source.workerBin = entry.worker_bin;
   if (entry.worker_runtime_dir !== undefined) source.workerRuntimeDir = entry.worker_runtime_dir;
   return source;
+}
+
+/** `path` when a file is there (a broken link or a directory is not a tokenizer.json). */
+function besideGguf(path: string): string | undefined {
+  try {
+    return Deno.statSync(path).isFile ? path : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /**

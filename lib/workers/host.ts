@@ -75,6 +75,7 @@ const EXPECTED_REPLY: Record<string, WorkerToModuleMessage["type"]> = {
   GENERATE: "TEXT",
   UNLOAD: "UNLOADED",
   PING: "PONG",
+  TOKENIZE: "TOKENS",
 };
 
 /**

@@ -12,8 +12,10 @@
  * f32 scores that follow. ANE_ADMIT_SHAPE / ADMITTED / ANE_EVICT_SHAPE / EVICTED are left out
  * until the ANE worker defines their fields.
  *
- * One addition to §7 (F19): `CANCEL {req_id}`, module → worker, sent while that request is in
- * flight and never answered itself ({@link CancelMessage}).
+ * Two additions to §7: `CANCEL {req_id}` (F19), module → worker, sent while that request is in
+ * flight and never answered itself ({@link CancelMessage}); and TOKENIZE / TOKENS (issue 11), the
+ * module asking llama.cpp how it tokenizes a few texts, to check a tokenizer built from a GGUF's
+ * own vocabulary against it ({@link TokenizeMessage}).
  *
  * @module
  */
@@ -123,6 +125,17 @@ const TEXT = z.strictObject({
   finish_reason: z.enum(["stop_token", "max_tokens", "grammar_complete", "cancelled"]),
   generated_token_ids: z.array(tokenId).optional(),
 });
+const TOKENIZE = z.strictObject({
+  type: z.literal("TOKENIZE"),
+  req_id: reqId,
+  model_ref: modelRef,
+  texts: z.array(z.string()),
+});
+const TOKENS = z.strictObject({
+  type: z.literal("TOKENS"),
+  req_id: reqId,
+  ids: z.array(z.array(tokenId)),
+});
 const UNLOAD = z.strictObject({ type: z.literal("UNLOAD"), req_id: reqId, model_ref: modelRef });
 const UNLOADED = z.strictObject({ type: z.literal("UNLOADED"), req_id: reqId });
 const PING = z.strictObject({ type: z.literal("PING"), req_id: reqId });
@@ -155,6 +168,7 @@ const MODULE_SCHEMAS = {
   PING,
   SHUTDOWN,
   CANCEL,
+  TOKENIZE,
 } as const;
 
 /** Worker → module HELLO, answers and ERR; one schema per `type`. */
@@ -167,6 +181,7 @@ const WORKER_SCHEMAS = {
   UNLOADED,
   PONG,
   ERR,
+  TOKENS,
 } as const;
 
 /** HELLO: the worker's first frame `{v, nonce, engine, pid, max_frame, …}` (max_frame in bytes). */
@@ -191,6 +206,14 @@ export type ScoresMessage = z.infer<typeof SCORES>;
 export type GenerateMessage = z.infer<typeof GENERATE>;
 /** TEXT `{text, n_prompt, n_gen, finish_reason, generated_token_ids?}` (counts in tokens). */
 export type TextMessage = z.infer<typeof TEXT>;
+/**
+ * TOKENIZE `{model_ref, texts}`: llama.cpp's tokenization of each text, special-token strings
+ * parsed, no BOS or EOS added (`llama_tokenize(…, add_special = false, parse_special = true)`).
+ * Answered by TOKENS.
+ */
+export type TokenizeMessage = z.infer<typeof TOKENIZE>;
+/** TOKENS `{ids}`: one id list per text of the TOKENIZE, in order. */
+export type TokensMessage = z.infer<typeof TOKENS>;
 /** UNLOAD a model by its `model_ref`. */
 export type UnloadMessage = z.infer<typeof UNLOAD>;
 /** UNLOADED: the model is gone. */
@@ -222,7 +245,8 @@ export type ModuleToWorkerMessage =
   | UnloadMessage
   | PingMessage
   | ShutdownMessage
-  | CancelMessage;
+  | CancelMessage
+  | TokenizeMessage;
 
 /** A message a worker sends to the module. */
 export type WorkerToModuleMessage =
@@ -233,7 +257,8 @@ export type WorkerToModuleMessage =
   | TextMessage
   | UnloadedMessage
   | PongMessage
-  | ErrMessage;
+  | ErrMessage
+  | TokensMessage;
 
 /** Any control message of contract.md §7, discriminated on `type`. */
 export type ControlMessage = ModuleToWorkerMessage | WorkerToModuleMessage;
@@ -244,12 +269,12 @@ export type ControlType = ControlMessage["type"];
 /** Who may send a message. */
 export type ControlSender = "module" | "worker";
 
-/** Every `type` the module sends, in §7 order, then CANCEL (our addition to §7, F19). */
+/** Every `type` the module sends, in §7 order, then CANCEL (F19) and TOKENIZE (our additions). */
 export const MODULE_TO_WORKER_TYPES: readonly ModuleToWorkerMessage["type"][] = Object.freeze(
   Object.keys(MODULE_SCHEMAS) as ModuleToWorkerMessage["type"][],
 );
 
-/** Every `type` a worker sends, in §7 order. */
+/** Every `type` a worker sends, in §7 order, then TOKENS (our addition). */
 export const WORKER_TO_MODULE_TYPES: readonly WorkerToModuleMessage["type"][] = Object.freeze(
   Object.keys(WORKER_SCHEMAS) as WorkerToModuleMessage["type"][],
 );
@@ -258,7 +283,8 @@ export const WORKER_TO_MODULE_TYPES: readonly WorkerToModuleMessage["type"][] = 
  * Who sends a given message type.
  *
  * @param type A control `type`.
- * @returns `"module"` for ACK, requests and CANCEL, `"worker"` for HELLO, answers and ERR.
+ * @returns `"module"` for ACK, requests (TOKENIZE included) and CANCEL, `"worker"` for HELLO,
+ *   answers (TOKENS included) and ERR.
  */
 export function controlSender(type: ControlType): ControlSender {
   switch (type) {
@@ -272,6 +298,7 @@ export function controlSender(type: ControlType): ControlSender {
     case "PING":
     case "SHUTDOWN":
     case "CANCEL":
+    case "TOKENIZE":
       return "module";
     case "HELLO":
     case "LOADED":
@@ -281,6 +308,7 @@ export function controlSender(type: ControlType): ControlSender {
     case "UNLOADED":
     case "PONG":
     case "ERR":
+    case "TOKENS":
       return "worker";
     default:
       throw new Error(`Unhandled control type ${String(type satisfies never)}. This is a bug.`);

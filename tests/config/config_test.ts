@@ -545,6 +545,28 @@ Deno.test("loadConfig() normalizes engine-name aliases", () => {
   assert.strictEqual(normalizeEngineName("toString"), "toString");
 });
 
+Deno.test("loadConfig() lets tokenizer_path out for engine llama only", () => {
+  const load = (entry: Record<string, unknown>) =>
+    loadConfig({
+      env: { SYNAPSE_PRELOAD_MODELS: JSON.stringify([entry]) },
+      cwd: "/nowhere",
+      readFile: () => undefined,
+    }).config.preload_models[0]!;
+  for (const engine of ["llama", "llama.cpp"]) {
+    const entry = load({ engine, model_path: "/m/model.gguf" });
+    assert.strictEqual(entry.engine, "llama");
+    assert.strictEqual(entry.tokenizer_path, undefined);
+    assert.ok(!("tokenizer_path" in entry));
+  }
+  for (const engine of ["ort", "onnx", "owned-cuda"]) {
+    assertRefused(() => load({ engine, model_path: "/m/model.onnx" }), {
+      key: "preload_models[0].tokenizer_path",
+      file: "env:SYNAPSE_PRELOAD_MODELS",
+      message: /invalid value for 'preload_models\[0\]\.tokenizer_path': required for engine/,
+    });
+  }
+});
+
 Deno.test("loadConfig() refuses catalog-reserved preload model ids", () => {
   assert.strictEqual(CATALOG_RESERVED_MODEL_IDS.size, 4);
   for (const id of CATALOG_RESERVED_MODEL_IDS) {

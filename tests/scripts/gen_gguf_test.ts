@@ -20,6 +20,7 @@ import {
   llamaTensors,
   llamaVocab,
   MODEL_FILES,
+  modelFiles,
   parameterCount,
   TINY_MODEL_NAMES,
   TINY_SPECS,
@@ -58,9 +59,12 @@ async function sha256Hex(bytes: Uint8Array): Promise<string> {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-async function hashDir(dir: string): Promise<Map<string, string>> {
+async function hashDir(
+  dir: string,
+  files: readonly string[] = MODEL_FILES,
+): Promise<Map<string, string>> {
   const out = new Map<string, string>();
-  for (const f of [...MODEL_FILES, ".complete"]) {
+  for (const f of [...files, ".complete"]) {
     out.set(f, await sha256Hex(await Deno.readFile(`${dir}/${f}`)));
   }
   return out;
@@ -183,8 +187,8 @@ Deno.test("llamaVocab() types and scores follow the llama2 tokenizer.json", asyn
   assert.ok(vocab.types.subarray(BYTE_TOKEN_BASE, BYTE_TOKEN_BASE + 256).every((t) => t === 6));
   assert.ok(vocab.types.subarray(BYTE_TOKEN_BASE + 256).every((t) => t === 1));
   // "▁t" is the first merge; "▁▁" comes late in the merge list although its id is 259.
-  assert.equal(vocab.scores[vocab.tokens.indexOf("▁t")], -0);
-  assert.ok(vocab.scores[259]! < vocab.scores[vocab.tokens.indexOf("▁the")]!);
+  assert.equal(vocab.scores![vocab.tokens.indexOf("▁t")], -0);
+  assert.ok(vocab.scores![259]! < vocab.scores![vocab.tokens.indexOf("▁the")]!);
 });
 
 Deno.test("BENCH_SPEC has SmolLM-135M's layer shapes", () => {
@@ -206,6 +210,7 @@ Deno.test({
       assert.deepEqual(first.map((r) => [r.name, r.skipped]), [
         ["synapse-tiny-llama", false],
         ["synapse-tiny-llama-bytes", false],
+        ["synapse-tiny-qwen", false],
       ]);
       const dir = `${a}/synapse-tiny-llama`;
       const bytesDir = `${a}/synapse-tiny-llama-bytes`;
@@ -213,9 +218,18 @@ Deno.test({
       await t.step("two runs write byte-identical files; a third skips", async () => {
         const b = `${tmp}/b`;
         await generateGguf({ outDir: b });
-        for (const name of TINY_MODEL_NAMES) {
-          assert.deepEqual(await hashDir(`${a}/${name}`), await hashDir(`${b}/${name}`));
+        for (const [i, name] of TINY_MODEL_NAMES.entries()) {
+          const files = modelFiles(TINY_SPECS[i]!);
+          assert.deepEqual(
+            await hashDir(`${a}/${name}`, files),
+            await hashDir(`${b}/${name}`, files),
+          );
         }
+        // The Qwen-vocabulary model is a GGUF served alone: no tokenizer.json beside it.
+        assert.deepEqual(
+          [...Deno.readDirSync(`${a}/synapse-tiny-qwen`)].map((e) => e.name).sort(),
+          [".complete", "config.json", "model.gguf"],
+        );
         assert.notEqual(
           (await hashDir(dir)).get("model.gguf"),
           (await hashDir(bytesDir)).get("model.gguf"),
@@ -338,6 +352,31 @@ Deno.test({
           assert.ok(!out.includes(EOS_ID as Token), prompt);
         }
         await mini.dispose();
+      });
+
+      await t.step("synapse-tiny-qwen: byte-level BPE, no BOS, never stops", async () => {
+        const qwen = await llama!.loadModel({ modelPath: `${a}/synapse-tiny-qwen/model.gguf` });
+        assert.equal(qwen.tokens.shouldPrependBosToken, false);
+        assert.equal(qwen.tokens.eos, 151645);
+        assert.deepEqual([...qwen.tokenize("<|im_start|>hi", true)], [151644, 6023]);
+        const context = await qwen.createContext({ contextSize: 256, threads: 1 });
+        try {
+          const out: Token[] = [];
+          const sequence = context.getSequence();
+          const it = sequence.evaluate(qwen.tokenize("Hello world"), {
+            temperature: 0,
+            yieldEogToken: true,
+          });
+          for await (const token of it) {
+            out.push(token);
+            if (out.length >= 32) break;
+          }
+          assert.equal(out.length, 32);
+          assert.ok(out.every((id) => !qwen.isEogToken(id)), `${out}`);
+        } finally {
+          await context.dispose();
+          await qwen.dispose();
+        }
       });
 
       await bytesModel.dispose();

@@ -48,6 +48,7 @@ Deno.test("scripts/setup says what it does, makes the test models and no bench m
         "synapse-tiny-embed-nan",
         "synapse-tiny-llama",
         "synapse-tiny-llama-bytes",
+        "synapse-tiny-qwen",
       ]
     ) {
       assert.ok((await Deno.stat(`${root}/fixtures/models/${m}/.complete`)).isFile, m);

@@ -54,6 +54,7 @@ const MODULE_SAMPLES: ModuleToWorkerMessage[] = [
   { type: "PING", req_id: 7 },
   { type: "SHUTDOWN" },
   { type: "CANCEL", req_id: 5 },
+  { type: "TOKENIZE", req_id: 8, model_ref: "m0", texts: ["hello", "", "<s>日本"] },
 ];
 
 /** One valid message per worker → module type (two for ERR). */
@@ -84,6 +85,7 @@ const WORKER_SAMPLES: WorkerToModuleMessage[] = [
   { type: "PONG", req_id: 7, rss_mb: 512.25, models_loaded: 1, placement_share: 0.5 },
   { type: "ERR", req_id: 2, code: "oom", msg: "Cannot allocate KV cache" },
   { type: "ERR", code: "unknown_type", msg: "type 'FOO'" },
+  { type: "TOKENS", req_id: 8, ids: [[22557], [], [1, 29871, 30325]] },
 ];
 
 const ALL_SAMPLES: ControlMessage[] = [...MODULE_SAMPLES, ...WORKER_SAMPLES];
@@ -191,6 +193,12 @@ Deno.test("decodeControl() rejects wrong fields with bad_message naming the fiel
     [{ type: "CANCEL" }, /field 'req_id'/],
     [{ type: "CANCEL", req_id: -1 }, /field 'req_id'/],
     [{ type: "CANCEL", req_id: 1, model_ref: "m0" }, /unknown field 'model_ref'/],
+    [{ type: "TOKENIZE", req_id: 1, model_ref: "m0" }, /field 'texts'/],
+    [{ type: "TOKENIZE", req_id: 1, model_ref: "m0", texts: [7] }, /field 'texts\.0'/],
+    [{ type: "TOKENIZE", req_id: 1, model_ref: "", texts: [] }, /field 'model_ref'/],
+    [{ type: "TOKENS", req_id: 1, ids: [[1.5]] }, /field 'ids\.0\.0'/],
+    [{ type: "TOKENS", req_id: 1, ids: [[2 ** 31]] }, /field 'ids\.0\.0'/],
+    [{ type: "TOKENS", req_id: 1 }, /field 'ids'/],
     [{ ...MODULE_SAMPLES[2], pooling: "last_token" }, /field 'pooling'/],
     [{ ...MODULE_SAMPLES[2], normalize: 1 }, /field 'normalize'/],
     [

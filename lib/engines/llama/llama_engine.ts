@@ -32,6 +32,7 @@ import {
 import {
   type LoadedMessage,
   type TextMessage,
+  type TokensMessage,
   type VectorsMessage,
   type WorkerPooling,
 } from "../../workers/messages.ts";
@@ -323,6 +324,34 @@ export class LlamaEngine implements Engine {
     };
   }
 
+  /**
+   * llama.cpp's own tokenization of texts (TOKENIZE): special-token strings parsed, no BOS or EOS
+   * added. For checking a tokenizer the module built from the GGUF against llama.cpp's; serving
+   * never tokenizes in the worker.
+   *
+   * @param texts The texts.
+   * @returns One id list per text, in order.
+   * @throws {SynapseError} `engine_crashed`, `probe_required`, `engine_output_invalid` (a TOKENS
+   *   with another number of lists), or the mapped worker ERR.
+   */
+  async tokenize(texts: readonly string[]): Promise<number[][]> {
+    this.#ensureNotDisposed();
+    const ref = await this.#ensureLoaded();
+    const reply = await this.#call<TokensMessage>(
+      { type: "TOKENIZE", req_id: this.#nextReq++, model_ref: ref, texts: [...texts] },
+      undefined,
+      this.#opts.requestTimeoutMs ?? WORKER_TIMEOUTS.requestMs,
+    );
+    if (reply.msg.ids.length !== texts.length) {
+      throw new SynapseError(
+        "engine_output_invalid",
+        `Engine worker answered ${reply.msg.ids.length} token lists for ${texts.length} texts`,
+        { details: { model_id: this.spec.modelId } },
+      );
+    }
+    return reply.msg.ids;
+  }
+
   /** Shuts the worker down. Idempotent. */
   async dispose(): Promise<void> {
     this.#disposed = true;
@@ -390,7 +419,7 @@ export class LlamaEngine implements Engine {
    * worker is sent CANCEL for it: a GENERATE then answers `finish_reason: "cancelled"` within a
    * token, an EMBED_BATCH stops between items and the call rejects with `signal.reason`.
    */
-  async #call<M extends LoadedMessage | VectorsMessage | TextMessage>(
+  async #call<M extends LoadedMessage | VectorsMessage | TextMessage | TokensMessage>(
     msg: Parameters<SupervisedWorker["call"]>[0],
     tensor: Uint8Array | undefined,
     timeoutMs: number,
