@@ -339,3 +339,53 @@ Deno.test("models.download of a catalog model from a loopback hf_endpoint: one j
     await syn.dispose();
   }
 });
+
+Deno.test("a GGUF alone, pulled from a pinned loopback URL, generates text at once (no tokenizer.json, no restart)", async () => {
+  await using h = await home();
+  const gguf = `${MODELS}/synapse-tiny-qwen/model.gguf`;
+  await using srv = serveFiles({ "/tiny-qwen.gguf": gguf });
+  const syn = await h.start();
+  try {
+    const before = semanticError(
+      await syn.call("microllm.oneshot", { prompt: "hi", max_tokens: 3 }),
+    );
+    assert.equal(before.code, "unknown_model");
+    const job = resultOf(
+      await syn.call("model.load", {
+        url: `${srv.base}/tiny-qwen.gguf`,
+        expected_digest: `sha256:${sha256(gguf)}`,
+        // The fixture carries a pooling type, which alone would make it an embedding model.
+        task: "generate",
+      }),
+    );
+    const done = await settle(syn, job.job_id);
+    assert.equal(done.state, "ready", JSON.stringify(done));
+    // The id comes from the file name, the engine from the GGUF magic.
+    assert.equal(done.model_id, "tiny-qwen");
+    assert.equal(done.bytes_done, Deno.statSync(gguf).size);
+    const st = resultOf(await syn.call("model.status", { model_id: "tiny-qwen" }));
+    assert.deepEqual([st.engine, st.task], ["llama", "generate"]);
+    const out = resultOf(
+      await syn.call("microllm.oneshot", { prompt: "hello", max_tokens: 3 }),
+    );
+    assert.equal(out.n_gen, 3);
+    assert.equal(out.generated_token_ids.length, 3);
+    assert.equal(typeof out.text, "string");
+  } finally {
+    await syn.dispose();
+  }
+});
+
+Deno.test("model.load infers the task: a GGUF with a pooling type embeds, an ONNX classifier reranks", async () => {
+  const { inferTask } = await import("../../lib/models/_load_infer.ts");
+  assert.equal(
+    await inferTask("llama", `${MODELS}/synapse-tiny-qwen/model.gguf`, undefined),
+    "embed",
+  );
+  const rr = `${MODELS}/synapse-tiny-rerank`;
+  assert.equal(await inferTask("ort", `${rr}/model.onnx`, `${rr}/config.json`), "rerank");
+  assert.equal(
+    await inferTask("ort", `${EMBED_DIR}/model.onnx`, `${EMBED_DIR}/config.json`),
+    "embed",
+  );
+});
