@@ -6,8 +6,8 @@
  */
 
 /**
- * Lays out a table: columns padded to their widest cell and separated by two spaces; the last
- * column is not padded (no trailing spaces).
+ * Lays out a table: columns padded to their widest cell and separated by two spaces; no line
+ * ends in spaces (the last column is not padded, empty trailing cells are dropped).
  *
  * @param header Column titles.
  * @param rows Cells, one array per row, as many as `header`.
@@ -16,7 +16,7 @@
 export function formatTable(header: readonly string[], rows: readonly string[][]): string[] {
   const widths = header.map((h, c) => Math.max(h.length, ...rows.map((r) => (r[c] ?? "").length)));
   return [header, ...rows].map((r) =>
-    r.map((cell, c) => c === r.length - 1 ? cell : cell.padEnd(widths[c]!)).join("  ")
+    r.map((cell, c) => c === r.length - 1 ? cell : cell.padEnd(widths[c]!)).join("  ").trimEnd()
   );
 }
 
