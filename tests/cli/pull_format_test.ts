@@ -10,7 +10,14 @@ import {
   ProgressReporter,
 } from "../../lib/cli/_progress.ts";
 import { formatAgo, formatTable } from "../../lib/cli/_table.ts";
-import { planPull, pullFailureHint } from "../../lib/cli/commands/pull.ts";
+import {
+  followPull,
+  planPull,
+  pullFailureHint,
+  type PullJob,
+} from "../../lib/cli/commands/pull.ts";
+import type { ClientOutcome, SynapseClient } from "../../lib/cli/client.ts";
+import type { CliIO } from "../../lib/cli/_command.ts";
 import { psTable } from "../../lib/cli/commands/ps.ts";
 import { catalogTable } from "../../lib/cli/commands/models.ts";
 import { gcLines } from "../../lib/cli/commands/cache.ts";
@@ -286,4 +293,143 @@ Deno.test("pullFailureHint() points at the fix for each failure", () => {
     /transient/,
   );
   assert.equal(pullFailureHint({ code: "invalid_request" }, "url"), undefined);
+});
+
+/**
+ * A server script for `followPull`: each `model.status {job_id}` answers the next job state, each
+ * `model.status {model_id}` the next model state; calls are recorded.
+ */
+class ScriptedPullClient implements SynapseClient {
+  calls: { method: string; params: unknown }[] = [];
+  #jobs: Partial<PullJob>[];
+  #models: { state: string; error?: unknown }[];
+  onCall?: (method: string) => void;
+
+  constructor(jobs: Partial<PullJob>[], models: { state: string; error?: unknown }[] = []) {
+    this.#jobs = jobs;
+    this.#models = models;
+  }
+
+  call(method: string, params: unknown): Promise<ClientOutcome> {
+    this.calls.push({ method, params });
+    this.onCall?.(method);
+    const p = params as { job_id?: string; model_id?: string };
+    let result: unknown;
+    if (method === "models.download.cancel") {
+      result = { ...JOB, bytes_done: 40, bytes_total: 100, state: "cancelled" };
+    } else if (p.job_id !== undefined) {
+      result = { ...JOB, ...(this.#jobs.length > 1 ? this.#jobs.shift() : this.#jobs[0]) };
+    } else {
+      const m = this.#models.length > 1 ? this.#models.shift()! : this.#models[0]!;
+      result = {
+        model_id: p.model_id,
+        fingerprint: "f".repeat(64),
+        engine: "ort",
+        task: "embed",
+        ...m,
+      };
+    }
+    return Promise.resolve({ kind: "result", body: { result } });
+  }
+
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}
+
+const JOB: PullJob = {
+  job_id: "dl_1",
+  kind: "models.download",
+  state: "queued",
+  model_id: "cat-model",
+  catalog_id: "cat-model",
+  bytes_done: 0,
+  bytes_total: 100,
+};
+
+function capture(): CliIO & { stdout: string[]; stderr: string[] } {
+  const stdout: string[] = [];
+  const stderr: string[] = [];
+  return { stdout, stderr, out: (l) => stdout.push(l), err: (l) => stderr.push(l) };
+}
+
+const CATALOG_PLAN = planPull("cat-model", {}, "/");
+
+Deno.test("followPull() follows a catalog download through committed to the model being ready", async () => {
+  const client = new ScriptedPullClient(
+    [
+      { state: "downloading", bytes_done: 50 },
+      { state: "downloading", bytes_done: 100 },
+      { state: "verifying", bytes_done: 100 },
+      { state: "committed", bytes_done: 100 },
+    ],
+    [{ state: "loading" }, { state: "ready" }],
+  );
+  let t = 0;
+  const io = capture();
+  const code = await followPull(client, CATALOG_PLAN, { ...JOB }, io, {
+    pollMs: 1,
+    now: () => (t += 500),
+  });
+  assert.equal(code, 0, io.stderr.join("\n"));
+  assert.deepEqual(io.stdout, [`ready: cat-model  ${"f".repeat(64)}`]);
+  assert.equal(io.stderr[0], "queued cat-model…");
+  assert.equal(io.stderr[1], "downloading cat-model…");
+  assert.match(io.stderr.join("\n"), /\ndownloaded 50 B in \d+\.\ds \(/);
+  assert.deepEqual(io.stderr.slice(-2), ["verifying…", "loading…"]);
+  const methods = client.calls.map((c) => `${c.method} ${JSON.stringify(c.params)}`);
+  assert.ok(methods.includes(`model.status {"model_id":"cat-model"}`), methods.join("\n"));
+});
+
+Deno.test("followPull() prints the job's error and a hint for a failed download (exit 1)", async () => {
+  const error = {
+    code: "download_failed",
+    message: "Cannot download model: HTTP 404",
+    details: { reason: "http_status", http_status: 404 },
+  };
+  const client = new ScriptedPullClient([{ state: "failed", error } as Partial<PullJob>]);
+  const io = capture();
+  const code = await followPull(client, CATALOG_PLAN, { ...JOB }, io, { pollMs: 1 });
+  assert.equal(code, 1);
+  assert.deepEqual(io.stderr.slice(-2), [
+    "error: download_failed: Cannot download model: HTTP 404 (job dl_1 failed)",
+    "hint: check the URL and the network, then run the same pull again: it resumes the partial download",
+  ]);
+  const json = capture();
+  assert.equal(
+    await followPull(
+      new ScriptedPullClient([{ state: "failed", error } as Partial<PullJob>]),
+      CATALOG_PLAN,
+      { ...JOB },
+      json,
+      { json: true, pollMs: 1 },
+    ),
+    1,
+  );
+  assert.equal(JSON.parse(json.stdout.join("\n")).job.error.code, "download_failed");
+  assert.deepEqual(json.stderr, []);
+});
+
+Deno.test("followPull() cancels the download on Ctrl-C and exits 130", async () => {
+  const client = new ScriptedPullClient([{ state: "downloading", bytes_done: 40 }]);
+  const abort = new AbortController();
+  let polls = 0;
+  client.onCall = (method) => {
+    if (method === "model.status" && ++polls === 3) abort.abort();
+  };
+  const io = { ...capture(), signal: abort.signal };
+  const code = await followPull(client, CATALOG_PLAN, { ...JOB }, io, { pollMs: 1 });
+  assert.equal(code, 130);
+  assert.deepEqual(client.calls.at(-1), {
+    method: "models.download.cancel",
+    params: { job_id: "dl_1" },
+  });
+  assert.match(
+    io.stderr.at(-1)!,
+    /^interrupted: cancelled job dl_1 \(cancelled, 40 B of 100 B downloaded\); the partial download stays in the cache/,
+  );
 });

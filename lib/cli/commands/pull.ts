@@ -247,7 +247,10 @@ async function runPull(args: string[], io: CliIO): Promise<number> {
     const outcome = await client.call(plan.method, plan.params);
     if (outcome.kind !== "result") return refused(outcome, io, json, plan);
     const job = (outcome.body as { result: JobView }).result;
-    return await new PullFollower(client, plan, io, json).run(job);
+    return await followPull(client, plan, job, io, {
+      json,
+      progress: json ? "off" : Deno.stderr.isTerminal() ? "bar" : "lines",
+    });
   } finally {
     await client.close();
   }
@@ -300,6 +303,44 @@ export function pullFailureHint(
   }
 }
 
+/** Options of {@link followPull}. */
+export interface FollowPullOptions {
+  /** Print `{job, model}` as JSON at the end instead of lines. @default false */
+  json?: boolean;
+  /** How progress is drawn on stderr (`../_progress.ts`); always `off` with `json`. @default "lines" */
+  progress?: "bar" | "lines" | "off";
+  /** Time between two `model.status` calls, ms. @default 200 */
+  pollMs?: number;
+  /** Clock of the progress display, ms. @default Date.now */
+  now?: () => number;
+}
+
+/** A `model.load` / `models.download` job as its first answer gives it. */
+export type PullJob = JobView;
+
+/**
+ * Follows a pull's job to its end: polls `model.status {job_id}`, draws its phases and bytes,
+ * and after a catalog download is `committed` waits for the model to be ready
+ * (`model.status {model_id}`). Ctrl-C (SIGINT, or `io.signal`) sends `models.download.cancel`.
+ *
+ * @param client Where to call.
+ * @param plan What was pulled (for the lines and hints).
+ * @param job The job as `model.load` / `models.download` answered it.
+ * @param io Output and abort signal.
+ * @param options JSON output, progress mode, poll interval.
+ * @returns 0 ready; 1 failed or cancelled (the error, and a hint, on stderr); 2 a channel error
+ *   while polling; 130 interrupted.
+ */
+export async function followPull(
+  client: SynapseClient,
+  plan: PullPlan,
+  job: PullJob,
+  io: CliIO,
+  options: FollowPullOptions = {},
+): Promise<number> {
+  return await new PullFollower(client, plan, io, options).run(job);
+}
+
 /** Follows one pull's job to its end, drawing progress. */
 class PullFollower {
   #client: SynapseClient;
@@ -310,17 +351,21 @@ class PullFollower {
   #stop = new AbortController();
   #shown: string | undefined;
   #download: { at: number; done: number } | undefined;
-  #pollMs = 200;
+  #pollMs: number;
+  #now: () => number;
 
-  constructor(client: SynapseClient, plan: PullPlan, io: CliIO, json: boolean) {
+  constructor(client: SynapseClient, plan: PullPlan, io: CliIO, options: FollowPullOptions) {
     this.#client = client;
     this.#plan = plan;
     this.#io = io;
-    this.#json = json;
+    this.#json = options.json ?? false;
+    this.#pollMs = options.pollMs ?? 200;
+    this.#now = options.now ?? Date.now;
     this.#progress = new ProgressReporter({
-      mode: json ? "off" : Deno.stderr.isTerminal() ? "bar" : "lines",
+      mode: this.#json ? "off" : options.progress ?? "lines",
       unit: "bytes",
       line: io.err,
+      now: this.#now,
     });
   }
 
@@ -401,7 +446,7 @@ class PullFollower {
 
   /** Draws a job's phase and bytes. */
   #show(job: JobView): void {
-    const now = Date.now();
+    const now = this.#now();
     if (job.state === "downloading") {
       if (this.#shown !== "downloading") {
         this.#progress.note(`downloading ${this.#what(job)}…`);
