@@ -589,9 +589,11 @@ export class ModelLoads {
       file: role,
       signal,
       onProgress: (p) => {
-        // No size pinned: the total is what the server announced (for the files so far).
-        const total = job.view.bytes_total ??
-          (p.bytes_total === null ? null : base + p.bytes_total);
+        // No size pinned: the total is what the servers announced, for the files so far (a
+        // pinned total, the sum of all files, is never below it).
+        const announced = p.bytes_total === null ? null : base + p.bytes_total;
+        const now = job.view.bytes_total;
+        const total = now === null || (announced !== null && announced > now) ? announced : now;
         this.#set(job, job.view.state, { bytes_done: base + p.bytes_done, bytes_total: total });
       },
     });

@@ -96,7 +96,7 @@ Deno.test("pull PATH into a running server: ready at once, ps lists it, embed us
     assert.match(ps.stdout, /^MODEL +TASK +ENGINE +STATE +SIZE +RSS +LANES +LAST USED +ORIGIN\n/);
     assert.match(
       ps.stdout,
-      /\ntiny-pulled +embed +ort +ready +396\.5 KiB +- +\S+ +\S.* +runtime\n/,
+      /\ntiny-pulled +embed +ort +ready +396\.5 KiB +- +\S+ +never +runtime \(test model\)\n/,
     );
     const row = (JSON.parse(psJson.stdout) as { models: PsRowJson[] }).models.find((m) =>
       m.model_id === "tiny-pulled"
@@ -104,7 +104,7 @@ Deno.test("pull PATH into a running server: ready at once, ps lists it, embed us
     assert.equal(row?.origin, "runtime");
     assert.equal(row?.artifact_bytes, (await Deno.stat(`${dir}/model.onnx`)).size);
     assert.equal(embed.code, 0, embed.stderr);
-    assert.match(embed.stdout, /^model +tiny-pulled\n/);
+    assert.match(embed.stdout, /^model +tiny-pulled( \(test model\))?\n/);
 
     // A model from the config (here the test model) is not removed, and still serves.
     const rmConfig = await cliIn(home, ["rm", "synapse-tiny-embed"]);

@@ -244,9 +244,11 @@ Deno.test("catalogTable() shows runnable backends, the reason of the others, siz
       },
     ]),
     [
-      "ID  TASK      BACKENDS                          SIZE      INSTALLED    DEFAULT",
-      "e   embed     ort, llama (unverified_digest)    90.0 MiB  yes (ready)  *",
-      "g   generate  none (no GGUF conversion pinned)  -         no",
+      "ID  TASK      BACKENDS                        SIZE      INSTALLED    DEFAULT",
+      "e   embed     ort, llama (unverified_digest)  90.0 MiB  yes (ready)  *",
+      "g   generate  none (see below)                -         no",
+      "",
+      "g: no backend: no GGUF conversion pinned",
     ],
   );
 });

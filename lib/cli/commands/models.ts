@@ -147,28 +147,36 @@ async function runList(client: SynapseClient, json: boolean, io: CliIO): Promise
 }
 
 /**
- * The `models catalog` table.
+ * The `models catalog` table, then why each model without a backend has none.
  *
  * @param rows `models.catalog` rows.
- * @returns The lines: a header, then one per model.
+ * @returns The lines: a header, one per model, then `ID: no backend: REASON` lines.
  */
 export function catalogTable(rows: readonly CatalogPrintable[]): string[] {
-  return formatTable(
-    ["ID", "TASK", "BACKENDS", "SIZE", "INSTALLED", "DEFAULT"],
-    rows.map((m) => [
-      m.id,
-      m.task,
-      m.backends.length === 0
-        ? `none${m.no_backend_reason ? ` (${m.no_backend_reason})` : ""}`
-        : m.backends.map((b) =>
-          b.runnable ? b.backend : `${b.backend} (${b.reason ?? "not runnable"})`
-        )
-          .join(", "),
-      m.download_bytes === null ? "-" : formatBytes(m.download_bytes),
-      m.install_state === "installed" ? `yes${m.loaded_state ? ` (${m.loaded_state})` : ""}` : "no",
-      m.default_for_task ? "*" : "",
-    ]),
+  const notes = rows.filter((m) => m.backends.length === 0).map((m) =>
+    `${m.id}: no backend: ${m.no_backend_reason ?? "none can run in this build"}`
   );
+  return [
+    ...formatTable(
+      ["ID", "TASK", "BACKENDS", "SIZE", "INSTALLED", "DEFAULT"],
+      rows.map((m) => [
+        m.id,
+        m.task,
+        m.backends.length === 0
+          ? "none (see below)"
+          : m.backends.map((b) =>
+            b.runnable ? b.backend : `${b.backend} (${b.reason ?? "not runnable"})`
+          )
+            .join(", "),
+        m.download_bytes === null ? "-" : formatBytes(m.download_bytes),
+        m.install_state === "installed"
+          ? `yes${m.loaded_state ? ` (${m.loaded_state})` : ""}`
+          : "no",
+        m.default_for_task ? "*" : "",
+      ]),
+    ),
+    ...(notes.length > 0 ? ["", ...notes] : []),
+  ];
 }
 
 async function runCatalog(
