@@ -283,7 +283,10 @@ Deno.test("pullFailureHint() points at the fix for each failure", () => {
     pullFailureHint({ code: "download_failed", details: { reason: "network" } }, "url")!,
     /resumes/,
   );
-  assert.match(pullFailureHint({ code: "artifact_invalid" }, "path")!, /not a valid model/);
+  assert.match(
+    pullFailureHint({ code: "artifact_invalid" }, "path")!,
+    /nothing was loaded; fix what the message names/,
+  );
   assert.match(pullFailureHint({ code: "unknown_model" }, "catalog")!, /models catalog/);
   assert.match(
     pullFailureHint({ code: "backend_unavailable", details: { catalog_id: "x" } }, "catalog")!,

@@ -281,7 +281,7 @@ export function pullFailureHint(
 ): string | undefined {
   switch (e.code) {
     case "artifact_invalid":
-      return "hint: the file is not a valid model of its format, or not the file its SHA-256 names; check the source (nothing was loaded)";
+      return "hint: nothing was loaded; fix what the message names (the file, its source or its --sha256) and pull again";
     case "download_failed":
       return e.details?.reason === "storage_full"
         ? "hint: the model cache is full; free space with 'ck-synapse cache gc' (or raise cache_max_bytes), then pull again"
