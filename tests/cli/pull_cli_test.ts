@@ -83,7 +83,8 @@ Deno.test("pull PATH into a running server: ready at once, ps lists it, embed us
     const pulled = await cliIn(home, ["pull", dir, "--model-id", "tiny-pulled"]);
     assert.equal(pulled.code, 0, pulled.stderr);
     assert.match(pulled.stdout, /^ready: tiny-pulled {2}[0-9a-f]{64}\n$/);
-    assert.match(pulled.stderr, /loading…/);
+    // Which phases a poll sees depends on speed; the first is always drawn.
+    assert.match(pulled.stderr, new RegExp(`^resolving ${dir}…\n`));
     // The blobs went to $CORTEXKIT_MODEL_CACHE.
     assert.ok((await Array.fromAsync(Deno.readDir(home.cache))).length > 0);
 
@@ -211,7 +212,6 @@ Deno.test("pull URL --sha256 downloads with progress lines on a non-terminal std
       /\nprogress: \d+\.\d MiB \/ \d+\.\d MiB {2}\d+% {2}(\d+\.\d [KMG]iB\/s {2}ETA \d|-- \/s {2}ETA --)/,
     );
     assert.match(r.stderr, /\ndownloaded \d+\.\d MiB in \d+\.\ds \(/);
-    assert.match(r.stderr, /\nloading…\n/);
     assert.ok(!r.stderr.includes("\r") && !r.stderr.includes("\x1b["), "no bar on a non-terminal");
 
     // The next start loads it again from the cache (recorded in the store).
