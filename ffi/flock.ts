@@ -88,3 +88,61 @@ export function isLockHeld(path: string): boolean {
     c.close(fd);
   }
 }
+
+/**
+ * Takes a shared lock on `path` without waiting (the file is created with mode 0600 if absent;
+ * its content is never written). Any number of shared holders may coexist, across processes and
+ * within one (each call opens its own descriptor); an exclusive lock ({@link tryLockExclusive})
+ * excludes them all. The kernel drops the lock when the process dies.
+ *
+ * @param path The lock file.
+ * @returns The lock, or `undefined` when an exclusive lock is held on the file right now.
+ * @throws {Error} when the file cannot be created or opened (errno from libc is not exposed).
+ *
+ * @example
+ * ```ts ignore
+ * const a = tryLockShared("/tmp/x.lock")!;
+ * const b = tryLockShared("/tmp/x.lock")!; // shared locks coexist
+ * assert.equal(tryLockExclusive("/tmp/x.lock"), undefined);
+ * a.release();
+ * b.release();
+ * ```
+ */
+export function tryLockShared(path: string): FileLock | undefined {
+  return lockShared(path, false);
+}
+
+/**
+ * Takes a shared lock on `path`, waiting (blocking the calling thread) while an exclusive lock
+ * is held. Meant for exclusive holders that keep the lock only for a short synchronous section;
+ * a holder in this same process can never be waited for that way, because a synchronous section
+ * cannot interleave with this call.
+ *
+ * @param path The lock file (created with mode 0600 if absent).
+ * @returns The lock.
+ * @throws {Error} when the file cannot be created or opened, or flock(2) fails.
+ */
+export function waitLockShared(path: string): FileLock {
+  const lock = lockShared(path, true);
+  if (lock === undefined) throw new Error(`Cannot take a shared lock on ${path}: flock failed`);
+  return lock;
+}
+
+function lockShared(path: string, wait: boolean): FileLock | undefined {
+  const c = lib();
+  Deno.openSync(path, { create: true, write: true, mode: 0o600 }).close();
+  const fd = c.open(new TextEncoder().encode(path + "\0"), O_RDONLY);
+  if (fd < 0) throw new Error(`Cannot open lock file ${path}`);
+  if (c.flock(fd, wait ? LOCK_SH : LOCK_SH | LOCK_NB) !== 0) {
+    c.close(fd);
+    return undefined;
+  }
+  let held = true;
+  const release = (): void => {
+    if (!held) return;
+    held = false;
+    c.flock(fd, LOCK_UN);
+    c.close(fd);
+  };
+  return { path, release, [Symbol.dispose]: release };
+}

@@ -26,6 +26,9 @@ import type { OpOutcome } from "./ops/dispatcher.ts";
 import type { CallOptions, OpContext } from "./ops/context.ts";
 import { Admission } from "./sched/admission.ts";
 import { JobStore } from "./store/job_store.ts";
+import { ModelCache, modelCacheRoot } from "./cache/model_cache.ts";
+import { ModelLoads } from "./models/model_loads.ts";
+import type { CatalogModel } from "./models/catalog.ts";
 import { Store } from "./store/store.ts";
 import { storePath } from "./paths.ts";
 import { machineProfileHash, probeMachineProfile } from "./identity/machine_profile.ts";
@@ -106,6 +109,15 @@ export interface SynapseOptions {
   workerGenerateTimeoutMs?: number;
   /** First background-retry delay after a transient model load failure, ms (doubles). @default 1000 */
   loadRetryBaseMs?: number;
+  /**
+   * Root of the model cache. @default `$CORTEXKIT_MODEL_CACHE`, else `$SYNAPSE_MODEL_CACHE_DIR`,
+   * else `<data_home>/cortexkit/models` (contract.md §8)
+   */
+  modelCacheRoot?: string;
+  /** The catalog served by `models.catalog` and `models.download` (tests). @default CATALOG */
+  catalog?: readonly CatalogModel[];
+  /** Idle-body timeout of downloads, ms (tests shorten it). @default 60000 */
+  downloadIdleTimeoutMs?: number;
 }
 
 let llamaSlot = 0;
@@ -133,12 +145,21 @@ export interface SynapseWorkerOptions {
   workerRequestTimeoutMs?: number;
   workerGenerateTimeoutMs?: number;
   loadRetryBaseMs?: number;
+  /** Model cache root, catalog and download idle timeout ({@link SynapseOptions}). */
+  modelCacheRoot?: string;
+  env?: EnvSource;
+  catalog?: readonly CatalogModel[];
+  downloadIdleTimeoutMs?: number;
 }
 
 /** A running Synapse instance. */
 export class Synapse implements AsyncDisposable {
   readonly config: SynapseConfig;
   readonly store: Store;
+  /** The content-addressed model cache (contract.md §8). */
+  readonly cache: ModelCache;
+  /** Run-time loads and catalog downloads. */
+  readonly loads: ModelLoads;
   /** Models and the lanes they run on (the registry owns and disposes every engine). */
   readonly registry: ModelRegistry;
   readonly admission: Admission;
@@ -234,9 +255,29 @@ export class Synapse implements AsyncDisposable {
         }),
     });
     const storeRef = store;
+    this.cache = new ModelCache({
+      root: workerOptions.modelCacheRoot ?? modelCacheRoot(workerOptions.env),
+      maxBytes: config.cache_max_bytes,
+      moduleId: "synapse",
+      log,
+      ...(workerOptions.downloadIdleTimeoutMs === undefined
+        ? {}
+        : { idleTimeoutMs: workerOptions.downloadIdleTimeoutMs }),
+    });
+    this.loads = new ModelLoads({
+      cache: this.cache,
+      registry: this.registry,
+      store,
+      moduleId: "synapse",
+      ...(config.hf_endpoint === undefined ? {} : { hfEndpoint: config.hf_endpoint }),
+      ...(workerOptions.catalog === undefined ? {} : { catalog: workerOptions.catalog }),
+      now,
+      log,
+    });
     this.context = {
       config,
       registry: this.registry,
+      loads: this.loads,
       admission: this.admission,
       jobs: { store: this.jobStore, running },
       moduleGeneration: store.moduleGeneration,
@@ -246,8 +287,13 @@ export class Synapse implements AsyncDisposable {
       log,
       tokenizers: this.tokenizers,
     };
-    this.modelsSettled = Promise.all(sources.map((s) => this.registry.load(s))).then((ms) => {
+    const preloads = sources.map((s) => this.registry.load(s));
+    // Models loaded at run time by an earlier boot (model.load, models.download), except ids the
+    // config serves: loaded again from the cache.
+    const restored = this.loads.restore();
+    this.modelsSettled = Promise.all([...preloads, ...restored]).then((ms) => {
       for (const m of ms) {
+        if (this.loads.spec(m.modelId) !== undefined) continue;
         if (m.ready) {
           // The pool's workers load the tokenizer now, not on the first big request.
           void this.tokenizers.warm(m.ready.tokenizer).catch(() => {});
@@ -548,6 +594,12 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
       ...(options.loadRetryBaseMs === undefined
         ? {}
         : { loadRetryBaseMs: options.loadRetryBaseMs }),
+      ...(options.modelCacheRoot === undefined ? {} : { modelCacheRoot: options.modelCacheRoot }),
+      ...(options.env === undefined ? {} : { env: options.env }),
+      ...(options.catalog === undefined ? {} : { catalog: options.catalog }),
+      ...(options.downloadIdleTimeoutMs === undefined
+        ? {}
+        : { downloadIdleTimeoutMs: options.downloadIdleTimeoutMs }),
     });
   } catch (err) {
     // Nothing may leak from a failed start: the store and both leases go with it.

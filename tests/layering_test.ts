@@ -11,7 +11,7 @@ const LAYERS: string[][] = [
   ["identity", "paths.ts", "version.ts", "log"],
   ["contract"],
   ["config", "tokenize", "store", "lease", "sched", "workers", "subc"],
-  ["engines"],
+  ["engines", "cache"],
   ["lanes"],
   ["models"],
   ["ops"],

@@ -53,8 +53,15 @@ export interface DownloadProgress {
 export interface GcRow {
   digest: Digest;
   state: "deleted" | "marked" | "kept";
-  /** Why a blob was kept: `pinned`, `leased`, `in_grace`, `under_watermark`. */
+  /**
+   * Why: a kept blob is `pinned`, `leased` or `under_watermark`; a marked blob still in its grace
+   * period is `in_grace`; a deleted `partial` was an abandoned partial download.
+   */
   reason?: string;
   /** Bytes freed (deleted rows). */
   freed_bytes?: number;
+  /** When a marked blob may be deleted (ms since the epoch), for a GC with the same grace. */
+  delete_after_ms?: number;
+  /** Owners of the pins that keep a `pinned` blob. */
+  pinned_by?: string[];
 }

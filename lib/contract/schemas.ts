@@ -256,7 +256,8 @@ export const ModelLoadParams = z.strictObject({
   normalize: z.boolean().optional(),
   max_tokens: z.number().int().min(2).max(1 << 20).optional(),
   model_id: wellFormedName(128).refine((s) => /^[A-Za-z0-9][A-Za-z0-9._:-]*$/.test(s), {
-    message: "must start with a letter or digit and hold only letters, digits, '.', '_', ':' and '-'",
+    message:
+      "must start with a letter or digit and hold only letters, digits, '.', '_', ':' and '-'",
   }).optional(),
   pin: z.boolean().optional(),
   request_key: wellFormedName().optional(),

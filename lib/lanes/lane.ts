@@ -129,6 +129,7 @@ export class Lane {
   #depth: number;
   #now: () => number;
   #active = 0;
+  #lastUsedMs: number | undefined;
 
   constructor(options: LaneOptions) {
     this.name = options.name;
@@ -242,7 +243,13 @@ export class Lane {
       return await this.#run(work, options);
     } finally {
       this.#active--;
+      this.#lastUsedMs = this.#now();
     }
+  }
+
+  /** When a {@link run} of this lane last ended, ms since the epoch; undefined before any. */
+  get lastUsedMs(): number | undefined {
+    return this.#lastUsedMs;
   }
 
   async #run<W extends LaneWork>(work: W, options: LaneRunOptions): Promise<LaneResult<W>> {

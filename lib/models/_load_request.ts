@@ -93,12 +93,17 @@ export function resolveLoadFiles(req: LoadRequest, hfEndpoint: string): PlannedF
   if (source === "path") return localPlan(req);
   if (source === "url") {
     if (req.url === undefined) throw bad("source 'url' needs url", { field: "url" });
+    if (req.files?.model === undefined && req.expected_digest === undefined) {
+      throw bad(
+        `${req.url} is not pinned: give expected_digest (its SHA-256); an unhashed download is refused`,
+        { field: "expected_digest", url: req.url },
+      );
+    }
     const model = remoteRef(
       "files.model",
-      req.files?.model ?? { url: req.url, sha256: req.expected_digest! },
+      req.files?.model ?? req.url,
       undefined,
       req.expected_digest,
-      req.url,
     );
     const out: PlannedFile[] = [{ role: "model", ref: model }];
     for (const role of ["tokenizer", "config"] as const) {
@@ -134,12 +139,11 @@ function remoteRef(
   f: LoadFileParam,
   base: string | undefined,
   expected?: Digest,
-  url?: string,
 ): FileRef {
   const sha256 = typeof f === "string" ? expected : f.sha256;
   const target = typeof f === "string"
     ? (base === undefined ? f : base + f)
-    : f.url ?? (f.path !== undefined && base !== undefined ? base + f.path : url);
+    : f.url ?? (f.path !== undefined && base !== undefined ? base + f.path : undefined);
   if (target === undefined) {
     throw bad(`${field} needs a url (or a path inside the repo)`, { field });
   }

@@ -262,7 +262,7 @@ export class ModelLoads {
     }
     const key = requestKey ?? `models.download:${catalogId}:${manifest}`;
     const digest = jcsSha256({ catalog_id: catalogId, manifest_digest: manifest });
-    const known = this.#attach(key, digest, true);
+    const known = this.#attach(key, digest);
     if (known) return known;
     const job = this.#newJob("models.download", catalogId, digest, key, "queued");
     job.view.catalog_id = catalogId;
@@ -271,7 +271,8 @@ export class ModelLoads {
   }
 
   /**
-   * Cancels a download or load job; an ended job is answered as it is.
+   * Cancels a download or load job (state `cancelled`; a partial download stays in the cache for
+   * a resume); an ended job is answered as it is. An engine load that has started runs to its end.
    *
    * @throws {SynapseError} `invalid_request` for an unknown job.
    */
@@ -456,7 +457,7 @@ export class ModelLoads {
 
   // ---- jobs ----
 
-  #attach(key: string | undefined, digest: string, reuseEnded = false): ModelJobView | undefined {
+  #attach(key: string | undefined, digest: string): ModelJobView | undefined {
     if (key === undefined) return undefined;
     const job = this.#byKey.get(key);
     if (job === undefined) return undefined;
@@ -467,10 +468,8 @@ export class ModelLoads {
         { details: { request_key: key, job_id: job.view.job_id } },
       );
     }
-    const ended = job.view.state === "failed" || job.view.state === "cancelled";
     // A failed or cancelled job under the same key starts afresh (the cache resumes its bytes).
-    if (ended && !reuseEnded) return undefined;
-    if (ended) return undefined;
+    if (job.view.state === "failed" || job.view.state === "cancelled") return undefined;
     return { ...job.view };
   }
 
@@ -513,15 +512,19 @@ export class ModelLoads {
   }
 
   #fail(job: Job, err: unknown): void {
-    const e = toSynapseError(err, "artifact_invalid");
-    const cancelled = job.controller.signal.aborted && job.view.kind === "models.download";
-    this.#set(job, cancelled ? "cancelled" : "failed", cancelled ? {} : { error: e.toWire() });
-    if (!cancelled) {
-      this.#log("warn", "synapse.models", `${job.view.kind} ${job.view.job_id} failed`, {
-        code: e.code,
-        message: e.message,
-      });
+    const signal = job.controller.signal;
+    // A deadline aborts with its own error; models.download.cancel with an AbortError.
+    const reason = signal.aborted ? signal.reason : undefined;
+    if (signal.aborted && !(reason instanceof SynapseError)) {
+      this.#set(job, "cancelled");
+      return;
     }
+    const e = toSynapseError(reason ?? err, "artifact_invalid");
+    this.#set(job, "failed", { error: e.toWire() });
+    this.#log("warn", "synapse.models", `${job.view.kind} ${job.view.job_id} failed`, {
+      code: e.code,
+      message: e.message,
+    });
   }
 
   #job(jobId: string): Job {
@@ -646,6 +649,14 @@ export class ModelLoads {
       const model = files.model!;
       const engine: ModelEngine = req.engine ?? (model.format === "gguf" ? "llama" : "ort");
       checkFormat(engine, model.format);
+      if (engine === "ort" && files.tokenizer === undefined) {
+        throw new SynapseError(
+          "invalid_request",
+          "Cannot load: an ONNX model needs its tokenizer.json (beside it, or files.tokenizer)",
+          { details: { field: "files.tokenizer" } },
+        );
+      }
+      job.controller.signal.throwIfAborted();
       const task = req.task ??
         await inferTask(
           engine,

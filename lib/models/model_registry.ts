@@ -505,7 +505,9 @@ function unknownModel(
   return new SynapseError(
     "unknown_model",
     modelId === null
-      ? `Cannot serve ${task}: no ${task} model is loaded`
+      ? `Cannot serve ${task}: no ${task} model is loaded; load one with 'ck-synapse pull ID' (see 'ck-synapse models catalog${
+        task === undefined ? "" : ` --task ${task}`
+      }') or 'ck-synapse pull PATH|URL --sha256 H', or name one in preload_models`
       : `Cannot serve ${task ?? "requests"}: unknown model '${modelId}'`,
     { details: { model_id: modelId, ...(task ? { task } : {}), ...(known ? { known } : {}) } },
   );

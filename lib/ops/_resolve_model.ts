@@ -11,6 +11,7 @@
 import { SynapseError } from "../contract/errors.ts";
 import type { ModelTask, ReadyModel } from "../models/model.ts";
 import type { OpContext } from "./context.ts";
+import { catalogLaneId } from "../models/catalog.ts";
 
 /** A `preload_models[]` entry to copy, per task (paths to edit). */
 export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string, string>>>> =
@@ -48,13 +49,31 @@ export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string
  *   serving, test_models, example}` when no model serves the task.
  */
 export function resolveModel(
-  ctx: Pick<OpContext, "registry" | "config">,
+  ctx: Pick<OpContext, "registry" | "config" | "loads">,
   modelId: string | undefined,
   task: ModelTask,
 ): ReadyModel {
   try {
     return ctx.registry.resolve(modelId, task);
   } catch (err) {
+    const cat = modelId === undefined
+      ? undefined
+      : ctx.loads?.catalog.find((m) => m.id === modelId);
+    if (cat !== undefined && err instanceof SynapseError && err.code === "unknown_model") {
+      throw new SynapseError(
+        "model_not_installed",
+        `Cannot serve ${task}: catalog model '${cat.id}' is not installed; download it with 'ck-synapse pull ${cat.id}' (models.download {catalog_id: "${cat.id}"})`,
+        {
+          cause: err,
+          details: {
+            catalog_id: cat.id,
+            lane_id: cat.backends[0] ? catalogLaneId(cat, cat.backends[0].backend) : null,
+            download_op: "models.download",
+            download_job_id: null,
+          },
+        },
+      );
+    }
     if (
       modelId !== undefined || !(err instanceof SynapseError) || err.code !== "unknown_model" ||
       ctx.registry.list().some((m) => m.task === task)
@@ -84,7 +103,7 @@ export function servedByTask(
 }
 
 function noModelFor(
-  ctx: Pick<OpContext, "registry" | "config">,
+  ctx: Pick<OpContext, "registry" | "config" | "loads">,
   task: ModelTask,
   cause: SynapseError,
 ): SynapseError {
@@ -95,12 +114,16 @@ function noModelFor(
     ? `preload_models lists ${list}, and the test models are off whenever preload_models lists a model`
     : `the generated test models serve embed and rerank only`;
   const example = PRELOAD_EXAMPLES[task];
+  const catalog = (ctx.loads?.catalog ?? []).filter((m) => m.task === task);
+  const pick = catalog.find((m) => m.default_for_task) ?? catalog[0];
+  const pull = pick === undefined
+    ? "'ck-synapse pull PATH' (a local model directory or file)"
+    : `'ck-synapse pull ${pick.id}' (more: 'ck-synapse models catalog --task ${task}')`;
   return new SynapseError(
     "unknown_model",
-    `Cannot serve ${task}: no ${task} model is configured (${why}); add ${
-      task === "embed" ? "an" : "a"
-    } ${task} model to ` +
-      `preload_models in the config, e.g. ${JSON.stringify(example)}`,
+    `Cannot serve ${task}: no ${task} model is loaded (${why}); load one now with ${pull}, ` +
+      `or add ${task === "embed" ? "an" : "a"} ${task} model to preload_models in the config, ` +
+      `e.g. ${JSON.stringify(example)}`,
     {
       cause,
       details: {
@@ -109,6 +132,7 @@ function noModelFor(
         serving,
         test_models: !configured,
         example: { ...example },
+        catalog: catalog.map((m) => m.id),
       },
     },
   );

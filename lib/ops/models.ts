@@ -46,6 +46,18 @@ export interface ModelRow {
   /** Present and true for generated test fixtures. */
   test_model?: true;
   warm_load_cost_hint_ms?: number;
+  /** Lanes serving the model (`<scheduler>:<class>`), e.g. `ort-interactive`, `llama-<id>`. */
+  lanes: string[];
+  /** When a request last ended on the model, ms since the epoch; null before any. */
+  last_used_ms: number | null;
+  /** When the model's load started, ms since the epoch. */
+  loaded_at_ms: number;
+  /** Where the model comes from: `config` (preload_models or the test models), `runtime` (model.load), `catalog` (models.download). */
+  origin: "config" | "runtime" | "catalog";
+  /** Bytes of the model file on disk (what `ck-synapse ps` prints as SIZE). */
+  artifact_bytes?: number;
+  /** Resident memory of the model's worker process, bytes (worker-backed models, Linux). */
+  worker_rss_bytes?: number;
   /** The load failure, when state is `failed` (or waiting for a background retry). */
   error?: { code: string; message: string; details?: Record<string, unknown> };
 }
@@ -65,10 +77,19 @@ export interface ModelsListResult {
   default_test_models: boolean;
 }
 
-/** Builds one row. */
-export function modelRow(m: ModelEntry, now: number = Date.now()): ModelRow {
+/**
+ * Builds one row.
+ *
+ * @param origin Where the model comes from (the ops layer knows run-time loads). @default "config"
+ */
+export function modelRow(
+  m: ModelEntry,
+  now: number = Date.now(),
+  origin: ModelRow["origin"] = "config",
+): ModelRow {
   const r = m.ready;
   const status = modelStatus(m, now);
+  const used = [r?.interactive.lastUsedMs, r?.bulk.lastUsedMs].filter((t) => t !== undefined);
   const row: ModelRow = {
     model_id: m.modelId,
     state: status.state,
@@ -88,7 +109,16 @@ export function modelRow(m: ModelEntry, now: number = Date.now()): ModelRow {
     dtype: typeof r?.profile.dtype === "string" ? r.profile.dtype : "f32",
     device_class: deviceClass(m),
     certified: false,
+    lanes: r ? [...new Set([r.interactive.name, r.bulk.name])] : [],
+    last_used_ms: used.length > 0 ? Math.max(...used) : null,
+    loaded_at_ms: m.loadStartedMs,
+    origin,
   };
+  try {
+    row.artifact_bytes = Deno.statSync(m.source.modelPath).size;
+  } catch { /* not readable: no size */ }
+  const rss = workerRss(r?.interactive.engine.health().worker?.pid);
+  if (rss !== undefined) row.worker_rss_bytes = rss;
   const health = r?.interactive.engine.health();
   if (health?.worker !== undefined) row.worker = { ...health.worker };
   if (status.serving_admission !== undefined) row.serving_admission = status.serving_admission;
@@ -115,6 +145,17 @@ export function modelRow(m: ModelEntry, now: number = Date.now()): ModelRow {
   return row;
 }
 
+/** Resident bytes of a process from /proc (Linux); undefined elsewhere or when gone. */
+function workerRss(pid: unknown): number | undefined {
+  if (typeof pid !== "number" || Deno.build.os !== "linux") return undefined;
+  try {
+    const pages = Number(Deno.readTextFileSync(`/proc/${pid}/statm`).split(" ")[1]);
+    return Number.isFinite(pages) ? pages * 4096 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 function deviceClass(m: ModelEntry): ModelRow["device_class"] {
   const backend = m.ready?.identity.build_flags?.backend;
   return backend === "cuda" || backend === "metal" || backend === "vulkan" ? backend : "cpu";
@@ -126,7 +167,9 @@ export function modelsList(ctx: OpContext, rawParams: unknown): ModelsListResult
   return {
     module_generation: ctx.moduleGeneration,
     table_epoch: ctx.tableEpoch(),
-    models: ctx.registry.list().map((m) => modelRow(m, ctx.now())),
+    models: ctx.registry.list().map((m) =>
+      modelRow(m, ctx.now(), ctx.loads?.spec(m.modelId)?.origin ?? "config")
+    ),
     alias_rows: [],
     served_by: servedByTask(ctx),
     default_test_models: ctx.config.preload_models.length === 0,

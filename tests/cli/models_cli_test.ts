@@ -50,6 +50,6 @@ Deno.test("models list prints what serves each task; a bare task says why and wh
   assert.equal(embed.code, 1, embed.stdout);
   assert.match(
     embed.stderr,
-    /^error: unknown_model: Cannot serve embed: no embed model is configured \(preload_models lists rr \(rerank\), and the test models are off whenever preload_models lists a model\); add an embed model to preload_models in the config, e\.g\. \{"engine":"ort"/,
+    /^error: unknown_model: Cannot serve embed: no embed model is loaded \(preload_models lists rr \(rerank\), and the test models are off whenever preload_models lists a model\); load one now with .ck-synapse pull gte-modernbert-base. \(more: .ck-synapse models catalog --task embed.\), or add an embed model to preload_models in the config, e\.g\. \{"engine":"ort"/,
   );
 });

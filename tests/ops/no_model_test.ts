@@ -16,8 +16,10 @@ Deno.test("with only a rerank model configured, embed is refused saying the test
   assert.equal(e.class, "permanent");
   assert.equal(
     e.message,
-    "Cannot serve embed: no embed model is configured (preload_models lists rr (rerank), and the " +
-      "test models are off whenever preload_models lists a model); add an embed model to " +
+    "Cannot serve embed: no embed model is loaded (preload_models lists rr (rerank), and the " +
+      "test models are off whenever preload_models lists a model); load one now with " +
+      "'ck-synapse pull gte-modernbert-base' (more: 'ck-synapse models catalog --task embed'), " +
+      "or add an embed model to " +
       'preload_models in the config, e.g. {"engine":"ort","task":"embed","model_path":' +
       '"/models/all-MiniLM-L6-v2","tokenizer_path":"/models/all-MiniLM-L6-v2/tokenizer.json"}',
   );
@@ -32,6 +34,12 @@ Deno.test("with only a rerank model configured, embed is refused saying the test
       model_path: "/models/all-MiniLM-L6-v2",
       tokenizer_path: "/models/all-MiniLM-L6-v2/tokenizer.json",
     },
+    catalog: [
+      "gte-modernbert-base",
+      "all-minilm-l6-v2",
+      "bge-small-en-v1.5",
+      "qwen3-embedding-0.6b",
+    ],
   });
   // The same refusal on the batch path, and from microllm.
   const b = semanticError(await t.syn.call("embed.batch", { texts: ["a"] }));
@@ -43,6 +51,18 @@ Deno.test("with only a rerank model configured, embed is refused saying the test
   const named = semanticError(await t.syn.call("embed.query", { text: "x", model: "nope" }));
   assert.equal(named.code, "unknown_model");
   assert.match(named.message, /unknown model 'nope'/);
+  // A catalog model that is not installed says how to get it.
+  const notInstalled = semanticError(
+    await t.syn.call("embed.query", { text: "x", model: "all-minilm-l6-v2" }),
+  );
+  assert.equal(notInstalled.code, "model_not_installed");
+  assert.deepEqual(notInstalled.details, {
+    catalog_id: "all-minilm-l6-v2",
+    lane_id: "all-minilm-l6-v2-ort",
+    download_op: "models.download",
+    download_job_id: null,
+  });
+  assert.match(notInstalled.message, /ck-synapse pull all-minilm-l6-v2/);
 
   const list = resultOf(await t.syn.call("models.list", {}));
   assert.deepEqual(list.served_by, { embed: null, rerank: "rr", generate: null });
@@ -58,7 +78,7 @@ Deno.test("with no model configured, generate is refused saying the test models 
   assert.equal(e.code, "unknown_model");
   assert.match(
     e.message,
-    /^Cannot serve generate: no generate model is configured \(the generated test models serve embed and rerank only\); add a generate model to preload_models in the config, e\.g\. \{"engine":"llama","task":"generate",/,
+    /^Cannot serve generate: no generate model is loaded \(the generated test models serve embed and rerank only\); load one now with 'ck-synapse pull qwen2\.5-0\.5b-instruct' \(more: 'ck-synapse models catalog --task generate'\), or add a generate model to preload_models in the config, e\.g\. \{"engine":"llama","task":"generate",/,
   );
   assert.equal(e.details.test_models, true);
   const list = resultOf(await t.syn.call("models.list", {}));

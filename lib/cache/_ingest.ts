@@ -1,0 +1,234 @@
+/**
+ * Getting bytes into the cache: a local file copied while hashed ({@link importInto}), a URL
+ * downloaded under the cross-process download lock ({@link downloadInto}). Both publish the
+ * verified bytes as a blob ({@link publishBlobSync}) and end with the cache's validation.
+ *
+ * @module
+ */
+import { createHash } from "node:crypto";
+import { tryLockExclusive } from "../../ffi/flock.ts";
+import { SynapseError } from "../contract/errors.ts";
+import type { LogSink } from "../log/log.ts";
+import {
+  blobPathOf,
+  digestOf,
+  ensureMetaSync,
+  isDiskFull,
+  type Layout,
+  publishBlobSync,
+  removeIfPresentSync,
+  sizeIfPresentSync,
+} from "./_store.ts";
+import { downloadFailed, fetchToPartial } from "./download.ts";
+import type { ArtifactFormat, BlobMeta, DownloadProgress } from "./types.ts";
+
+/** What ingestion needs of the cache. */
+export interface IngestContext {
+  layout: Layout;
+  now(): number;
+  log: LogSink;
+  /** Storage cap (bytes), or undefined. */
+  cap: number | undefined;
+  /** ms. */
+  idleTimeoutMs: number;
+  /** ms between looks while another process downloads the same digest. */
+  pollMs: number;
+  fetch: typeof fetch;
+  usedBytes(): Promise<number>;
+  validate(hex: string, format: ArtifactFormat | undefined, file: string): Promise<BlobMeta>;
+}
+
+/**
+ * Copies `path` into the cache while hashing it (only hashes it when `expectedHex` names a blob
+ * already there), checks the expected digest, publishes, validates.
+ *
+ * @throws {SynapseError} see `ModelCache.importFile`.
+ */
+export async function importInto(
+  ctx: IngestContext,
+  path: string,
+  opts: { expectedHex?: string; format?: ArtifactFormat; file: string; signal?: AbortSignal },
+): Promise<BlobMeta> {
+  const { file, expectedHex: expected } = opts;
+  let abs: string;
+  let src: Deno.FsFile;
+  try {
+    abs = await Deno.realPath(path);
+    src = await Deno.open(abs, { read: true });
+  } catch (err) {
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot import ${path}: ${(err as Error).message}; check the path and its permissions`,
+      { cause: err, details: { file, reason: "unreadable" } },
+    );
+  }
+  const l = ctx.layout;
+  const source = `file://${abs}`;
+  const have = expected !== undefined && sizeIfPresentSync(blobPathOf(l, expected)) !== undefined;
+  const copyTo = have ? undefined : `${l.tmp}/import-${crypto.randomUUID()}.partial`;
+  let hex: string;
+  try {
+    const cap = ctx.cap === undefined || copyTo === undefined
+      ? undefined
+      : Math.max(0, ctx.cap - await ctx.usedBytes());
+    hex = await copyHashing(src, copyTo, cap, { file, url: source }, opts.signal);
+  } catch (err) {
+    if (copyTo !== undefined) removeIfPresentSync(copyTo);
+    throw err;
+  } finally {
+    src.close();
+  }
+  if (expected !== undefined && hex !== expected) {
+    if (copyTo !== undefined) removeIfPresentSync(copyTo);
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot import ${file}: its SHA-256 is sha256:${hex}, not the expected sha256:${expected}; ` +
+        "check the file and the expected digest",
+      {
+        details: {
+          file,
+          reason: "digest_mismatch",
+          expected: digestOf(expected),
+          digest: digestOf(hex),
+        },
+      },
+    );
+  }
+  if (copyTo !== undefined) publishBlobSync(l, copyTo, hex, source, ctx.now());
+  else ensureMetaSync(l, hex, source, ctx.now());
+  return await ctx.validate(hex, opts.format, file);
+}
+
+/**
+ * Downloads `url` as blob `hex` unless it is there: under the exclusive download lock
+ * `tmp/<hex>.lock` (polling while another process holds it, until its blob appears or the lock
+ * is free), into `tmp/<hex>.partial` ({@link fetchToPartial}), then publishes and validates.
+ *
+ * @throws {SynapseError} see `ModelCache.download`; `signal.reason` on abort.
+ */
+export async function downloadInto(
+  ctx: IngestContext,
+  url: string,
+  hex: string,
+  opts: { size?: number; format?: ArtifactFormat; file: string },
+  signal: AbortSignal,
+  report: (p: DownloadProgress) => void,
+): Promise<BlobMeta> {
+  const l = ctx.layout;
+  const digest = digestOf(hex);
+  const validateExisting = async (): Promise<BlobMeta | undefined> => {
+    if (sizeIfPresentSync(blobPathOf(l, hex)) === undefined) return undefined;
+    try {
+      ensureMetaSync(l, hex, url, ctx.now());
+      return await ctx.validate(hex, opts.format, opts.file);
+    } catch (err) {
+      // Deleted by a GC between the look and the lease: download it again.
+      if (err instanceof SynapseError && err.code === "model_not_installed") return undefined;
+      throw err;
+    }
+  };
+  const have = await validateExisting();
+  if (have !== undefined) return have;
+  const lockPath = `${l.tmp}/${hex}.lock`;
+  let lock = tryLockExclusive(lockPath);
+  while (lock === undefined) {
+    // Another process is downloading this digest: wait for its blob or its lock.
+    await sleep(ctx.pollMs, signal);
+    const theirs = await validateExisting();
+    if (theirs !== undefined) return theirs;
+    lock = tryLockExclusive(lockPath);
+  }
+  try {
+    const done = await validateExisting();
+    if (done !== undefined) return done;
+    const partialPath = `${l.tmp}/${hex}.partial`;
+    const partial = sizeIfPresentSync(partialPath) ?? 0;
+    const capBytes = ctx.cap === undefined
+      ? undefined
+      : Math.max(0, ctx.cap - ((await ctx.usedBytes()) - partial));
+    ctx.log("info", "synapse.models", "downloading into the model cache", {
+      file: opts.file,
+      digest,
+      resume_from: partial,
+    });
+    const fetched = await fetchToPartial({
+      url,
+      partialPath,
+      sha256Hex: hex,
+      ...(opts.size === undefined ? {} : { size: opts.size }),
+      file: opts.file,
+      idleTimeoutMs: ctx.idleTimeoutMs,
+      ...(capBytes === undefined ? {} : { capBytes }),
+      fetch: ctx.fetch,
+      signal,
+      onProgress: report,
+      log: ctx.log,
+    });
+    publishBlobSync(l, partialPath, hex, url, ctx.now());
+    ctx.log("info", "synapse.models", "downloaded into the model cache", {
+      file: opts.file,
+      digest,
+      bytes: fetched.size,
+      resumed: fetched.resumed,
+    });
+  } finally {
+    lock.release();
+  }
+  return await ctx.validate(hex, opts.format, opts.file);
+}
+
+/** Streams `src` into `dest` (when given) while hashing; returns the hex digest. */
+async function copyHashing(
+  src: Deno.FsFile,
+  dest: string | undefined,
+  capBytes: number | undefined,
+  names: { file: string; url: string },
+  signal: AbortSignal | undefined,
+): Promise<string> {
+  const hash = createHash("sha256");
+  using out = dest === undefined
+    ? undefined
+    : await Deno.open(dest, { create: true, write: true, truncate: true, mode: 0o644 });
+  const buf = new Uint8Array(4 * 1024 * 1024);
+  let done = 0;
+  while (true) {
+    signal?.throwIfAborted();
+    const n = await src.read(buf);
+    if (n === null) break;
+    const chunk = buf.subarray(0, n);
+    hash.update(chunk);
+    done += n;
+    if (out === undefined) continue;
+    if (capBytes !== undefined && done > capBytes) {
+      throw downloadFailed(
+        names,
+        "storage_full",
+        `${done} bytes would exceed the cache's storage cap (${capBytes} bytes left)`,
+      );
+    }
+    try {
+      let off = 0;
+      while (off < chunk.length) off += await out.write(chunk.subarray(off));
+    } catch (err) {
+      if (isDiskFull(err)) throw downloadFailed(names, "storage_full", "the disk is full", {}, err);
+      throw err;
+    }
+  }
+  await out?.sync();
+  return hash.digest("hex");
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}

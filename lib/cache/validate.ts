@@ -1,0 +1,356 @@
+/**
+ * Format sniffing and validation of a cached artifact before any engine or worker touches it
+ * (issue 11 item 2): an ONNX model must be a well-formed `ModelProto` with a graph, a GGUF must
+ * have the magic, version 2 or 3 and parseable metadata, a tokenizer.json must load as a
+ * {@link SanitizedTokenizer} (whose digest is recorded), a config.json must be a JSON object.
+ *
+ * The ONNX check walks the protobuf wire format with seeks (field tags and lengths only, never
+ * the tensors), so a multi-gigabyte model is checked without reading it into memory.
+ *
+ * @module
+ */
+import { gguf } from "@huggingface/gguf";
+import { SynapseError } from "../contract/errors.ts";
+import { readGgufFacts } from "../engines/llama/gguf.ts";
+import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
+import type { ArtifactFormat } from "./types.ts";
+
+/** What {@link validateArtifact} learned. */
+export interface ArtifactFacts {
+  /** `sha256:<hex>` of the sanitized tokenizer (tokenizer_json only). */
+  sanitizedTokenizerDigest?: string;
+}
+
+/** JSON files larger than this are not read whole to sniff them (bytes). */
+const SNIFF_JSON_MAX_BYTES = 256 * 1024 * 1024;
+
+/**
+ * Guesses an artifact's format from its content: `GGUF` magic → `gguf`; a JSON object with a
+ * `model` object (the tokenizers library's layout) → `tokenizer_json`, any other JSON object →
+ * `config_json`; a protobuf whose first field is ONNX's `ir_version` (tag 0x08) → `onnx`; else
+ * `other`. Sniffing never throws for bad content; {@link validateArtifact} judges it.
+ *
+ * @param path The file.
+ * @returns The format.
+ * @throws {SynapseError} `artifact_invalid` `{reason: "unreadable", file}` when the file cannot
+ *   be read.
+ */
+export async function sniffFormat(path: string): Promise<ArtifactFormat> {
+  let head: Uint8Array;
+  let size: number;
+  try {
+    using f = await Deno.open(path, { read: true });
+    size = (await f.stat()).size;
+    head = await readAt(f, 0, 16);
+  } catch (err) {
+    throw unreadable(path, path, err);
+  }
+  if (head.length >= 4 && new TextDecoder().decode(head.subarray(0, 4)) === "GGUF") return "gguf";
+  const first = head.find((b) => b !== 0x20 && b !== 0x0a && b !== 0x0d && b !== 0x09);
+  if (first === 0x7b /* { */ && size <= SNIFF_JSON_MAX_BYTES) {
+    const json = await parseJsonObject(path);
+    if (json === undefined) return "other";
+    const model = json["model"];
+    return typeof model === "object" && model !== null && !Array.isArray(model)
+      ? "tokenizer_json"
+      : "config_json";
+  }
+  if (head[0] === 0x08) return "onnx";
+  return "other";
+}
+
+/**
+ * Validates an artifact as `format` (issue 11 item 2). `other` is accepted as is.
+ *
+ * - `onnx`: the file is a sequence of well-formed protobuf fields ending exactly at its end,
+ *   with `ir_version` (field 1), an `opset_import` (field 8) and a `graph` (field 7) that is
+ *   itself well-formed;
+ * - `gguf`: magic, version 2 or 3, parseable metadata with the keys the llama engine needs
+ *   (`readGgufFacts`);
+ * - `tokenizer_json`: JSON that loads as a {@link SanitizedTokenizer};
+ * - `config_json`: a JSON object.
+ *
+ * @param path The file.
+ * @param format What it must be.
+ * @param label The logical name used in messages and `details.file` (e.g. `model.onnx`).
+ * @returns The facts learned (the sanitized tokenizer digest of a tokenizer.json).
+ * @throws {SynapseError} `artifact_invalid` (permanent) with `details.reason` `not_onnx`,
+ *   `not_gguf`, `missing_metadata` (GGUF, naming `key`), `bad_tokenizer`, `bad_config` or
+ *   `unreadable`, and `details.file` = `label`.
+ */
+export async function validateArtifact(
+  path: string,
+  format: ArtifactFormat,
+  label: string,
+): Promise<ArtifactFacts> {
+  switch (format) {
+    case "onnx":
+      await checkOnnx(path, label);
+      return {};
+    case "gguf":
+      await checkGgufExtent(path, label);
+      try {
+        await readGgufFacts(path, label);
+      } catch (err) {
+        if (!(err instanceof SynapseError)) throw err;
+        throw new SynapseError("artifact_invalid", err.message, {
+          cause: err,
+          details: { ...err.details, file: label, format },
+        });
+      }
+      return {};
+    case "tokenizer_json": {
+      const json = await parseJsonObject(path, { label, format, reason: "bad_tokenizer" });
+      if (json === undefined) {
+        throw invalid(label, format, "bad_tokenizer", "it is not a JSON object");
+      }
+      try {
+        const tok = SanitizedTokenizer.fromJson(json, {}, label);
+        return { sanitizedTokenizerDigest: tok.digest };
+      } catch (err) {
+        throw invalid(label, format, "bad_tokenizer", (err as Error).message, err);
+      }
+    }
+    case "config_json": {
+      const json = await parseJsonObject(path, { label, format, reason: "bad_config" });
+      if (json === undefined) throw invalid(label, format, "bad_config", "it is not a JSON object");
+      return {};
+    }
+    case "other":
+      return {};
+    default:
+      throw new Error(`unknown artifact format ${format satisfies never}. This is a bug`);
+  }
+}
+
+/** How a JSON parse failure is reported: as `artifact_invalid` with this reason. */
+interface JsonRefusal {
+  label: string;
+  format: ArtifactFormat;
+  reason: string;
+}
+
+/**
+ * Reads a JSON file; `undefined` when it is valid JSON but not an object. A parse failure throws
+ * `artifact_invalid` as `refuse` says, or gives `undefined` without one (sniffing).
+ */
+async function parseJsonObject(
+  path: string,
+  refuse?: JsonRefusal,
+): Promise<Record<string, unknown> | undefined> {
+  let text: string;
+  try {
+    text = await Deno.readTextFile(path);
+  } catch (err) {
+    throw unreadable(path, refuse?.label ?? path, err);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    if (refuse === undefined) return undefined;
+    const why = `it does not parse as JSON: ${(err as Error).message}`;
+    throw invalid(refuse.label, refuse.format, refuse.reason, why, err);
+  }
+  return typeof json === "object" && json !== null && !Array.isArray(json)
+    ? json as Record<string, unknown>
+    : undefined;
+}
+
+/** `[block size (elements), block bytes]` of ggml tensor types by type id (ggml.h). */
+const GGML_BLOCKS: Record<number, readonly [number, number]> = {
+  0: [1, 4], // f32
+  1: [1, 2], // f16
+  2: [32, 18], // q4_0
+  3: [32, 20], // q4_1
+  6: [32, 22], // q5_0
+  7: [32, 24], // q5_1
+  8: [32, 34], // q8_0
+  9: [32, 40], // q8_1
+  10: [256, 84], // q2_K
+  11: [256, 110], // q3_K
+  12: [256, 144], // q4_K
+  13: [256, 176], // q5_K
+  14: [256, 210], // q6_K
+  15: [256, 292], // q8_K
+  24: [1, 1], // i8
+  25: [1, 2], // i16
+  26: [1, 4], // i32
+  27: [1, 8], // i64
+  28: [1, 8], // f64
+  30: [1, 2], // bf16
+};
+
+/**
+ * Refuses a GGUF cut off before the end of its tensor data: the data section must hold every
+ * tensor (a tensor of a type missing from {@link GGML_BLOCKS} counts as starting there, at
+ * least). A file the parser cannot read at all is left to `readGgufFacts`, whose message names
+ * the fault.
+ */
+async function checkGgufExtent(path: string, label: string): Promise<void> {
+  let size: number;
+  let parsed: Awaited<ReturnType<typeof gguf>>;
+  try {
+    size = (await Deno.stat(path)).size;
+    parsed = await gguf(path, { allowLocalFile: true });
+  } catch {
+    return;
+  }
+  let end = parsed.tensorDataOffset;
+  for (const t of parsed.tensorInfos) {
+    const elements = t.shape.reduce((a, b) => a * b, 1n);
+    const block = GGML_BLOCKS[t.dtype];
+    const bytes = block === undefined
+      ? 0n
+      : (elements + BigInt(block[0]) - 1n) / BigInt(block[0]) * BigInt(block[1]);
+    const tensorEnd = parsed.tensorDataOffset + t.offset + bytes;
+    if (tensorEnd > end) end = tensorEnd;
+  }
+  if (end > BigInt(size)) {
+    throw invalid(
+      label,
+      "gguf",
+      "not_gguf",
+      `it is cut off: its header and tensors need ${end} bytes, the file has ${size}`,
+    );
+  }
+}
+
+/** ONNX `ModelProto` field numbers the check requires. */
+const ONNX_IR_VERSION = 1;
+const ONNX_GRAPH = 7;
+const ONNX_OPSET_IMPORT = 8;
+
+async function checkOnnx(path: string, label: string): Promise<void> {
+  let f: Deno.FsFile;
+  try {
+    f = await Deno.open(path, { read: true });
+  } catch (err) {
+    throw unreadable(path, label, err);
+  }
+  try {
+    const size = (await f.stat()).size;
+    const seen = new Map<number, { start: number; end: number }>();
+    await walkFields(f, 0, size, label, (field, wire, start, end) => {
+      if (field === ONNX_IR_VERSION && wire !== 0) return "ir_version is not a varint";
+      if ((field === ONNX_GRAPH || field === ONNX_OPSET_IMPORT) && wire !== 2) {
+        return `field ${field} is not length-delimited`;
+      }
+      if (!seen.has(field)) seen.set(field, { start, end });
+      return undefined;
+    });
+    for (
+      const [field, name] of [[ONNX_IR_VERSION, "ir_version"], [ONNX_GRAPH, "graph"], [
+        ONNX_OPSET_IMPORT,
+        "opset_import",
+      ]] as const
+    ) {
+      if (!seen.has(field)) throw notOnnx(label, `it has no ${name} (ModelProto field ${field})`);
+    }
+    const graph = seen.get(ONNX_GRAPH)!;
+    await walkFields(f, graph.start, graph.end, label, () => undefined);
+  } finally {
+    f.close();
+  }
+}
+
+/**
+ * Walks the protobuf fields in `[start, end)`, calling `visit(field, wireType, valueStart,
+ * valueEnd)`; `visit` returns a complaint to refuse the file. Groups (wire types 3, 4) and
+ * unknown wire types are refused: ONNX uses neither.
+ */
+async function walkFields(
+  f: Deno.FsFile,
+  start: number,
+  end: number,
+  label: string,
+  visit: (field: number, wire: number, valueStart: number, valueEnd: number) => string | undefined,
+): Promise<void> {
+  let pos = start;
+  while (pos < end) {
+    const head = await readAt(f, pos, Math.min(20, end - pos));
+    const tag = readVarint(head, 0);
+    if (tag === undefined) throw notOnnx(label, `a field tag at byte ${pos} is cut off`);
+    const field = Math.floor(tag.value / 8);
+    const wire = tag.value % 8;
+    if (field < 1) throw notOnnx(label, `field number 0 at byte ${pos}`);
+    let valueStart = pos + tag.length;
+    let valueEnd: number;
+    if (wire === 0) {
+      const v = readVarint(head, tag.length);
+      if (v === undefined) throw notOnnx(label, `a varint at byte ${valueStart} is cut off`);
+      valueEnd = valueStart + v.length;
+    } else if (wire === 1) {
+      valueEnd = valueStart + 8;
+    } else if (wire === 5) {
+      valueEnd = valueStart + 4;
+    } else if (wire === 2) {
+      const len = readVarint(head, tag.length);
+      if (len === undefined) throw notOnnx(label, `a length at byte ${valueStart} is cut off`);
+      valueStart += len.length;
+      valueEnd = valueStart + len.value;
+    } else {
+      throw notOnnx(label, `wire type ${wire} of field ${field} at byte ${pos} is not ONNX's`);
+    }
+    if (valueEnd > end) {
+      throw notOnnx(label, `field ${field} at byte ${pos} runs past its end (byte ${end})`);
+    }
+    const complaint = visit(field, wire, valueStart, valueEnd);
+    if (complaint !== undefined) throw notOnnx(label, complaint);
+    pos = valueEnd;
+  }
+}
+
+/** A varint of `buf` at `at` (up to 2^53), or undefined when it is cut off or too long. */
+function readVarint(buf: Uint8Array, at: number): { value: number; length: number } | undefined {
+  let value = 0;
+  let scale = 1;
+  for (let i = at; i < buf.length && i - at < 10; i++) {
+    const b = buf[i]!;
+    value += (b & 0x7f) * scale;
+    scale *= 128;
+    if ((b & 0x80) === 0) {
+      return value > Number.MAX_SAFE_INTEGER ? undefined : { value, length: i - at + 1 };
+    }
+  }
+  return undefined;
+}
+
+/** Reads up to `n` bytes at `pos` (fewer only at the end of the file). */
+async function readAt(f: Deno.FsFile, pos: number, n: number): Promise<Uint8Array> {
+  await f.seek(pos, Deno.SeekMode.Start);
+  const buf = new Uint8Array(n);
+  let got = 0;
+  while (got < n) {
+    const r = await f.read(buf.subarray(got));
+    if (r === null) break;
+    got += r;
+  }
+  return buf.subarray(0, got);
+}
+
+function notOnnx(label: string, why: string): SynapseError {
+  return invalid(label, "onnx", "not_onnx", `it is not an ONNX model: ${why}`);
+}
+
+function invalid(
+  label: string,
+  format: ArtifactFormat,
+  reason: string,
+  why: string,
+  cause?: unknown,
+): SynapseError {
+  return new SynapseError(
+    "artifact_invalid",
+    `Cannot use ${label} as ${format}: ${why}; fetch the right file or fix its source`,
+    { ...(cause === undefined ? {} : { cause }), details: { file: label, format, reason } },
+  );
+}
+
+function unreadable(path: string, label: string, err: unknown): SynapseError {
+  return new SynapseError(
+    "artifact_invalid",
+    `Cannot read ${label} (${path}): ${(err as Error).message}; check the path and its permissions`,
+    { cause: err, details: { file: label, reason: "unreadable" } },
+  );
+}

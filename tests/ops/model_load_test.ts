@@ -1,0 +1,341 @@
+/**
+ * Models loaded at run time (issue 11): `model.load` from a local directory and from a pinned
+ * loopback URL, serving at once and again after a restart; refusals of unpinned sources; a wrong
+ * digest; `model.unload` while a request holds the model; `models.download` of a catalog model
+ * served from a loopback "Hugging Face"; `models.catalog`; `models.remove`.
+ */
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { loadConfig } from "../../lib/config/loader.ts";
+import { createSynapse, type Synapse } from "../../lib/synapse.ts";
+import type { CatalogModel } from "../../lib/models/catalog.ts";
+import { channelError, MODELS, resultOf, semanticError } from "../_helpers.ts";
+
+const EMBED_DIR = `${MODELS}/synapse-tiny-embed`;
+
+function sha256(path: string): string {
+  return createHash("sha256").update(Deno.readFileSync(path)).digest("hex");
+}
+
+/** A loopback file server: `path → file`, counting requests per path. */
+function serveFiles(files: Record<string, string>) {
+  const hits = new Map<string, number>();
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    const path = new URL(req.url).pathname;
+    hits.set(path, (hits.get(path) ?? 0) + 1);
+    const file = files[path];
+    if (file === undefined) return new Response("not found", { status: 404 });
+    return new Response(await Deno.readFile(file));
+  });
+  const base = `http://127.0.0.1:${server.addr.port}`;
+  return { base, hits, [Symbol.asyncDispose]: () => server.shutdown() };
+}
+
+interface Home {
+  dir: string;
+  env: Record<string, string>;
+  start(extra?: { catalog?: CatalogModel[]; config?: Record<string, unknown> }): Promise<Synapse>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** A data home that outlives one instance (restart tests). */
+async function home(): Promise<Home> {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-load-" });
+  const env = { XDG_DATA_HOME: `${dir}/data`, XDG_CONFIG_HOME: `${dir}/config`, HOME: dir };
+  return {
+    dir,
+    env,
+    async start(extra = {}) {
+      const { config } = loadConfig({
+        env: { ...env, SYNAPSE_CONFIG_JSON: JSON.stringify(extra.config ?? {}) },
+        cwd: dir,
+      });
+      return await createSynapse({
+        config,
+        env,
+        ...(extra.catalog === undefined ? {} : { catalog: extra.catalog }),
+      });
+    },
+    async [Symbol.asyncDispose]() {
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+async function settle(syn: Synapse, jobId: string) {
+  return await syn.loads.settled(jobId);
+}
+
+Deno.test("model.load from a local directory serves at once, is recorded, and serves again after a restart", async () => {
+  await using h = await home();
+  let fingerprint: string;
+  {
+    const syn = await h.start();
+    try {
+      const job = resultOf(await syn.call("model.load", { path: EMBED_DIR, model_id: "my-embed" }));
+      assert.equal(job.kind, "model.load");
+      assert.match(job.job_id, /^load_/);
+      const done = await settle(syn, job.job_id);
+      assert.equal(done.state, "ready", JSON.stringify(done));
+      assert.equal(done.model_id, "my-embed");
+      const out = resultOf(await syn.call("embed.query", { text: "hello", model: "my-embed" }));
+      fingerprint = out.fingerprint;
+      assert.equal(out.vectors.length, 1);
+      const row = resultOf(await syn.call("models.list", {})).models.find((
+        m: { model_id: string },
+      ) => m.model_id === "my-embed");
+      assert.equal(row.origin, "runtime");
+      assert.equal(row.artifact_bytes, Deno.statSync(`${EMBED_DIR}/model.onnx`).size);
+      const st = resultOf(await syn.call("model.status", { model_id: "my-embed" }));
+      assert.deepEqual([st.state, st.engine, st.task, st.fingerprint], [
+        "ready",
+        "ort",
+        "embed",
+        fingerprint,
+      ]);
+      // Content-addressed: the blob is in the cache under its digest, pinned for the model.
+      const meta = await syn.cache.meta(`sha256:${sha256(`${EMBED_DIR}/model.onnx`)}`);
+      assert.equal(meta?.format, "onnx");
+      assert.deepEqual(meta?.pins.map((p) => p.owner), ["synapse:model:my-embed"]);
+    } finally {
+      await syn.dispose();
+    }
+  }
+  const syn = await h.start();
+  try {
+    const out = resultOf(await syn.call("embed.query", { text: "hello", model: "my-embed" }));
+    assert.equal(out.fingerprint, fingerprint, "same files, same fingerprint after a restart");
+  } finally {
+    await syn.dispose();
+  }
+});
+
+Deno.test("model.load refuses unpinned sources before any job: a URL without a digest, an hf branch, a missing path", async () => {
+  await using h = await home();
+  const syn = await h.start();
+  try {
+    const noDigest = semanticError(
+      await syn.call("model.load", { url: "http://127.0.0.1:9/m.gguf" }),
+    );
+    assert.equal(noDigest.code, "invalid_request");
+    assert.equal(noDigest.details.field, "expected_digest");
+    assert.match(noDigest.message, /not pinned: give expected_digest/);
+    const branch = semanticError(
+      await syn.call("model.load", {
+        repo: "Qwen/Qwen3-0.6B-GGUF",
+        revision: "main",
+        files: { model: { path: "Qwen3-0.6B-Q8_0.gguf", sha256: "0".repeat(64) } },
+      }),
+    );
+    assert.equal(branch.code, "invalid_request");
+    assert.match(branch.message, /40-hex commit/);
+    const missing = semanticError(await syn.call("model.load", { path: `${h.dir}/nope` }));
+    assert.equal(missing.code, "invalid_request");
+    const catalogId = semanticError(
+      await syn.call("model.load", { path: EMBED_DIR, model_id: "all-minilm-l6-v2" }),
+    );
+    assert.match(catalogId.message, /catalog id/);
+    // A malformed field is a channel error, like every other operation's.
+    const typo = channelError(await syn.call("model.load", { path: EMBED_DIR, pth: 1 }));
+    assert.equal(typo.code, "invalid_request");
+  } finally {
+    await syn.dispose();
+  }
+});
+
+Deno.test("model.load from a pinned loopback URL; a wrong digest fails the job with artifact_invalid", async () => {
+  await using h = await home();
+  await using srv = serveFiles({
+    "/m/model.onnx": `${EMBED_DIR}/model.onnx`,
+    "/m/tokenizer.json": `${EMBED_DIR}/tokenizer.json`,
+  });
+  const syn = await h.start();
+  try {
+    const tok = {
+      url: `${srv.base}/m/tokenizer.json`,
+      sha256: sha256(`${EMBED_DIR}/tokenizer.json`),
+    };
+    const job = resultOf(
+      await syn.call("model.load", {
+        url: `${srv.base}/m/model.onnx`,
+        expected_digest: sha256(`${EMBED_DIR}/model.onnx`),
+        files: { tokenizer: tok },
+        model_id: "from-url",
+      }),
+    );
+    const done = await settle(syn, job.job_id);
+    assert.equal(done.state, "ready", JSON.stringify(done));
+    assert.equal(
+      done.bytes_done,
+      Deno.statSync(`${EMBED_DIR}/model.onnx`).size +
+        Deno.statSync(`${EMBED_DIR}/tokenizer.json`).size,
+    );
+    resultOf(await syn.call("embed.query", { text: "hi", model: "from-url" }));
+
+    const bad = resultOf(
+      await syn.call("model.load", {
+        url: `${srv.base}/m/model.onnx`,
+        expected_digest: "ab".repeat(32),
+        files: { tokenizer: tok },
+        model_id: "bad-digest",
+      }),
+    );
+    const failed = await settle(syn, bad.job_id);
+    assert.equal(failed.state, "failed");
+    assert.equal(failed.error?.code, "artifact_invalid");
+    assert.equal(failed.error?.class, "permanent");
+    // Nothing of the failed load is served.
+    assert.equal(
+      semanticError(await syn.call("embed.query", { text: "x", model: "bad-digest" })).code,
+      "unknown_model",
+    );
+  } finally {
+    await syn.dispose();
+  }
+});
+
+Deno.test("model.unload refuses while a request holds the model, then unloads; the unload survives a restart", async () => {
+  await using h = await home();
+  {
+    const syn = await h.start();
+    try {
+      const job = resultOf(await syn.call("model.load", { path: EMBED_DIR, model_id: "held" }));
+      assert.equal((await settle(syn, job.job_id)).state, "ready");
+      const model = await syn.registry.ready("held");
+      // A request admitted on the model's lane holds it until its permit is released.
+      const permit = model.interactive.admit({ bytes: 1, deadlineMs: 60_000, maxQueueMs: 60_000 });
+      const inUse = semanticError(await syn.call("model.unload", { model_id: "held" }));
+      assert.equal(inUse.code, "model_in_use");
+      assert.deepEqual(inUse.details.holders, [{ kind: "request", count: 1 }]);
+      permit.release();
+      const gone = resultOf(await syn.call("model.unload", { model_id: "held" }));
+      assert.equal(gone.state, "unloaded");
+      assert.equal(
+        semanticError(await syn.call("embed.query", { text: "x", model: "held" })).code,
+        "unknown_model",
+      );
+    } finally {
+      await syn.dispose();
+    }
+  }
+  const syn = await h.start();
+  try {
+    assert.equal(
+      semanticError(await syn.call("embed.query", { text: "x", model: "held" })).code,
+      "unknown_model",
+    );
+  } finally {
+    await syn.dispose();
+  }
+});
+
+/** A catalog of one model whose files the loopback server holds at Hugging Face's paths. */
+function testCatalog(): CatalogModel[] {
+  const rev = "0123456789abcdef0123456789abcdef01234567";
+  const file = (path: string, local: string) => ({
+    hf_repo: "synapse/tiny-embed",
+    revision: rev,
+    path,
+    sha256: sha256(local),
+    size: Deno.statSync(local).size,
+    digest_source: "tests/ops/model_load_test.ts",
+  });
+  return [{
+    id: "tiny-embed",
+    task: "embed",
+    name: "tiny",
+    description: "test",
+    default_for_task: false,
+    upstream: { hf_repo: "synapse/tiny-embed", revision: rev },
+    dims: 32,
+    backends: [{
+      backend: "ort",
+      files: {
+        model: file("model.onnx", `${EMBED_DIR}/model.onnx`),
+        tokenizer: file("tokenizer.json", `${EMBED_DIR}/tokenizer.json`),
+        config: file("config.json", `${EMBED_DIR}/config.json`),
+      },
+      pooling: "mean",
+      normalize: true,
+      max_tokens: 128,
+    }],
+  }, {
+    id: "unpinned",
+    task: "embed",
+    name: "unpinned",
+    description: "a model whose digest no source states",
+    default_for_task: false,
+    upstream: { hf_repo: "synapse/unpinned", revision: rev },
+    dims: 32,
+    backends: [{
+      backend: "ort",
+      files: {
+        model: {
+          ...file("model.onnx", `${EMBED_DIR}/model.onnx`),
+          sha256: null,
+          digest_source: null,
+        },
+      },
+      pooling: "mean",
+      normalize: true,
+      max_tokens: 128,
+    }],
+  }];
+}
+
+Deno.test("models.download of a catalog model from a loopback hf_endpoint: one job per key, installed, served, removed", async () => {
+  await using h = await home();
+  const rev = "0123456789abcdef0123456789abcdef01234567";
+  await using srv = serveFiles({
+    [`/synapse/tiny-embed/resolve/${rev}/model.onnx`]: `${EMBED_DIR}/model.onnx`,
+    [`/synapse/tiny-embed/resolve/${rev}/tokenizer.json`]: `${EMBED_DIR}/tokenizer.json`,
+    [`/synapse/tiny-embed/resolve/${rev}/config.json`]: `${EMBED_DIR}/config.json`,
+  });
+  const catalog = testCatalog();
+  const syn = await h.start({ catalog, config: { hf_endpoint: srv.base } });
+  try {
+    const before = resultOf(await syn.call("models.catalog", {}));
+    const row = before.models.find((m: { id: string }) => m.id === "tiny-embed");
+    assert.equal(row.install_state, "not_installed");
+    assert.deepEqual(
+      row.backends.map((b: { lane_id: string; runnable: boolean }) => [b.lane_id, b.runnable]),
+      [["tiny-embed-ort", true]],
+    );
+    const unpinned = before.models.find((m: { id: string }) => m.id === "unpinned");
+    assert.equal(unpinned.backends[0].reason, "digest_unverified");
+    assert.equal(
+      semanticError(await syn.call("models.download", { catalog_id: "unpinned" })).code,
+      "backend_unavailable",
+    );
+
+    // Two concurrent downloads of the same catalog id: one job, one fetch per file.
+    const [a, b] = await Promise.all([
+      syn.call("models.download", { catalog_id: "tiny-embed" }),
+      syn.call("models.download", { catalog_id: "tiny-embed" }),
+    ]);
+    assert.equal(resultOf(a).job_id, resultOf(b).job_id);
+    assert.match(resultOf(a).request_key, /^models\.download:tiny-embed:sha256:/);
+    const done = await settle(syn, resultOf(a).job_id);
+    assert.equal(done.state, "committed", JSON.stringify(done));
+    assert.equal(srv.hits.get(`/synapse/tiny-embed/resolve/${rev}/model.onnx`), 1);
+    await syn.registry.ready("tiny-embed");
+    const out = resultOf(await syn.call("embed.query", { text: "hi", model: "tiny-embed" }));
+    assert.equal(out.vectors.length, 1);
+    const after = resultOf(await syn.call("models.catalog", { installed: true }));
+    assert.deepEqual(after.models.map((m: { id: string }) => m.id), ["tiny-embed"]);
+    assert.equal(after.models[0].backends[0].fingerprint, out.fingerprint);
+
+    const removed = resultOf(await syn.call("models.remove", { catalog_id: "tiny-embed" }));
+    assert.equal(removed.catalog_id, "tiny-embed");
+    assert.equal(removed.removed_manifests.length, 1);
+    const expected = ["model.onnx", "tokenizer.json", "config.json"].reduce(
+      (a, f) => a + Deno.statSync(`${EMBED_DIR}/${f}`).size,
+      0,
+    );
+    assert.equal(removed.freed_bytes, expected);
+    const gone = resultOf(await syn.call("models.catalog", { installed: true }));
+    assert.deepEqual(gone.models, []);
+  } finally {
+    await syn.dispose();
+  }
+});
