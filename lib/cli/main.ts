@@ -17,11 +17,15 @@ import { SynapseError } from "../contract/errors.ts";
 import { cliExitFor } from "../http/status_table.ts";
 import { UsageError, wantsJson } from "./_command.ts";
 import type { CliIO, Command } from "./_command.ts";
+import { cacheCommand } from "./commands/cache.ts";
 import { callCommand } from "./commands/call.ts";
 import { embedCommand } from "./commands/embed.ts";
 import { jobCommand } from "./commands/job.ts";
 import { modelsCommand } from "./commands/models.ts";
+import { psCommand } from "./commands/ps.ts";
+import { pullCommand } from "./commands/pull.ts";
 import { rerankCommand } from "./commands/rerank.ts";
+import { rmCommand } from "./commands/rm.ts";
 import { generateCommand } from "./commands/generate.ts";
 import { serveCommand } from "./commands/serve.ts";
 import { VERSION_LINE, versionCommand } from "./commands/version.ts";
@@ -34,7 +38,11 @@ export const COMMANDS: readonly Command[] = Object.freeze([
   jobCommand,
   rerankCommand,
   generateCommand,
+  pullCommand,
+  psCommand,
+  rmCommand,
   modelsCommand,
+  cacheCommand,
   callCommand,
   serveCommand,
   versionCommand,

@@ -339,6 +339,14 @@ export class ModelLoads {
   ): Promise<{ catalog_id: string; removed_manifests: string[]; freed_bytes: number }> {
     const catalogModel = this.catalog.find((m) => m.id === id);
     let spec = this.#specs.get(id);
+    // Refused before anything is unloaded: a model from the config is not removed.
+    if (spec === undefined && catalogModel === undefined) {
+      throw new SynapseError(
+        "unknown_model",
+        `Cannot remove '${id}': it is neither a catalog model nor a model loaded with model.load`,
+        { details: { model_id: id } },
+      );
+    }
     if (this.registry.list().some((m) => m.modelId === id)) {
       try {
         await this.unload(id, extraHolders);
@@ -355,13 +363,6 @@ export class ModelLoads {
       this.#specs.delete(id);
       await this.#unpinAll(spec);
       this.#store?.deleteModel(id);
-    }
-    if (spec === undefined && catalogModel === undefined) {
-      throw new SynapseError(
-        "unknown_model",
-        `Cannot remove '${id}': it is neither a catalog model nor a model loaded with model.load`,
-        { details: { model_id: id } },
-      );
     }
     // A catalog model installed but not loaded: its files are still pinned under its owner.
     const digests = new Set<Digest>();
@@ -591,7 +592,12 @@ export class ModelLoads {
       file: role,
       signal,
       onProgress: (p) => {
-        this.#set(job, job.view.state, { bytes_done: base + p.bytes_done });
+        // No size pinned: the total is what the servers announced, for the files so far (a
+        // pinned total, the sum of all files, is never below it).
+        const announced = p.bytes_total === null ? null : base + p.bytes_total;
+        const now = job.view.bytes_total;
+        const total = now === null || (announced !== null && announced > now) ? announced : now;
+        this.#set(job, job.view.state, { bytes_done: base + p.bytes_done, bytes_total: total });
       },
     });
   }
