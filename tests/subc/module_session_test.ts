@@ -303,8 +303,10 @@ Deno.test("a flow-scoped route serves query operations and refuses anything else
   const refused = bodyOf(await m.link.reply(5, 2n));
   assert.equal(refused.code, "flow_scope_refused");
   assert.match(refused.message, /flow-42/);
-  // The same method on an ordinary route is simply unknown here.
-  assert.equal(bodyOf(await m.link.reply(6, 3n)).code, "unknown_method");
+  // The same mutate method on an ordinary route is served (here: refused for its empty params).
+  const served = bodyOf(await m.link.reply(6, 3n));
+  assert.equal(served.result.error.code, "invalid_request");
+  assert.match(served.result.error.message, /give a source/);
 });
 
 Deno.test("route Goodbye drops the route: its later frames are dropped", async () => {
