@@ -343,7 +343,29 @@ async function fetchFollowing(
 ): Promise<Response> {
   let current = new URL(opts.url);
   for (let hop = 1;; hop++) {
-    const res = await opts.fetch(current, { headers, redirect: "manual", signal });
+    let res: Response;
+    try {
+      res = await opts.fetch(current, { headers, redirect: "manual", signal });
+    } catch (err) {
+      if (err instanceof Deno.errors.NotCapable || err instanceof Deno.errors.PermissionDenied) {
+        // Not the network's fault, and no retry fixes it: the process may not reach this host.
+        throw new SynapseError(
+          "backend_unavailable",
+          `Cannot download ${current.href}: this process may not connect to ${current.host} (${
+            (err as Error).message
+          }); the ck-synapse launcher allows loopback and Hugging Face's hosts — add this host to SYNAPSE_ALLOW_NET (comma-separated host[:port]) and restart the server`,
+          {
+            cause: err,
+            details: {
+              file: opts.file ?? null,
+              host: current.host,
+              backends: [{ backend: "download", reason: "net_not_allowed" }],
+            },
+          },
+        );
+      }
+      throw err;
+    }
     if (![301, 302, 303, 307, 308].includes(res.status)) return res;
     await res.body?.cancel();
     const location = res.headers.get("location");

@@ -29,5 +29,8 @@ try {
   say(`ok ${meta.digest}`);
 } catch (err) {
   say(`error ${err instanceof SynapseError ? `${err.code} ${err.details?.reason}` : String(err)}`);
+  if (err instanceof SynapseError && err.code === "backend_unavailable") {
+    say(JSON.stringify(err.details));
+  }
   Deno.exit(1);
 }

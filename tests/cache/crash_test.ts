@@ -125,3 +125,28 @@ Deno.test("a full disk (ENOSPC from the kernel) is download_failed {reason: stor
     ONNX_DIGEST,
   );
 });
+
+Deno.test("a host the process may not reach (Deno's net permission) is backend_unavailable net_not_allowed, not a retryable network failure", async () => {
+  await using srv = new TestServer();
+  await using t = await tempCache();
+  srv.routes.set("/model.onnx", { kind: "file", bytes: ONNX });
+  // The child may reach 127.0.0.1 only; "localhost" names the same server but is not granted.
+  const port = new URL(srv.base).port;
+  const { child, next } = spawnDownload(t.root, `http://localhost:${port}/model.onnx`, [
+    "--allow-read",
+    "--allow-write",
+    `--allow-net=127.0.0.1:${port}`,
+    "--allow-ffi",
+    "--allow-env",
+  ]);
+  try {
+    assert.equal(await next(), "error backend_unavailable undefined");
+    const details = JSON.parse((await next())!);
+    assert.equal(details.host, `localhost:${port}`);
+    assert.deepEqual(details.backends, [{ backend: "download", reason: "net_not_allowed" }]);
+  } finally {
+    await child.status;
+    await child.stdout.cancel().catch(() => {});
+  }
+  assert.deepEqual(filesIn(`${t.root}/blobs`), []);
+});
