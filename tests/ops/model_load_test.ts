@@ -389,3 +389,45 @@ Deno.test("model.load infers the task: a GGUF with a pooling type embeds, an ONN
     "embed",
   );
 });
+
+Deno.test("models.remove of a model a durable job holds is model_in_use naming the job; once it ends the files go", async () => {
+  await using h = await home();
+  const syn = await h.start();
+  try {
+    const job = resultOf(await syn.call("model.load", { path: EMBED_DIR, model_id: "jobbed" }));
+    assert.equal((await settle(syn, job.job_id)).state, "ready");
+    const model = await syn.registry.ready("jobbed");
+    // Hold the bulk lane so the job is admitted and waits, deterministically.
+    const slot = await model.bulk.reserve();
+    let released = false;
+    try {
+      const texts = Array.from({ length: 80 }, (_, i) => `text ${i}`);
+      const accepted = resultOf(
+        await syn.call("embed.batch", { texts, model: "jobbed", request_key: "hold-1" }),
+      );
+      assert.ok(accepted.job_id);
+      const inUse = semanticError(await syn.call("models.remove", { catalog_id: "jobbed" }));
+      assert.equal(inUse.code, "model_in_use");
+      assert.equal(inUse.details.catalog_id, "jobbed");
+      assert.deepEqual(
+        inUse.details.holders.filter((x: { kind: string }) => x.kind === "job"),
+        [{ kind: "job", job_id: accepted.job_id }],
+      );
+      // Still served: the refusal took nothing away.
+      resultOf(await syn.call("embed.query", { text: "still here", model: "jobbed" }));
+      slot.release();
+      released = true;
+      await syn.context.jobs.running.get(accepted.job_id);
+      const removed = resultOf(await syn.call("models.remove", { catalog_id: "jobbed" }));
+      assert.ok(removed.freed_bytes >= Deno.statSync(`${EMBED_DIR}/model.onnx`).size);
+      assert.equal(
+        await syn.cache.meta(`sha256:${sha256(`${EMBED_DIR}/model.onnx`)}`),
+        undefined,
+      );
+    } finally {
+      if (!released) slot.release();
+    }
+  } finally {
+    await syn.dispose();
+  }
+});
