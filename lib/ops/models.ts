@@ -54,6 +54,9 @@ export interface ModelRow {
   loaded_at_ms: number;
   /** Where the model comes from: `config` (preload_models or the test models), `runtime` (model.load), `catalog` (models.download). */
   origin: "config" | "runtime" | "catalog";
+  /** Catalog models: the catalog id and the lane (`<catalog_id>-<backend>`, contract §1). */
+  catalog_id?: string;
+  lane_id?: string;
   /** Bytes of the model file on disk (what `ck-synapse ps` prints as SIZE). */
   artifact_bytes?: number;
   /** Resident memory of the model's worker process, bytes (worker-backed models, Linux). */
@@ -167,9 +170,13 @@ export function modelsList(ctx: OpContext, rawParams: unknown): ModelsListResult
   return {
     module_generation: ctx.moduleGeneration,
     table_epoch: ctx.tableEpoch(),
-    models: ctx.registry.list().map((m) =>
-      modelRow(m, ctx.now(), ctx.loads?.spec(m.modelId)?.origin ?? "config")
-    ),
+    models: ctx.registry.list().map((m) => {
+      const spec = ctx.loads?.spec(m.modelId);
+      const row = modelRow(m, ctx.now(), spec?.origin ?? "config");
+      if (spec?.catalog_id !== undefined) row.catalog_id = spec.catalog_id;
+      if (spec?.lane_id !== undefined) row.lane_id = spec.lane_id;
+      return row;
+    }),
     alias_rows: [],
     served_by: servedByTask(ctx),
     default_test_models: ctx.config.preload_models.length === 0,

@@ -321,6 +321,14 @@ Deno.test("models.download of a catalog model from a loopback hf_endpoint: one j
     await syn.registry.ready("tiny-embed");
     const out = resultOf(await syn.call("embed.query", { text: "hi", model: "tiny-embed" }));
     assert.equal(out.vectors.length, 1);
+    const listed = resultOf(await syn.call("models.list", {})).models.find((
+      m: { model_id: string },
+    ) => m.model_id === "tiny-embed");
+    assert.deepEqual([listed.origin, listed.catalog_id, listed.lane_id], [
+      "catalog",
+      "tiny-embed",
+      "tiny-embed-ort",
+    ]);
     const after = resultOf(await syn.call("models.catalog", { installed: true }));
     assert.deepEqual(after.models.map((m: { id: string }) => m.id), ["tiny-embed"]);
     assert.equal(after.models[0].backends[0].fingerprint, out.fingerprint);
