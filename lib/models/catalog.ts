@@ -8,8 +8,11 @@
  *
  * Where a digest comes from is recorded per file (`digest_source`): the reference
  * implementation's pinned manifest (`cortexkit/synapse` `bench/parity/models.json`) states the
- * safetensors, `tokenizer.json` and `config.json` digests of its four catalog models; ONNX and
- * GGUF conversions are separate files that it does not pin.
+ * `tokenizer.json` and `config.json` digests of the GTE and Qwen3 models; the ONNX and GGUF files
+ * are pinned from public code that pins the same file at the same commit (a catalog or a test
+ * manifest). None could be checked against Hugging Face from the machines this build was made on:
+ * a wrong pin fails the download with `artifact_invalid` (digest mismatch), never serves other
+ * bytes.
  *
  * @module
  */
