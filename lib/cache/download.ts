@@ -253,7 +253,7 @@ async function attemptOnce(
         err,
       );
     }
-    throw downloadFailed(opts, "network", (err as Error).message ?? String(err), {}, err);
+    throw downloadFailed(opts, "network", networkCause(err), {}, err);
   } finally {
     clearTimeout(timer);
     if (file !== undefined) {
@@ -333,6 +333,17 @@ export function isPrivateHost(hostname: string): boolean {
 function isPrivateV4([a, b]: number[]): boolean {
   return a === 127 || a === 10 || a === 0 || (a === 172 && b! >= 16 && b! <= 31) ||
     (a === 192 && b === 168) || (a === 169 && b === 254) || (a === 100 && b! >= 64 && b! <= 127);
+}
+
+/**
+ * What went wrong on the network, with the cause Deno's `fetch` nests (`fetch failed` alone does
+ * not say that a name did not resolve or a connection was refused).
+ */
+function networkCause(err: unknown): string {
+  const e = err as { message?: string; cause?: unknown };
+  const outer = e?.message ?? String(err);
+  const inner = e?.cause instanceof Error ? e.cause.message : undefined;
+  return inner !== undefined && !outer.includes(inner) ? `${outer}: ${inner}` : outer;
 }
 
 /** GETs `opts.url`, following redirects by hand under the policy of the module doc. */

@@ -153,6 +153,12 @@ export interface Engine extends AsyncDisposable {
    *   engine refuses), `backend_unavailable` when the engine does not generate.
    */
   generate(request: GenerateRequest, options?: EngineCallOptions): Promise<GenerateOutput>;
+  /**
+   * Resident memory of the engine's own process, bytes, for engines that run in one (a worker
+   * process); absent for engines sharing the service's process. Never starts anything; undefined
+   * when it cannot tell now.
+   */
+  residentBytes?(): Promise<number | undefined>;
   /** Releases the model's runtime resources. Idempotent. */
   dispose(): Promise<void>;
 }

@@ -72,7 +72,7 @@ export interface LoadStore {
     config_json: string;
   }): void;
   deleteModel(modelId: string): void;
-  listModels(): { model_id: string; config_json: string }[];
+  listModels(): { model_id: string; config_json: string; updated_ms: number }[];
 }
 
 /** A file of a loaded model, in the cache. */
@@ -133,6 +133,8 @@ export interface ModelJobView {
   bytes_total: number | null;
   /** Set when `state` is `failed`. */
   error?: WireError;
+  /** True when the same files were already loaded under this id (nothing was done). */
+  already_loaded?: boolean;
   created_ms: number;
   updated_ms: number;
 }
@@ -142,6 +144,8 @@ interface Job {
   digest: string;
   controller: AbortController;
   done: Promise<void>;
+  /** Blobs the job brought into the cache (or found there). */
+  digests: Digest[];
 }
 
 /** Options of {@link ModelLoads}. */
@@ -207,7 +211,7 @@ export class ModelLoads {
     const digest = jcsSha256(req as unknown as JsonValue);
     const known = this.#attach(req.request_key, digest);
     if (known) return known;
-    if (req.model_id !== undefined) this.#checkIdFree(req.model_id);
+    if (req.model_id !== undefined) this.#checkIdFree(req.model_id, true);
     // Refuse what cannot work before a job exists: unpinned sources, missing files.
     const plan = resolveLoadFiles(req, this.#hfEndpoint);
     const job = this.#newJob(
@@ -343,7 +347,9 @@ export class ModelLoads {
     if (spec === undefined && catalogModel === undefined) {
       throw new SynapseError(
         "unknown_model",
-        `Cannot remove '${id}': it is neither a catalog model nor a model loaded with model.load`,
+        this.registry.list().some((m) => m.modelId === id)
+          ? `Cannot remove '${id}': it comes from the config (preload_models) or is a generated test model, so it has no files in the model cache; stop it until the next start with 'ck-synapse models unload ${id}' (model.unload), or remove it from the config`
+          : `Cannot remove '${id}': it is neither a catalog model nor a model loaded with 'ck-synapse pull' (model.load)`,
         { details: { model_id: id } },
       );
     }
@@ -408,6 +414,8 @@ export class ModelLoads {
       }
     })();
     const started: Promise<ModelEntry>[] = [];
+    // In the order they were loaded (the first of a task serves requests that name none).
+    rows.sort((a, b) => a.updated_ms - b.updated_ms);
     for (const row of rows) {
       let spec: LoadSpec | undefined;
       try {
@@ -500,6 +508,7 @@ export class ModelLoads {
       digest,
       controller: new AbortController(),
       done: Promise.resolve(),
+      digests: [],
     };
     this.#jobs.set(id, job);
     if (requestKey !== undefined) this.#byKey.set(requestKey, job);
@@ -549,7 +558,12 @@ export class ModelLoads {
     }
   }
 
-  #checkIdFree(modelId: string): void {
+  /**
+   * Refuses an id that is taken. With `allowSameLoad`, an id a run-time load already holds passes
+   * here: whether it is the same files is known only once they are resolved ({@link #sameLoad}).
+   */
+  #checkIdFree(modelId: string, allowSameLoad = false): void {
+    if (allowSameLoad && this.#specs.get(modelId)?.origin === "runtime") return;
     if (this.registry.list().some((m) => m.modelId === modelId)) {
       throw new SynapseError(
         "invalid_request",
@@ -579,6 +593,12 @@ export class ModelLoads {
 
   /** Brings one file into the cache; progress adds to the job's bytes. */
   async #fetch(job: Job, ref: FileRef, role: string, base: number): Promise<BlobMeta> {
+    const meta = await this.#fetchOne(job, ref, role, base);
+    job.digests.push(meta.digest);
+    return meta;
+  }
+
+  async #fetchOne(job: Job, ref: FileRef, role: string, base: number): Promise<BlobMeta> {
     const signal = job.controller.signal;
     if (ref.kind === "local") {
       return await this.cache.importFile(ref.path, {
@@ -664,7 +684,7 @@ export class ModelLoads {
           files.config && this.cache.blobPath(files.config.digest),
         );
       const modelId = req.model_id ?? modelIdFor(req, plan);
-      if (req.model_id === undefined) this.#checkIdFree(modelId);
+      this.#checkIdFree(modelId, true);
       job.view.model_id = modelId;
       const spec: LoadSpec = {
         model_id: modelId,
@@ -679,9 +699,46 @@ export class ModelLoads {
         origin: "runtime",
         ...(req.pin === false ? {} : { pin_owner: this.#owner("model", modelId) }),
       };
+      let loaded = this.#specs.get(modelId);
+      const entry = this.registry.list().find((m) => m.modelId === modelId);
+      if (loaded !== undefined && entry?.state === "failed" && sameLoad(loaded, spec)) {
+        // The same files failed to load before (a blob lost at a restart …): try them again.
+        this.#specs.delete(modelId);
+        await this.registry.unload(modelId).catch(() => {});
+        loaded = undefined;
+      }
+      if (loaded !== undefined) {
+        // Pulling what is already loaded is a no-op answered ready (like `ollama pull` twice);
+        // other files under a taken id are refused.
+        if (!sameLoad(loaded, spec)) {
+          throw new SynapseError(
+            "invalid_request",
+            `Cannot load '${modelId}': a model with this id is already loaded from other files or settings; unload it first or pick another model_id`,
+            { details: { field: "model_id", model_id: modelId } },
+          );
+        }
+        this.#set(job, "ready", { already_loaded: true });
+        return;
+      }
       await this.#loadSpec(job, spec);
     } catch (err) {
       this.#fail(job, err);
+      await this.#dropInvalid(job);
+    }
+  }
+
+  /**
+   * Deletes the blobs of a failed job that nothing can use: those that failed validation, and
+   * those that are no model format at all. Pinned or leased blobs stay (GC skips them).
+   */
+  async #dropInvalid(job: Job): Promise<void> {
+    for (const digest of job.digests) {
+      const meta = await this.cache.meta(digest).catch(() => undefined);
+      const useless = meta?.validation_state === "invalid" || meta?.format === "other";
+      if (meta === undefined || !useless || meta.pins.length > 0) continue;
+      for (let pass = 0; pass < 2; pass++) {
+        await this.cache.gc({ digest, graceMs: 0 }).catch(() => []);
+      }
     }
   }
 
@@ -794,7 +851,30 @@ export class ModelLoads {
   }
 }
 
+/** Whether a loaded spec and a new one serve the same files the same way. */
+function sameLoad(a: LoadSpec, b: LoadSpec): boolean {
+  const d = (s: LoadSpec) =>
+    JSON.stringify([
+      s.engine,
+      s.task,
+      s.pooling ?? null,
+      s.normalize ?? null,
+      s.max_tokens ?? null,
+      s.files.model.digest,
+      s.files.tokenizer?.digest ?? null,
+      s.files.config?.digest ?? null,
+    ]);
+  return d(a) === d(b);
+}
+
 function checkFormat(engine: ModelEngine, format: ArtifactFormat): void {
+  if (format !== "onnx" && format !== "gguf") {
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot load: the model file is neither ONNX nor GGUF (it reads as ${format}); check the file or URL`,
+      { details: { file: "model", reason: "not_a_model", format } },
+    );
+  }
   const want = engine === "llama" ? "gguf" : "onnx";
   if (format !== want) {
     throw new SynapseError(

@@ -218,8 +218,7 @@ export class ModelRegistry implements AsyncDisposable {
   resolve(modelId: string | undefined, task: ModelTask): ReadyModel {
     let m: ModelEntry | undefined;
     if (modelId === undefined) {
-      m = this.list().find((x) => x.task === task && x.state !== "failed") ??
-        this.list().find((x) => x.task === task);
+      m = defaultModelOf(this.list(), task);
       if (!m) throw unknownModel(null, task);
     } else {
       m = this.#entries.get(modelId);
@@ -495,6 +494,20 @@ export class ModelRegistry implements AsyncDisposable {
       throw new SynapseError("disposed", "Cannot use the model registry: it was disposed");
     }
   }
+}
+
+/**
+ * The model that serves a task when a request names none: the first of the task, in load order,
+ * that is not a generated test model and has not failed; else the first that has not failed;
+ * else the first. So a model pulled at run time takes over from the test models.
+ */
+export function defaultModelOf(
+  list: readonly ModelEntry[],
+  task: ModelTask,
+): ModelEntry | undefined {
+  return list.find((x) => x.task === task && x.state !== "failed" && !x.testModel) ??
+    list.find((x) => x.task === task && x.state !== "failed") ??
+    list.find((x) => x.task === task);
 }
 
 function unknownModel(

@@ -12,6 +12,7 @@ import { SynapseError } from "../contract/errors.ts";
 import type { ModelTask, ReadyModel } from "../models/model.ts";
 import type { OpContext } from "./context.ts";
 import { catalogLaneId } from "../models/catalog.ts";
+import { defaultModelOf } from "../models/model_registry.ts";
 
 /** A `preload_models[]` entry to copy, per task (paths to edit). */
 export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string, string>>>> =
@@ -85,9 +86,10 @@ export function resolveModel(
 }
 
 /**
- * Which model serves each task when a request names none (`models.list` `served_by`): the first
- * model of the task, in `preload_models` order, that has not failed, else the first; `null` when
- * no model serves the task. The same rule as `ModelRegistry.resolve(undefined, task)`.
+ * Which model serves each task when a request names none (`models.list` `served_by`): the rule
+ * of `ModelRegistry.resolve(undefined, task)` ({@link defaultModelOf}: the first model of the
+ * task, in load order, that is not a test model and has not failed, …); `null` when no model
+ * serves the task.
  *
  * @param ctx Module context (registry).
  * @returns A model id or null per task.
@@ -96,9 +98,7 @@ export function servedByTask(
   ctx: Pick<OpContext, "registry">,
 ): Record<ModelTask, string | null> {
   const list = ctx.registry.list();
-  const pick = (task: ModelTask): string | null =>
-    (list.find((m) => m.task === task && m.state !== "failed") ??
-      list.find((m) => m.task === task))?.modelId ?? null;
+  const pick = (task: ModelTask): string | null => defaultModelOf(list, task)?.modelId ?? null;
   return { embed: pick("embed"), rerank: pick("rerank"), generate: pick("generate") };
 }
 

@@ -120,8 +120,7 @@ export function modelRow(
   try {
     row.artifact_bytes = Deno.statSync(m.source.modelPath).size;
   } catch { /* not readable: no size */ }
-  const rss = workerRss(r?.interactive.engine.health().worker?.pid);
-  if (rss !== undefined) row.worker_rss_bytes = rss;
+
   const health = r?.interactive.engine.health();
   if (health?.worker !== undefined) row.worker = { ...health.worker };
   if (status.serving_admission !== undefined) row.serving_admission = status.serving_admission;
@@ -148,33 +147,34 @@ export function modelRow(
   return row;
 }
 
-/** Resident bytes of a process from /proc (Linux); undefined elsewhere or when gone. */
-function workerRss(pid: unknown): number | undefined {
-  if (typeof pid !== "number" || Deno.build.os !== "linux") return undefined;
-  try {
-    const pages = Number(Deno.readTextFileSync(`/proc/${pid}/statm`).split(" ")[1]);
-    return Number.isFinite(pages) ? pages * 4096 : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 function deviceClass(m: ModelEntry): ModelRow["device_class"] {
   const backend = m.ready?.identity.build_flags?.backend;
   return backend === "cuda" || backend === "metal" || backend === "vulkan" ? backend : "cpu";
 }
 
-/** `models.list {}`. @throws {SynapseError} channel `invalid_request` for any param. */
-export function modelsList(ctx: OpContext, rawParams: unknown): ModelsListResult {
+/**
+ * `models.list {}`: waits at most a second for each worker's PONG (its RSS).
+ *
+ * @throws {SynapseError} channel `invalid_request` for any param. */
+export async function modelsList(
+  ctx: OpContext,
+  rawParams: unknown,
+): Promise<ModelsListResult> {
   parseParams("models.list", ModelsListParams, rawParams);
+  const entries = ctx.registry.list();
+  // Worker processes report their own RSS (a PONG); a busy or absent worker simply has none.
+  const rss = await Promise.all(
+    entries.map((m) => m.ready?.interactive.engine.residentBytes?.() ?? undefined),
+  );
   return {
     module_generation: ctx.moduleGeneration,
     table_epoch: ctx.tableEpoch(),
-    models: ctx.registry.list().map((m) => {
+    models: entries.map((m, i) => {
       const spec = ctx.loads?.spec(m.modelId);
       const row = modelRow(m, ctx.now(), spec?.origin ?? "config");
       if (spec?.catalog_id !== undefined) row.catalog_id = spec.catalog_id;
       if (spec?.lane_id !== undefined) row.lane_id = spec.lane_id;
+      if (rss[i] !== undefined) row.worker_rss_bytes = rss[i];
       return row;
     }),
     alias_rows: [],

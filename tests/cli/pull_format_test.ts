@@ -150,6 +150,7 @@ Deno.test("planPull() maps a catalog id, a URL and a path to their calls", () =>
 
 Deno.test("planPull() refuses what cannot work before any call, saying why", () => {
   const cases: [string, Parameters<typeof planPull>[1], RegExp][] = [
+    ["ftp://h.example/m.gguf", {}, /only http:\/\/ and https:\/\/ URLs can be downloaded/],
     [
       "https://h.example/m.gguf",
       {},
@@ -283,6 +284,15 @@ Deno.test("pullFailureHint() points at the fix for each failure", () => {
     pullFailureHint({ code: "download_failed", details: { reason: "network" } }, "url")!,
     /resumes/,
   );
+  // Offline, a catalog pull names the mirror and a local copy; a 404 does not promise a resume.
+  assert.match(
+    pullFailureHint({ code: "download_failed", details: { reason: "network" } }, "catalog")!,
+    /hf_endpoint to a mirror and add it to SYNAPSE_ALLOW_NET.*ck-synapse pull \.\/DIR/,
+  );
+  assert.doesNotMatch(
+    pullFailureHint({ code: "download_failed", details: { reason: "http_status" } }, "url")!,
+    /resume/,
+  );
   assert.match(
     pullFailureHint({ code: "artifact_invalid" }, "path")!,
     /nothing was loaded; fix what the message names/,
@@ -402,7 +412,7 @@ Deno.test("followPull() prints the job's error and a hint for a failed download 
   assert.equal(code, 1);
   assert.deepEqual(io.stderr.slice(-2), [
     "error: download_failed: Cannot download model: HTTP 404 (job dl_1 failed)",
-    "hint: check the URL and the network, then run the same pull again: it resumes the partial download",
+    "hint: the server refused the file (see its HTTP status); check the URL (for a catalog model: the hf_endpoint config key and its mirror)",
   ]);
   const json = capture();
   assert.equal(

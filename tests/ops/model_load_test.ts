@@ -377,6 +377,11 @@ Deno.test("a GGUF alone, pulled from a pinned loopback URL, generates text at on
       await syn.call("microllm.oneshot", { prompt: "hello", max_tokens: 3 }),
     );
     assert.equal(out.n_gen, 3);
+    // The worker reports its own resident memory (PONG): no /proc access needed.
+    const row = resultOf(await syn.call("models.list", {})).models.find((
+      m: { model_id: string },
+    ) => m.model_id === "tiny-qwen");
+    assert.ok(row.worker_rss_bytes > 1024 * 1024, JSON.stringify(row.worker_rss_bytes));
     assert.equal(out.generated_token_ids.length, 3);
     assert.equal(typeof out.text, "string");
   } finally {
@@ -435,6 +440,76 @@ Deno.test("models.remove of a model a durable job holds is model_in_use naming t
     } finally {
       if (!released) slot.release();
     }
+  } finally {
+    await syn.dispose();
+  }
+});
+
+Deno.test("pulling the same files again under the same id is answered ready at once; other files under that id are refused", async () => {
+  await using h = await home();
+  const syn = await h.start();
+  try {
+    const first = resultOf(await syn.call("model.load", { path: EMBED_DIR, model_id: "twice" }));
+    assert.equal((await settle(syn, first.job_id)).state, "ready");
+    const again = await settle(
+      syn,
+      resultOf(await syn.call("model.load", { path: EMBED_DIR, model_id: "twice" })).job_id,
+    );
+    assert.deepEqual([again.state, again.already_loaded], ["ready", true]);
+    const other = await settle(
+      syn,
+      resultOf(
+        await syn.call("model.load", { path: `${MODELS}/synapse-tiny-rerank`, model_id: "twice" }),
+      ).job_id,
+    );
+    assert.equal(other.state, "failed");
+    assert.equal(other.error?.code, "invalid_request");
+    assert.match(other.error?.message ?? "", /already loaded from other files/);
+    // The model that holds the id is untouched.
+    resultOf(await syn.call("embed.query", { text: "x", model: "twice" }));
+  } finally {
+    await syn.dispose();
+  }
+});
+
+Deno.test("a pulled model that is not a test model serves requests that name none, ahead of the test models", async () => {
+  await using h = await home();
+  // The generated encoder without its config.json (which labels it a test model).
+  const dir = `${h.dir}/plain-embed`;
+  await Deno.mkdir(dir);
+  await Deno.copyFile(`${EMBED_DIR}/model.onnx`, `${dir}/model.onnx`);
+  await Deno.copyFile(`${EMBED_DIR}/tokenizer.json`, `${dir}/tokenizer.json`);
+  const syn = await h.start();
+  try {
+    const before = resultOf(await syn.call("models.list", {}));
+    assert.equal(before.served_by.embed, "synapse-tiny-embed");
+    const job = resultOf(await syn.call("model.load", { path: dir }));
+    assert.equal((await settle(syn, job.job_id)).state, "ready");
+    const after = resultOf(await syn.call("models.list", {}));
+    assert.equal(after.served_by.embed, "plain-embed");
+    const out = resultOf(await syn.call("embed.query", { text: "who serves?" }));
+    const mine = resultOf(
+      await syn.call("embed.query", { text: "who serves?", model: "plain-embed" }),
+    );
+    assert.equal(out.fingerprint, mine.fingerprint);
+    assert.equal(out.test_model, undefined);
+  } finally {
+    await syn.dispose();
+  }
+});
+
+Deno.test("a file that is neither ONNX nor GGUF is artifact_invalid not_a_model, and its blob does not stay in the cache", async () => {
+  await using h = await home();
+  const path = `${h.dir}/x.gguf`;
+  await Deno.writeTextFile(path, "hello, not a model\n");
+  const syn = await h.start();
+  try {
+    const job = resultOf(await syn.call("model.load", { path }));
+    const done = await settle(syn, job.job_id);
+    assert.equal(done.state, "failed");
+    assert.equal(done.error?.code, "artifact_invalid");
+    assert.equal(done.error?.details?.reason, "not_a_model");
+    assert.equal(await syn.cache.meta(`sha256:${sha256(path)}`), undefined);
   } finally {
     await syn.dispose();
   }

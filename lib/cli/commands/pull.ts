@@ -55,8 +55,8 @@ download (the partial file stays in the cache, so the next pull resumes it).
   --tokenizer-sha256 H    SHA-256 of the tokenizer URL's file
   --config URL|PATH       its config.json (a URL needs --config-sha256)
   --config-sha256 H       SHA-256 of the config URL's file
-  --no-pin                do not pin its files in the cache ('cache gc' may take them once the
-                          model is unloaded)
+  --no-pin                do not pin its files: 'cache gc' may delete them even while the model
+                          serves (it serves from memory; the next start then fails to load it)
   --json                  no progress; print {job, model}: the final job and model.status
 ${serverFlagsUsage(24)}
 
@@ -123,6 +123,11 @@ export function planPull(target: string, flags: PullFlags, cwd: string): PullPla
   const isPath = !isUrl &&
     (target.includes("/") || target === "." || target === ".." ||
       (/\.(onnx|gguf)$/i.test(target) && existsSync(resolve(cwd, target))));
+  if (!isUrl && /^[a-z][a-z0-9+.-]*:\/\//i.test(target)) {
+    throw new UsageError(
+      `Cannot pull ${target}: only http:// and https:// URLs can be downloaded (or give a local PATH or a catalog id)`,
+    );
+  }
   if (!isUrl && !isPath) {
     const extra = LOAD_ONLY_FLAGS.find((f) => flags[f] !== undefined);
     if (extra !== undefined) {
@@ -283,8 +288,14 @@ export function pullFailureHint(
     case "artifact_invalid":
       return "hint: nothing was loaded; fix what the message names (the file, its source or its --sha256) and pull again";
     case "download_failed":
-      return e.details?.reason === "storage_full"
-        ? "hint: the model cache is full; free space with 'ck-synapse cache gc' (or raise cache_max_bytes), then pull again"
+      if (e.details?.reason === "storage_full") {
+        return "hint: the model cache is full; free space with 'ck-synapse cache gc' (or raise cache_max_bytes), then pull again";
+      }
+      if (e.details?.reason === "http_status") {
+        return "hint: the server refused the file (see its HTTP status); check the URL (for a catalog model: the hf_endpoint config key and its mirror)";
+      }
+      return kind === "catalog"
+        ? "hint: check the network (Hugging Face must be reachable, or set hf_endpoint to a mirror and add it to SYNAPSE_ALLOW_NET), then run the same pull again: it resumes the partial download; or pull a local copy with 'ck-synapse pull ./DIR'"
         : "hint: check the URL and the network, then run the same pull again: it resumes the partial download";
     case "backend_unavailable":
       return e.details?.catalog_id !== undefined
@@ -460,8 +471,9 @@ class PullFollower {
     if (this.#shown === "downloading" && this.#download !== undefined) {
       const secs = Math.max(0.001, (now - this.#download.at) / 1000);
       const got = Math.max(0, job.bytes_done - this.#download.done);
+      const ended = job.state === "failed" || job.state === "cancelled";
       this.#progress.note(
-        `downloaded ${formatBytes(got)} in ${
+        `${ended ? `download stopped after` : "downloaded"} ${formatBytes(got)} in ${
           secs < 60 ? `${secs.toFixed(1)}s` : formatDuration(secs)
         } (${formatRate(got / secs)})`,
       );

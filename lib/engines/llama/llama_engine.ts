@@ -31,6 +31,7 @@ import {
 } from "../../workers/supervisor.ts";
 import {
   type LoadedMessage,
+  type PongMessage,
   type TextMessage,
   type TokensMessage,
   type VectorsMessage,
@@ -350,6 +351,28 @@ export class LlamaEngine implements Engine {
       );
     }
     return reply.msg.ids;
+  }
+
+  /**
+   * Resident memory of the worker process, from its PONG (the worker reads its own RSS: the
+   * service may not read another process's /proc entries under its permissions). Never starts a
+   * worker: undefined when none is running, or when it does not answer within `timeoutMs`.
+   *
+   * @param timeoutMs How long to wait for the PONG. @default 1000
+   * @returns Bytes, or undefined.
+   */
+  async residentBytes(timeoutMs = 1000): Promise<number | undefined> {
+    if (this.#disposed || this.worker.status().state !== "ready") return undefined;
+    try {
+      const reply = await this.worker.call<PongMessage>(
+        { type: "PING", req_id: this.#nextReq++ },
+        undefined,
+        timeoutMs,
+      );
+      return reply.msg.rss_mb * 1048576;
+    } catch {
+      return undefined;
+    }
   }
 
   /** Shuts the worker down. Idempotent. */
