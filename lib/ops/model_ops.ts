@@ -158,8 +158,13 @@ export interface CatalogRow {
   default_for_task: boolean;
   upstream: { hf_repo: string; revision: string };
   manifest_digest: string;
-  /** Bytes of the first runnable backend's files (null when a size is not pinned). */
+  /**
+   * Bytes of the first runnable backend's files: their pinned sizes summed; a lower bound when a
+   * small file's size is not pinned (`download_bytes_exact: false`); null when the model file's
+   * size is not pinned.
+   */
   download_bytes: number | null;
+  download_bytes_exact: boolean;
   install_state: "not_installed" | "installed";
   /** Loaded and serving in this instance (state as models.list says it). */
   loaded_state: string | null;
@@ -237,9 +242,12 @@ async function catalogRow(ctx: OpContext, m: CatalogModel): Promise<CatalogRow> 
     };
   });
   const first = backends.find((b) => b.runnable) ?? backends[0];
-  const bytes = first?.files.every((f) => f.size !== null)
+  // The sum of the sizes the catalog pins; a lower bound (`download_bytes_exact: false`) when a
+  // small file's size is not pinned, null when the model file's is not.
+  const bytes = first?.files[0]?.size != null
     ? first.files.reduce((a, f) => a + (f.size ?? 0), 0)
     : null;
+  const exact = first?.files.every((f) => f.size !== null) ?? false;
   return {
     id: m.id,
     task: m.task,
@@ -249,6 +257,7 @@ async function catalogRow(ctx: OpContext, m: CatalogModel): Promise<CatalogRow> 
     upstream: m.upstream,
     manifest_digest: manifestDigest(m),
     download_bytes: bytes,
+    download_bytes_exact: bytes !== null && exact,
     install_state: backends.some((b) => b.installed) ? "installed" : "not_installed",
     loaded_state: entry === undefined ? null : modelStatus(entry, ctx.now()).state,
     dims: m.dims,

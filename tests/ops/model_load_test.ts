@@ -514,3 +514,34 @@ Deno.test("a file that is neither ONNX nor GGUF is artifact_invalid not_a_model,
     await syn.dispose();
   }
 });
+
+Deno.test("models.catalog of the shipped catalog: sizes are exact where every size is pinned, a lower bound otherwise", async () => {
+  await using h = await home();
+  const syn = await h.start();
+  try {
+    const rows = resultOf(await syn.call("models.catalog", {})).models;
+    const gte = rows.find((m: { id: string }) => m.id === "gte-modernbert-base");
+    assert.deepEqual([gte.download_bytes, gte.download_bytes_exact], [596392315, false]);
+    const minilm = rows.find((m: { id: string }) => m.id === "all-minilm-l6-v2");
+    assert.deepEqual([minilm.download_bytes, minilm.download_bytes_exact], [
+      90405214 + 466247 + 612,
+      true,
+    ]);
+    assert.equal(minilm.install_state, "not_installed");
+    assert.deepEqual(minilm.backends[0].files.map((f: { role: string }) => f.role), [
+      "model",
+      "tokenizer",
+      "config",
+    ]);
+    const gen = resultOf(
+      await syn.call("models.catalog", { task: "generate", runnable_here: true }),
+    );
+    assert.deepEqual(gen.models.map((m: { id: string }) => m.id), [
+      "qwen2.5-0.5b-instruct",
+      "qwen3-0.6b",
+      "smollm2-360m-instruct",
+    ]);
+  } finally {
+    await syn.dispose();
+  }
+});

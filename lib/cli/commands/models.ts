@@ -69,6 +69,7 @@ export interface CatalogPrintable {
   task: string;
   default_for_task: boolean;
   download_bytes: number | null;
+  download_bytes_exact?: boolean;
   install_state: string;
   loaded_state?: string | null;
   backends: { backend: string; runnable: boolean; reason: string | null; installed: boolean }[];
@@ -168,7 +169,9 @@ export function catalogTable(rows: readonly CatalogPrintable[]): string[] {
             b.runnable ? b.backend : `${b.backend} (${b.reason ?? "not runnable"})`
           )
             .join(", "),
-        m.download_bytes === null ? "-" : formatBytes(m.download_bytes),
+        m.download_bytes === null
+          ? "-"
+          : `${m.download_bytes_exact === false ? "≥" : ""}${formatBytes(m.download_bytes)}`,
         m.install_state === "installed"
           ? `yes${m.loaded_state ? ` (${m.loaded_state})` : ""}`
           : "no",
