@@ -20,8 +20,8 @@
  *    - a credential query parameter: `?` or `&` then `access_token`, `token`, `key`, `api_key`,
  *      `apikey`, `password`, `secret`, `client_secret`, `signature` or `sig`, `=`, value;
  *    - a long hex secret: a word of 32 or more hex digits (`[0-9A-Fa-f]`, bounded by characters
- *      that are not letters, digits or `_`: a 64-hex launch nonce or a SHA-256 goes, a
- *      `job_<32 hex>` id stays);
+ *      that are not letters, digits or `_`: a 64-hex launch nonce or a bare SHA-256 goes; a
+ *      `job_<32 hex>` id and a content digest written `sha256:<hex>` stay);
  *    - a long base64 secret: a word of 40 or more base64 or base64url characters
  *      (`A-Z a-z 0-9 + / _ -`, then at most two `=`), mixing upper case, lower case and digits,
  *      that does not start with `/` (an absolute path is not a secret).
@@ -99,7 +99,9 @@ const SHAPES: [RegExp, string | ((...m: string[]) => string)][] = [
     /([?&](?:access_token|token|key|api_key|apikey|password|secret|client_secret|signature|sig)=)[^&#\s"]+/gi,
     (_m, head) => `${head}${REDACTED}`,
   ],
-  [/(?<![A-Za-z0-9_])[0-9A-Fa-f]{32,}(?![A-Za-z0-9_])/g, REDACTED],
+  // A content digest written as `sha256:<hex>` names bytes, not a credential: it stays (a digest
+  // mismatch logged without its digests could not be acted on).
+  [/(?<![A-Za-z0-9_])(?<!sha256:)[0-9A-Fa-f]{32,}(?![A-Za-z0-9_])/g, REDACTED],
   [
     /(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{40,}={0,2}(?![A-Za-z0-9+/_=-])/g,
     (m) =>

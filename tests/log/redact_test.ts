@@ -68,7 +68,9 @@ Deno.test("redactText() finds secrets by shape", () => {
     ["postgres://svc@db:5432/x", `postgres://${REDACTED}@db:5432/x`],
     ["/x?token=abc&n=1&api_key=zz#f", `/x?token=${REDACTED}&n=1&api_key=${REDACTED}#f`],
     [`nonce ${HEX64}.`, `nonce ${REDACTED}.`],
-    [`sha256:${HEX64}`, `sha256:${REDACTED}`],
+    // A content digest names bytes, not a secret; the same hex bare is redacted.
+    [`sha256:${HEX64}`, `sha256:${HEX64}`],
+    [`digest ${HEX64}`, `digest ${REDACTED}`],
     [`blob ${B64} end`, `blob ${REDACTED} end`],
   ];
   for (const [text, want] of cases) assert.equal(redactText(text), want, text);
