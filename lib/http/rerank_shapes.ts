@@ -1,6 +1,7 @@
 /**
  * Rerank in the shape Cohere's and Jina's clients send: `POST /v1/rerank`, `POST /v2/rerank`, and
  * `POST /rerank` with `documents` (`POST /rerank` with `texts` is TEI's shape, lib/http/tei.ts).
+ * (`/rerank`: a body with `documents` is Cohere/Jina's, any other TEI's.)
  * A mapping around `rerank.score` through the dispatcher, nothing more: the same model
  * resolution, text checks, admission and error codes as `POST /v1/ops/rerank.score`.
  *
@@ -52,7 +53,7 @@ const CohereRerankRequest = z.strictObject({
  *
  * @param path The request path.
  * @returns The route of `/v1/rerank`, `/v2/rerank` (Cohere/Jina shape) or `/rerank` (the shape
- *   its body has: `texts` is TEI's, otherwise Cohere/Jina's).
+ *   its body has: with `documents` Cohere/Jina's, otherwise TEI's, whose answer names `texts`).
  */
 export function rerankShapesRoute(path: string): AdapterRoute | undefined {
   if (path === "/v1/rerank" || path === "/v2/rerank") {
@@ -64,9 +65,9 @@ export function rerankShapesRoute(path: string): AdapterRoute | undefined {
       method: "POST",
       async serve(io: AdapterIo): Promise<AdapterAnswer> {
         const body = await io.body();
-        if (typeof body === "object" && body !== null && !Array.isArray(body) && "texts" in body) {
-          return await teiRerank(io, body);
-        }
+        const isObject = typeof body === "object" && body !== null && !Array.isArray(body);
+        // `documents` is Cohere's and Jina's shape; anything else is TEI's (this is TEI's path).
+        if (!isObject || !("documents" in body)) return await teiRerank(io, body);
         try {
           return await cohereRerank(io, body);
         } catch (err) {
