@@ -11,6 +11,11 @@
  *   each with the status of {@link httpStatusFor}.
  * - `POST /v1/embeddings`: OpenAI's embeddings shape, mapped onto `embed.batch` (lib/http/openai.ts).
  * - `GET /v1/models`: OpenAI's model list, mapped from `models.list`.
+ * - `POST /v1/rerank`, `POST /v2/rerank`: Cohere's and Jina's rerank shape over `rerank.score`;
+ *   `POST /rerank`: TEI's shape when the body has `texts`, else Cohere's (lib/http/rerank_shapes.ts).
+ * - `POST /embed`, `GET /info`: TEI's shapes over `embed.batch` and `models.list` (lib/http/tei.ts).
+ * - `POST /api/embed`, `GET /api/tags`: Ollama's shapes over `embed.batch` and `models.list`
+ *   (lib/http/ollama.ts).
  * - `GET /health`: the service status of lib/ops/status.ts; never touches an engine.
  *
  * Transient errors carry `Retry-After` (whole seconds, rounded up) and `retry-after-ms`;
@@ -37,6 +42,10 @@ import { JsonBodyParser } from "./_json_body_parser.ts";
 import { embeddingsAnswer, embeddingsCall, modelsAnswer, openAiError } from "./openai.ts";
 import type { OpenAiAnswer } from "./openai.ts";
 import { httpStatusFor } from "./status_table.ts";
+import type { AdapterAnswer, AdapterIo, AdapterRoute } from "./_adapter.ts";
+import { rerankShapesRoute } from "./rerank_shapes.ts";
+import { teiRoute } from "./tei.ts";
+import { ollamaRoute } from "./ollama.ts";
 
 export { float32Base64LE } from "./openai.ts";
 
@@ -332,6 +341,8 @@ async function route(
   record: RequestRecord,
 ): Promise<Response> {
   const openAi = path === "/v1/embeddings" || path === "/v1/models";
+  // The API-shaped doors (Cohere/Jina and TEI rerank, TEI, Ollama): one route lookup per file.
+  const adapter = rerankShapesRoute(path) ?? teiRoute(path) ?? ollamaRoute(path);
   try {
     checkHostAndOrigin(req);
     if (path === "/health") {
@@ -356,6 +367,7 @@ async function route(
       record.facts = requestFacts({}, outcome);
       return openAiResponse(modelsAnswer(outcome, door.startedSec));
     }
+    if (adapter !== undefined) return await serveAdapter(door, req, adapter, record);
     if (path.startsWith("/v1/ops/")) {
       requireMethod(req, "POST");
       const method = decodeMethod(path.slice("/v1/ops/".length));
@@ -377,6 +389,13 @@ async function route(
             "POST /v1/ops/<method>",
             "POST /v1/embeddings",
             "GET /v1/models",
+            "POST /v1/rerank",
+            "POST /v2/rerank",
+            "POST /rerank",
+            "POST /embed",
+            "GET /info",
+            "POST /api/embed",
+            "GET /api/tags",
             "GET /health",
           ],
         },
@@ -386,6 +405,7 @@ async function route(
     const e = doorError(door, err, path);
     record.error = e;
     if (openAi) return openAiResponse(openAiError(e));
+    if (adapter !== undefined) return openAiResponse(adapter.error(e));
     return errorResponse(e, door.backend);
   }
 }
@@ -581,7 +601,31 @@ async function openAiEmbeddings(
   return openAiResponse(embeddingsAnswer(outcome, call));
 }
 
-function openAiResponse(answer: OpenAiAnswer): Response {
+// ---------------------------------------------------------------------------------------------
+// The API-shaped doors: mappings around the dispatcher (lib/http/rerank_shapes.ts, tei.ts,
+// ollama.ts)
+
+async function serveAdapter(
+  door: Door,
+  req: Request,
+  route: AdapterRoute,
+  record: RequestRecord,
+): Promise<Response> {
+  record.op = route.op;
+  requireMethod(req, route.method);
+  const io: AdapterIo = {
+    backend: () => attached(door),
+    body: () => readJsonBody(req, bodyOptions(door)),
+    signal: req.signal,
+    record,
+  };
+  const answer = await route.serve(io);
+  if (answer.error !== undefined) record.error = answer.error;
+  return openAiResponse(answer);
+}
+
+/** A door's answer as a response: its status and body, retry and fingerprint headers. */
+function openAiResponse(answer: OpenAiAnswer | AdapterAnswer): Response {
   const headers = answer.error ? retryHeaders(answer.error) : new Headers();
   if (answer.fingerprint !== undefined) headers.set("x-synapse-fingerprint", answer.fingerprint);
   if (answer.error instanceof HttpRefusal && answer.error.status === 405) {

@@ -240,3 +240,78 @@ export const CLI_EXIT: Readonly<Record<OutcomeKind, number>> = Object.freeze({
 export function cliExitFor(kind: OutcomeKind): number {
   return CLI_EXIT[kind];
 }
+
+/**
+ * The `error_type` of a TEI-shaped error body `{error, error_type}` (`POST /embed`, `GET /info`,
+ * `POST /rerank` with `texts`): TEI's own vocabulary (router/src/lib.rs `ErrorType`). TEI clients
+ * read `error` and branch on the HTTP status, which is {@link httpStatusFor} of the code, as on
+ * every door.
+ */
+export type TeiErrorType = "Validation" | "Overloaded" | "Unhealthy" | "Backend";
+
+/**
+ * TEI `error_type` of every stable code; a full record, so a new code fails to compile.
+ *
+ * - `Validation`: the request is at fault or names what is not here (malformed, empty, too long,
+ *   unknown model, refused by policy or by a key): change it.
+ * - `Overloaded`: over the admission budget or the queue-time budget: retry after the hint.
+ * - `Unhealthy`: loading, restarting, shutting down, the store busy: retry after the hint.
+ * - `Backend`: the model, its engine or worker, or an upstream failed; a retry does not help.
+ */
+export const TEI_ERROR_TYPE: Readonly<Record<ErrorCode, TeiErrorType>> = Object.freeze({
+  invalid_request: "Validation",
+  sequence_too_long: "Validation",
+  substitution_rejected: "Validation",
+  declared_identity_not_accepted: "Validation",
+  sentinel_calibration_refused: "Validation",
+  idempotency_conflict: "Validation",
+  not_certified: "Validation",
+  model_in_use: "Validation",
+  unknown_method: "Validation",
+  unknown_model: "Validation",
+  model_not_installed: "Validation",
+  flow_scope_refused: "Validation",
+  certify_observation_disabled: "Validation",
+  grammar_disabled: "Validation",
+  op_not_supported_for_remote: "Validation",
+  queue_full: "Overloaded",
+  deadline_exceeded: "Overloaded",
+  model_loading: "Unhealthy",
+  engine_crashed: "Unhealthy",
+  provider_unavailable: "Unhealthy",
+  module_restarted: "Unhealthy",
+  module_not_initialized: "Unhealthy",
+  store_failure: "Unhealthy",
+  disposed: "Unhealthy",
+  migration_required: "Backend",
+  remote_identity_drift: "Backend",
+  remote_deployment_changed: "Backend",
+  backend_unavailable: "Backend",
+  owned_cuda_unsupported: "Backend",
+  engine_output_invalid: "Backend",
+  artifact_invalid: "Backend",
+  self_check_failed: "Backend",
+  probe_required: "Backend",
+  needs_reauth: "Backend",
+  needs_reauth_expired: "Backend",
+  credential_config_invalid: "Backend",
+  internal_error: "Backend",
+  encode_failed: "Backend",
+  download_failed: "Backend",
+  provider_protocol_violation: "Backend",
+});
+
+/**
+ * The TEI `error_type` of a stable code.
+ *
+ * @param code A stable or channel code.
+ * @returns The type for the `error_type` field.
+ * @throws {Error} "… This is a bug" when the code has no row (only reachable through a cast).
+ */
+export function teiErrorTypeFor(code: ErrorCode): TeiErrorType {
+  const type = Object.hasOwn(TEI_ERROR_TYPE, code) ? TEI_ERROR_TYPE[code] : undefined;
+  if (type === undefined) {
+    throw new Error(`No TEI error type for error code '${code}'. This is a bug`);
+  }
+  return type;
+}

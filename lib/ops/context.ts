@@ -54,6 +54,23 @@ export interface CallOptions {
   signal?: AbortSignal;
   /** How a door asks `embed.batch` to serve; set by a door, never read from the wire. */
   embed?: EmbedCallOptions;
+  /** How a door asks `rerank.score` to serve; set by a door, never read from the wire. */
+  rerank?: RerankCallOptions;
+}
+
+/**
+ * How a door asks `rerank.score` to serve. The Cohere/Jina and TEI rerank doors set this: their
+ * clients send up to 1,000 documents in one call and expect one answer.
+ */
+export interface RerankCallOptions {
+  /**
+   * Serve more candidates than `inline.max_items` as consecutive chunks of at most
+   * `inline.max_items` — each admitted on the lane like one rerank request (its own `deadline_ms`
+   * and `max_queue_ms`), so other requests take their turn between chunks — up to this many
+   * candidates, instead of refusing them. Scores are per (query, candidate) pair, so a chunk's
+   * scores are those the candidates get in any other batch.
+   */
+  inlineChunksUpTo?: number;
 }
 
 /**

@@ -38,12 +38,16 @@ export interface RerankResult extends Envelope {
 }
 
 /**
- * Scores candidates against a query.
+ * Scores candidates against a query. Up to `inline.max_items` candidates run as one request;
+ * when a door sets {@link CallOptions.rerank} `inlineChunksUpTo`, up to that many run as
+ * consecutive chunks of `inline.max_items`, each admitted on its own (indices in errors are those
+ * of the whole request).
  *
  * @throws {SynapseError} channel `invalid_request` for malformed params; semantic
  *   `invalid_request` for an empty query, no candidates or an empty candidate (named by index),
  *   `sequence_too_long`, `engine_output_invalid`, `unknown_model`, `model_loading`, admission
- *   refusals.
+ *   refusals; `invalid_request` naming `inline.max_items` over it (or `reason: "too_many_items"`
+ *   over the door's chunk limit).
  */
 export async function rerankScore(
   ctx: OpContext,
@@ -58,7 +62,22 @@ export async function rerankScore(
       details: { field: "candidates", reason: "empty_batch" },
     });
   }
-  if (p.candidates.length > limits.max_items) {
+  const upTo = options.rerank?.inlineChunksUpTo;
+  if (p.candidates.length > (upTo ?? limits.max_items)) {
+    if (upTo !== undefined) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot rerank ${p.candidates.length} candidates in one call: at most ${upTo} are served; split them over several calls`,
+        {
+          details: {
+            field: "candidates",
+            reason: "too_many_items",
+            items: p.candidates.length,
+            max: upTo,
+          },
+        },
+      );
+    }
     throw new SynapseError(
       "invalid_request",
       `Cannot rerank inline: ${p.candidates.length} candidates exceed inline.max_items ${limits.max_items}`,
@@ -72,59 +91,74 @@ export async function rerankScore(
   );
   const model = resolveModel(ctx, requestedModel(p), "rerank");
   checkFingerprint(model, p);
-  let bytes = utf8Length(p.query) * p.candidates.length;
-  for (const c of p.candidates) bytes += utf8Length(c);
   // Up to 20 candidates is interactive work; more runs in the bulk class on the bulk lane, so a
   // large rerank never delays queries (contract.md §1).
   const lane = p.candidates.length > INTERACTIVE_RERANK_CANDIDATES ? model.bulk : model.interactive;
-  using permit = lane.admit({
-    bytes,
-    deadlineMs: p.deadline_ms ?? limits.deadline_ms,
-    maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
-  });
   const tokenizer = model.tokenizer;
-  // A query with no readable tokens (only control or zero-width characters) is refused; a long
-  // one is not tokenized here on the event loop (checkText already refused whitespace).
-  if (p.query.length <= QUERY_TOKEN_CHECK_MAX_CHARS) {
-    checkContentTokens(tokenizer.tokenize(p.query).length, "query", { field: "query" });
-  }
-  // Pairs are tokenized on the tokenizer pool, the query once per batch.
-  const outcomes = await ctx.tokenizers.encodePairs(tokenizer, p.query, p.candidates, {
-    maxTokens: model.maxTokens,
-    truncate: p.truncate ?? false,
-    itemIds: p.candidates.map((_, i) => String(i)),
-    ...(options.signal === undefined ? {} : { signal: options.signal }),
-  });
-  const seqs: EncodedSequence[] = outcomes.map((o, i) => {
-    if (!o.ok) throw o.error;
-    checkContentTokens(o.seq.keptContentIds.length, `candidate ${i}`, {
-      item_id: String(i),
-      field: `candidates.${i}`,
+  const queryBytes = utf8Length(p.query);
+  const scores: number[] = [];
+  const seqs: EncodedSequence[] = [];
+  let queueMs = 0;
+  let inferenceMs = 0;
+  // One chunk unless a door asked for chunks (then at most inline.max_items candidates each,
+  // each admitted on its own, so other requests take their turn between chunks).
+  for (let a = 0; a < p.candidates.length; a += limits.max_items) {
+    options.signal?.throwIfAborted();
+    const chunk = p.candidates.slice(a, a + limits.max_items);
+    let bytes = queryBytes * chunk.length;
+    for (const c of chunk) bytes += utf8Length(c);
+    using permit = lane.admit({
+      bytes,
+      deadlineMs: p.deadline_ms ?? limits.deadline_ms,
+      maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
     });
-    return o.seq;
-  });
-  const out = await lane.run(
-    { kind: "score", rows: seqs },
-    {
-      permit,
-      ...(options.signal === undefined ? {} : { signal: options.signal }),
-      label: "rerank",
-    },
-  );
-  // Scores align with candidates: a candidate that cannot be scored refuses the request.
-  const scores = out.rows.map((row, k) => {
-    if (row.kind === "ok") return row.values[0]!;
-    if (row.kind === "non_finite") {
-      throw new SynapseError(
-        "engine_output_invalid",
-        `Cannot rerank candidate ${k}: the model produced NaN or Infinity`,
-        { details: { item_id: String(k), model_id: model.modelId } },
-      );
+    // A query with no readable tokens (only control or zero-width characters) is refused; a long
+    // one is not tokenized here on the event loop (checkText already refused whitespace).
+    if (a === 0 && p.query.length <= QUERY_TOKEN_CHECK_MAX_CHARS) {
+      checkContentTokens(tokenizer.tokenize(p.query).length, "query", { field: "query" });
     }
-    throw new SynapseError(row.error.code, `Cannot rerank candidate ${k}: ${row.error.message}`, {
-      details: { ...row.error.details, item_id: String(k), model_id: model.modelId },
+    // Pairs are tokenized on the tokenizer pool, the query once per batch.
+    const outcomes = await ctx.tokenizers.encodePairs(tokenizer, p.query, chunk, {
+      maxTokens: model.maxTokens,
+      truncate: p.truncate ?? false,
+      itemIds: chunk.map((_, i) => String(a + i)),
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
     });
-  });
+    const chunkSeqs: EncodedSequence[] = outcomes.map((o, i) => {
+      if (!o.ok) throw o.error;
+      checkContentTokens(o.seq.keptContentIds.length, `candidate ${a + i}`, {
+        item_id: String(a + i),
+        field: `candidates.${a + i}`,
+      });
+      return o.seq;
+    });
+    const out = await lane.run(
+      { kind: "score", rows: chunkSeqs },
+      {
+        permit,
+        ...(options.signal === undefined ? {} : { signal: options.signal }),
+        label: "rerank",
+      },
+    );
+    // Scores align with candidates: a candidate that cannot be scored refuses the request.
+    out.rows.forEach((row, i) => {
+      const k = a + i;
+      if (row.kind === "ok") return void scores.push(row.values[0]!);
+      if (row.kind === "non_finite") {
+        throw new SynapseError(
+          "engine_output_invalid",
+          `Cannot rerank candidate ${k}: the model produced NaN or Infinity`,
+          { details: { item_id: String(k), model_id: model.modelId } },
+        );
+      }
+      throw new SynapseError(row.error.code, `Cannot rerank candidate ${k}: ${row.error.message}`, {
+        details: { ...row.error.details, item_id: String(k), model_id: model.modelId },
+      });
+    });
+    seqs.push(...chunkSeqs);
+    queueMs += out.queueTimeMs;
+    inferenceMs += out.inferenceMs;
+  }
   return {
     ...buildEnvelope({
       fingerprint: model.fingerprint,
@@ -140,7 +174,7 @@ export async function rerankScore(
     sigmoid_scores: scores.map((s) => 1 / (1 + Math.exp(-s))),
     real_token_counts: seqs.map((s) => s.effectiveTokens),
     truncation_disclosures: seqs.map(disclosureOf),
-    queue_time_ms: out.queueTimeMs,
-    inference_time_ms: Math.round(out.inferenceMs * 1000) / 1000,
+    queue_time_ms: queueMs,
+    inference_time_ms: Math.round(inferenceMs * 1000) / 1000,
   };
 }

@@ -8,6 +8,8 @@ import {
   httpStatusFor,
   OPENAI_ERROR_TYPE,
   openAiErrorTypeFor,
+  TEI_ERROR_TYPE,
+  teiErrorTypeFor,
 } from "../../lib/http/status_table.ts";
 
 Deno.test("httpStatusFor() has a row for every error code, each an error status", () => {
@@ -124,6 +126,34 @@ Deno.test("openAiErrorTypeFor() has a type for every code; engine_output_invalid
     assert.equal(type === "unavailable_error", info.class === "transient", `${code} → ${type}`);
   }
   assert.throws(() => openAiErrorTypeFor("nope" as ErrorCode), /This is a bug/);
+});
+
+Deno.test("teiErrorTypeFor() has TEI's type for every code, agreeing with the code's status", () => {
+  assert.deepEqual(Object.keys(TEI_ERROR_TYPE).sort(), Object.keys(ERROR_CODES).sort());
+  for (const code of Object.keys(ERROR_CODES) as ErrorCode[]) {
+    const type = teiErrorTypeFor(code);
+    const status = httpStatusFor(code);
+    // TEI: Validation is the caller's 4xx, Overloaded 429 (and a queue deadline), Unhealthy 503,
+    // Backend the serving side (424, 5xx, and the 409/422 faults no request change fixes).
+    if (type === "Overloaded") assert.ok(status === 429 || status === 504, code);
+    else if (type === "Unhealthy") assert.equal(status, 503, code);
+    else if (type === "Validation") assert.ok(status >= 400 && status < 424, `${code} ${status}`);
+    else assert.ok(status >= 409, `${code} ${status}`);
+  }
+  const expected: [ErrorCode, string][] = [
+    ["invalid_request", "Validation"],
+    ["sequence_too_long", "Validation"],
+    ["unknown_model", "Validation"],
+    ["queue_full", "Overloaded"],
+    ["deadline_exceeded", "Overloaded"],
+    ["model_loading", "Unhealthy"],
+    ["module_not_initialized", "Unhealthy"],
+    ["backend_unavailable", "Backend"],
+    ["engine_output_invalid", "Backend"],
+    ["internal_error", "Backend"],
+  ];
+  for (const [code, type] of expected) assert.equal(teiErrorTypeFor(code), type, code);
+  assert.throws(() => teiErrorTypeFor("nope" as ErrorCode), /This is a bug/);
 });
 
 Deno.test("httpStatusFor() throws for a code without a row", () => {

@@ -1,0 +1,191 @@
+/**
+ * What the API-shaped doors (Cohere/Jina and TEI rerank, TEI embed and info, Ollama embed and
+ * tags) share: the route they hand the server, what the server lends them for one request, and
+ * the call through the dispatcher that records the request log's facts. Each door is a mapping of
+ * params and results around the one dispatcher, as lib/http/openai.ts is; the server keeps the
+ * socket, the Host/Origin checks, the method check and the body reader.
+ *
+ * @module
+ */
+import { SynapseError } from "../contract/errors.ts";
+import type { ItemError } from "../ops/_embedding.ts";
+import type { CallOptions } from "../ops/context.ts";
+import type { OpOutcome } from "../ops/dispatcher.ts";
+import { requestFacts } from "../ops/request_facts.ts";
+import type { RequestFacts } from "../ops/request_facts.ts";
+import type { Synapse } from "../synapse.ts";
+import { HttpRefusal } from "./_request_body.ts";
+import { httpStatusFor } from "./status_table.ts";
+
+/** What a door needs from a Synapse instance: its dispatcher and config. */
+export type AdapterBackend = Pick<Synapse, "call" | "context">;
+
+/** An answer of a door: status, body, the error it carries (for headers and logs). */
+export interface AdapterAnswer {
+  status: number;
+  body: unknown;
+  error?: SynapseError;
+  /** The fingerprint of the result, for `x-synapse-fingerprint`. */
+  fingerprint?: string;
+}
+
+/** What one request did, for its log line (the server's request record). */
+export interface AdapterRecord {
+  op?: string;
+  params?: unknown;
+  facts?: RequestFacts;
+}
+
+/** What the server lends a door for one request. */
+export interface AdapterIo {
+  /** The attached instance. @throws {SynapseError} `module_not_initialized` before one is. */
+  backend(): AdapterBackend;
+  /** The request's JSON body, read under the door's size cap. @throws {SynapseError} */
+  body(): Promise<unknown>;
+  /** The request's signal (aborted when the client goes away). */
+  signal: AbortSignal;
+  /** The request log record; {@link callOp} fills it. */
+  record: AdapterRecord;
+}
+
+/** A route of a door, found by path. */
+export interface AdapterRoute {
+  /** The operation it runs, for the request log (`embed.batch`, `rerank.score`, `models.list`). */
+  op: string;
+  /** The one HTTP method it takes; any other is 405. */
+  method: "GET" | "POST";
+  /** Serves the request; a thrown {@link SynapseError} is answered by {@link AdapterRoute.error}. */
+  serve(io: AdapterIo): Promise<AdapterAnswer>;
+  /** The door's body and status of an error (one table per door). */
+  error(e: SynapseError): AdapterAnswer;
+}
+
+/**
+ * Calls an operation through the dispatcher, recording its params and facts for the request log.
+ * A door that calls several times (rerank chunks) records the last params and the summed facts.
+ *
+ * @param io The request's io.
+ * @param method The operation.
+ * @param params Its params.
+ * @param options Call options (the request's signal is added).
+ * @returns The outcome; never throws for a refusal (that is `kind: "error"`).
+ */
+export async function callOp(
+  io: AdapterIo,
+  method: string,
+  params: unknown,
+  options: CallOptions = {},
+): Promise<OpOutcome> {
+  const outcome = await io.backend().call(method, params, { ...options, signal: io.signal });
+  const facts = requestFacts(params, outcome);
+  const prev = io.record.facts;
+  if (prev !== undefined && prev.outcome === "ok") {
+    const sum = (a: number | undefined, b: number | undefined) =>
+      a === undefined ? b : b === undefined ? a : a + b;
+    const merged: RequestFacts = { ...facts };
+    for (const k of ["items", "item_errors", "tokens", "queue_ms", "inference_ms"] as const) {
+      const v = sum(prev[k], facts[k]);
+      if (v !== undefined) merged[k] = v;
+    }
+    io.record.facts = merged;
+  } else {
+    io.record.facts = facts;
+  }
+  io.record.params = params;
+  return outcome;
+}
+
+/**
+ * The error an outcome carries, or the result's first refused item as the whole request's error
+ * (the API-shaped doors are all or nothing, as their clients expect), its `field` set to
+ * `fieldOf(index)` in the door's terms.
+ *
+ * @param outcome The dispatcher's outcome.
+ * @param fieldOf The door's name of the input at an index (`inputs[3]`, `input[3]`).
+ * @returns The error, or undefined when the outcome is a result with nothing refused.
+ */
+export function outcomeError(
+  outcome: OpOutcome,
+  fieldOf: (index: number) => string,
+): SynapseError | undefined {
+  if (outcome.kind !== "result") return outcome.error;
+  const res = outcome.body.result as { item_errors?: ItemError[] };
+  const refused = res.item_errors?.[0];
+  if (refused === undefined) return undefined;
+  const more = res.item_errors!.length - 1;
+  const suffix = more > 0 ? ` (and ${more} more input${more > 1 ? "s" : ""} refused)` : "";
+  return new SynapseError(refused.error.code, `${refused.error.message}${suffix}`, {
+    details: { ...refused.error.details, field: fieldOf(refused.index) },
+    ...(refused.error.retry_after_ms === undefined
+      ? {}
+      : { retryAfterMs: refused.error.retry_after_ms }),
+  });
+}
+
+/**
+ * A field path of an operation (`texts.3`, `candidates.3`, `items.3.text`, `model_id`) in a door's
+ * terms: the list's name replaced by `list` and its index in brackets (`inputs[3]`), `model_id` as
+ * `model`; other fields as they are.
+ *
+ * @param field The operation's field path.
+ * @param list The door's name of the input list (`inputs`, `input`, `documents`, `texts`).
+ * @param single The input was one string (then it is named `list`, not `list[0]`).
+ */
+export function doorField(field: string, list: string, single = false): string {
+  const m = /^(texts|items|candidates|[a-z_]+)(?:\.(\d+))?(?:\..*)?$/.exec(field);
+  if (m && (m[1] === list || ["texts", "items", "candidates"].includes(m[1]!))) {
+    return m[2] === undefined || single ? list : `${list}[${m[2]}]`;
+  }
+  if (field === "model_id") return "model";
+  return field;
+}
+
+/** The door's field of an error: `details.field`, else the candidate or item named by `item_id`. */
+export function errorField(e: SynapseError, list: string, single = false): string | undefined {
+  const field = e.details?.field;
+  if (typeof field === "string") return doorField(field, list, single);
+  const item = e.details?.item_id;
+  if (typeof item === "string" && /^\d+$/.test(item)) return single ? list : `${list}[${item}]`;
+  return undefined;
+}
+
+/**
+ * The HTTP status of an error on every door: the status a transport refusal carries (405, 413,
+ * 403), else {@link httpStatusFor} of its code (the one status table).
+ */
+export function doorStatus(e: SynapseError): number {
+  return e instanceof HttpRefusal ? e.status : httpStatusFor(e.code);
+}
+
+/** Most documents (candidates) one rerank call of an API-shaped door takes (Cohere's limit). */
+export const RERANK_MAX_DOCUMENTS = 1000;
+
+/**
+ * Calls `rerank.score` for a door: up to {@link RERANK_MAX_DOCUMENTS} candidates, served in chunks
+ * of `inline.max_items` (see `RerankCallOptions`).
+ *
+ * @param io The request's io.
+ * @param params `rerank.score` params.
+ * @returns The outcome.
+ */
+export function rerankCall(
+  io: AdapterIo,
+  params: { query: string; candidates: string[]; model?: string; truncate?: boolean },
+): Promise<OpOutcome> {
+  return callOp(io, "rerank.score", params, {
+    rerank: { inlineChunksUpTo: RERANK_MAX_DOCUMENTS },
+  });
+}
+
+/**
+ * Candidate indices ordered by score, highest first; equal scores keep input order. Ordered by the
+ * raw logits, so the order is the same whichever score a door shows (the logistic is monotonic,
+ * but two large logits can round to the same sigmoid).
+ *
+ * @param scores Raw scores in input order.
+ * @param topN Keep the first `topN` (all when absent or larger).
+ */
+export function rankOrder(scores: readonly number[], topN?: number): number[] {
+  const order = scores.map((_, i) => i).sort((a, b) => scores[b]! - scores[a]! || a - b);
+  return topN === undefined ? order : order.slice(0, topN);
+}
