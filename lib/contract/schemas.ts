@@ -94,20 +94,22 @@ export const EmbedQueryParams = z.strictObject({
 export type EmbedQueryParams = z.infer<typeof EmbedQueryParams>;
 
 /** `embed.batch {items | texts, request_key?, input_type?}`. */
+/** A job's idempotency key: empty means none (inline); a job needs a non-empty one (contract.md §1). */
+const requestKey = z.string()
+  .refine((s) => s.isWellFormed(), {
+    message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
+    abort: true,
+  })
+  .refine((s) => utf8.encode(s).byteLength <= REQUEST_KEY_MAX_BYTES, {
+    message: `is longer than ${REQUEST_KEY_MAX_BYTES} UTF-8 bytes`,
+  })
+  .optional();
+
 export const EmbedBatchParams = z.strictObject({
   ...common,
   items: z.array(item).optional(),
   texts: z.array(z.string()).optional(),
-  /** Empty means none (an inline batch); a job needs a non-empty one (contract.md §1). */
-  request_key: z.string()
-    .refine((s) => s.isWellFormed(), {
-      message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
-      abort: true,
-    })
-    .refine((s) => utf8.encode(s).byteLength <= REQUEST_KEY_MAX_BYTES, {
-      message: `is longer than ${REQUEST_KEY_MAX_BYTES} UTF-8 bytes`,
-    })
-    .optional(),
+  request_key: requestKey,
   input_type: z.enum(["query", "document"]).optional(),
 });
 export type EmbedBatchParams = z.infer<typeof EmbedBatchParams>;
@@ -117,6 +119,8 @@ export const RerankScoreParams = z.strictObject({
   ...common,
   query: z.string(),
   candidates: z.array(z.string()),
+  /** Over `inline.max_items` candidates, a durable job (read with `embed.result`). */
+  request_key: requestKey,
 });
 export type RerankScoreParams = z.infer<typeof RerankScoreParams>;
 

@@ -29,6 +29,7 @@ import {
   vectorLine,
 } from "./_embedding.ts";
 import type { OpContext } from "./context.ts";
+import type { RerankJobPage, RerankJobScore } from "./rerank_jobs.ts";
 import { asOperationError } from "./_errors.ts";
 
 /** Response of an `embed.batch` that became (or attached to) a job (contract.md §1). */
@@ -72,6 +73,14 @@ export interface EmbedResultPage extends Envelope {
   item_errors?: ItemError[];
   /** The job's failure, when it failed. */
   error?: WireError;
+  /** The op that made the job: `embed.batch`, or `rerank.score` (whose pages hold `scores`). */
+  kind: string;
+  /**
+   * Rerank jobs: raw logits with their candidate's index, in the job's order (`vectors` is then
+   * empty; `real_token_counts` and `truncation_disclosures` align with `scores`).
+   */
+  scores?: RerankJobScore[];
+  score_kind?: "raw_logit";
 }
 
 /** Inputs of {@link submitEmbedJob}. */
@@ -306,7 +315,8 @@ function emptyPage(): StoredPage {
 }
 
 /**
- * `embed.result {job_id, page?}`: one committed page, readable in any job state.
+ * `embed.result {job_id, page?}`: one committed page, readable in any job state, of an
+ * `embed.batch` job (vectors) or a `rerank.score` job (`scores`, lib/ops/rerank_jobs.ts).
  *
  * @throws {SynapseError} `invalid_request` for an unknown job or a page not committed (yet).
  */
@@ -323,8 +333,9 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
   const stored = store.readPage(job.jobId, pageNo);
   const params = job.params as { model_id?: string; fingerprint?: string };
   const model = ctx.registry.list().find((m) => m.modelId === params.model_id)?.ready;
-  let body: StoredPage = emptyPage();
-  if (stored) body = JSON.parse(stored.pageJson) as StoredPage;
+  const rerank = job.kind === "rerank.score";
+  let body: StoredPage & Partial<RerankJobPage> = emptyPage();
+  if (stored) body = JSON.parse(stored.pageJson) as StoredPage & Partial<RerankJobPage>;
   else if (!(pageNo === 0 && job.pageCount === 0)) {
     throw new SynapseError(
       "invalid_request",
@@ -338,7 +349,7 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
     ...buildEnvelope({
       fingerprint: params.fingerprint ?? model?.fingerprint ?? "",
       tableEpoch: ctx.tableEpoch(),
-      dims: model?.dims ?? 0,
+      dims: rerank ? 1 : model?.dims ?? 0,
       engine: model?.identity ?? ORT_ENGINE,
       moduleGeneration: ctx.moduleGeneration,
       modelId: params.model_id ?? "",
@@ -352,10 +363,15 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
     page: pageNo,
     items_total: job.itemsTotal ?? 0,
     items_done: job.itemsDone ?? 0,
-    vectors: body.vectors,
+    vectors: body.vectors ?? [],
     real_token_counts: body.real_token_counts,
     truncation_disclosures: body.truncation_disclosures,
+    kind: job.kind,
   };
+  if (rerank) {
+    out.scores = body.scores ?? [];
+    out.score_kind = "raw_logit";
+  }
   if (body.item_errors && body.item_errors.length > 0) out.item_errors = body.item_errors;
   if (job.error) out.error = job.error;
   return out;

@@ -15,12 +15,34 @@ import { checkContentTokens, checkText, utf8Length } from "./_text.ts";
 import { checkFingerprint, disclosureOf, type TruncationDisclosure } from "./_embedding.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 import { resolveModel } from "./_resolve_model.ts";
+import type { JobAccepted } from "./jobs.ts";
+import { submitRerankJob } from "./rerank_jobs.ts";
 
 /** Longest query (UTF-16 code units) checked for readable tokens on the event loop. */
 const QUERY_TOKEN_CHECK_MAX_CHARS = 4096;
 
 /** Most candidates a rerank may have and still run as interactive work (contract.md §1). */
 export const INTERACTIVE_RERANK_CANDIDATES = 20;
+
+/** Over the inline limit with a `request_key`: checks the texts, then mints or attaches to a job. */
+function rerankJob(ctx: OpContext, p: ReturnType<typeof RerankScoreParams.parse>): JobAccepted {
+  p.candidates.forEach((c, i) =>
+    checkText(c, `candidate ${i}`, { item_id: String(i), field: `candidates.${i}` })
+  );
+  const model = resolveModel(ctx, requestedModel(p), "rerank");
+  checkFingerprint(model, p);
+  const queryBytes = utf8Length(p.query);
+  let bytes = 0;
+  for (const c of p.candidates) bytes += queryBytes + utf8Length(c);
+  return submitRerankJob(ctx, {
+    requestKey: p.request_key!,
+    model,
+    query: p.query,
+    candidates: p.candidates,
+    truncate: p.truncate ?? false,
+    bytes,
+  });
+}
 
 /** Rerank payload, flattened into the envelope. */
 export interface RerankResult extends Envelope {
@@ -53,7 +75,7 @@ export async function rerankScore(
   ctx: OpContext,
   rawParams: unknown,
   options: CallOptions = {},
-): Promise<RerankResult> {
+): Promise<RerankResult | JobAccepted> {
   const p = parseParams("rerank.score", RerankScoreParams, rawParams);
   const limits = ctx.config.inline;
   checkText(p.query, "query", { field: "query" });
@@ -78,13 +100,21 @@ export async function rerankScore(
         },
       );
     }
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot rerank inline: ${p.candidates.length} candidates exceed inline.max_items ${limits.max_items}`,
-      {
-        details: { limit: "inline.max_items", items: p.candidates.length, max: limits.max_items },
-      },
-    );
+    if (p.request_key === undefined || p.request_key === "") {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot rerank inline: ${p.candidates.length} candidates exceed inline.max_items ${limits.max_items}; give a non-empty request_key to run it as a durable job`,
+        {
+          details: {
+            limit: "inline.max_items",
+            items: p.candidates.length,
+            max: limits.max_items,
+            field: "request_key",
+          },
+        },
+      );
+    }
+    return rerankJob(ctx, p);
   }
   p.candidates.forEach((c, i) =>
     checkText(c, `candidate ${i}`, { item_id: String(i), field: `candidates.${i}` })

@@ -124,6 +124,8 @@ Deno.test("SynapseBusClient through the peer to the real module: every method an
     candidates: ["x", "y", "z"],
     model: "rerank",
   });
+  // Inline (three candidates): an envelope, not a job.
+  assert.ok(!("job_id" in scores));
   assert.equal(scores.dims, 1);
   const gen = await bus.microllmOneshot({ prompt: "hello", max_tokens: 3, model: "gen" });
   assert.deepEqual([gen.n_gen, gen.finish_reason], [3, "max_tokens"]);
@@ -273,10 +275,8 @@ Deno.test("the spawned ./ck-synapse serve --subc process through the peer: the t
     await using bus = await connectWhenReady({ connectionFile: peer.connectionFile });
     const q = await bus.embedQuery({ text: "from the process", model: "embed" });
     assert.equal(q.vectors.length, 1);
-    assert.equal(
-      (await bus.rerankScore({ query: "q", candidates: ["a"], model: "rerank" })).dims,
-      1,
-    );
+    const one = await bus.rerankScore({ query: "q", candidates: ["a"], model: "rerank" });
+    assert.equal("job_id" in one ? 0 : one.dims, 1);
     const gen = await bus.microllmOneshot({ prompt: "hi", max_tokens: 2, model: "gen" });
     assert.equal(gen.n_gen, 2);
     assert.equal((await bus.modelsList()).models.length, 3);
