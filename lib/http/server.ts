@@ -11,6 +11,8 @@
  *   each with the status of {@link httpStatusFor}.
  * - `POST /v1/embeddings`: OpenAI's embeddings shape, mapped onto `embed.batch` (lib/http/openai.ts).
  * - `GET /v1/models`: OpenAI's model list, mapped from `models.list`.
+ * - `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI's completions shapes over
+ *   `microllm.oneshot` (lib/http/openai_completions.ts), greedy only, JSON or server-sent events.
  * - `GET /health`: the service status of lib/ops/status.ts; never touches an engine.
  *
  * Transient errors carry `Retry-After` (whole seconds, rounded up) and `retry-after-ms`;
@@ -35,6 +37,7 @@ import type { Synapse } from "../synapse.ts";
 import { HttpRefusal, MAX_BODY_BYTES, readJsonBody } from "./_request_body.ts";
 import { JsonBodyParser } from "./_json_body_parser.ts";
 import { embeddingsAnswer, embeddingsCall, modelsAnswer, openAiError } from "./openai.ts";
+import { isCompletionsPath, serveCompletions } from "./openai_completions.ts";
 import type { OpenAiAnswer } from "./openai.ts";
 import { httpStatusFor } from "./status_table.ts";
 
@@ -331,7 +334,7 @@ async function route(
   path: string,
   record: RequestRecord,
 ): Promise<Response> {
-  const openAi = path === "/v1/embeddings" || path === "/v1/models";
+  const openAi = path === "/v1/embeddings" || path === "/v1/models" || isCompletionsPath(path);
   try {
     checkHostAndOrigin(req);
     if (path === "/health") {
@@ -356,6 +359,17 @@ async function route(
       record.facts = requestFacts({}, outcome);
       return openAiResponse(modelsAnswer(outcome, door.startedSec));
     }
+    if (isCompletionsPath(path)) {
+      // OpenAI completions and chat over microllm.oneshot (lib/http/openai_completions.ts).
+      record.op = "microllm.oneshot";
+      requireMethod(req, "POST");
+      const synapse = attached(door);
+      const body = await readJsonBody(req, bodyOptions(door));
+      const served = await serveCompletions(synapse, path, body, req.signal);
+      record.params = served.params;
+      record.facts = requestFacts(served.params, served.outcome);
+      return served.response;
+    }
     if (path.startsWith("/v1/ops/")) {
       requireMethod(req, "POST");
       const method = decodeMethod(path.slice("/v1/ops/".length));
@@ -376,6 +390,8 @@ async function route(
           endpoints: [
             "POST /v1/ops/<method>",
             "POST /v1/embeddings",
+            "POST /v1/completions",
+            "POST /v1/chat/completions",
             "GET /v1/models",
             "GET /health",
           ],
