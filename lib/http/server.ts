@@ -16,6 +16,8 @@
  * - `POST /embed`, `GET /info`: TEI's shapes over `embed.batch` and `models.list` (lib/http/tei.ts).
  * - `POST /api/embed`, `GET /api/tags`: Ollama's shapes over `embed.batch` and `models.list`
  *   (lib/http/ollama.ts).
+ * - `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI's completions shapes over
+ *   `microllm.oneshot` (lib/http/openai_completions.ts), greedy only, JSON or server-sent events.
  * - `GET /health`: the service status of lib/ops/status.ts; never touches an engine.
  *
  * Transient errors carry `Retry-After` (whole seconds, rounded up) and `retry-after-ms`;
@@ -40,6 +42,7 @@ import type { Synapse } from "../synapse.ts";
 import { HttpRefusal, MAX_BODY_BYTES, readJsonBody } from "./_request_body.ts";
 import { JsonBodyParser } from "./_json_body_parser.ts";
 import { embeddingsAnswer, embeddingsCall, modelsAnswer, openAiError } from "./openai.ts";
+import { isCompletionsPath, serveCompletions } from "./openai_completions.ts";
 import type { OpenAiAnswer } from "./openai.ts";
 import { httpStatusFor } from "./status_table.ts";
 import type { AdapterAnswer, AdapterIo, AdapterRoute } from "./_adapter.ts";
@@ -340,7 +343,7 @@ async function route(
   path: string,
   record: RequestRecord,
 ): Promise<Response> {
-  const openAi = path === "/v1/embeddings" || path === "/v1/models";
+  const openAi = path === "/v1/embeddings" || path === "/v1/models" || isCompletionsPath(path);
   // The API-shaped doors (Cohere/Jina and TEI rerank, TEI, Ollama): one route lookup per file.
   const adapter = rerankShapesRoute(path) ?? teiRoute(path) ?? ollamaRoute(path);
   try {
@@ -368,6 +371,17 @@ async function route(
       return openAiResponse(modelsAnswer(outcome, door.startedSec));
     }
     if (adapter !== undefined) return await serveAdapter(door, req, adapter, record);
+    if (isCompletionsPath(path)) {
+      // OpenAI completions and chat over microllm.oneshot (lib/http/openai_completions.ts).
+      record.op = "microllm.oneshot";
+      requireMethod(req, "POST");
+      const synapse = attached(door);
+      const body = await readJsonBody(req, bodyOptions(door));
+      const served = await serveCompletions(synapse, path, body, req.signal);
+      record.params = served.params;
+      record.facts = requestFacts(served.params, served.outcome);
+      return served.response;
+    }
     if (path.startsWith("/v1/ops/")) {
       requireMethod(req, "POST");
       const method = decodeMethod(path.slice("/v1/ops/".length));
@@ -388,6 +402,8 @@ async function route(
           endpoints: [
             "POST /v1/ops/<method>",
             "POST /v1/embeddings",
+            "POST /v1/completions",
+            "POST /v1/chat/completions",
             "GET /v1/models",
             "POST /v1/rerank",
             "POST /v2/rerank",

@@ -28,6 +28,12 @@ export interface GgufFacts {
   dtype: "f32" | "f16" | "bf16";
   /** `tokenizer.ggml.tokens`: the piece of every token id. */
   tokens: string[];
+  /** `tokenizer.chat_template`: the model's Jinja chat template, when the file has one. */
+  chatTemplate?: string;
+  /** The piece of `tokenizer.ggml.bos_token_id`, when set (a chat template's `bos_token`). */
+  bosToken?: string;
+  /** The piece of `tokenizer.ggml.eos_token_id`, when set (a chat template's `eos_token`). */
+  eosToken?: string;
 }
 
 /** llama.cpp `llama_ftype` names (general.file_type). */
@@ -138,7 +144,26 @@ export async function readGgufFacts(path: string, modelId: string): Promise<Gguf
   const ft = meta["general.file_type"];
   const quant = typeof ft === "number" ? FILE_TYPES[ft] ?? `ftype_${ft}` : "unknown";
   const dtype = quant === "f32" ? "f32" : quant === "bf16" ? "bf16" : "f16";
-  return { architecture: arch, contextLength, embeddingLength, pooling, quant, dtype, tokens };
+  const facts: GgufFacts = {
+    architecture: arch,
+    contextLength,
+    embeddingLength,
+    pooling,
+    quant,
+    dtype,
+    tokens,
+  };
+  const template = meta["tokenizer.chat_template"];
+  if (typeof template === "string" && template !== "") facts.chatTemplate = template;
+  const piece = (key: string): string | undefined => {
+    const id = meta[key];
+    return typeof id === "number" || typeof id === "bigint" ? tokens[Number(id)] : undefined;
+  };
+  const bos = piece("tokenizer.ggml.bos_token_id");
+  const eos = piece("tokenizer.ggml.eos_token_id");
+  if (bos !== undefined) facts.bosToken = bos;
+  if (eos !== undefined) facts.eosToken = eos;
+  return facts;
 }
 
 /** Options of {@link readGgufMetadata}. */

@@ -1,0 +1,507 @@
+/**
+ * The OpenAI completions doors, `POST /v1/completions` and `POST /v1/chat/completions`: mappings
+ * around one `microllm.oneshot` call through the dispatcher, nothing more.
+ *
+ * - **Greedy only.** `microllm.oneshot` picks the most likely token each step. A request that
+ *   asks for sampling is refused naming the parameter (`invalid_request`, OpenAI type
+ *   `invalid_request_error`): `temperature` other than 0, `top_p` other than 1, `n` / `best_of`
+ *   other than 1, `presence_penalty` / `frequency_penalty` other than 0, a non-empty
+ *   `logit_bias`, `logprobs` / `top_logprobs`, `echo: true`, a `suffix`. `seed` is accepted and
+ *   has no effect (greedy output is the same on every call).
+ * - **`max_tokens`** (chat: `max_completion_tokens` or `max_tokens`) above the service's
+ *   `microllm_max_tokens` is refused naming the field, never clamped. Absent: 16 for
+ *   `/v1/completions` (OpenAI's default), `microllm_max_tokens` for chat.
+ * - **`stop`** (a string or up to 4): the text is cut before the first occurrence of any of them
+ *   and `finish_reason` is `stop`. The generation itself is not stopped early: the tokens after
+ *   the stop were generated and are counted in `usage.completion_tokens`. Refused together with a
+ *   JSON `response_format` (a cut would break the JSON).
+ * - **`response_format`** `{type: "json_object"}` or `{type: "json_schema", json_schema: {name,
+ *   schema, strict?}}` is compiled to a GBNF grammar (`lib/engines/llama/json_schema_gbnf.ts`, the
+ *   supported subset is documented there) and checked before anything is generated; an
+ *   unsupported keyword is refused naming its path. It needs `grammar_enabled` (else
+ *   `grammar_disabled`, 403, naming `response_format`). An output that hit `max_tokens` before the
+ *   JSON was complete answers `finish_reason: "length"` and `synapse.json_complete: false`: it is
+ *   not valid JSON.
+ * - **Chat** messages become one prompt through the model's GGUF chat template where it has one,
+ *   else a `role: content` fallback (`lib/ops/_chat_template.ts`); the answer says which
+ *   (`synapse.chat_template`, header `x-synapse-chat-template`).
+ * - **`stream: true`** answers server-sent events in OpenAI's chunk shapes, ending `data:
+ *   [DONE]`. The llama worker returns a generation whole, so the events are sent once the
+ *   generation has finished (the text cut into chunks), not token by token. A client that goes
+ *   away while the generation runs cancels it (the request's signal reaches the worker).
+ * - `finish_reason`: `stop_token` and `grammar_complete` → `stop`; `max_tokens` and `cancelled`
+ *   → `length`; the engine's own reason is in `synapse.finish_reason`.
+ *
+ * Every answer carries `system_fingerprint` (the model's Synapse fingerprint, 64 hex), the header
+ * `x-synapse-fingerprint`, and Synapse's facts under `synapse`.
+ *
+ * @module
+ */
+import { z } from "zod";
+import { SynapseError } from "../contract/errors.ts";
+import { parseParams, wellFormedName } from "../contract/schemas.ts";
+import { checkGbnf } from "../engines/llama/gbnf.ts";
+import { compileJsonSchema, jsonObjectGrammar } from "../engines/llama/json_schema_gbnf.ts";
+import type { OpOutcome } from "../ops/dispatcher.ts";
+import type { MicrollmResult } from "../ops/microllm.ts";
+import { type ChatMessage, fallbackPrompt, renderChat } from "../ops/_chat_template.ts";
+import type { RenderedChat } from "../ops/_chat_template.ts";
+import { resolveModel } from "../ops/_resolve_model.ts";
+import type { OpContext } from "../ops/context.ts";
+
+/** The two doors. */
+export type CompletionsDoor = "/v1/completions" | "/v1/chat/completions";
+
+/** The paths of the completions doors. */
+export const COMPLETIONS_PATHS: readonly CompletionsDoor[] = [
+  "/v1/completions",
+  "/v1/chat/completions",
+];
+
+/** True for a completions door's path. */
+export function isCompletionsPath(path: string): path is CompletionsDoor {
+  return path === "/v1/completions" || path === "/v1/chat/completions";
+}
+
+/** `max_tokens` of a `/v1/completions` request that sends none (OpenAI's default). */
+export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
+
+const nullish = <T extends z.ZodType>(t: T) => t.nullable().optional();
+
+const ResponseFormat = z.discriminatedUnion("type", [
+  z.strictObject({ type: z.literal("text") }),
+  z.strictObject({ type: z.literal("json_object") }),
+  z.strictObject({
+    type: z.literal("json_schema"),
+    json_schema: z.strictObject({
+      name: z.string().min(1).max(64),
+      description: z.string().optional(),
+      schema: z.unknown().optional(),
+      strict: nullish(z.boolean()),
+    }),
+  }),
+]);
+
+/** Fields both doors take (sampling fields are parsed, then refused unless greedy). */
+const COMMON = {
+  model: wellFormedName().min(1).optional(),
+  max_tokens: nullish(z.number().int().positive()),
+  temperature: nullish(z.number()),
+  top_p: nullish(z.number()),
+  n: nullish(z.number().int()),
+  presence_penalty: nullish(z.number()),
+  frequency_penalty: nullish(z.number()),
+  logit_bias: nullish(z.record(z.string(), z.number())),
+  seed: nullish(z.number().int()),
+  stop: nullish(z.union([z.string().min(1), z.array(z.string().min(1)).min(1).max(4)])),
+  stream: nullish(z.boolean()),
+  stream_options: nullish(z.strictObject({ include_usage: z.boolean().optional() })),
+  user: wellFormedName().optional(),
+  response_format: ResponseFormat.optional(),
+};
+
+const CompletionsRequest = z.strictObject({
+  ...COMMON,
+  prompt: z.union([
+    z.string(),
+    z.array(z.string()).length(1, {
+      message: "takes one prompt per call (a string, or a list of one string)",
+    }),
+  ]),
+  best_of: nullish(z.number().int()),
+  echo: nullish(z.boolean()),
+  logprobs: nullish(z.number().int()),
+  suffix: nullish(z.string()),
+});
+
+const ContentPart = z.strictObject({ type: z.literal("text"), text: z.string() });
+
+const ChatRequest = z.strictObject({
+  ...COMMON,
+  messages: z.array(z.strictObject({
+    role: z.enum(["system", "developer", "user", "assistant"]),
+    content: z.union([z.string(), z.array(ContentPart)]),
+    name: wellFormedName().optional(),
+  })).min(1),
+  max_completion_tokens: nullish(z.number().int().positive()),
+  logprobs: nullish(z.boolean()),
+  top_logprobs: nullish(z.number().int()),
+});
+
+/** What a door needs from the instance: the dispatcher, and the context for the chat template. */
+export interface CompletionsBackend {
+  call(method: string, params: unknown, options?: { signal?: AbortSignal }): Promise<OpOutcome>;
+  readonly context: OpContext;
+  readonly disposed: boolean;
+}
+
+/** A served completions request: the response, and what the request log needs. */
+export interface CompletionsServed {
+  response: Response;
+  /** The `microllm.oneshot` params it called with. */
+  params: Record<string, unknown>;
+  outcome: OpOutcome;
+}
+
+/** The mapped request. */
+interface Mapped {
+  door: CompletionsDoor;
+  params: { prompt: string; max_tokens: number; model?: string; grammar?: string };
+  /** The field that set max_tokens (errors name it). */
+  maxTokensField: string;
+  stop: string[];
+  stream: boolean;
+  includeUsage: boolean;
+  constrained?: "json_object" | "json_schema";
+  chat?: RenderedChat;
+}
+
+/**
+ * Serves a completions request: maps the body, calls `microllm.oneshot` through the dispatcher,
+ * and answers OpenAI's shape (JSON, or server-sent events for `stream: true`).
+ *
+ * @param backend The instance.
+ * @param door Which door.
+ * @param body The parsed JSON body.
+ * @param signal The request's signal (a client that goes away cancels the generation).
+ * @returns The response and the call's facts.
+ * @throws {SynapseError} every refusal, its `details.field` the request's own field name (the
+ *   server answers it in OpenAI's error body): malformed bodies and refused sampling parameters
+ *   (`invalid_request`, naming the parameter), unsupported schemas (naming the keyword's path),
+ *   and the dispatcher's errors (`unknown_model`, `grammar_disabled`, `queue_full`, …).
+ */
+export async function serveCompletions(
+  backend: CompletionsBackend,
+  door: CompletionsDoor,
+  body: unknown,
+  signal: AbortSignal,
+): Promise<CompletionsServed> {
+  const m = mapRequest(backend, door, body);
+  const outcome = await backend.call("microllm.oneshot", m.params, { signal });
+  if (outcome.kind !== "result") throw inDoorTerms(outcome.error, m);
+  const res = outcome.body.result as MicrollmResult;
+  const answer = answerOf(res, m);
+  const headers = new Headers({ "x-synapse-fingerprint": res.fingerprint });
+  if (m.chat !== undefined) headers.set("x-synapse-chat-template", m.chat.template);
+  const response = m.stream
+    ? new Response(sseBody(answer, m), {
+      status: 200,
+      headers: withType(headers, "text/event-stream; charset=utf-8", true),
+    })
+    : new Response(JSON.stringify(answer.body), {
+      status: 200,
+      headers: withType(headers, "application/json; charset=utf-8", false),
+    });
+  return { response, params: m.params, outcome };
+}
+
+function withType(headers: Headers, type: string, stream: boolean): Headers {
+  headers.set("content-type", type);
+  if (stream) headers.set("cache-control", "no-cache");
+  return headers;
+}
+
+/** Maps a body to `microllm.oneshot` params; every refusal comes before generation. */
+function mapRequest(backend: CompletionsBackend, door: CompletionsDoor, body: unknown): Mapped {
+  const chat = door === "/v1/chat/completions";
+  const p = chat
+    ? parseParams(door, ChatRequest, body)
+    : parseParams(door, CompletionsRequest, body);
+  refuseSampling(p as Record<string, unknown>);
+  const limit = backend.context.config.microllm_max_tokens;
+  let maxTokens = p.max_tokens ?? undefined;
+  let maxTokensField = "max_tokens";
+  if (chat) {
+    const mct = (p as z.infer<typeof ChatRequest>).max_completion_tokens ?? undefined;
+    if (mct !== undefined) {
+      if (maxTokens !== undefined && maxTokens !== mct) {
+        throw refusal(
+          "max_completion_tokens",
+          `Cannot generate: max_completion_tokens ${mct} and max_tokens ${maxTokens} disagree; send one of them`,
+        );
+      }
+      maxTokens = mct;
+      maxTokensField = "max_completion_tokens";
+    }
+  }
+  maxTokens ??= chat ? limit : COMPLETIONS_DEFAULT_MAX_TOKENS;
+  if (maxTokens > limit) {
+    throw refusal(
+      maxTokensField,
+      `Cannot generate ${maxTokens} tokens: ${maxTokensField} exceeds this service's microllm_max_tokens ${limit}; ask for at most ${limit}`,
+      { max_tokens: maxTokens, limit, reason: "max_tokens_above_limit" },
+    );
+  }
+  const stop = p.stop == null ? [] : typeof p.stop === "string" ? [p.stop] : p.stop;
+  const rf = p.response_format;
+  let grammar: string | undefined;
+  let constrained: Mapped["constrained"];
+  if (rf !== undefined && rf.type !== "text") {
+    if (stop.length > 0) {
+      throw refusal(
+        "stop",
+        `Cannot apply stop together with response_format ${rf.type}: cutting the text would break the JSON; drop stop`,
+      );
+    }
+    constrained = rf.type;
+    const compiled = rf.type === "json_object" ? jsonObjectGrammar() : compileJsonSchema(
+      rf.json_schema.schema === undefined ? true : rf.json_schema.schema,
+      "response_format.json_schema.schema",
+    );
+    try {
+      checkGbnf(compiled.gbnf);
+    } catch (err) {
+      // The compiler's output is always a valid grammar unless it is too large or unsatisfiable
+      // (a required property that refers to itself): name the schema.
+      const e = err as SynapseError;
+      throw refusal(
+        "response_format",
+        `Cannot constrain the output to this schema: its grammar is refused (${e.message}); simplify the schema`,
+        { reason: "schema_grammar_refused" },
+      );
+    }
+    grammar = compiled.gbnf;
+  }
+  const stream = p.stream === true;
+  const includeUsage = stream && p.stream_options?.include_usage === true;
+  let prompt: string;
+  let rendered: RenderedChat | undefined;
+  let model = p.model;
+  if (chat) {
+    const messages: ChatMessage[] = (p as z.infer<typeof ChatRequest>).messages.map((msg) => ({
+      role: msg.role,
+      content: typeof msg.content === "string"
+        ? msg.content
+        : msg.content.map((part) => part.text).join(""),
+      ...(msg.name === undefined ? {} : { name: msg.name }),
+    }));
+    if (backend.disposed) {
+      // The dispatcher answers the instance's state; no model is read.
+      rendered = { prompt: fallbackPrompt(messages), template: "fallback" };
+    } else {
+      const ready = resolveModel(backend.context, model, "generate");
+      model = ready.modelId;
+      rendered = renderChat(ready, messages);
+    }
+    prompt = rendered.prompt;
+  } else {
+    const cp = (p as z.infer<typeof CompletionsRequest>).prompt;
+    prompt = typeof cp === "string" ? cp : cp[0]!;
+  }
+  return {
+    door,
+    params: {
+      prompt,
+      max_tokens: maxTokens,
+      ...(model === undefined ? {} : { model }),
+      ...(grammar === undefined ? {} : { grammar }),
+    },
+    maxTokensField,
+    stop,
+    stream,
+    includeUsage,
+    ...(constrained === undefined ? {} : { constrained }),
+    ...(rendered === undefined ? {} : { chat: rendered }),
+  };
+}
+
+/** The sampling parameters and the one value each accepts (greedy decoding). */
+const GREEDY: readonly [string, (v: unknown) => boolean, string][] = [
+  ["temperature", (v) => v === 0, "omit temperature or send 0"],
+  ["top_p", (v) => v === 1, "omit top_p or send 1"],
+  ["n", (v) => v === 1, "omit n or send 1; greedy decoding gives the same choice every time"],
+  ["best_of", (v) => v === 1, "omit best_of or send 1"],
+  ["presence_penalty", (v) => v === 0, "omit presence_penalty or send 0"],
+  ["frequency_penalty", (v) => v === 0, "omit frequency_penalty or send 0"],
+  [
+    "logit_bias",
+    (v) => typeof v === "object" && v !== null && Object.keys(v).length === 0,
+    "omit logit_bias",
+  ],
+  ["logprobs", (v) => v === false, "omit logprobs; Synapse does not return log-probabilities"],
+  ["top_logprobs", (v) => v === 0, "omit top_logprobs"],
+  ["echo", (v) => v === false, "omit echo; the prompt is not repeated in the answer"],
+  ["suffix", (v) => v === "", "omit suffix; insertion is not supported"],
+];
+
+/**
+ * Refuses, by name, any sampling parameter set to something other than its greedy value.
+ *
+ * @throws {SynapseError} channel `invalid_request` `{field, reason: "sampling_not_supported",
+ *   value}`.
+ */
+function refuseSampling(p: Record<string, unknown>): void {
+  for (const [name, greedy, advice] of GREEDY) {
+    const v = p[name];
+    if (v === undefined || v === null || greedy(v)) continue;
+    throw refusal(
+      name,
+      `Cannot honour ${name} ${
+        JSON.stringify(v)
+      }: Synapse generates greedily (the most likely token at each step) and does not sample; ${advice}`,
+      { reason: "sampling_not_supported", value: v },
+    );
+  }
+}
+
+function refusal(field: string, message: string, more: Record<string, unknown> = {}): SynapseError {
+  return new SynapseError("invalid_request", message, {
+    channel: true,
+    details: { field, ...more },
+  });
+}
+
+/**
+ * A dispatcher error named in the door's terms: `grammar` → `response_format`, `max_tokens` →
+ * the field the request used, `prompt` → `messages` for chat.
+ */
+function inDoorTerms(e: SynapseError, m: Mapped): SynapseError {
+  const field = e.details?.field;
+  const rename: Record<string, string> = {
+    grammar: "response_format",
+    max_tokens: m.maxTokensField,
+    ...(m.chat === undefined ? {} : { prompt: "messages" }),
+  };
+  if (typeof field !== "string" || rename[field] === undefined) return e;
+  return new SynapseError(e.code, e.message, {
+    details: { ...e.details, field: rename[field] },
+    channel: e.channel,
+    cause: e,
+    ...(e.retryAfterMs === undefined ? {} : { retryAfterMs: e.retryAfterMs }),
+  });
+}
+
+/** OpenAI's finish reason of a microllm finish reason. */
+export function openAiFinishReason(reason: MicrollmResult["finish_reason"]): "stop" | "length" {
+  return reason === "stop_token" || reason === "grammar_complete" ? "stop" : "length";
+}
+
+interface Answer {
+  body: Record<string, unknown>;
+  id: string;
+  created: number;
+  text: string;
+  finish: "stop" | "length";
+  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+  synapse: Record<string, unknown>;
+}
+
+function answerOf(res: MicrollmResult, m: Mapped): Answer {
+  let text = res.text;
+  let finish = openAiFinishReason(res.finish_reason);
+  let stopped: string | undefined;
+  if (m.stop.length > 0) {
+    let at = -1;
+    for (const s of m.stop) {
+      const i = text.indexOf(s);
+      if (i >= 0 && (at < 0 || i < at)) {
+        at = i;
+        stopped = s;
+      }
+    }
+    if (at >= 0) {
+      text = text.slice(0, at);
+      finish = "stop";
+    }
+  }
+  const synapse: Record<string, unknown> = {
+    fingerprint: res.fingerprint,
+    model_id: res.model_id,
+    module_generation: res.module_generation,
+    finish_reason: res.finish_reason,
+    n_prompt: res.n_prompt,
+    n_gen: res.n_gen,
+    queue_time_ms: res.queue_time_ms,
+    inference_time_ms: res.inference_time_ms,
+  };
+  if (res.test_model) synapse.test_model = true;
+  if (stopped !== undefined) synapse.stop_matched = stopped;
+  if (m.constrained !== undefined) {
+    synapse.response_format = m.constrained;
+    synapse.json_complete = res.finish_reason === "grammar_complete";
+    if (!synapse.json_complete) {
+      synapse.warning =
+        `the generation ended (${res.finish_reason}) before the JSON was complete: the text is not valid JSON; raise max_tokens`;
+    }
+  }
+  if (m.chat !== undefined) {
+    synapse.chat_template = m.chat.template;
+    if (m.chat.reason !== undefined) synapse.chat_template_reason = m.chat.reason;
+  }
+  if (res.text_repair !== undefined) synapse.text_repair = res.text_repair;
+  if (m.stream) synapse.streamed = "after_generation";
+  const usage = {
+    prompt_tokens: res.n_prompt,
+    completion_tokens: res.n_gen,
+    total_tokens: res.n_prompt + res.n_gen,
+  };
+  const chat = m.door === "/v1/chat/completions";
+  const id = `${chat ? "chatcmpl" : "cmpl"}-${crypto.randomUUID().replaceAll("-", "")}`;
+  const created = Math.floor(Date.now() / 1000);
+  const choice = chat
+    ? {
+      index: 0,
+      message: { role: "assistant", content: text, refusal: null },
+      logprobs: null,
+      finish_reason: finish,
+    }
+    : { index: 0, text, logprobs: null, finish_reason: finish };
+  const body = {
+    id,
+    object: chat ? "chat.completion" : "text_completion",
+    created,
+    model: res.model_id,
+    system_fingerprint: res.fingerprint,
+    choices: [choice],
+    usage,
+    synapse,
+  };
+  return { body, id, created, text, finish, usage, synapse };
+}
+
+/** Code points per streamed text chunk. */
+const CHUNK_CODE_POINTS = 16;
+
+/** The server-sent events of a finished generation, in OpenAI's chunk shapes. */
+function sseBody(a: Answer, m: Mapped): ReadableStream<Uint8Array> {
+  const chat = m.door === "/v1/chat/completions";
+  const model = a.body.model;
+  const base = {
+    id: a.id,
+    object: chat ? "chat.completion.chunk" : "text_completion",
+    created: a.created,
+    model,
+    system_fingerprint: a.synapse.fingerprint,
+  };
+  const usage = m.includeUsage ? { usage: null } : {};
+  const events: unknown[] = [];
+  const piece = (text: string, finish: string | null, first = false) =>
+    chat
+      ? {
+        index: 0,
+        delta: finish !== null
+          ? {}
+          : first
+          ? { role: "assistant", content: text }
+          : { content: text },
+        logprobs: null,
+        finish_reason: finish,
+      }
+      : { index: 0, text, logprobs: null, finish_reason: finish };
+  if (chat) events.push({ ...base, choices: [piece("", null, true)], ...usage });
+  const cps = [...a.text];
+  for (let i = 0; i < cps.length; i += CHUNK_CODE_POINTS) {
+    const text = cps.slice(i, i + CHUNK_CODE_POINTS).join("");
+    events.push({ ...base, choices: [piece(text, null)], ...usage });
+  }
+  events.push({ ...base, choices: [piece("", a.finish)], ...usage, synapse: a.synapse });
+  if (m.includeUsage) events.push({ ...base, choices: [], usage: a.usage });
+  const enc = new TextEncoder();
+  const lines = events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join("") + "data: [DONE]\n\n";
+  return new ReadableStream({
+    start(controller) {
+      controller.enqueue(enc.encode(lines));
+      controller.close();
+    },
+  });
+}

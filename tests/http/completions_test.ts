@@ -1,0 +1,604 @@
+/**
+ * The completions doors with the official `openai` npm client, unchanged: `/v1/completions`
+ * (plain, with a JSON schema whose output parses and validates, streaming), `/v1/chat/completions`
+ * (the GGUF chat template and the announced fallback, streaming), greedy-only refusals by name,
+ * the max_tokens bound, and a client that goes away cancelling the generation. Every answer is
+ * checked against `microllm.oneshot` called directly with the same prompt (and grammar).
+ */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { loadConfig } from "../../lib/config/loader.ts";
+import { compileJsonSchema } from "../../lib/engines/llama/json_schema_gbnf.ts";
+import { serveHttp } from "../../lib/http/server.ts";
+import { nullLog } from "../../lib/log/log.ts";
+import type { LogSink } from "../../lib/log/log.ts";
+import { fallbackPrompt } from "../../lib/ops/_chat_template.ts";
+import { createSynapse } from "../../lib/synapse.ts";
+import type { Synapse } from "../../lib/synapse.ts";
+import { parkedWorker, watchGenerations } from "../_generation.ts";
+import { MODELS, resultOf } from "../_helpers.ts";
+
+const GEN = `${MODELS}/synapse-tiny-llama`;
+
+function genEntry(modelId: string, modelPath = GEN) {
+  return {
+    engine: "llama",
+    model_path: modelPath,
+    tokenizer_path: `${GEN}/tokenizer.json`,
+    task: "generate",
+    model_id: modelId,
+  };
+}
+
+interface Door extends AsyncDisposable {
+  syn: Synapse;
+  base: string;
+  dir: string;
+  client: OpenAI;
+}
+
+/** A served instance; `configOf` gives the config overrides (it may write files in `dir`). */
+async function door(
+  configOf: Record<string, unknown> | ((dir: string) => Promise<Record<string, unknown>>),
+  more: { llamaWorkerArgs?: string[]; log?: LogSink } = {},
+): Promise<Door> {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-completions-" });
+  const overrides = typeof configOf === "function" ? await configOf(dir) : configOf;
+  const env = {
+    XDG_DATA_HOME: `${dir}/data`,
+    XDG_CONFIG_HOME: `${dir}/config`,
+    HOME: dir,
+    SYNAPSE_CONFIG_JSON: JSON.stringify({ preload_models: [genEntry("gen")], ...overrides }),
+  };
+  const { config } = loadConfig({ env, cwd: dir });
+  const syn = await createSynapse({
+    config,
+    env,
+    log: more.log ?? nullLog,
+    ...(more.llamaWorkerArgs ? { llamaWorkerArgs: more.llamaWorkerArgs } : {}),
+  });
+  const server = serveHttp(syn, { log: nullLog });
+  const base = `http://127.0.0.1:${server.port}`;
+  const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
+  return {
+    syn,
+    base,
+    dir,
+    client,
+    async [Symbol.asyncDispose]() {
+      await server.shutdown();
+      await syn.dispose();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+/**
+ * Copies a GGUF with `tokenizer.chat_template` added to its metadata (GGUF v2/v3: the new
+ * key/value goes after the others; tensor infos and data follow, data re-aligned).
+ */
+async function ggufWithChatTemplate(src: string, dst: string, template: string): Promise<void> {
+  const bytes = await Deno.readFile(src);
+  const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let o = 16;
+  const nTensors = Number(dv.getBigUint64(8, true));
+  const nKv = Number(dv.getBigUint64(16, true));
+  o = 24;
+  const kvStart = o;
+  const dec = new TextDecoder();
+  const str = (): string => {
+    const n = Number(dv.getBigUint64(o, true));
+    o += 8;
+    const s = dec.decode(bytes.subarray(o, o + n));
+    o += n;
+    return s;
+  };
+  const SIZES: Record<number, number> = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8 };
+  Object.assign(SIZES, { 11: 8, 12: 8 });
+  const skip = (type: number): void => {
+    if (type === 8) return void str();
+    if (type === 9) {
+      const t = dv.getUint32(o, true);
+      const n = Number(dv.getBigUint64(o + 4, true));
+      o += 12;
+      for (let i = 0; i < n; i++) skip(t);
+      return;
+    }
+    o += SIZES[type]!;
+  };
+  let alignment = 32;
+  for (let i = 0; i < nKv; i++) {
+    const key = str();
+    const type = dv.getUint32(o, true);
+    o += 4;
+    if (key === "general.alignment") alignment = dv.getUint32(o, true);
+    skip(type);
+  }
+  const kvEnd = o;
+  for (let i = 0; i < nTensors; i++) {
+    str();
+    const nd = dv.getUint32(o, true);
+    o += 4 + 8 * nd + 4 + 8;
+  }
+  const infoEnd = o;
+  const dataStart = Math.ceil(infoEnd / alignment) * alignment;
+  const enc = new TextEncoder();
+  const key = enc.encode("tokenizer.chat_template");
+  const val = enc.encode(template);
+  const kv = new Uint8Array(8 + key.length + 4 + 8 + val.length);
+  const kvv = new DataView(kv.buffer);
+  kvv.setBigUint64(0, BigInt(key.length), true);
+  kv.set(key, 8);
+  kvv.setUint32(8 + key.length, 8, true);
+  kvv.setBigUint64(12 + key.length, BigInt(val.length), true);
+  kv.set(val, 20 + key.length);
+  const head = bytes.slice(0, 24);
+  new DataView(head.buffer).setBigUint64(16, BigInt(nKv + 1), true);
+  const infoLen = infoEnd - kvStart + kv.length;
+  const newInfoEnd = 24 + infoLen;
+  const pad = Math.ceil(newInfoEnd / alignment) * alignment - newInfoEnd;
+  const out = new Uint8Array(newInfoEnd + pad + (bytes.length - dataStart));
+  out.set(head, 0);
+  out.set(bytes.subarray(kvStart, kvEnd), 24);
+  out.set(kv, 24 + (kvEnd - kvStart));
+  out.set(bytes.subarray(kvEnd, infoEnd), 24 + (kvEnd - kvStart) + kv.length);
+  out.set(bytes.subarray(dataStart), newInfoEnd + pad);
+  await Deno.writeFile(dst, out);
+}
+
+/** A llama2-style template that uses `bos_token` and refuses a chat that opens with assistant. */
+const TEMPLATE = "{% if messages[0]['role'] == 'assistant' %}" +
+  "{{ raise_exception('Conversation must start with a system or user message') }}{% endif %}" +
+  "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}" +
+  "{% if add_generation_prompt %}[assistant]{% endif %}";
+
+/**
+ * A validator of the schema subset the tests use (type, properties, required,
+ * additionalProperties, items, min/maxItems, min/maxLength, enum, const); errors as paths.
+ */
+// deno-lint-ignore no-explicit-any
+function validate(v: unknown, s: any, path = "$"): string[] {
+  const errs: string[] = [];
+  if (s.const !== undefined && JSON.stringify(v) !== JSON.stringify(s.const)) errs.push(path);
+  if (
+    s.enum !== undefined && !s.enum.some((e: unknown) => JSON.stringify(e) === JSON.stringify(v))
+  ) {
+    errs.push(path);
+  }
+  const types: string[] = s.type === undefined ? [] : [s.type].flat();
+  const typeOf = (x: unknown): string[] =>
+    x === null
+      ? ["null"]
+      : Array.isArray(x)
+      ? ["array"]
+      : typeof x === "number"
+      ? Number.isInteger(x) ? ["integer", "number"] : ["number"]
+      : [typeof x];
+  if (types.length > 0 && !typeOf(v).some((t) => types.includes(t))) return [`${path}: type`];
+  if (typeof v === "string") {
+    const n = [...v].length;
+    if (s.minLength !== undefined && n < s.minLength) errs.push(`${path}: minLength`);
+    if (s.maxLength !== undefined && n > s.maxLength) errs.push(`${path}: maxLength`);
+  }
+  if (Array.isArray(v)) {
+    if (s.minItems !== undefined && v.length < s.minItems) errs.push(`${path}: minItems`);
+    if (s.maxItems !== undefined && v.length > s.maxItems) errs.push(`${path}: maxItems`);
+    if (s.items) v.forEach((x, i) => errs.push(...validate(x, s.items, `${path}[${i}]`)));
+  }
+  if (typeof v === "object" && v !== null && !Array.isArray(v)) {
+    const o = v as Record<string, unknown>;
+    for (const r of s.required ?? []) if (!(r in o)) errs.push(`${path}.${r}: required`);
+    for (const [k, x] of Object.entries(o)) {
+      if (s.properties?.[k]) errs.push(...validate(x, s.properties[k], `${path}.${k}`));
+      else if (s.additionalProperties === false) errs.push(`${path}.${k}: additional`);
+    }
+  }
+  return errs;
+}
+
+const SCHEMA = {
+  type: "object",
+  properties: {
+    name: { type: "string", minLength: 1, maxLength: 6 },
+    count: { type: "integer" },
+    ok: { type: "boolean" },
+    color: { enum: ["red", "green"] },
+    tags: { type: "array", items: { type: "string", maxLength: 3 }, maxItems: 2 },
+  },
+  required: ["name", "count", "ok", "color"],
+  additionalProperties: false,
+};
+
+/** An APIError the client threw, with its status and OpenAI error fields. */
+async function refusedBy(
+  p: Promise<unknown>,
+): Promise<{ status: number; code: string; param: string; type: string; message: string }> {
+  try {
+    await p;
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIError, String(e));
+    return {
+      status: e.status!,
+      code: String(e.code),
+      param: String(e.param),
+      type: String(e.type),
+      message: e.message,
+    };
+  }
+  assert.fail("the request was not refused");
+}
+
+Deno.test("/v1/completions and /v1/chat/completions answer the openai client, as microllm.oneshot does", async (t) => {
+  await using d = await door(async (dir) => {
+    // A copy of the fixture whose GGUF carries a chat template, served as model `chat`.
+    await ggufWithChatTemplate(`${GEN}/model.gguf`, `${dir}/chat.gguf`, TEMPLATE);
+    return {
+      grammar_enabled: true,
+      preload_models: [genEntry("gen"), genEntry("chat", `${dir}/chat.gguf`)],
+    };
+  });
+  const { client, syn } = d;
+  const oneshot = async (params: Record<string, unknown>) =>
+    resultOf(await syn.call("microllm.oneshot", params));
+
+  await t.step("completions: text, finish_reason, usage, ids and the fingerprint", async () => {
+    const c = await client.completions.create({
+      model: "gen",
+      prompt: "Hello there",
+      max_tokens: 8,
+    });
+    const r = await oneshot({ model: "gen", prompt: "Hello there", max_tokens: 8 });
+    assert.equal(c.choices.length, 1);
+    assert.equal(c.choices[0]!.text, r.text);
+    assert.notEqual(r.text, "");
+    assert.equal(c.choices[0]!.finish_reason, "length"); // the fixture never stops by itself
+    assert.deepEqual(c.usage, {
+      prompt_tokens: r.n_prompt,
+      completion_tokens: 8,
+      total_tokens: r.n_prompt + 8,
+    });
+    assert.equal(c.object, "text_completion");
+    assert.match(c.id, /^cmpl-[0-9a-f]{32}$/);
+    assert.equal(c.model, "gen");
+    assert.equal(c.system_fingerprint, syn.registry.resolve("gen", "generate").fingerprint);
+    // A prompt given as a list of one string is the same request.
+    const list = await client.completions.create({
+      model: "gen",
+      prompt: ["Hello there"],
+      max_tokens: 8,
+    });
+    assert.equal(list.choices[0]!.text, r.text);
+  });
+
+  await t.step("completions with a JSON schema: the text parses and validates", async () => {
+    const c = await client.completions.create({
+      model: "gen",
+      prompt: "A JSON record:",
+      max_tokens: 96,
+      response_format: {
+        type: "json_schema",
+        json_schema: { name: "rec", schema: SCHEMA, strict: true },
+      },
+    } as OpenAI.CompletionCreateParamsNonStreaming);
+    const text = c.choices[0]!.text;
+    assert.equal(c.choices[0]!.finish_reason, "stop", text);
+    const value = JSON.parse(text);
+    assert.deepEqual(validate(value, SCHEMA), [], text);
+    // deno-lint-ignore no-explicit-any
+    const synapse = (c as any).synapse;
+    assert.equal(synapse.json_complete, true);
+    assert.equal(synapse.finish_reason, "grammar_complete");
+    // The same grammar through microllm.oneshot gives the same text.
+    const grammar = compileJsonSchema(SCHEMA, "schema").gbnf;
+    const r = await oneshot({ model: "gen", prompt: "A JSON record:", max_tokens: 96, grammar });
+    assert.equal(text, r.text);
+  });
+
+  await t.step(
+    "a JSON output cut by max_tokens is finish_reason length, and says it is not JSON",
+    async () => {
+      const c = await client.completions.create({
+        model: "gen",
+        prompt: "A JSON record:",
+        max_tokens: 3,
+        response_format: { type: "json_schema", json_schema: { name: "rec", schema: SCHEMA } },
+      } as OpenAI.CompletionCreateParamsNonStreaming);
+      assert.equal(c.choices[0]!.finish_reason, "length");
+      assert.throws(() => JSON.parse(c.choices[0]!.text));
+      // deno-lint-ignore no-explicit-any
+      const synapse = (c as any).synapse;
+      assert.equal(synapse.json_complete, false);
+      assert.match(synapse.warning, /not valid JSON/);
+    },
+  );
+
+  await t.step("json_object: one JSON object", async () => {
+    const c = await client.completions.create({
+      model: "gen",
+      prompt: "JSON:",
+      max_tokens: 64,
+      response_format: { type: "json_object" },
+    } as OpenAI.CompletionCreateParamsNonStreaming);
+    assert.equal(c.choices[0]!.finish_reason, "stop", c.choices[0]!.text);
+    const v = JSON.parse(c.choices[0]!.text);
+    assert.equal(typeof v, "object");
+    assert.ok(v !== null && !Array.isArray(v));
+  });
+
+  await t.step("stop: the text is cut before the first stop string", async () => {
+    const r = await oneshot({ model: "gen", prompt: "Hello there", max_tokens: 8 });
+    const cps = [...r.text];
+    const stop = cps.slice(4, 6).join("");
+    const at = r.text.indexOf(stop);
+    assert.ok(at > 0);
+    const c = await client.completions.create({
+      model: "gen",
+      prompt: "Hello there",
+      max_tokens: 8,
+      stop: [stop, "\u0000never"],
+    });
+    assert.equal(c.choices[0]!.text, r.text.slice(0, at));
+    assert.equal(c.choices[0]!.finish_reason, "stop");
+  });
+
+  await t.step("chat without a GGUF template: the fallback, announced", async () => {
+    const messages = [{ role: "system" as const, content: "Be brief" }, {
+      role: "user" as const,
+      content: "hi",
+    }];
+    const raw = await client.chat.completions.create({
+      model: "gen",
+      messages,
+      max_completion_tokens: 8,
+    }).asResponse();
+    assert.equal(raw.headers.get("x-synapse-chat-template"), "fallback");
+    const c = await raw.json();
+    const r = await oneshot({ model: "gen", prompt: fallbackPrompt(messages), max_tokens: 8 });
+    assert.equal(c.choices[0].message.role, "assistant");
+    assert.equal(c.choices[0].message.content, r.text);
+    assert.equal(c.choices[0].finish_reason, "length");
+    assert.equal(c.object, "chat.completion");
+    assert.match(c.id, /^chatcmpl-/);
+    assert.equal(c.synapse.chat_template, "fallback");
+    assert.equal(c.synapse.chat_template_reason, "no_chat_template");
+    assert.equal(c.usage.prompt_tokens, r.n_prompt);
+  });
+
+  await t.step("chat with the GGUF's chat template: rendered by it, BOS not doubled", async () => {
+    const messages = [{ role: "system" as const, content: "Be brief" }, {
+      role: "user" as const,
+      content: "hi",
+    }];
+    const raw = await client.chat.completions.create({ model: "chat", messages, max_tokens: 8 })
+      .asResponse();
+    assert.equal(raw.headers.get("x-synapse-chat-template"), "gguf");
+    const c = await raw.json();
+    const prompt = "[system] Be brief\n[user] hi\n[assistant]";
+    const r = await oneshot({ model: "chat", prompt, max_tokens: 8 });
+    assert.equal(c.choices[0].message.content, r.text);
+    assert.equal(c.usage.prompt_tokens, r.n_prompt);
+    assert.equal(c.synapse.chat_template, "gguf");
+    // The template's own refusal names messages.
+    const refused = await refusedBy(
+      client.chat.completions.create({
+        model: "chat",
+        messages: [{ role: "assistant", content: "x" }],
+        max_tokens: 4,
+      }),
+    );
+    assert.equal(refused.status, 400);
+    assert.equal(refused.param, "messages");
+    assert.match(refused.message, /must start with a system or user message/);
+  });
+
+  await t.step(
+    "chat streaming: chunks add up to the non-streaming answer, then usage",
+    async () => {
+      const messages = [{ role: "user" as const, content: "Tell me a story" }];
+      const whole = await client.chat.completions.create({
+        model: "gen",
+        messages,
+        max_tokens: 24,
+      });
+      const stream = await client.chat.completions.create({
+        model: "gen",
+        messages,
+        max_tokens: 24,
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      let content = "";
+      const finishes: (string | null)[] = [];
+      let usage: OpenAI.CompletionUsage | null | undefined;
+      let chunks = 0;
+      for await (const chunk of stream) {
+        chunks++;
+        assert.equal(chunk.object, "chat.completion.chunk");
+        for (const ch of chunk.choices) {
+          content += ch.delta.content ?? "";
+          finishes.push(ch.finish_reason);
+        }
+        if (chunk.usage) usage = chunk.usage;
+      }
+      assert.ok(chunks >= 3, `${chunks} chunks`);
+      assert.equal(content, whole.choices[0]!.message.content);
+      assert.equal(finishes.at(-1), "length");
+      assert.deepEqual(usage, whole.usage);
+    },
+  );
+
+  await t.step("completions streaming", async () => {
+    const whole = await client.completions.create({ model: "gen", prompt: "Once", max_tokens: 12 });
+    const stream = await client.completions.create({
+      model: "gen",
+      prompt: "Once",
+      max_tokens: 12,
+      stream: true,
+    });
+    let text = "";
+    let finish: string | null = null;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.text ?? "";
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    assert.equal(text, whole.choices[0]!.text);
+    assert.equal(finish, "length");
+  });
+
+  await t.step(
+    "sampling parameters are refused by name, before anything is generated",
+    async () => {
+      const cases: [Record<string, unknown>, string][] = [
+        [{ temperature: 0.7 }, "temperature"],
+        [{ n: 2 }, "n"],
+        [{ top_p: 0.5 }, "top_p"],
+        [{ presence_penalty: 0.1 }, "presence_penalty"],
+        [{ frequency_penalty: -1 }, "frequency_penalty"],
+        [{ logit_bias: { "50256": -100 } }, "logit_bias"],
+        [{ logprobs: 2 }, "logprobs"],
+        [{ best_of: 3 }, "best_of"],
+        [{ echo: true }, "echo"],
+      ];
+      for (const [extra, param] of cases) {
+        const e = await refusedBy(
+          client.completions.create({ model: "gen", prompt: "x", max_tokens: 4, ...extra }),
+        );
+        assert.equal(e.status, 400, param);
+        assert.equal(e.type, "invalid_request_error");
+        assert.equal(e.code, "invalid_request");
+        assert.equal(e.param, param);
+        assert.match(e.message, new RegExp(`^400 Cannot honour ${param} .*greedily`));
+      }
+      // Greedy values are accepted, and seed has no effect on greedy output.
+      const plain = await client.completions.create({ model: "gen", prompt: "x", max_tokens: 4 });
+      const greedy = await client.completions.create({
+        model: "gen",
+        prompt: "x",
+        max_tokens: 4,
+        temperature: 0,
+        top_p: 1,
+        n: 1,
+        presence_penalty: 0,
+        frequency_penalty: 0,
+        seed: 42,
+      });
+      assert.equal(greedy.choices[0]!.text, plain.choices[0]!.text);
+      const chatTemp = await refusedBy(
+        client.chat.completions.create({
+          model: "gen",
+          messages: [{ role: "user", content: "x" }],
+          temperature: 1,
+        }),
+      );
+      assert.equal(chatTemp.param, "temperature");
+      const chatTools = await refusedBy(
+        client.chat.completions.create({
+          model: "gen",
+          messages: [{ role: "user", content: "x" }],
+          tools: [{ type: "function", function: { name: "f" } }],
+        }),
+      );
+      assert.equal(chatTools.param, "tools");
+    },
+  );
+
+  await t.step("an unsupported schema keyword is refused naming its path", async () => {
+    const schema = {
+      type: "object",
+      properties: { when: { type: "string", format: "date-time" } },
+    };
+    const e = await refusedBy(client.completions.create({
+      model: "gen",
+      prompt: "x",
+      max_tokens: 4,
+      response_format: { type: "json_schema", json_schema: { name: "s", schema } },
+    } as OpenAI.CompletionCreateParamsNonStreaming));
+    assert.equal(e.status, 400);
+    assert.equal(e.param, "response_format.json_schema.schema.properties.when.format");
+    assert.match(e.message, /'format' .* is not supported/);
+    const stop = await refusedBy(client.completions.create({
+      model: "gen",
+      prompt: "x",
+      max_tokens: 4,
+      stop: "}",
+      response_format: { type: "json_object" },
+    } as OpenAI.CompletionCreateParamsNonStreaming));
+    assert.equal(stop.param, "stop");
+  });
+
+  await t.step(
+    "max_tokens above microllm_max_tokens is refused naming the field, never clamped",
+    async () => {
+      const limit = syn.context.config.microllm_max_tokens;
+      const e = await refusedBy(
+        client.completions.create({ model: "gen", prompt: "x", max_tokens: limit + 1 }),
+      );
+      assert.equal(e.status, 400);
+      assert.equal(e.param, "max_tokens");
+      assert.match(e.message, new RegExp(`exceeds this service's microllm_max_tokens ${limit}`));
+      const chat = await refusedBy(client.chat.completions.create({
+        model: "gen",
+        messages: [{ role: "user", content: "x" }],
+        max_completion_tokens: limit + 1,
+      }));
+      assert.equal(chat.param, "max_completion_tokens");
+      const streamed = await refusedBy(client.chat.completions.create({
+        model: "gen",
+        messages: [{ role: "user", content: "x" }],
+        max_tokens: limit + 1,
+        stream: true,
+      }));
+      assert.equal(streamed.status, 400);
+      assert.equal(streamed.param, "max_tokens");
+    },
+  );
+});
+
+Deno.test("response_format while grammar_enabled is false: grammar_disabled naming response_format", async () => {
+  await using d = await door({});
+  const e = await refusedBy(d.client.completions.create({
+    model: "gen",
+    prompt: "x",
+    max_tokens: 4,
+    response_format: { type: "json_object" },
+  } as OpenAI.CompletionCreateParamsNonStreaming));
+  assert.equal(e.status, 403);
+  assert.equal(e.code, "grammar_disabled");
+  assert.equal(e.type, "permission_error");
+  assert.equal(e.param, "response_format");
+});
+
+Deno.test("a streaming client that goes away cancels the generation", async () => {
+  // The worker generates 1 token, then waits for its CANCEL: the moment to hang up.
+  const worker = parkedWorker();
+  await using d = await door({}, {
+    llamaWorkerArgs: ["--test-wait-cancel-after", "1"],
+    log: worker.log,
+  });
+  const watch = watchGenerations(d.syn);
+  const abort = new AbortController();
+  const res = fetch(`${d.base}/v1/chat/completions`, {
+    method: "POST",
+    body: JSON.stringify({
+      model: "gen",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 400,
+      stream: true,
+    }),
+    signal: abort.signal,
+  });
+  await worker.parked;
+  abort.abort();
+  await assert.rejects(res);
+  const ended = await watch.ended;
+  assert.equal(ended.finishReason, "cancelled");
+  assert.equal(ended.generatedIds.length, 1);
+  // The lane is free again: the next request runs to its own limit.
+  const next = await d.client.chat.completions.create({
+    model: "gen",
+    messages: [{ role: "user", content: "hi" }],
+    max_tokens: 4,
+  });
+  assert.equal(next.choices[0]!.finish_reason, "length");
+  assert.equal(next.usage!.completion_tokens, 4);
+});
