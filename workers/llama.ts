@@ -348,6 +348,17 @@ while (true) {
   if (msg === undefined) exitModuleGone();
   if (msg.type === "SHUTDOWN") break;
   if (msg.type === "ACK") continue;
+  // A PING (the module reading this worker's RSS) is not a counted request of the test hooks
+  // below: the misbehaviour they script stays tied to work requests. A hung worker still hangs.
+  if (msg.type === "PING" && handled < hangAfter) {
+    await send({
+      type: "PONG",
+      req_id: msg.req_id,
+      rss_mb: Math.round(process.memoryUsage().rss / 1048576),
+      models_loaded: models.size,
+    });
+    continue;
+  }
   if (handled >= abortAfter) {
     console.error("llama worker: GGML_ASSERT-style abort (test hook --test-abort-after)");
     abortProcess();

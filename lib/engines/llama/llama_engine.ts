@@ -101,6 +101,8 @@ export class LlamaEngine implements Engine {
   readonly limits: EngineLimits;
   #opts: LlamaEngineOptions;
   #disposed = false;
+  #rssBytes: number | undefined;
+  #rssPing: Promise<void> | undefined;
   #ref: string | undefined;
   #refGeneration = -1;
   #loading: Promise<string> | undefined;
@@ -356,23 +358,33 @@ export class LlamaEngine implements Engine {
   /**
    * Resident memory of the worker process, from its PONG (the worker reads its own RSS: the
    * service may not read another process's /proc entries under its permissions). Never starts a
-   * worker: undefined when none is running, or when it does not answer within `timeoutMs`.
+   * worker, and never asks a busy one: then the last value read. The PING has the worker's usual
+   * request timeout (a slow answer must not count as a hung worker), but this waits at most
+   * `waitMs` for it and answers the last value read meanwhile.
    *
-   * @param timeoutMs How long to wait for the PONG. @default 1000
-   * @returns Bytes, or undefined.
+   * @param waitMs How long to wait for the PONG. @default 1000
+   * @returns Bytes, or undefined when never read.
    */
-  async residentBytes(timeoutMs = 1000): Promise<number | undefined> {
+  async residentBytes(waitMs = 1000): Promise<number | undefined> {
     if (this.#disposed || this.worker.status().state !== "ready") return undefined;
-    try {
-      const reply = await this.worker.call<PongMessage>(
+    if (this.#inFlight > 0 || this.#rssPing !== undefined) {
+      if (this.#rssPing === undefined) return this.#rssBytes;
+    } else {
+      this.#rssPing = this.worker.call<PongMessage>(
         { type: "PING", req_id: this.#nextReq++ },
         undefined,
-        timeoutMs,
-      );
-      return reply.msg.rss_mb * 1048576;
-    } catch {
-      return undefined;
+        this.#opts.requestTimeoutMs ?? WORKER_TIMEOUTS.requestMs,
+      ).then((reply) => {
+        this.#rssBytes = reply.msg.rss_mb * 1048576;
+      }, () => {}).finally(() => this.#rssPing = undefined);
     }
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      this.#rssPing,
+      new Promise<void>((resolve) => timer = setTimeout(resolve, waitMs)),
+    ]);
+    clearTimeout(timer);
+    return this.#rssBytes;
   }
 
   /** Shuts the worker down. Idempotent. */
