@@ -302,7 +302,7 @@ Deno.test("GET /metrics parses and keeps the conventions; calls, durations, toke
     );
   });
 
-  await t.step("promtool check metrics finds nothing to lint", async (s) => {
+  await t.step("promtool check metrics finds nothing to lint", async () => {
     const tool = await promtool();
     if (tool === undefined) {
       console.warn("promtool not found (scripts/setup --tests unpacks it): step ignored");
@@ -321,7 +321,6 @@ Deno.test("GET /metrics parses and keeps the conventions; calls, durations, toke
     const said = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
     assert.equal(out.code, 0, said);
     assert.equal(said.trim(), "", said);
-    void s;
   });
 });
 
