@@ -443,7 +443,7 @@ export class Synapse implements AsyncDisposable {
         ...(model === undefined ? {} : { model }),
       });
     } catch (err) {
-      this.#log("error", "synapse.metrics", "recording a call failed. This is a bug", {
+      this.#log("error", "synapse.ops", "recording a call's metrics failed. This is a bug", {
         message: (err as Error)?.message ?? String(err),
       });
     }

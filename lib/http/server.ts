@@ -304,8 +304,8 @@ async function handleLogged(door: Door, req: Request): Promise<Response> {
 }
 
 /**
- * Writes the request log line: `request` at `info` (`/health` and `/metrics` at `debug`, so a prober does not
- * fill the log) with `method path op model items item_errors tokens queue_ms inference_ms outcome
+ * Writes the request log line: `request` at `info` (`/health` and `/metrics` at `debug`, so a
+ * prober or a scraper does not fill the log) with `method path op model items item_errors tokens queue_ms inference_ms outcome
  * status total_ms`, in that order; `-` where a fact is unknown (the request never reached an
  * operation, or the operation has no such fact). No text, id, key or header is logged: only
  * counts, times, the model id and codes.
