@@ -212,6 +212,8 @@ Deno.test("GET /metrics parses and keeps the conventions; calls, durations, toke
     candidates: ["a local inference service", "a fruit"],
   });
   assert.equal(reranked.status, 200);
+  // An API-shaped route is counted as the operation it maps onto, through the same door.
+  assert.equal((await post(d.base, "/v1/embeddings", { input: "fourth" })).status, 200);
   const inProcess = resultOf(await d.t.syn.call("embed.query", { text: "third query" }));
   // Bytes held by other work leave too little for the next request: queue_full.
   const held = d.t.syn.admission.admit({
@@ -232,6 +234,7 @@ Deno.test("GET /metrics parses and keeps the conventions; calls, durations, toke
   assert.equal(req("embed.query", "http", "ok"), 2);
   assert.equal(req("embed.query", "embedded", "ok"), 1);
   assert.equal(req("rerank.score", "http", "ok"), 1);
+  assert.equal(req("embed.batch", "http", "ok"), 1);
   assert.equal(req("embed.query", "http", "queue_full"), 1);
   // A method the dispatcher does not serve is `unknown`, never the caller's string.
   assert.equal(req("unknown", "http", "unknown_method"), 1);
