@@ -21,7 +21,8 @@ import type { FileLock } from "../ffi/flock.ts";
 import { ModelRegistry } from "./models/model_registry.ts";
 import type { ModelEntry, ModelSource } from "./models/model.ts";
 import { defaultModelSources, sourceFromPreload } from "./models/sources.ts";
-import { dispatch } from "./ops/dispatcher.ts";
+import { dispatch, OPERATIONS } from "./ops/dispatcher.ts";
+import { requestFacts } from "./ops/request_facts.ts";
 import type { OpOutcome } from "./ops/dispatcher.ts";
 import type { CallOptions, OpContext } from "./ops/context.ts";
 import { Admission } from "./sched/admission.ts";
@@ -52,6 +53,8 @@ import {
 } from "./log/log.ts";
 import { createFleetLog, type FleetLog, type FleetLogOptions } from "./log/fleet_log.ts";
 import { PerfSampler } from "./log/perf_sampler.ts";
+import { Metrics } from "./log/metrics.ts";
+import { type CallScope, runInCallScope } from "./log/call_scope.ts";
 import { prepareRuntimeDir } from "./workers/runtime_dir.ts";
 
 export { SYNAPSE_VERSION } from "./version.ts";
@@ -174,6 +177,12 @@ export class Synapse implements AsyncDisposable {
   readonly modelsSettled: Promise<ModelEntry[]>;
   /** The machine this instance runs on (contract.md §5). */
   readonly machineProfile: MachineProfile;
+  /**
+   * Counters and histograms of this instance (`GET /metrics`): calls by op, door and outcome,
+   * their durations by op, class and lane, tokens, model loads, worker crashes and restarts.
+   * They live as long as the instance, so they never go down between scrapes.
+   */
+  readonly metrics: Metrics = new Metrics();
   /** `sha256` of the machine profile; keys certification rows. */
   readonly machineProfileHash: string;
   #sweeper: ReturnType<typeof setInterval> | undefined;
@@ -226,6 +235,7 @@ export class Synapse implements AsyncDisposable {
         : { loadRetryBaseMs: workerOptions.loadRetryBaseMs }),
       log,
       now,
+      onLoadAttempt: (_model, outcome) => this.metrics.modelLoad(outcome),
       llama: (spec, source) =>
         new LlamaEngine(spec, {
           launch: resolveLlamaWorkerLaunch({
@@ -252,6 +262,8 @@ export class Synapse implements AsyncDisposable {
           // The worker's own lines and its crashes, whatever target the engine uses.
           log: retarget(log, "synapse.worker", { engine: "llama", model: spec.modelId }),
           forwardLinesPerSec: config.log.worker_forward_lines_per_sec,
+          onWorkerEvent: (kind, status) =>
+            this.metrics.workerEvent(spec.modelId, kind, status.generation),
         }),
     });
     const storeRef = store;
@@ -373,21 +385,68 @@ export class Synapse implements AsyncDisposable {
   }
 
   /**
-   * Calls an operation.
+   * Calls an operation. Every door (HTTP, the bus, the in-process CLI) calls through here, so
+   * this is where each call is counted and timed for {@link metrics}: by op, door
+   * (`options.door`) and outcome, with the lane and class that served it, its queue wait and its
+   * tokens.
    *
    * @param method Contract method, e.g. `"embed.query"`.
    * @param params Its params.
    * @returns The outcome in its wire shape (never throws).
    */
-  call(method: string, params: unknown, options: CallOptions = {}): Promise<OpOutcome> {
+  async call(method: string, params: unknown, options: CallOptions = {}): Promise<OpOutcome> {
+    const started = performance.now();
+    const scope: CallScope = {};
+    let outcome: OpOutcome;
     if (this.#disposed) {
       const e = new SynapseError(
         "module_not_initialized",
         "Cannot call: this Synapse instance was disposed",
       );
-      return Promise.resolve({ kind: "channel", body: e.toChannel(), error: e });
+      outcome = { kind: "channel", body: e.toChannel(), error: e };
+    } else {
+      outcome = await runInCallScope(
+        scope,
+        () => dispatch(this.context, method, params, options),
+      );
     }
-    return dispatch(this.context, method, params, options);
+    this.#recordCall(method, params, options, outcome, started, scope);
+    return outcome;
+  }
+
+  #recordCall(
+    method: string,
+    params: unknown,
+    options: CallOptions,
+    outcome: OpOutcome,
+    started: number,
+    scope: CallScope,
+  ): void {
+    try {
+      const facts = requestFacts(params, outcome);
+      // Labels stay bounded: a method the dispatcher does not serve is `unknown`, a model id
+      // only when it is loaded (a caller may send any string).
+      const op = Object.hasOwn(OPERATIONS, method) ? method : "unknown";
+      const model = facts.model !== undefined &&
+          this.registry.list().some((m) => m.modelId === facts.model)
+        ? facts.model
+        : undefined;
+      this.metrics.recordCall({
+        op,
+        door: options.door ?? "embedded",
+        outcome: facts.outcome,
+        seconds: (performance.now() - started) / 1000,
+        ...(scope.lane === undefined ? {} : { lane: scope.lane }),
+        ...(scope.cls === undefined ? {} : { cls: scope.cls }),
+        ...(facts.queue_ms === undefined ? {} : { queueSeconds: facts.queue_ms / 1000 }),
+        ...(facts.tokens === undefined ? {} : { tokens: facts.tokens }),
+        ...(model === undefined ? {} : { model }),
+      });
+    } catch (err) {
+      this.#log("error", "synapse.ops", "recording a call's metrics failed. This is a bug", {
+        message: (err as Error)?.message ?? String(err),
+      });
+    }
   }
 
   /** True after {@link dispose}. */
@@ -426,6 +485,7 @@ export class Synapse implements AsyncDisposable {
     this.removeServerAddress();
     if (this.#sweeper !== undefined) clearInterval(this.#sweeper);
     this.#perf?.dispose();
+    this.metrics.dispose();
     try {
       await this.registry.dispose();
       await this.tokenizers.dispose();

@@ -347,7 +347,10 @@ function synapseService(synapse: Synapse, log: LogSink): ModuleService {
   return {
     async call(req: ModuleRequest): Promise<ModuleReply> {
       const started = performance.now();
-      const outcome = await synapse.call(req.method, req.params, { signal: req.signal });
+      const outcome = await synapse.call(req.method, req.params, {
+        signal: req.signal,
+        door: "bus",
+      });
       let reply: ModuleReply;
       if (outcome.kind === "channel") {
         reply = { kind: "error", body: { code: outcome.body.code, message: outcome.body.message } };

@@ -75,7 +75,7 @@ export class InProcessClient implements SynapseClient {
 
   /** @inheritdoc */
   async call(method: string, params: unknown): Promise<ClientOutcome> {
-    const outcome = await this.synapse.call(method, params);
+    const outcome = await this.synapse.call(method, params, { door: "cli" });
     return { kind: outcome.kind, body: outcome.body };
   }
 

@@ -19,6 +19,7 @@
  * - `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI's completions shapes over
  *   `microllm.oneshot` (lib/http/openai_completions.ts), greedy only, JSON or server-sent events.
  * - `GET /health`: the service status of lib/ops/status.ts; never touches an engine.
+ * - `GET /metrics`: Prometheus text exposition format (lib/http/metrics.ts).
  *
  * Transient errors carry `Retry-After` (whole seconds, rounded up) and `retry-after-ms`;
  * results that carry a fingerprint carry `x-synapse-fingerprint`. Every request is logged in one
@@ -49,13 +50,14 @@ import type { AdapterAnswer, AdapterIo, AdapterRoute } from "./_adapter.ts";
 import { rerankShapesRoute } from "./rerank_shapes.ts";
 import { teiRoute } from "./tei.ts";
 import { ollamaRoute } from "./ollama.ts";
+import { metricsResponse, throughDoor } from "./metrics.ts";
 
 export { float32Base64LE } from "./openai.ts";
 
 /** What the HTTP door needs from a Synapse instance. */
 export type HttpBackend = Pick<
   Synapse,
-  "call" | "context" | "registry" | "disposed" | "moduleGeneration"
+  "call" | "context" | "registry" | "disposed" | "moduleGeneration" | "metrics"
 >;
 
 /** Address the server is bound to. */
@@ -233,7 +235,8 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
           "An HTTP server serves one instance; attach() was called twice. This is a bug",
         );
       }
-      door.backend = synapse;
+      // Every call through this door is counted with door="http" (synapse_requests_total).
+      door.backend = throughDoor(synapse, "http");
     },
     shutdown(): Promise<void> {
       shutdown ??= server.shutdown().then(() => server.finished);
@@ -295,13 +298,14 @@ async function handleLogged(door: Door, req: Request): Promise<Response> {
   });
   const record: RequestRecord = {};
   const res = await route(door, req, path, record);
+  door.backend?.metrics?.httpResponses.inc({ code: String(res.status) });
   logRequest(log, req.method, path, record, res.status, performance.now() - started);
   return res;
 }
 
 /**
- * Writes the request log line: `request` at `info` (`/health` at `debug`, so a prober does not
- * fill the log) with `method path op model items item_errors tokens queue_ms inference_ms outcome
+ * Writes the request log line: `request` at `info` (`/health` and `/metrics` at `debug`, so a
+ * prober or a scraper does not fill the log) with `method path op model items item_errors tokens queue_ms inference_ms outcome
  * status total_ms`, in that order; `-` where a fact is unknown (the request never reached an
  * operation, or the operation has no such fact). No text, id, key or header is logged: only
  * counts, times, the model id and codes.
@@ -316,7 +320,7 @@ function logRequest(
 ): void {
   const f = record.facts;
   const dash = (v: string | number | undefined): string | number => v ?? "-";
-  log(path === "/health" ? "debug" : "info", "synapse.http", "request", {
+  log(path === "/health" || path === "/metrics" ? "debug" : "info", "synapse.http", "request", {
     method: clip(method),
     path: clip(path),
     op: clip(record.op ?? "-"),
@@ -355,6 +359,10 @@ async function route(
       }
       requireMethod(req, "GET");
       return health(door.backend);
+    }
+    if (path === "/metrics") {
+      if (req.method !== "HEAD") requireMethod(req, "GET");
+      return await metricsResponse(attached(door), req.method === "HEAD");
     }
     if (path === "/v1/embeddings") {
       record.op = "embed.batch";
@@ -413,6 +421,7 @@ async function route(
             "POST /api/embed",
             "GET /api/tags",
             "GET /health",
+            "GET /metrics",
           ],
         },
       },

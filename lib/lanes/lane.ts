@@ -20,6 +20,7 @@ import type { WorkClass } from "../sched/pick_next.ts";
 import { planMicroBatches } from "../sched/micro_batch.ts";
 import { runPipelined } from "../sched/pipeline.ts";
 import { requestSignal } from "../sched/request_signal.ts";
+import { noteLane } from "../log/call_scope.ts";
 import type {
   Engine,
   EngineBatchOutput,
@@ -197,6 +198,8 @@ export class Lane {
    * @throws {SynapseError} `queue_full`, `deadline_exceeded` (transient, retry hint).
    */
   admit(req: LaneAdmitRequest): LanePermit {
+    // The call's metrics carry the lane it was admitted on, refused or not.
+    noteLane(this.name, this.cls);
     const permit: AdmissionPermit = this.#admission.admit({
       bytes: req.bytes,
       deadlineMs: req.deadlineMs,
@@ -238,6 +241,7 @@ export class Lane {
    *   `probe_required` …); `disposed` when the lane's scheduler is gone.
    */
   async run<W extends LaneWork>(work: W, options: LaneRunOptions = {}): Promise<LaneResult<W>> {
+    noteLane(this.name, this.cls);
     this.#active++;
     try {
       return await this.#run(work, options);

@@ -56,6 +56,11 @@ export interface ModelRegistryOptions {
   log?: LogSink;
   /** Wall clock in ms. @default Date.now */
   now?: () => number;
+  /**
+   * Told how each load attempt ended: `ok`, `retry` (failed transiently; a background retry is
+   * due) or `failed` (for good); for the instance's metrics. A throw is ignored.
+   */
+  onLoadAttempt?: (modelId: string, outcome: "ok" | "retry" | "failed") => void;
 }
 
 /**
@@ -102,6 +107,7 @@ export class ModelRegistry implements AsyncDisposable {
   #retryBaseMs: number;
   #log: LogSink;
   #now: () => number;
+  #onLoadAttempt: ModelRegistryOptions["onLoadAttempt"];
   #disposed = false;
 
   constructor(options: ModelRegistryOptions) {
@@ -131,6 +137,7 @@ export class ModelRegistry implements AsyncDisposable {
     this.#retryBaseMs = options.loadRetryBaseMs ?? 1000;
     this.#log = options.log ?? nullLog;
     this.#now = options.now ?? Date.now;
+    this.#onLoadAttempt = options.onLoadAttempt;
   }
 
   /** All models, in load order. */
@@ -394,6 +401,12 @@ export class ModelRegistry implements AsyncDisposable {
     } catch (err) {
       this.#failed(entry, err);
     }
+    try {
+      this.#onLoadAttempt?.(
+        entry.modelId,
+        entry.state === "ready" ? "ok" : entry.retryAtMs !== undefined ? "retry" : "failed",
+      );
+    } catch { /* observers must not break loading */ }
     this.#wake(entry.modelId);
     return entry;
   }

@@ -12,6 +12,7 @@ import type { SynapseConfig } from "../config/types.ts";
 import type { JobStore } from "../store/job_store.ts";
 import type { LogSink } from "../log/log.ts";
 import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
+import type { CallDoor } from "../log/metrics.ts";
 
 /** Durable jobs: their store and the runs in flight. */
 export interface JobsContext {
@@ -52,6 +53,11 @@ export interface OpContext {
 export interface CallOptions {
   /** Aborts the call (client went away). */
   signal?: AbortSignal;
+  /**
+   * The door the call came through, for the `door` label of `synapse_requests_total`; set by a
+   * door, never read from the wire. @default "embedded"
+   */
+  door?: CallDoor;
   /** How a door asks `embed.batch` to serve; set by a door, never read from the wire. */
   embed?: EmbedCallOptions;
   /** How a door asks `rerank.score` to serve; set by a door, never read from the wire. */

@@ -71,6 +71,8 @@ export interface SupervisedWorkerOptions {
   now?: () => number;
   /** Called after each crash (already counted) with the crash error. */
   onCrash?: (err: SynapseError, status: SupervisorStatus) => void;
+  /** Called after each worker start that succeeded (`status.generation` counts starts). */
+  onStart?: (status: SupervisorStatus) => void;
 }
 
 /**
@@ -240,6 +242,9 @@ export class SupervisedWorker {
     this.#identity ??= conn.engine;
     conn.onDeath = (err) => this.#recordCrash(err);
     this.#conn = conn;
+    try {
+      this.#opts.onStart?.(this.status());
+    } catch { /* observers must not break supervision */ }
     return conn;
   }
 

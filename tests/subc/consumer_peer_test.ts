@@ -134,6 +134,14 @@ Deno.test("SynapseBusClient through the peer to the real module: every method an
   const admission = await bus.admissionStatus();
   assert.equal(admission.module_generation, m.synapse.moduleGeneration);
 
+  // Calls are counted where every door passes (Synapse.call), told apart by `door` (/metrics).
+  const counted = (door: string) =>
+    m.synapse.metrics.requests.samples().find((s) =>
+      s.labels.op === "embed.query" && s.labels.door === door && s.labels.outcome === "ok"
+    )?.value;
+  assert.equal(counted("bus"), 1);
+  assert.equal(counted("embedded"), 1);
+
   // One route carried everything; every request got exactly one terminal.
   assert.equal(peer.stats().routesOpened, 1);
   assert.equal(bus.consumer.stats.unmatchedTerminals, 0);

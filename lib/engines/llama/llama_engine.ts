@@ -82,6 +82,12 @@ export interface LlamaEngineOptions {
   log?: LogSink;
   /** Worker log lines forwarded per second (`log.worker_forward_lines_per_sec`). @default 50 */
   forwardLinesPerSec?: number;
+  /**
+   * Told of each worker start that succeeded and each crash (already counted), with the
+   * supervision status after it (`generation`: starts so far); for the instance's metrics.
+   * Must not throw (a throw is ignored).
+   */
+  onWorkerEvent?: (kind: "start" | "crash", status: SupervisorStatus) => void;
   /** Wall clock, ms. @default Date.now */
   now?: () => number;
 }
@@ -142,7 +148,11 @@ export class LlamaEngine implements Engine {
           log("info", target, line, dropped > 0 ? { stream, dropped } : { stream });
         },
       },
+      onStart: (status) => options.onWorkerEvent?.("start", status),
       onCrash: (err, status) => {
+        try {
+          options.onWorkerEvent?.("crash", status);
+        } catch { /* observers must not break supervision */ }
         const d = err.details as Record<string, unknown>;
         log("error", target, `worker crashed: ${err.message}`, {
           reason: String(d.reason),
