@@ -303,26 +303,15 @@ export async function renderMetrics(source: MetricsSource): Promise<string> {
   return out.text();
 }
 
-/** A running, idle worker's RSS from its PONG, or undefined (busy, absent, slow). */
+/**
+ * A running worker's RSS from its PONG, or undefined (never read, absent). The engine asks only
+ * an idle worker, with its usual request timeout, and answers within `WORKER_RSS_WAIT_MS` with
+ * the last value read.
+ */
 async function workerRss(
-  engine: {
-    inFlight: number;
-    health(): { state: string };
-    residentBytes?(timeoutMs?: number): Promise<number | undefined>;
-  },
+  engine: { residentBytes?(waitMs?: number): Promise<number | undefined> },
 ): Promise<number | undefined> {
-  if (engine.residentBytes === undefined || engine.inFlight > 0) return undefined;
-  if (engine.health().state !== "ready") return undefined;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<undefined>((r) => {
-    timer = setTimeout(() => r(undefined), WORKER_RSS_WAIT_MS);
-  });
-  try {
-    // The worker gets longer than the scrape waits: a PING it does not answer in time kills it.
-    return await Promise.race([engine.residentBytes(30_000), late]);
-  } finally {
-    clearTimeout(timer);
-  }
+  return await engine.residentBytes?.(WORKER_RSS_WAIT_MS);
 }
 
 /** User plus system CPU time of the process, seconds; undefined where it cannot be read. */
