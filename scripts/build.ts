@@ -58,6 +58,31 @@ export const TEST_MODELS = [
 /** The pinned Deno, and the link the launchers resolve it through. */
 export const DENO_FILES = ["node_modules/deno/deno", "node_modules/.bin/deno"];
 
+/**
+ * The system tools the archive's header and launchers run, found on PATH (README "Install"):
+ * the header's unpack and checks, the launchers' permission set-up, and `uname` (machine profile).
+ * The smoke test runs the artifact with a PATH holding these alone.
+ */
+export const SANDBOX_TOOLS = [
+  "bash",
+  "cut",
+  "dirname",
+  "find",
+  "gzip",
+  "id",
+  "mkdir",
+  "mv",
+  "readlink",
+  "rm",
+  "seq",
+  "sha256sum",
+  "sort",
+  "stat",
+  "tail",
+  "tar",
+  "uname",
+] as const;
+
 /** What one build writes to `<out>/build.json`. */
 export interface BuildRecord {
   name: "ck-synapse";
