@@ -332,6 +332,18 @@ Deno.test("release smoke: the self-extracting ck-synapse, copied alone into an e
       },
     );
 
+    await t.step("two first runs at once: both start, one tree, no temp dir left", async () => {
+      const dir = `${box.dir}/unpack-race`;
+      const [a, b] = await Promise.all([
+        runIn(box, ["version"], { SYNAPSE_UNPACK_DIR: dir }),
+        runIn(box, ["version"], { SYNAPSE_UNPACK_DIR: dir }),
+      ]);
+      assert.equal(a.code, 0, a.stderr);
+      assert.equal(b.code, 0, b.stderr);
+      assert.equal(a.stdout, b.stdout);
+      assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name), [record.payload_sha256]);
+    });
+
     await t.step("a truncated copy is refused before anything runs", async () => {
       const bytes = await Deno.readFile(box.bin);
       const cut = `${box.dir}/bin/ck-synapse-cut`;
