@@ -201,6 +201,7 @@ async function smoke(t: Deno.TestContext, record: BuildRecord, box: Sandbox): Pr
     : `ck-synapse ${record.version} (compile`;
   assert.ok(cold.stdout.startsWith(expected), `${cold.stdout} does not start with ${expected}`);
   assert.equal(warm.stdout, cold.stdout);
+  assert.equal(warm.stderr, "", "the warm run said something (unpacked again?)");
 
   await t.step("version --json names the build", async () => {
     const r = await runIn(box, ["version", "--json"]);
@@ -317,6 +318,10 @@ Deno.test("release smoke: the self-extracting ck-synapse, copied alone into an e
       ),
       [record.payload_sha256],
     );
+    // Nothing the program did (serve, pulls, a llama worker) changed its tree: no unpack now.
+    const again = await runIn(box, ["version"]);
+    assert.equal(again.code, 0, again.stderr);
+    assert.equal(again.stderr, "", "the tree changed while it ran");
 
     await t.step(
       "an edited file of the unpacked tree is noticed and the tree unpacked again",
