@@ -3,7 +3,8 @@
  *
  * 1. the preload entry's `worker_bin`, else `SYNAPSE_LLAMA_WORKER_BIN`;
  * 2. the sibling executable `ck-synapse-worker-llama` beside the `ck-synapse` launcher;
- * 3. the same program with `worker llama`: this Deno running `main.ts worker llama`.
+ * 3. the same program with `worker llama`: this Deno running `main.ts worker llama`, or, in a
+ *    `deno compile`d executable, that executable with `worker llama`.
  *
  * And where its socket lives: the entry's `worker_runtime_dir`, else `SYNAPSE_WORKER_RUNTIME_DIR`,
  * else `$XDG_RUNTIME_DIR/synapse/workers`, else `<tmp>/synapse-<uid>/workers` (created 0700 by
@@ -50,6 +51,10 @@ export function resolveLlamaWorkerLaunch(options: LlamaLaunchOptions = {}): Work
   try {
     if (Deno.statSync(sibling).isFile) return { command: sibling, args: [...extra] };
   } catch { /* not in a checkout: fall back to the same program */ }
+  // A `deno compile`d ck-synapse (scripts/build --format compile) is its own worker program.
+  if (Deno.build.standalone) {
+    return { command: Deno.execPath(), args: ["worker", "llama", ...extra] };
+  }
   return {
     command: Deno.execPath(),
     args: [
