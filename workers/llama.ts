@@ -22,7 +22,7 @@
  *
  * Hidden flags for tests make a real worker misbehave (never used in production):
  * `--test-abort-after N` (libc `abort()` on request N+1), `--test-hang-after N` (never answer
- * request N+1), `--test-garbage-frame` (answer the first request with a non-JSON frame),
+ * request N+1), `--test-ping-uncounted` (PINGs are answered and not counted by those two), `--test-garbage-frame` (answer the first request with a non-JSON frame),
  * `--test-oversize-frame` (announce a frame over the negotiated max), `--test-truncated-frame`
  * (write half a frame, then exit), `--test-no-hello`, `--test-wrong-nonce`,
  * `--test-protocol-version V`, `--test-engine NAME`, `--test-log-burst N` (print N lines at
@@ -88,6 +88,7 @@ const { values: flags } = parseArgs({
     socket: { type: "string" },
     nonce: { type: "string" },
     "test-abort-after": { type: "string" },
+    "test-ping-uncounted": { type: "boolean" },
     "test-hang-after": { type: "string" },
     "test-garbage-frame": { type: "boolean" },
     "test-oversize-frame": { type: "boolean" },
@@ -348,9 +349,10 @@ while (true) {
   if (msg === undefined) exitModuleGone();
   if (msg.type === "SHUTDOWN") break;
   if (msg.type === "ACK") continue;
-  // A PING (the module reading this worker's RSS) is not a counted request of the test hooks
-  // below: the misbehaviour they script stays tied to work requests. A hung worker still hangs.
-  if (msg.type === "PING" && handled < hangAfter) {
+  // `--test-ping-uncounted`: a PING (the module reading this worker's RSS for models.list) is
+  // answered and not counted by the hooks below, so a test scripting "request N misbehaves"
+  // through the whole service stays tied to its work requests. A hung worker still hangs.
+  if (flags["test-ping-uncounted"] && msg.type === "PING" && handled < hangAfter) {
     await send({
       type: "PONG",
       req_id: msg.req_id,

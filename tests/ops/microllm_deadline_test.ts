@@ -49,7 +49,9 @@ async function start(
 
 Deno.test("microllm.oneshot answers deadline_exceeded at its deadline while a hung worker generates; /health says unresponsive", async () => {
   // LOAD is request 1; the worker hangs on the first GENERATE (and never reads a CANCEL).
-  const { syn, dir } = await start(["--test-hang-after", "1"], { workerRequestTimeoutMs: 1000 });
+  const { syn, dir } = await start(["--test-hang-after", "1", "--test-ping-uncounted"], {
+    workerRequestTimeoutMs: 1000,
+  });
   const server = serveHttp(syn, { hostname: "127.0.0.1", port: 0 });
   try {
     const before = await (await fetch(`http://127.0.0.1:${server.port}/health`)).json();

@@ -128,7 +128,7 @@ Deno.test("a quarantined model: /health, models.list and the CLI say quarantined
       task: "generate",
       model_id: "gen",
     },
-  ], ["--test-abort-after", "1"]); // LOAD is request 1: every GENERATE aborts the worker
+  ], ["--test-abort-after", "1", "--test-ping-uncounted"]); // LOAD is request 1: every GENERATE aborts the worker
   try {
     const before = await seenThrough(syn, "gen");
     assert.equal(before.healthRow.state, "ready");

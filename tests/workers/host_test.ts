@@ -578,7 +578,8 @@ Deno.test("F13: an aborting llama model costs engine_crashed per call, then quar
     machineProfile: MACHINE,
     log: cap.log,
     // LOAD is request 1, so every GENERATE aborts the worker.
-    llamaWorkerArgs: ["--test-abort-after", "1"],
+    // models.list PINGs the worker for its RSS: not a counted request here.
+    llamaWorkerArgs: ["--test-abort-after", "1", "--test-ping-uncounted"],
   });
   const server = serveHttp(syn, {});
   try {
