@@ -17,14 +17,13 @@
  *
  * @module
  */
-import { SynapseError, toSynapseError, type WireError } from "../contract/errors.ts";
+import { SynapseError, toSynapseError } from "../contract/errors.ts";
 import type { ArtifactFormat, BlobMeta, DownloadProgress, GcRow } from "../cache/types.ts";
 import type { Digest } from "../cache/types.ts";
 import { jcsSha256, type JsonValue } from "../identity/jcs.ts";
 import { type LogSink, nullLog } from "../log/log.ts";
 import type { ModelRegistry } from "./model_registry.ts";
-import type { Pooling } from "../engines/ort/pooling.ts";
-import type { ModelEngine, ModelEntry, ModelSource, ModelTask } from "./model.ts";
+import type { ModelEngine, ModelEntry } from "./model.ts";
 import {
   backendFiles,
   backendUnrunnableReason,
@@ -36,8 +35,23 @@ import {
 } from "./catalog.ts";
 import { type FileRef, type LoadRequest, resolveLoadFiles } from "./_load_request.ts";
 import { inferTask, modelIdFor } from "./_load_infer.ts";
+import {
+  checkFormat,
+  type LoadSpec,
+  type ResolvedFile,
+  sameLoad,
+  sourceFromSpec,
+} from "./_load_spec.ts";
+import {
+  type DownloadJobState,
+  type Job,
+  type LoadJobState,
+  ModelJobTable,
+  type ModelJobView,
+} from "./_model_jobs.ts";
 
 export type { LoadRequest };
+export type { DownloadJobState, LoadJobState, LoadSpec, ModelJobView, ResolvedFile };
 
 /** The cache as loads use it (lib/cache/model_cache.ts `ModelCache`). */
 export interface LoadCache {
@@ -75,79 +89,6 @@ export interface LoadStore {
   listModels(): { model_id: string; config_json: string; updated_ms: number }[];
 }
 
-/** A file of a loaded model, in the cache. */
-export interface ResolvedFile {
-  digest: Digest;
-  /** Where it came from (URL or `file://` path). */
-  source: string;
-  format: ArtifactFormat;
-  size: number;
-}
-
-/** Everything needed to serve a model from the cache again (recorded in the store). */
-export interface LoadSpec {
-  model_id: string;
-  engine: ModelEngine;
-  task: ModelTask;
-  pooling?: Pooling;
-  normalize?: boolean;
-  max_tokens?: number;
-  files: { model: ResolvedFile; tokenizer?: ResolvedFile; config?: ResolvedFile };
-  /** `runtime` (model.load) or `catalog` (models.download). */
-  origin: "runtime" | "catalog";
-  catalog_id?: string;
-  lane_id?: string;
-  manifest_digest?: string;
-  /** Pin owner of its blobs, when pinned. */
-  pin_owner?: string;
-}
-
-/** State of a `model.load` job. */
-export type LoadJobState =
-  | "resolving"
-  | "downloading"
-  | "validating"
-  | "loading"
-  | "ready"
-  | "failed";
-
-/** State of a `models.download` job. */
-export type DownloadJobState =
-  | "queued"
-  | "downloading"
-  | "verifying"
-  | "committed"
-  | "failed"
-  | "cancelled";
-
-/** A job as `model.load`, `model.status` and `models.download` answer it. */
-export interface ModelJobView {
-  job_id: string;
-  kind: "model.load" | "models.download";
-  state: LoadJobState | DownloadJobState;
-  model_id: string | null;
-  catalog_id?: string;
-  request_key?: string;
-  /** Bytes fetched so far and expected (downloading, and after). */
-  bytes_done: number;
-  bytes_total: number | null;
-  /** Set when `state` is `failed`. */
-  error?: WireError;
-  /** True when the same files were already loaded under this id (nothing was done). */
-  already_loaded?: boolean;
-  created_ms: number;
-  updated_ms: number;
-}
-
-interface Job {
-  view: ModelJobView;
-  digest: string;
-  controller: AbortController;
-  done: Promise<void>;
-  /** Blobs the job brought into the cache (or found there). */
-  digests: Digest[];
-}
-
 /** Options of {@link ModelLoads}. */
 export interface ModelLoadsOptions {
   cache: LoadCache;
@@ -165,9 +106,6 @@ export interface ModelLoadsOptions {
   log?: LogSink;
 }
 
-/** Ended jobs kept for `model.status` (the newest ones). */
-const KEEP_ENDED_JOBS = 256;
-
 /** Runtime model loads, catalog downloads and their jobs. */
 export class ModelLoads {
   readonly cache: LoadCache;
@@ -179,10 +117,8 @@ export class ModelLoads {
   #hfEndpoint: string;
   #now: () => number;
   #log: LogSink;
-  #jobs = new Map<string, Job>();
-  #byKey = new Map<string, Job>();
+  #jobs: ModelJobTable;
   #specs = new Map<string, LoadSpec>();
-  #seq = 0;
 
   constructor(options: ModelLoadsOptions) {
     this.cache = options.cache;
@@ -194,6 +130,7 @@ export class ModelLoads {
     this.llamaAvailable = options.llamaAvailable ?? true;
     this.#now = options.now ?? Date.now;
     this.#log = options.log ?? nullLog;
+    this.#jobs = new ModelJobTable(this.#now);
   }
 
   /** The load spec of a model loaded at run time or from the catalog. */
@@ -209,12 +146,12 @@ export class ModelLoads {
    */
   load(req: LoadRequest): ModelJobView {
     const digest = jcsSha256(req as unknown as JsonValue);
-    const known = this.#attach(req.request_key, digest);
+    const known = this.#jobs.attach(req.request_key, digest);
     if (known) return known;
     if (req.model_id !== undefined) this.#checkIdFree(req.model_id, true);
     // Refuse what cannot work before a job exists: unpinned sources, missing files.
     const plan = resolveLoadFiles(req, this.#hfEndpoint);
-    const job = this.#newJob(
+    const job = this.#jobs.create(
       "model.load",
       req.model_id ?? null,
       digest,
@@ -266,9 +203,9 @@ export class ModelLoads {
     }
     const key = requestKey ?? `models.download:${catalogId}:${manifest}`;
     const digest = jcsSha256({ catalog_id: catalogId, manifest_digest: manifest });
-    const known = this.#attach(key, digest);
+    const known = this.#jobs.attach(key, digest);
     if (known) return known;
-    const job = this.#newJob("models.download", catalogId, digest, key, "queued");
+    const job = this.#jobs.create("models.download", catalogId, digest, key, "queued");
     job.view.catalog_id = catalogId;
     job.done = this.#runDownload(job, model, backend, manifest);
     return { ...job.view };
@@ -281,7 +218,7 @@ export class ModelLoads {
    * @throws {SynapseError} `invalid_request` for an unknown job.
    */
   cancel(jobId: string): ModelJobView {
-    const job = this.#job(jobId);
+    const job = this.#jobs.get(jobId);
     job.controller.abort(new DOMException("Cancelled by models.download.cancel", "AbortError"));
     return { ...job.view };
   }
@@ -293,12 +230,12 @@ export class ModelLoads {
    *   {@link KEEP_ENDED_JOBS}).
    */
   job(jobId: string): ModelJobView {
-    return { ...this.#job(jobId).view };
+    return { ...this.#jobs.get(jobId).view };
   }
 
   /** Resolves when a job has ended (tests and the CLI's wait). */
   async settled(jobId: string): Promise<ModelJobView> {
-    const job = this.#job(jobId);
+    const job = this.#jobs.get(jobId);
     await job.done;
     return { ...job.view };
   }
@@ -425,7 +362,7 @@ export class ModelLoads {
         continue;
       }
       this.#specs.set(spec.model_id, spec);
-      started.push(this.registry.load(this.#source(spec)));
+      started.push(this.registry.load(sourceFromSpec(spec, (d) => this.cache.blobPath(d))));
     }
     return started;
   }
@@ -463,99 +400,20 @@ export class ModelLoads {
     }
   }
 
-  // ---- jobs ----
-
-  #attach(key: string | undefined, digest: string): ModelJobView | undefined {
-    if (key === undefined) return undefined;
-    const job = this.#byKey.get(key);
-    if (job === undefined) return undefined;
-    if (job.digest !== digest) {
-      throw new SynapseError(
-        "idempotency_conflict",
-        `Cannot start: request_key '${key}' already names a job with other params (${job.view.job_id})`,
-        { details: { request_key: key, job_id: job.view.job_id } },
-      );
-    }
-    // A failed or cancelled job under the same key starts afresh (the cache resumes its bytes).
-    if (job.view.state === "failed" || job.view.state === "cancelled") return undefined;
-    return { ...job.view };
-  }
-
-  #newJob(
-    kind: ModelJobView["kind"],
-    modelId: string | null,
-    digest: string,
-    requestKey: string | undefined,
-    state: ModelJobView["state"],
-  ): Job {
-    const now = this.#now();
-    const rand = crypto.getRandomValues(new Uint8Array(6));
-    const id = `${kind === "model.load" ? "load" : "dl"}_${now.toString(36)}${
-      (++this.#seq).toString(36)
-    }${[...rand].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
-    const job: Job = {
-      view: {
-        job_id: id,
-        kind,
-        state,
-        model_id: modelId,
-        ...(requestKey === undefined ? {} : { request_key: requestKey }),
-        bytes_done: 0,
-        bytes_total: null,
-        created_ms: now,
-        updated_ms: now,
-      },
-      digest,
-      controller: new AbortController(),
-      done: Promise.resolve(),
-      digests: [],
-    };
-    this.#jobs.set(id, job);
-    if (requestKey !== undefined) this.#byKey.set(requestKey, job);
-    this.#trim();
-    return job;
-  }
-
-  #set(job: Job, state: ModelJobView["state"], extra: Partial<ModelJobView> = {}): void {
-    Object.assign(job.view, extra, { state, updated_ms: this.#now() });
-  }
-
   #fail(job: Job, err: unknown): void {
     const signal = job.controller.signal;
     // A deadline aborts with its own error; models.download.cancel with an AbortError.
     const reason = signal.aborted ? signal.reason : undefined;
     if (signal.aborted && !(reason instanceof SynapseError)) {
-      this.#set(job, "cancelled");
+      this.#jobs.set(job, "cancelled");
       return;
     }
     const e = toSynapseError(reason ?? err, "artifact_invalid");
-    this.#set(job, "failed", { error: e.toWire() });
+    this.#jobs.set(job, "failed", { error: e.toWire() });
     this.#log("warn", "synapse.models", `${job.view.kind} ${job.view.job_id} failed`, {
       code: e.code,
       message: e.message,
     });
-  }
-
-  #job(jobId: string): Job {
-    const job = this.#jobs.get(jobId);
-    if (job === undefined) {
-      throw new SynapseError("invalid_request", `Cannot find job '${jobId}'`, {
-        details: { field: "job_id", job_id: jobId },
-      });
-    }
-    return job;
-  }
-
-  #trim(): void {
-    if (this.#jobs.size <= KEEP_ENDED_JOBS * 2) return;
-    for (const [id, job] of this.#jobs) {
-      if (this.#jobs.size <= KEEP_ENDED_JOBS) break;
-      const s = job.view.state;
-      if (s === "ready" || s === "failed" || s === "committed" || s === "cancelled") {
-        this.#jobs.delete(id);
-        if (job.view.request_key !== undefined) this.#byKey.delete(job.view.request_key);
-      }
-    }
   }
 
   /**
@@ -617,7 +475,10 @@ export class ModelLoads {
         const announced = p.bytes_total === null ? null : base + p.bytes_total;
         const now = job.view.bytes_total;
         const total = now === null || (announced !== null && announced > now) ? announced : now;
-        this.#set(job, job.view.state, { bytes_done: base + p.bytes_done, bytes_total: total });
+        this.#jobs.set(job, job.view.state, {
+          bytes_done: base + p.bytes_done,
+          bytes_total: total,
+        });
       },
     });
   }
@@ -632,7 +493,7 @@ export class ModelLoads {
       const total = remote.every((f) => f.ref.kind === "url" && f.ref.size !== undefined)
         ? remote.reduce((a, f) => a + (f.ref.kind === "url" ? f.ref.size ?? 0 : 0), 0)
         : null;
-      if (remote.length > 0) this.#set(job, "downloading", { bytes_total: total });
+      if (remote.length > 0) this.#jobs.set(job, "downloading", { bytes_total: total });
       const files: Partial<Record<"model" | "tokenizer" | "config", ResolvedFile>> = {};
       let done = 0;
       for (const f of plan) {
@@ -645,7 +506,7 @@ export class ModelLoads {
           size: meta.size,
         };
       }
-      this.#set(
+      this.#jobs.set(
         job,
         "validating",
         remote.length > 0 ? { bytes_done: done, bytes_total: done } : {},
@@ -717,7 +578,7 @@ export class ModelLoads {
             { details: { field: "model_id", model_id: modelId } },
           );
         }
-        this.#set(job, "ready", { already_loaded: true });
+        this.#jobs.set(job, "ready", { already_loaded: true });
         return;
       }
       await this.#loadSpec(job, spec);
@@ -751,7 +612,7 @@ export class ModelLoads {
     try {
       const list = backendFiles(backend);
       const sized = list.every(([, f]) => f.size !== null);
-      this.#set(job, "downloading", {
+      this.#jobs.set(job, "downloading", {
         bytes_total: sized ? list.reduce((a, [, f]) => a + (f.size ?? 0), 0) : null,
       });
       const files: Partial<Record<"model" | "tokenizer" | "config", ResolvedFile>> = {};
@@ -772,7 +633,7 @@ export class ModelLoads {
           size: meta.size,
         };
       }
-      this.#set(job, "verifying", { bytes_done: done, bytes_total: done });
+      this.#jobs.set(job, "verifying", { bytes_done: done, bytes_total: done });
       for (const f of Object.values(files)) await this.cache.validate(f!.digest);
       const spec: LoadSpec = {
         model_id: model.id,
@@ -789,10 +650,10 @@ export class ModelLoads {
         pin_owner: this.#owner("catalog", model.id),
       };
       for (const f of Object.values(spec.files)) await this.cache.pin(f!.digest, spec.pin_owner);
-      this.#set(job, "committed");
+      this.#jobs.set(job, "committed");
       this.#specs.set(model.id, spec);
       if (!this.registry.list().some((m) => m.modelId === model.id)) {
-        const entry = await this.registry.load(this.#source(spec));
+        const entry = await this.registry.load(sourceFromSpec(spec, (d) => this.cache.blobPath(d)));
         this.record(entry, spec);
       }
     } catch (err) {
@@ -802,14 +663,14 @@ export class ModelLoads {
 
   /** Leases, pins and loads a resolved model; the job ends ready or failed. */
   async #loadSpec(job: Job, spec: LoadSpec): Promise<void> {
-    this.#set(job, "loading");
+    this.#jobs.set(job, "loading");
     const leases = Object.values(spec.files).map((f) => this.cache.acquireShared(f!.digest));
     try {
       if (spec.pin_owner !== undefined) {
         for (const f of Object.values(spec.files)) await this.cache.pin(f!.digest, spec.pin_owner);
       }
       this.#specs.set(spec.model_id, spec);
-      const entry = await this.registry.load(this.#source(spec));
+      const entry = await this.registry.load(sourceFromSpec(spec, (d) => this.cache.blobPath(d)));
       // Through any background retries of a transient failure (a worker slow to start).
       await this.registry.ready(spec.model_id).catch(() => {});
       if (entry.state !== "ready") {
@@ -820,67 +681,9 @@ export class ModelLoads {
         throw entry.error ?? new SynapseError("artifact_invalid", `Cannot load '${spec.model_id}'`);
       }
       this.record(entry, spec);
-      this.#set(job, "ready");
+      this.#jobs.set(job, "ready");
     } finally {
       for (const l of leases) l.release();
     }
-  }
-
-  /** The registry source of a spec: the blobs' paths in the cache. */
-  #source(spec: LoadSpec): ModelSource {
-    const isRerank = spec.task === "rerank";
-    const source = {
-      modelId: spec.model_id,
-      task: spec.task,
-      engine: spec.engine,
-      modelPath: this.cache.blobPath(spec.files.model.digest),
-      ...(spec.files.tokenizer === undefined
-        ? {}
-        : { tokenizerPath: this.cache.blobPath(spec.files.tokenizer.digest) }),
-      ...(spec.files.config === undefined
-        ? { configOptional: true }
-        : { configPath: this.cache.blobPath(spec.files.config.digest) }),
-      pooling: spec.pooling ?? (isRerank ? "cls" : "mean"),
-      normalize: spec.normalize ?? !isRerank,
-      artifactDigest: spec.files.model.digest,
-      ...(spec.max_tokens === undefined
-        ? { maxTokensDefault: 8192 }
-        : { maxTokens: spec.max_tokens }),
-    };
-    return source as ModelSource;
-  }
-}
-
-/** Whether a loaded spec and a new one serve the same files the same way. */
-function sameLoad(a: LoadSpec, b: LoadSpec): boolean {
-  const d = (s: LoadSpec) =>
-    JSON.stringify([
-      s.engine,
-      s.task,
-      s.pooling ?? null,
-      s.normalize ?? null,
-      s.max_tokens ?? null,
-      s.files.model.digest,
-      s.files.tokenizer?.digest ?? null,
-      s.files.config?.digest ?? null,
-    ]);
-  return d(a) === d(b);
-}
-
-function checkFormat(engine: ModelEngine, format: ArtifactFormat): void {
-  if (format !== "onnx" && format !== "gguf") {
-    throw new SynapseError(
-      "artifact_invalid",
-      `Cannot load: the model file is neither ONNX nor GGUF (it reads as ${format}); check the file or URL`,
-      { details: { file: "model", reason: "not_a_model", format } },
-    );
-  }
-  const want = engine === "llama" ? "gguf" : "onnx";
-  if (format !== want) {
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot load: engine '${engine}' needs a ${want.toUpperCase()} model file, and this one is ${format}`,
-      { details: { field: "engine", engine, format } },
-    );
   }
 }

@@ -1,0 +1,108 @@
+/**
+ * What a run-time load resolves to ({@link LoadSpec}: the blobs of a model in the cache and how to
+ * serve them, recorded in the store), and the rules on it: the registry source it becomes, when
+ * two loads are the same, and which file formats an engine takes.
+ *
+ * @module
+ */
+import { SynapseError } from "../contract/errors.ts";
+import type { ArtifactFormat, Digest } from "../cache/types.ts";
+import type { Pooling } from "../engines/ort/pooling.ts";
+import type { ModelEngine, ModelSource, ModelTask } from "./model.ts";
+
+/** A file of a loaded model, in the cache. */
+export interface ResolvedFile {
+  digest: Digest;
+  /** Where it came from (URL or `file://` path). */
+  source: string;
+  format: ArtifactFormat;
+  size: number;
+}
+
+/** Everything needed to serve a model from the cache again (recorded in the store). */
+export interface LoadSpec {
+  model_id: string;
+  engine: ModelEngine;
+  task: ModelTask;
+  pooling?: Pooling;
+  normalize?: boolean;
+  max_tokens?: number;
+  files: { model: ResolvedFile; tokenizer?: ResolvedFile; config?: ResolvedFile };
+  /** `runtime` (model.load) or `catalog` (models.download). */
+  origin: "runtime" | "catalog";
+  catalog_id?: string;
+  lane_id?: string;
+  manifest_digest?: string;
+  /** Pin owner of its blobs, when pinned. */
+  pin_owner?: string;
+}
+
+/**
+ * The registry source of a spec: the blobs' paths in the cache. Defaults: rerank pools CLS and
+ * does not normalise, embed pools mean and normalises; `max_tokens` absent is the preload default
+ * 8192, capped at the model's own limit.
+ *
+ * @param blobPath The cache's path of a digest.
+ */
+export function sourceFromSpec(spec: LoadSpec, blobPath: (d: Digest) => string): ModelSource {
+  const isRerank = spec.task === "rerank";
+  const source: ModelSource = {
+    modelId: spec.model_id,
+    task: spec.task,
+    engine: spec.engine,
+    modelPath: blobPath(spec.files.model.digest),
+    ...(spec.files.tokenizer === undefined
+      ? {}
+      : { tokenizerPath: blobPath(spec.files.tokenizer.digest) }),
+    ...(spec.files.config === undefined
+      ? { configOptional: true }
+      : { configPath: blobPath(spec.files.config.digest) }),
+    pooling: spec.pooling ?? (isRerank ? "cls" : "mean"),
+    normalize: spec.normalize ?? !isRerank,
+    artifactDigest: spec.files.model.digest,
+    ...(spec.max_tokens === undefined
+      ? { maxTokensDefault: 8192 }
+      : { maxTokens: spec.max_tokens }),
+  };
+  return source;
+}
+
+/** Whether a loaded spec and a new one serve the same files the same way. */
+export function sameLoad(a: LoadSpec, b: LoadSpec): boolean {
+  const d = (s: LoadSpec) =>
+    JSON.stringify([
+      s.engine,
+      s.task,
+      s.pooling ?? null,
+      s.normalize ?? null,
+      s.max_tokens ?? null,
+      s.files.model.digest,
+      s.files.tokenizer?.digest ?? null,
+      s.files.config?.digest ?? null,
+    ]);
+  return d(a) === d(b);
+}
+
+/**
+ * Refuses a model file an engine cannot take.
+ *
+ * @throws {SynapseError} `artifact_invalid` (`not_a_model`) for neither ONNX nor GGUF;
+ *   `invalid_request` for the other engine's format.
+ */
+export function checkFormat(engine: ModelEngine, format: ArtifactFormat): void {
+  if (format !== "onnx" && format !== "gguf") {
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot load: the model file is neither ONNX nor GGUF (it reads as ${format}); check the file or URL`,
+      { details: { file: "model", reason: "not_a_model", format } },
+    );
+  }
+  const want = engine === "llama" ? "gguf" : "onnx";
+  if (format !== want) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot load: engine '${engine}' needs a ${want.toUpperCase()} model file, and this one is ${format}`,
+      { details: { field: "engine", engine, format } },
+    );
+  }
+}
