@@ -6,7 +6,7 @@
  * @module
  */
 /// <reference lib="deno.worker" />
-import { ort } from "./_addon.ts";
+import { ort, removeOrtDebugLog } from "./_addon.ts";
 import { poolHiddenStates } from "./pooling.ts";
 import { setCallingThreadNice } from "../../../ffi/priority.ts";
 import { mallocTrim } from "../../../ffi/malloc_trim.ts";
@@ -81,12 +81,12 @@ function trimHeap(): void {
   }
 }
 
-function createSession(
+async function createSession(
   path: string,
   spin: boolean,
   threads: number,
 ): Promise<ort.InferenceSession> {
-  return ort.InferenceSession.create(path, {
+  const session = await ort.InferenceSession.create(path, {
     executionProviders: ["cpu"],
     intraOpNumThreads: threads,
     interOpNumThreads: 1,
@@ -99,6 +99,9 @@ function createSession(
       },
     },
   });
+  // The first session of the process makes libonnxruntime create its empty debug log.
+  removeOrtDebugLog();
+  return session;
 }
 
 async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {

@@ -203,3 +203,22 @@ Deno.test("OrtLane throws RangeError for a negative or NaN idle time", () => {
     assert.throws(() => new OrtLane({ quietTwinIdleMs: bad }), RangeError);
   }
 });
+
+Deno.test("a process that ran an ORT session leaves no empty mat-debug-<pid>.log in its temp dir", async () => {
+  const { startSynapse } = await import("../../_helpers.ts");
+  await using t = await startSynapse();
+  await t.syn.modelsSettled;
+  await t.syn.call("embed.query", { text: "leave nothing behind" });
+  const tmp = (Deno.env.get("TMPDIR") || "/tmp").replace(/\/+$/, "");
+  const leftover = (() => {
+    try {
+      return Deno.statSync(`${tmp}/mat-debug-${Deno.pid}.log`).size;
+    } catch {
+      return undefined;
+    }
+  })();
+  // libonnxruntime creates it empty with the process's first session; the lane removes it.
+  if (leftover !== undefined) {
+    throw new Error(`mat-debug-${Deno.pid}.log is still there (${leftover} bytes)`);
+  }
+});
