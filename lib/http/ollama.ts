@@ -11,7 +11,7 @@
  * - The vectors are the model's own (normalised when its config says `normalize`); Ollama's
  *   models normalise theirs, Synapse never rescales a model's vectors.
  * - `keep_alive` and `options` tune Ollama's own runner (how long a model stays loaded, context
- *   size, threads, sampling); they are accepted, type-checked and have no effect — a model here
+ *   size, threads, sampling); they are accepted and have no effect — a model here
  *   stays loaded while it is configured, and reads up to its `max_tokens`.
  * - `dimensions` must equal the model's width.
  *
@@ -94,7 +94,10 @@ async function ollamaEmbed(io: AdapterIo): Promise<AdapterAnswer> {
   }
   // Ollama truncates unless told not to.
   const truncate = p.truncate ?? true;
-  const params = { texts, model: p.model, truncate };
+  // Ollama names models `name:tag` and its clients send `:latest`; Synapse models have no tags,
+  // so `:latest` names the model itself (any other tag stays part of the id, and is unknown).
+  const model = p.model.endsWith(":latest") ? p.model.slice(0, -":latest".length) : p.model;
+  const params = { texts, model, truncate };
   const outcome = await callOp(io, "embed.batch", params, {
     embed: {
       inlineChunksUpTo: OLLAMA_MAX_INPUTS,

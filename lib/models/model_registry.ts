@@ -534,7 +534,9 @@ function unknownModel(
       ? `Cannot serve ${task}: no ${task} model is loaded; load one with 'ck-synapse pull ID' (see 'ck-synapse models catalog${
         task === undefined ? "" : ` --task ${task}`
       }') or 'ck-synapse pull PATH|URL --sha256 H', or name one in preload_models`
-      : `Cannot serve ${task ?? "requests"}: unknown model '${modelId}'`,
+      : `Cannot serve ${
+        task ?? "requests"
+      }: unknown model '${modelId}'; 'ck-synapse models list' (models.list, GET /v1/models) lists the loaded models, 'ck-synapse models catalog' the ones to pull`,
     { details: { model_id: modelId, ...(task ? { task } : {}), ...(known ? { known } : {}) } },
   );
 }

@@ -393,6 +393,14 @@ Deno.test("Ollama /api/embed answers its shape with embed.batch's vectors; trunc
   assert.equal(body.load_duration, 0);
   const one = await d.post("/api/embed", { model: "synapse-tiny-embed", input: "apple pie" });
   assert.deepEqual(one.body.embeddings, [native.vectors[0].vector]);
+  // `name:latest` (what Ollama's clients send) names the model; another tag does not.
+  const latest = await d.post("/api/embed", {
+    model: "synapse-tiny-embed:latest",
+    input: "apple pie",
+  });
+  assert.deepEqual(latest.body.embeddings, one.body.embeddings);
+  const tagged = await d.post("/api/embed", { model: "synapse-tiny-embed:v2", input: "x" });
+  assert.equal(tagged.res.status, 404);
   // Ollama's default truncates, and the cut is disclosed.
   const cut = await d.post("/api/embed", { model: "synapse-tiny-embed", input: ["ok", LONG] });
   assert.equal(cut.res.status, 200);
