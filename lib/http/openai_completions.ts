@@ -248,7 +248,14 @@ async function serveStreamed(
     return { response, params: m.params, outcome, settled };
   }
   // Generating: the model is the one the call resolved (the default one when none was named).
-  const model = resolveModel(backend.context, m.params.model, "generate");
+  let model: ReturnType<typeof resolveModel>;
+  try {
+    model = resolveModel(backend.context, m.params.model, "generate");
+  } catch (err) {
+    // Unloaded since the call resolved it: nothing can be decoded; stop the generation.
+    gone.abort(err);
+    throw err;
+  }
   const decoder = new GeneratedTextDecoder(
     model.tokenizer.tokenBytes,
     m.params.grammar === undefined ? {} : { stripLeading: false },
@@ -660,14 +667,15 @@ class SseEvents {
  * first stop string is ever released. (Incomplete UTF-8 never reaches it: the
  * {@link GeneratedTextDecoder} in front holds back an incomplete character.)
  */
-class StopHoldBack {
+export class StopHoldBack {
   #stops: string[];
   #text = "";
   #sentLen = 0;
   #stopped = false;
 
-  constructor(stops: string[]) {
-    this.#stops = stops;
+  /** @param stops The request's stop strings (none: everything is released at once). */
+  constructor(stops: readonly string[]) {
+    this.#stops = [...stops];
   }
 
   /** The text released so far. */
