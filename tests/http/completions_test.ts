@@ -40,7 +40,7 @@ interface Door extends AsyncDisposable {
 /** A served instance; `configOf` gives the config overrides (it may write files in `dir`). */
 async function door(
   configOf: Record<string, unknown> | ((dir: string) => Promise<Record<string, unknown>>),
-  more: { llamaWorkerArgs?: string[]; log?: LogSink } = {},
+  more: { llamaWorkerArgs?: string[]; log?: LogSink; httpLog?: LogSink } = {},
 ): Promise<Door> {
   const dir = await Deno.makeTempDir({ prefix: "synapse-completions-" });
   const overrides = typeof configOf === "function" ? await configOf(dir) : configOf;
@@ -57,7 +57,7 @@ async function door(
     log: more.log ?? nullLog,
     ...(more.llamaWorkerArgs ? { llamaWorkerArgs: more.llamaWorkerArgs } : {}),
   });
-  const server = serveHttp(syn, { log: nullLog });
+  const server = serveHttp(syn, { log: more.httpLog ?? nullLog });
   const base = `http://127.0.0.1:${server.port}`;
   const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
   return {
@@ -670,4 +670,68 @@ Deno.test("streaming: text arrives while the generation runs; a client that goes
   });
   assert.equal(next.choices[0]!.finish_reason, "length");
   assert.equal(next.usage!.completion_tokens, 4);
+});
+
+Deno.test("streaming a model that emits raw bytes: each delta is whole characters, together the answer", async () => {
+  // The byte model emits only <0x80>..<0xFF> tokens: characters span tokens, and invalid
+  // sequences become U+FFFD. The streamed deltas must never cut a character.
+  await using d = await door({
+    preload_models: [{
+      engine: "llama",
+      model_path: `${MODELS}/synapse-tiny-llama-bytes`,
+      tokenizer_path: `${MODELS}/synapse-tiny-llama-bytes/tokenizer.json`,
+      task: "generate",
+      model_id: "bytes",
+    }],
+  });
+  const whole = await d.client.completions.create({
+    model: "bytes",
+    prompt: "Hello there",
+    max_tokens: 16,
+  });
+  const stream = await d.client.completions.create({
+    model: "bytes",
+    prompt: "Hello there",
+    max_tokens: 16,
+    stream: true,
+  });
+  const deltas: string[] = [];
+  let synapse: Record<string, unknown> | undefined;
+  for await (const chunk of stream) {
+    const piece = chunk.choices[0]?.text ?? "";
+    if (piece !== "") deltas.push(piece);
+    synapse ??= (chunk as unknown as { synapse?: Record<string, unknown> }).synapse;
+  }
+  assert.notEqual(whole.choices[0]!.text, "");
+  assert.equal(deltas.join(""), whole.choices[0]!.text);
+  for (const piece of deltas) assert.ok(piece.isWellFormed(), JSON.stringify(piece));
+  assert.ok(deltas.length > 1, `${deltas.length} deltas`);
+  // The same repair facts as the whole answer.
+  const facts = (whole as unknown as { synapse: Record<string, unknown> }).synapse;
+  assert.deepEqual(synapse?.text_repair, facts.text_repair);
+});
+
+Deno.test("a streamed completion's request log line comes once the generation ended, with its facts", async () => {
+  const line = Promise.withResolvers<Record<string, unknown>>();
+  await using d = await door({}, {
+    httpLog: (_level, _target, message, fields) => {
+      if (message === "request") line.resolve({ ...fields });
+    },
+  });
+  const stream = await d.client.completions.create({
+    model: "gen",
+    prompt: "Once",
+    max_tokens: 6,
+    stream: true,
+  });
+  let text = "";
+  for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
+  assert.notEqual(text, "");
+  const fields = await line.promise;
+  assert.equal(fields.path, "/v1/completions");
+  assert.equal(fields.op, "microllm.oneshot");
+  assert.equal(fields.model, "gen", "the facts of the finished generation");
+  assert.equal(fields.outcome, "ok");
+  assert.equal(fields.status, 200);
+  assert.equal(typeof fields.inference_ms, "number");
 });
