@@ -4,7 +4,9 @@
  * (or `--nonce HEX`); it connects, sends HELLO with
  * its engine identity (`llama.cpp-worker`, the node-llama-cpp version, build flags naming the GPU
  * backend, so a CUDA or Metal build has its own fingerprint), waits for ACK and then answers one
- * request at a time: LOAD, EMBED_BATCH, GENERATE, TOKENIZE, UNLOAD, PING, SHUTDOWN. Token ids in,
+ * request at a time: LOAD, EMBED_BATCH, GENERATE, TOKENIZE, UNLOAD, PING, SHUTDOWN. A GENERATE
+ * with `stream: true` also sends one TEXT_PART per generated token (not the end token) as it
+ * comes, before its TEXT. Token ids in,
  * vectors or token ids out: the module owns tokenization (TOKENIZE only lets it check a tokenizer
  * it built from the GGUF against llama.cpp's).
  *
@@ -30,7 +32,7 @@
  * exists), `--test-wait-cancel-after N` (after N generated tokens or embedded items, wait for
  * the CANCEL of that request; only the first request that gets that far), `--test-spawn-child`
  * (start a helper process that shares the worker's stderr and process group and runs until
- * killed).
+ * killed), `--test-stray-part` (a streamed GENERATE first sends a TEXT_PART for another req_id).
  *
  * `--nice N` (0…19) lowers the CPU priority of the worker's whole process group, every thread of
  * it and those created later (generation workers run at 5 so the module's interactive embedding
@@ -102,6 +104,7 @@ const { values: flags } = parseArgs({
     "test-connect-after-file": { type: "string" },
     "test-wait-cancel-after": { type: "string" },
     "test-spawn-child": { type: "boolean" },
+    "test-stray-part": { type: "boolean" },
     nice: { type: "string" },
   },
   strict: true,
@@ -618,6 +621,14 @@ async function generate(
         break;
       }
       generated.push(tok);
+      // Streamed: one TEXT_PART per token, as it comes (a frame of a few bytes against a
+      // token's whole evaluation; the client sees each token at once).
+      if (msg.stream === true) {
+        if (flags["test-stray-part"] && generated.length === 1) {
+          await send({ type: "TEXT_PART", req_id: msg.req_id + 1_000_000, token_ids: [tok] });
+        }
+        await send({ type: "TEXT_PART", req_id: msg.req_id, token_ids: [tok] });
+      }
       if (generated.length >= msg.max_tokens) break;
       if (generated.length === waitCancelAfter) {
         await waitForCancel(msg.req_id, generated.length, "tokens");

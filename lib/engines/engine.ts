@@ -90,6 +90,14 @@ export interface EngineCallOptions {
   signal?: AbortSignal;
   /** Run the call so that it shares the cores well (ORT: the non-spinning session). */
   quiet?: boolean;
+  /**
+   * Generation only: receives the ids generated since the previous call, in order, while the
+   * generation runs (token-by-token streaming). Every id also comes back in the output's
+   * `generatedIds`; the ids of the last few tokens may arrive only there (an engine batches
+   * them). Given, the llama engine sends GENERATE with `stream: true`; absent, nothing is
+   * streamed. An exception it throws is swallowed. Ignored by `embed` and `score`.
+   */
+  onTokens?: (ids: number[]) => void;
 }
 
 /** Health of an engine, read from cached state (never an engine call). */

@@ -26,9 +26,15 @@
  *   else a `role: content` fallback (`lib/ops/_chat_template.ts`); the answer says which
  *   (`synapse.chat_template`, header `x-synapse-chat-template`).
  * - **`stream: true`** answers server-sent events in OpenAI's chunk shapes, ending `data:
- *   [DONE]`. The llama worker returns a generation whole, so the events are sent once the
- *   generation has finished (the text cut into chunks), not token by token. A client that goes
- *   away while the generation runs cancels it (the request's signal reaches the worker).
+ *   [DONE]`, token by token: the events start with the first generated token (every refusal
+ *   before it is a plain JSON error) and each chunk carries the text the tokens since the last
+ *   one complete, decoded by the module from the worker's TEXT_PART ids. An incomplete UTF-8
+ *   character is held back until its last byte comes (dropped at the end, as in the whole
+ *   answer), and so is text that could be the start of a `stop` string; nothing from a stop
+ *   string on is sent. The last chunk has `finish_reason` and `synapse` (`streamed: "tokens"`),
+ *   then `usage` with `stream_options.include_usage`. A failure after the first event is an
+ *   `{error}` event and no `[DONE]`. A client that goes away while the generation runs cancels
+ *   it (the request's signal, or the body's reader going away, reaches the worker).
  * - `finish_reason`: `stop_token` and `grammar_complete` → `stop`; `max_tokens` and `cancelled`
  *   → `length`; the engine's own reason is in `synapse.finish_reason`.
  *
@@ -47,7 +53,9 @@ import type { MicrollmResult } from "../ops/microllm.ts";
 import { type ChatMessage, fallbackPrompt, renderChat } from "../ops/_chat_template.ts";
 import type { RenderedChat } from "../ops/_chat_template.ts";
 import { resolveModel } from "../ops/_resolve_model.ts";
-import type { OpContext } from "../ops/context.ts";
+import type { CallOptions, OpContext } from "../ops/context.ts";
+import { GeneratedTextDecoder } from "../tokenize/token_bytes.ts";
+import { openAiError } from "./openai.ts";
 
 /** The two doors. */
 export type CompletionsDoor = "/v1/completions" | "/v1/chat/completions";
@@ -130,7 +138,7 @@ const ChatRequest = z.strictObject({
 
 /** What a door needs from the instance: the dispatcher, and the context for the chat template. */
 export interface CompletionsBackend {
-  call(method: string, params: unknown, options?: { signal?: AbortSignal }): Promise<OpOutcome>;
+  call(method: string, params: unknown, options?: CallOptions): Promise<OpOutcome>;
   readonly context: OpContext;
   readonly disposed: boolean;
 }
@@ -140,7 +148,10 @@ export interface CompletionsServed {
   response: Response;
   /** The `microllm.oneshot` params it called with. */
   params: Record<string, unknown>;
-  outcome: OpOutcome;
+  /** The call's outcome when it is known as the response starts (not for a live stream). */
+  outcome?: OpOutcome;
+  /** The call's outcome, once the generation has ended (a live stream: after the response). */
+  settled: Promise<OpOutcome>;
 }
 
 /** The mapped request. */
@@ -177,22 +188,136 @@ export async function serveCompletions(
   signal: AbortSignal,
 ): Promise<CompletionsServed> {
   const m = mapRequest(backend, door, body);
+  if (m.stream) return await serveStreamed(backend, m, signal);
   const outcome = await backend.call("microllm.oneshot", m.params, { signal });
   if (outcome.kind !== "result") throw inDoorTerms(outcome.error, m);
   const res = outcome.body.result as MicrollmResult;
   const answer = answerOf(res, m);
-  const headers = new Headers({ "x-synapse-fingerprint": res.fingerprint });
+  const response = new Response(JSON.stringify(answer.body), {
+    status: 200,
+    headers: withType(headersOf(res.fingerprint, m), "application/json; charset=utf-8", false),
+  });
+  return { response, params: m.params, outcome, settled: Promise.resolve(outcome) };
+}
+
+function headersOf(fingerprint: string, m: Mapped): Headers {
+  const headers = new Headers({ "x-synapse-fingerprint": fingerprint });
   if (m.chat !== undefined) headers.set("x-synapse-chat-template", m.chat.template);
-  const response = m.stream
-    ? new Response(sseBody(answer, m), {
+  return headers;
+}
+
+/**
+ * `stream: true`: calls `microllm.oneshot` with an `onTokens` hook and answers server-sent events
+ * from the first generated token on. Until that token the request is not answered, so every
+ * refusal (validation, admission, queueing) is still a plain JSON error; a generation that ends
+ * before its first part (an end token first) is answered whole, as events.
+ */
+async function serveStreamed(
+  backend: CompletionsBackend,
+  m: Mapped,
+  signal: AbortSignal,
+): Promise<CompletionsServed> {
+  /** Ids received before the stream started, then the live sink. */
+  const early: number[] = [];
+  let sink: ((ids: number[]) => void) | undefined;
+  const first = Promise.withResolvers<"part">();
+  const onTokens = (ids: number[]): void => {
+    if (sink !== undefined) return sink(ids);
+    early.push(...ids);
+    first.resolve("part");
+  };
+  // The body's reader going away (the client hung up mid-stream) stops the generation too.
+  const gone = new AbortController();
+  const call = backend.call("microllm.oneshot", m.params, {
+    signal: AbortSignal.any([signal, gone.signal]),
+    onTokens,
+  });
+  const settled = call;
+  const firstEvent = await Promise.race([call, first.promise]);
+  if (firstEvent !== "part") {
+    const outcome = firstEvent;
+    if (outcome.kind !== "result") throw inDoorTerms(outcome.error, m);
+    const res = outcome.body.result as MicrollmResult;
+    const answer = answerOf(res, m);
+    const events = new SseEvents(m, answer.id, answer.created, res.model_id, res.fingerprint);
+    const lines = [...events.opening(), ...events.delta(answer.text), ...events.closing(answer)];
+    const response = new Response(lines.join("") + SSE_DONE, {
       status: 200,
-      headers: withType(headers, "text/event-stream; charset=utf-8", true),
-    })
-    : new Response(JSON.stringify(answer.body), {
-      status: 200,
-      headers: withType(headers, "application/json; charset=utf-8", false),
+      headers: withType(headersOf(res.fingerprint, m), SSE_TYPE, true),
     });
-  return { response, params: m.params, outcome };
+    return { response, params: m.params, outcome, settled };
+  }
+  // Generating: the model is the one the call resolved (the default one when none was named).
+  let model: ReturnType<typeof resolveModel>;
+  try {
+    model = resolveModel(backend.context, m.params.model, "generate");
+  } catch (err) {
+    // Unloaded since the call resolved it: nothing can be decoded; stop the generation.
+    gone.abort(err);
+    throw err;
+  }
+  const decoder = new GeneratedTextDecoder(
+    model.tokenizer.tokenBytes,
+    m.params.grammar === undefined ? {} : { stripLeading: false },
+  );
+  const held = new StopHoldBack(m.stop);
+  const chat = m.door === "/v1/chat/completions";
+  const id = `${chat ? "chatcmpl" : "cmpl"}-${crypto.randomUUID().replaceAll("-", "")}`;
+  const events = new SseEvents(
+    m,
+    id,
+    Math.floor(Date.now() / 1000),
+    model.modelId,
+    model.fingerprint,
+  );
+  const enc = new TextEncoder();
+  let open = true;
+  const body = new ReadableStream<Uint8Array>({
+    start(controller) {
+      const write = (lines: string[]): void => {
+        if (!open || lines.length === 0) return;
+        try {
+          controller.enqueue(enc.encode(lines.join("")));
+        } catch {
+          open = false;
+        }
+      };
+      write(events.opening());
+      sink = (ids) => write(events.delta(held.push(decoder.push(ids))));
+      sink(early.splice(0));
+      void call.then((outcome) => {
+        if (outcome.kind !== "result") {
+          write([sseLine(openAiError(inDoorTerms(outcome.error, m)).body)]);
+        } else {
+          const res = outcome.body.result as MicrollmResult;
+          const answer = answerOf(res, m, { id: events.id, created: events.created });
+          const sent = held.sent;
+          const rest = answer.text.startsWith(sent) ? answer.text.slice(sent.length) : "";
+          write([...events.delta(rest), ...events.closing(answer), SSE_DONE]);
+        }
+      }, (err) => {
+        const e = err instanceof SynapseError
+          ? err
+          : new SynapseError("internal_error", `Cannot finish the stream: ${String(err)}`);
+        write([sseLine(openAiError(e).body)]);
+      }).finally(() => {
+        if (!open) return;
+        open = false;
+        try {
+          controller.close();
+        } catch { /* already closed */ }
+      });
+    },
+    cancel() {
+      open = false;
+      gone.abort(new DOMException("the client went away", "AbortError"));
+    },
+  });
+  const response = new Response(body, {
+    status: 200,
+    headers: withType(headersOf(model.fingerprint, m), SSE_TYPE, true),
+  });
+  return { response, params: m.params, settled };
 }
 
 function withType(headers: Headers, type: string, stream: boolean): Headers {
@@ -386,7 +511,11 @@ interface Answer {
   synapse: Record<string, unknown>;
 }
 
-function answerOf(res: MicrollmResult, m: Mapped): Answer {
+function answerOf(
+  res: MicrollmResult,
+  m: Mapped,
+  ids?: { id: string; created: number },
+): Answer {
   let text = res.text;
   let finish = openAiFinishReason(res.finish_reason);
   let stopped: string | undefined;
@@ -429,15 +558,15 @@ function answerOf(res: MicrollmResult, m: Mapped): Answer {
     if (m.chat.reason !== undefined) synapse.chat_template_reason = m.chat.reason;
   }
   if (res.text_repair !== undefined) synapse.text_repair = res.text_repair;
-  if (m.stream) synapse.streamed = "after_generation";
+  if (m.stream) synapse.streamed = "tokens";
   const usage = {
     prompt_tokens: res.n_prompt,
     completion_tokens: res.n_gen,
     total_tokens: res.n_prompt + res.n_gen,
   };
   const chat = m.door === "/v1/chat/completions";
-  const id = `${chat ? "chatcmpl" : "cmpl"}-${crypto.randomUUID().replaceAll("-", "")}`;
-  const created = Math.floor(Date.now() / 1000);
+  const id = ids?.id ?? `${chat ? "chatcmpl" : "cmpl"}-${crypto.randomUUID().replaceAll("-", "")}`;
+  const created = ids?.created ?? Math.floor(Date.now() / 1000);
   const choice = chat
     ? {
       index: 0,
@@ -459,24 +588,65 @@ function answerOf(res: MicrollmResult, m: Mapped): Answer {
   return { body, id, created, text, finish, usage, synapse };
 }
 
-/** Code points per streamed text chunk. */
-const CHUNK_CODE_POINTS = 16;
+const SSE_TYPE = "text/event-stream; charset=utf-8";
+const SSE_DONE = "data: [DONE]\n\n";
 
-/** The server-sent events of a finished generation, in OpenAI's chunk shapes. */
-function sseBody(a: Answer, m: Mapped): ReadableStream<Uint8Array> {
-  const chat = m.door === "/v1/chat/completions";
-  const model = a.body.model;
-  const base = {
-    id: a.id,
-    object: chat ? "chat.completion.chunk" : "text_completion",
-    created: a.created,
-    model,
-    system_fingerprint: a.synapse.fingerprint,
-  };
-  const usage = m.includeUsage ? { usage: null } : {};
-  const events: unknown[] = [];
-  const piece = (text: string, finish: string | null, first = false) =>
-    chat
+function sseLine(event: unknown): string {
+  return `data: ${JSON.stringify(event)}\n\n`;
+}
+
+/** The server-sent events of one streamed answer, in OpenAI's chunk shapes. */
+class SseEvents {
+  readonly id: string;
+  readonly created: number;
+  #m: Mapped;
+  #chat: boolean;
+  #base: Record<string, unknown>;
+  #usage: Record<string, unknown>;
+
+  constructor(m: Mapped, id: string, created: number, model: string, fingerprint: string) {
+    this.id = id;
+    this.created = created;
+    this.#m = m;
+    this.#chat = m.door === "/v1/chat/completions";
+    this.#base = {
+      id,
+      object: this.#chat ? "chat.completion.chunk" : "text_completion",
+      created,
+      model,
+      system_fingerprint: fingerprint,
+    };
+    this.#usage = m.includeUsage ? { usage: null } : {};
+  }
+
+  /** Chat: the first chunk, `delta: {role: "assistant", content: ""}`. */
+  opening(): string[] {
+    return this.#chat ? [this.#event(this.#piece("", null, true))] : [];
+  }
+
+  /** One chunk of text (none for ""). */
+  delta(text: string): string[] {
+    return text === "" ? [] : [this.#event(this.#piece(text, null))];
+  }
+
+  /** The chunk with `finish_reason` and `synapse`, then the usage chunk when asked for. */
+  closing(a: Answer): string[] {
+    const out = [sseLine({
+      ...this.#base,
+      choices: [this.#piece("", a.finish)],
+      ...this.#usage,
+      synapse: a.synapse,
+    })];
+    if (this.#m.includeUsage) out.push(sseLine({ ...this.#base, choices: [], usage: a.usage }));
+    return out;
+  }
+
+  #event(choice: unknown): string {
+    return sseLine({ ...this.#base, choices: [choice], ...this.#usage });
+  }
+
+  #piece(text: string, finish: string | null, first = false): unknown {
+    return this.#chat
       ? {
         index: 0,
         delta: finish !== null
@@ -488,20 +658,64 @@ function sseBody(a: Answer, m: Mapped): ReadableStream<Uint8Array> {
         finish_reason: finish,
       }
       : { index: 0, text, logprobs: null, finish_reason: finish };
-  if (chat) events.push({ ...base, choices: [piece("", null, true)], ...usage });
-  const cps = [...a.text];
-  for (let i = 0; i < cps.length; i += CHUNK_CODE_POINTS) {
-    const text = cps.slice(i, i + CHUNK_CODE_POINTS).join("");
-    events.push({ ...base, choices: [piece(text, null)], ...usage });
   }
-  events.push({ ...base, choices: [piece("", a.finish)], ...usage, synapse: a.synapse });
-  if (m.includeUsage) events.push({ ...base, choices: [], usage: a.usage });
-  const enc = new TextEncoder();
-  const lines = events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join("") + "data: [DONE]\n\n";
-  return new ReadableStream({
-    start(controller) {
-      controller.enqueue(enc.encode(lines));
-      controller.close();
-    },
-  });
+}
+
+/**
+ * The text of a streamed answer that may be sent so far, given `stop` strings: text that could be
+ * the start of a stop string is held back until the next text tells, and nothing at or after the
+ * first stop string is ever released. (Incomplete UTF-8 never reaches it: the
+ * {@link GeneratedTextDecoder} in front holds back an incomplete character.)
+ */
+export class StopHoldBack {
+  #stops: string[];
+  #text = "";
+  #sentLen = 0;
+  #stopped = false;
+
+  /** @param stops The request's stop strings (none: everything is released at once). */
+  constructor(stops: readonly string[]) {
+    this.#stops = [...stops];
+  }
+
+  /** The text released so far. */
+  get sent(): string {
+    return this.#text.slice(0, this.#sentLen);
+  }
+
+  /**
+   * Takes the next decoded text.
+   *
+   * @returns The text that may be sent now (possibly "").
+   */
+  push(text: string): string {
+    if (this.#stopped || text === "") return "";
+    this.#text += text;
+    let safe = this.#text.length;
+    for (const s of this.#stops) {
+      const at = this.#text.indexOf(s, Math.max(0, this.#sentLen - s.length + 1));
+      if (at >= 0 && at < safe) {
+        safe = at;
+        this.#stopped = true;
+      }
+    }
+    if (!this.#stopped) {
+      for (const s of this.#stops) {
+        // The longest tail of the text that is a proper prefix of this stop string.
+        for (let k = Math.min(s.length - 1, this.#text.length); k > 0; k--) {
+          if (this.#text.endsWith(s.slice(0, k))) {
+            safe = Math.min(safe, this.#text.length - k);
+            break;
+          }
+        }
+      }
+    }
+    // Never split a surrogate pair.
+    const c = this.#text.charCodeAt(safe - 1);
+    if (safe < this.#text.length && c >= 0xd800 && c <= 0xdbff) safe--;
+    if (safe <= this.#sentLen) return "";
+    const out = this.#text.slice(this.#sentLen, safe);
+    this.#sentLen = safe;
+    return out;
+  }
 }

@@ -285,6 +285,8 @@ interface RequestRecord {
   facts?: RequestFacts;
   /** The error it was answered with, when it did not reach or finish an operation. */
   error?: SynapseError;
+  /** Set for a response that streams past the handler: the log line waits for it. */
+  settled?: Promise<void>;
 }
 
 async function handleLogged(door: Door, req: Request): Promise<Response> {
@@ -299,7 +301,13 @@ async function handleLogged(door: Door, req: Request): Promise<Response> {
   const record: RequestRecord = {};
   const res = await route(door, req, path, record);
   door.backend?.metrics?.httpResponses.inc({ code: String(res.status) });
-  logRequest(log, req.method, path, record, res.status, performance.now() - started);
+  if (record.settled === undefined) {
+    logRequest(log, req.method, path, record, res.status, performance.now() - started);
+  } else {
+    void record.settled.then(() =>
+      logRequest(log, req.method, path, record, res.status, performance.now() - started)
+    );
+  }
   return res;
 }
 
@@ -387,7 +395,15 @@ async function route(
       const body = await readJsonBody(req, bodyOptions(door));
       const served = await serveCompletions(synapse, path, body, req.signal);
       record.params = served.params;
-      record.facts = requestFacts(served.params, served.outcome);
+      if (served.outcome !== undefined) {
+        record.facts = requestFacts(served.params, served.outcome);
+      } else {
+        // A live stream: its log line waits for the generation's end.
+        record.settled = served.settled.then(
+          (outcome) => void (record.facts = requestFacts(served.params, outcome)),
+          (err) => void (record.error = err instanceof SynapseError ? err : undefined),
+        );
+      }
       return served.response;
     }
     if (path.startsWith("/v1/ops/")) {

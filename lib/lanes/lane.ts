@@ -98,6 +98,11 @@ export interface LaneRunOptions {
   signal?: AbortSignal;
   /** Label for logs. */
   label?: string;
+  /**
+   * Generate work only: receives the generated ids as the engine streams them
+   * (`EngineCallOptions.onTokens`), before the run resolves.
+   */
+  onTokens?: (ids: number[]) => void;
 }
 
 /** Options of {@link Lane}. */
@@ -281,7 +286,7 @@ export class Lane {
         req?.started();
         startedMs = this.#now();
         return work.kind === "generate"
-          ? this.#generate(work.request, grant.signal)
+          ? this.#generate(work.request, grant.signal, options.onTokens)
           : this.#batch(work.kind, work.rows, grant.signal);
       },
     });
@@ -297,8 +302,12 @@ export class Lane {
   async #generate(
     request: GenerateRequest,
     signal: AbortSignal | undefined,
+    onTokens: ((ids: number[]) => void) | undefined,
   ): Promise<{ output: GenerateOutput; inferenceMs: number }> {
-    const output = await this.engine.generate(request, signal === undefined ? {} : { signal });
+    const output = await this.engine.generate(request, {
+      ...(signal === undefined ? {} : { signal }),
+      ...(onTokens === undefined ? {} : { onTokens }),
+    });
     return { output, inferenceMs: output.runMs };
   }
 

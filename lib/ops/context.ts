@@ -62,6 +62,13 @@ export interface CallOptions {
   embed?: EmbedCallOptions;
   /** How a door asks `rerank.score` to serve; set by a door, never read from the wire. */
   rerank?: RerankCallOptions;
+  /**
+   * `microllm.oneshot` only: receives the generated token ids as the worker produces them (the
+   * ids since the previous call, in order), before the call resolves; the result's
+   * `generated_token_ids` still holds them all. Set by a door that streams (the OpenAI
+   * completions doors with `stream: true`), never read from the wire.
+   */
+  onTokens?: (ids: number[]) => void;
 }
 
 /**

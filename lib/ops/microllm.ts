@@ -151,6 +151,7 @@ export async function microllmOneshot(
     {
       permit,
       ...(options.signal === undefined ? {} : { signal: options.signal }),
+      ...(options.onTokens === undefined ? {} : { onTokens: options.onTokens }),
       label: "microllm.oneshot",
     },
   );

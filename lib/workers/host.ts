@@ -33,6 +33,7 @@ import { encodeFrame, FrameDecoder, WorkerProtocolError } from "./frame.ts";
 import {
   type HelloMessage,
   type ModuleToWorkerMessage,
+  type TextPartMessage,
   type WorkerToModuleMessage,
 } from "./messages.ts";
 import { decodeF32LE, decodeFromWorker, encodeControl } from "./codec.ts";
@@ -48,6 +49,12 @@ export interface WorkerReply<M extends WorkerToModuleMessage = WorkerToModuleMes
   msg: M;
   tensor?: Float32Array;
 }
+
+/**
+ * Receives each TEXT_PART of a GENERATE sent with `stream: true`, in order, while the request
+ * runs (the request still resolves with its TEXT). An exception it throws is swallowed.
+ */
+export type TextPartHandler = (msg: TextPartMessage) => void;
 
 /** Bytes of worker output kept for crash reports (contract.md §7: the last 8 KiB). */
 export const LOG_TAIL_BYTES = 8 * 1024;
@@ -123,6 +130,7 @@ export class WorkerConnection {
   #exit: Promise<Deno.CommandStatus>;
   #exitStatus: Deno.CommandStatus | undefined;
   #onDeath: ((err: SynapseError) => void) | undefined;
+  #debug: ((message: string, fields: Record<string, string | number>) => void) | undefined;
 
   private constructor(init: {
     hello: HelloMessage;
@@ -197,6 +205,11 @@ export class WorkerConnection {
     const log = new LogTail(LOG_TAIL_BYTES);
     const spawned = await spawnWorker(options, log);
     const wc = new WorkerConnection({ ...spawned, log, workerId: options.workerId });
+    const sink = options.log;
+    if (sink !== undefined) {
+      wc.#debug = (message, fields) =>
+        sink("debug", "synapse.worker", message, { worker_id: options.workerId, ...fields });
+    }
     wc.#pump();
     void spawned.exit.then(async (st) => {
       await log.settled(LOG_SETTLE_MS);
@@ -211,6 +224,9 @@ export class WorkerConnection {
    * @param msg The request (any module → worker message but ACK, SHUTDOWN and CANCEL).
    * @param tensor i32 frame that follows the request (token ids), when the request has one.
    * @param timeoutMs Longest wait for the answer, ms.
+   * @param onPart Receives the TEXT_PART frames of this request (a GENERATE sent with
+   *   `stream: true`) while it runs; they never answer it. A TEXT_PART for any other `req_id`
+   *   (an earlier request's late part) is ignored and logged at debug.
    * @returns The answer; VECTORS and SCORES come with their f32 tensor.
    * @throws {WorkerErrReply} when the worker answers ERR (not a crash); `workerCode`
    *   `cancelled` for an EMBED_BATCH stopped by {@link cancel}.
@@ -222,13 +238,16 @@ export class WorkerConnection {
     msg: ModuleToWorkerMessage,
     tensor: Uint8Array | undefined,
     timeoutMs: number,
+    onPart?: TextPartHandler,
   ): Promise<WorkerReply<M>> {
     const reqId = (msg as { req_id?: number }).req_id;
     if (reqId !== undefined) this.#queued.set(reqId, msg.type);
     const run = this.#chain.then(() => {
-      if (reqId === undefined) return this.#request(msg, tensor, timeoutMs);
+      if (reqId === undefined) return this.#request(msg, tensor, timeoutMs, onPart);
       this.#queued.delete(reqId);
-      if (!this.#cancelledQueued.delete(reqId)) return this.#request(msg, tensor, timeoutMs);
+      if (!this.#cancelledQueued.delete(reqId)) {
+        return this.#request(msg, tensor, timeoutMs, onPart);
+      }
       return cancelledBeforeSent(msg, tensor);
     });
     this.#chain = run.catch(() => {});
@@ -300,6 +319,7 @@ export class WorkerConnection {
     msg: ModuleToWorkerMessage,
     tensor: Uint8Array | undefined,
     timeoutMs: number,
+    onPart: TextPartHandler | undefined,
   ): Promise<WorkerReply> {
     if (this.#dead !== undefined) throw this.#dead;
     const expected = EXPECTED_REPLY[msg.type];
@@ -311,7 +331,7 @@ export class WorkerConnection {
       }, timeoutMs);
     });
     try {
-      return await Promise.race([this.#exchange(msg, tensor, expected), timedOut]);
+      return await Promise.race([this.#exchange(msg, tensor, expected, onPart), timedOut]);
     } finally {
       clearTimeout(timer);
       this.#inFlight = undefined;
@@ -322,6 +342,7 @@ export class WorkerConnection {
     msg: ModuleToWorkerMessage,
     tensor: Uint8Array | undefined,
     expected: WorkerToModuleMessage["type"],
+    onPart: TextPartHandler | undefined,
   ): Promise<WorkerReply> {
     const reqId = (msg as { req_id?: number }).req_id;
     const payloads = [encodeControl(msg)];
@@ -334,7 +355,21 @@ export class WorkerConnection {
       if (err instanceof WorkerProtocolError) throw err; // our own frame too large: a bug upstream
       throw await this.#lost("io_error", `write failed: ${errorText(err)}`);
     }
-    const reply = this.#decode(await this.#nextFrame());
+    let reply = this.#decode(await this.#nextFrame());
+    // TEXT_PART frames come before the answer of a streamed GENERATE; they never answer it.
+    while (reply.type === "TEXT_PART") {
+      if (reply.req_id === reqId && msg.type === "GENERATE") {
+        try {
+          onPart?.(reply);
+        } catch { /* a consumer's fault must not break the connection */ }
+      } else {
+        this.#debug?.("TEXT_PART for no pending request ignored", {
+          req_id: reply.req_id,
+          pending_req_id: reqId ?? -1,
+        });
+      }
+      reply = this.#decode(await this.#nextFrame());
+    }
     const replyId = (reply as { req_id?: number }).req_id;
     if (reply.type === "ERR") {
       if (replyId !== undefined && replyId !== reqId) {

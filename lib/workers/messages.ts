@@ -15,7 +15,9 @@
  * Two additions to §7: `CANCEL {req_id}` (F19), module → worker, sent while that request is in
  * flight and never answered itself ({@link CancelMessage}); and TOKENIZE / TOKENS (issue 11), the
  * module asking llama.cpp how it tokenizes a few texts, to check a tokenizer built from a GGUF's
- * own vocabulary against it ({@link TokenizeMessage}).
+ * own vocabulary against it ({@link TokenizeMessage}); and TEXT_PART, worker → module, the ids a
+ * GENERATE sent with `stream: true` has generated so far, sent while it runs and never an answer
+ * ({@link TextPartMessage}).
  *
  * @module
  */
@@ -115,6 +117,12 @@ const GENERATE = z.strictObject({
   model_ref: modelRef,
   max_tokens: z.int().min(1),
   grammar: z.string().optional(),
+  stream: z.literal(true).optional(),
+});
+const TEXT_PART = z.strictObject({
+  type: z.literal("TEXT_PART"),
+  req_id: reqId,
+  token_ids: z.array(tokenId),
 });
 const TEXT = z.strictObject({
   type: z.literal("TEXT"),
@@ -182,6 +190,7 @@ const WORKER_SCHEMAS = {
   PONG,
   ERR,
   TOKENS,
+  TEXT_PART,
 } as const;
 
 /** HELLO: the worker's first frame `{v, nonce, engine, pid, max_frame, …}` (max_frame in bytes). */
@@ -202,10 +211,19 @@ export type RerankMessage = z.infer<typeof RERANK>;
 export type RerankSequencesMessage = z.infer<typeof RERANK_SEQUENCES>;
 /** SCORES `{n}`; followed by one f32 frame of `n` scores. */
 export type ScoresMessage = z.infer<typeof SCORES>;
-/** GENERATE `{max_tokens, grammar?}`; followed by one i32 frame of prompt ids. */
+/**
+ * GENERATE `{max_tokens, grammar?, stream?}`; followed by one i32 frame of prompt ids. With
+ * `stream: true` the worker also sends TEXT_PART frames while it generates (then TEXT, as ever).
+ */
 export type GenerateMessage = z.infer<typeof GENERATE>;
 /** TEXT `{text, n_prompt, n_gen, finish_reason, generated_token_ids?}` (counts in tokens). */
 export type TextMessage = z.infer<typeof TEXT>;
+/**
+ * TEXT_PART `{req_id, token_ids}`: the ids generated since the previous part of a GENERATE sent
+ * with `stream: true`, in order, sent while it runs. Never an answer: the request's one answer
+ * is still its TEXT (whose `generated_token_ids` holds every id, those of the parts included).
+ */
+export type TextPartMessage = z.infer<typeof TEXT_PART>;
 /**
  * TOKENIZE `{model_ref, texts}`: llama.cpp's tokenization of each text, special-token strings
  * parsed, no BOS or EOS added (`llama_tokenize(…, add_special = false, parse_special = true)`).
@@ -258,7 +276,8 @@ export type WorkerToModuleMessage =
   | UnloadedMessage
   | PongMessage
   | ErrMessage
-  | TokensMessage;
+  | TokensMessage
+  | TextPartMessage;
 
 /** Any control message of contract.md §7, discriminated on `type`. */
 export type ControlMessage = ModuleToWorkerMessage | WorkerToModuleMessage;
@@ -274,7 +293,7 @@ export const MODULE_TO_WORKER_TYPES: readonly ModuleToWorkerMessage["type"][] = 
   Object.keys(MODULE_SCHEMAS) as ModuleToWorkerMessage["type"][],
 );
 
-/** Every `type` a worker sends, in §7 order, then TOKENS (our addition). */
+/** Every `type` a worker sends, in §7 order, then TOKENS and TEXT_PART (our additions). */
 export const WORKER_TO_MODULE_TYPES: readonly WorkerToModuleMessage["type"][] = Object.freeze(
   Object.keys(WORKER_SCHEMAS) as WorkerToModuleMessage["type"][],
 );
@@ -284,7 +303,7 @@ export const WORKER_TO_MODULE_TYPES: readonly WorkerToModuleMessage["type"][] = 
  *
  * @param type A control `type`.
  * @returns `"module"` for ACK, requests (TOKENIZE included) and CANCEL, `"worker"` for HELLO,
- *   answers (TOKENS included) and ERR.
+ *   answers (TOKENS included), TEXT_PART and ERR.
  */
 export function controlSender(type: ControlType): ControlSender {
   switch (type) {
@@ -309,6 +328,7 @@ export function controlSender(type: ControlType): ControlSender {
     case "PONG":
     case "ERR":
     case "TOKENS":
+    case "TEXT_PART":
       return "worker";
     default:
       throw new Error(`Unhandled control type ${String(type satisfies never)}. This is a bug.`);

@@ -12,6 +12,7 @@
  */
 import { SynapseError } from "../contract/errors.ts";
 import type { LogTail } from "./_log_tail.ts";
+import type { LogSink } from "../log/log.ts";
 import {
   crashError,
   describeStatus,
@@ -110,6 +111,8 @@ export interface WorkerStartOptions {
   maxFrameBytes?: number;
   /** Each line the worker writes on stdout or stderr, as it arrives. */
   onLogLine?: (line: string, stream: "stdout" | "stderr") => void;
+  /** Module log for the connection's own debug lines (a stray TEXT_PART). @default none */
+  log?: LogSink;
 }
 
 /**

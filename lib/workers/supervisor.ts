@@ -12,6 +12,7 @@
  */
 import { SynapseError } from "../contract/errors.ts";
 import {
+  type TextPartHandler,
   WorkerConnection,
   type WorkerConnection as WorkerConnectionType,
   type WorkerReply,
@@ -162,6 +163,8 @@ export class SupervisedWorker {
    *   CANCEL for the request's `req_id` (see {@link cancel}); the request still gets its answer.
    *   Already aborted when the connection is ready: nothing is sent, and the call rejects with
    *   `signal.reason`.
+   * @param onPart Receives the request's TEXT_PART frames (a GENERATE with `stream: true`) while
+   *   it runs; see `WorkerConnection.request`.
    * @throws {SynapseError} `probe_required` when quarantined; `engine_crashed` (counted) when
    *   the worker dies or times out.
    * @throws {import("./host.ts").WorkerErrReply} when the worker answers ERR.
@@ -171,13 +174,14 @@ export class SupervisedWorker {
     tensor: Uint8Array | undefined,
     timeoutMs: number,
     signal?: AbortSignal,
+    onPart?: TextPartHandler,
   ): Promise<WorkerReply<M>> {
     const conn = await this.connection();
     // No await between this check and the request's registration: a cancel can never fall in a
     // gap where the connection does not know the request yet.
     signal?.throwIfAborted();
     const reqId = (msg as { req_id?: number }).req_id;
-    const reply = conn.request<M>(msg, tensor, timeoutMs);
+    const reply = conn.request<M>(msg, tensor, timeoutMs, onPart);
     if (signal === undefined || reqId === undefined) return await reply;
     const onAbort = (): void => void conn.cancel(reqId);
     signal.addEventListener("abort", onAbort, { once: true });

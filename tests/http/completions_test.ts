@@ -40,7 +40,7 @@ interface Door extends AsyncDisposable {
 /** A served instance; `configOf` gives the config overrides (it may write files in `dir`). */
 async function door(
   configOf: Record<string, unknown> | ((dir: string) => Promise<Record<string, unknown>>),
-  more: { llamaWorkerArgs?: string[]; log?: LogSink } = {},
+  more: { llamaWorkerArgs?: string[]; log?: LogSink; httpLog?: LogSink } = {},
 ): Promise<Door> {
   const dir = await Deno.makeTempDir({ prefix: "synapse-completions-" });
   const overrides = typeof configOf === "function" ? await configOf(dir) : configOf;
@@ -57,7 +57,7 @@ async function door(
     log: more.log ?? nullLog,
     ...(more.llamaWorkerArgs ? { llamaWorkerArgs: more.llamaWorkerArgs } : {}),
   });
-  const server = serveHttp(syn, { log: nullLog });
+  const server = serveHttp(syn, { log: more.httpLog ?? nullLog });
   const base = `http://127.0.0.1:${server.port}`;
   const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "unused", maxRetries: 0 });
   return {
@@ -437,12 +437,54 @@ Deno.test("/v1/completions and /v1/chat/completions answer the openai client, as
     });
     let text = "";
     let finish: string | null = null;
+    let contentChunks = 0;
+    let synapse: Record<string, unknown> | undefined;
+    for await (const chunk of stream) {
+      const piece = chunk.choices[0]?.text ?? "";
+      if (piece !== "") contentChunks++;
+      text += piece;
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+      synapse ??= (chunk as unknown as { synapse?: Record<string, unknown> }).synapse;
+    }
+    assert.equal(text, whole.choices[0]!.text);
+    assert.notEqual(text, "");
+    // Token by token: more than one chunk of text (one per token whose text is complete).
+    assert.ok(contentChunks > 1, `${contentChunks} content chunks`);
+    assert.equal(finish, "length");
+    assert.equal(synapse?.streamed, "tokens");
+    assert.equal(synapse?.n_gen, 12);
+  });
+
+  await t.step("streaming with stop: the deltas end before the stop string", async () => {
+    const r = await oneshot({ model: "gen", prompt: "Hello there", max_tokens: 8 });
+    const cps = [...r.text];
+    // A stop string whose first code point appears before it does: its start is held back and
+    // then released when the next text shows it is not the stop.
+    const stop = cps.slice(4, 6).join("");
+    const at = r.text.indexOf(stop);
+    assert.ok(at > 0);
+    const whole = await client.completions.create({
+      model: "gen",
+      prompt: "Hello there",
+      max_tokens: 8,
+      stop: [stop, "\u0000never"],
+    });
+    const stream = await client.completions.create({
+      model: "gen",
+      prompt: "Hello there",
+      max_tokens: 8,
+      stop: [stop, "\u0000never"],
+      stream: true,
+    });
+    let text = "";
+    let finish: string | null = null;
     for await (const chunk of stream) {
       text += chunk.choices[0]?.text ?? "";
       finish = chunk.choices[0]?.finish_reason ?? finish;
     }
+    assert.equal(text, r.text.slice(0, at));
     assert.equal(text, whole.choices[0]!.text);
-    assert.equal(finish, "length");
+    assert.equal(finish, "stop");
   });
 
   await t.step(
@@ -568,31 +610,58 @@ Deno.test("response_format while grammar_enabled is false: grammar_disabled nami
   assert.equal(e.param, "response_format");
 });
 
-Deno.test("a streaming client that goes away cancels the generation", async () => {
-  // The worker generates 1 token, then waits for its CANCEL: the moment to hang up.
+Deno.test("streaming: text arrives while the generation runs; a client that goes away cancels it", async () => {
+  // The worker generates 3 tokens, then waits for its CANCEL: the generation cannot end before
+  // the client hangs up, so any text the client reads was sent while it ran.
   const worker = parkedWorker();
   await using d = await door({}, {
-    llamaWorkerArgs: ["--test-wait-cancel-after", "1"],
+    llamaWorkerArgs: ["--test-wait-cancel-after", "3"],
     log: worker.log,
   });
+  const whole = await d.syn.call("microllm.oneshot", { model: "gen", prompt: "hi", max_tokens: 3 })
+    .then(resultOf);
+  // Watches the streamed generation (not the one above).
   const watch = watchGenerations(d.syn);
+  let ended = false;
+  void watch.ended.then(() => ended = true, () => ended = true);
   const abort = new AbortController();
-  const res = fetch(`${d.base}/v1/chat/completions`, {
+  const res = await fetch(`${d.base}/v1/completions`, {
     method: "POST",
-    body: JSON.stringify({
-      model: "gen",
-      messages: [{ role: "user", content: "hi" }],
-      max_tokens: 400,
-      stream: true,
-    }),
+    body: JSON.stringify({ model: "gen", prompt: "hi", max_tokens: 400, stream: true }),
     signal: abort.signal,
   });
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get("content-type")!, /^text\/event-stream/);
+  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  let text = "";
+  // Reads events until the text of the 3 held tokens is in (the worker holds after them).
+  while (text !== whole.text) {
+    const { value, done } = await reader.read();
+    assert.ok(!done, `stream ended early after ${JSON.stringify(text)}`);
+    buf += value;
+    let cut: number;
+    while ((cut = buf.indexOf("\n\n")) >= 0) {
+      const line = buf.slice(0, cut);
+      buf = buf.slice(cut + 2);
+      assert.ok(line.startsWith("data: {"), line);
+      const ev = JSON.parse(line.slice(6));
+      assert.equal(ev.choices[0].finish_reason, null);
+      text += ev.choices[0].text;
+    }
+    assert.ok(
+      whole.text.startsWith(text),
+      `${JSON.stringify(text)} vs ${JSON.stringify(whole.text)}`,
+    );
+  }
+  assert.notEqual(text, "");
   await worker.parked;
+  assert.equal(ended, false, "text arrived while the generation was held");
   abort.abort();
-  await assert.rejects(res);
-  const ended = await watch.ended;
-  assert.equal(ended.finishReason, "cancelled");
-  assert.equal(ended.generatedIds.length, 1);
+  await assert.rejects(reader.read());
+  const out = await watch.ended;
+  assert.equal(out.finishReason, "cancelled");
+  assert.equal(out.generatedIds.length, 3);
   // The lane is free again: the next request runs to its own limit.
   const next = await d.client.chat.completions.create({
     model: "gen",
@@ -601,4 +670,68 @@ Deno.test("a streaming client that goes away cancels the generation", async () =
   });
   assert.equal(next.choices[0]!.finish_reason, "length");
   assert.equal(next.usage!.completion_tokens, 4);
+});
+
+Deno.test("streaming a model that emits raw bytes: each delta is whole characters, together the answer", async () => {
+  // The byte model emits only <0x80>..<0xFF> tokens: characters span tokens, and invalid
+  // sequences become U+FFFD. The streamed deltas must never cut a character.
+  await using d = await door({
+    preload_models: [{
+      engine: "llama",
+      model_path: `${MODELS}/synapse-tiny-llama-bytes`,
+      tokenizer_path: `${MODELS}/synapse-tiny-llama-bytes/tokenizer.json`,
+      task: "generate",
+      model_id: "bytes",
+    }],
+  });
+  const whole = await d.client.completions.create({
+    model: "bytes",
+    prompt: "Hello there",
+    max_tokens: 16,
+  });
+  const stream = await d.client.completions.create({
+    model: "bytes",
+    prompt: "Hello there",
+    max_tokens: 16,
+    stream: true,
+  });
+  const deltas: string[] = [];
+  let synapse: Record<string, unknown> | undefined;
+  for await (const chunk of stream) {
+    const piece = chunk.choices[0]?.text ?? "";
+    if (piece !== "") deltas.push(piece);
+    synapse ??= (chunk as unknown as { synapse?: Record<string, unknown> }).synapse;
+  }
+  assert.notEqual(whole.choices[0]!.text, "");
+  assert.equal(deltas.join(""), whole.choices[0]!.text);
+  for (const piece of deltas) assert.ok(piece.isWellFormed(), JSON.stringify(piece));
+  assert.ok(deltas.length > 1, `${deltas.length} deltas`);
+  // The same repair facts as the whole answer.
+  const facts = (whole as unknown as { synapse: Record<string, unknown> }).synapse;
+  assert.deepEqual(synapse?.text_repair, facts.text_repair);
+});
+
+Deno.test("a streamed completion's request log line comes once the generation ended, with its facts", async () => {
+  const line = Promise.withResolvers<Record<string, unknown>>();
+  await using d = await door({}, {
+    httpLog: (_level, _target, message, fields) => {
+      if (message === "request") line.resolve({ ...fields });
+    },
+  });
+  const stream = await d.client.completions.create({
+    model: "gen",
+    prompt: "Once",
+    max_tokens: 6,
+    stream: true,
+  });
+  let text = "";
+  for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
+  assert.notEqual(text, "");
+  const fields = await line.promise;
+  assert.equal(fields.path, "/v1/completions");
+  assert.equal(fields.op, "microllm.oneshot");
+  assert.equal(fields.model, "gen", "the facts of the finished generation");
+  assert.equal(fields.outcome, "ok");
+  assert.equal(fields.status, 200);
+  assert.equal(typeof fields.inference_ms, "number");
 });

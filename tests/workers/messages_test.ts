@@ -50,6 +50,7 @@ const MODULE_SAMPLES: ModuleToWorkerMessage[] = [
   },
   { type: "RERANK_SEQUENCES", req_id: 4, model_ref: "m0", sequences: [{ n_tokens: 9 }] },
   { type: "GENERATE", req_id: 5, model_ref: "m0", max_tokens: 16, grammar: 'root ::= "yes"' },
+  { type: "GENERATE", req_id: 9, model_ref: "m0", max_tokens: 16, stream: true },
   { type: "UNLOAD", req_id: 6, model_ref: "m0" },
   { type: "PING", req_id: 7 },
   { type: "SHUTDOWN" },
@@ -86,6 +87,7 @@ const WORKER_SAMPLES: WorkerToModuleMessage[] = [
   { type: "ERR", req_id: 2, code: "oom", msg: "Cannot allocate KV cache" },
   { type: "ERR", code: "unknown_type", msg: "type 'FOO'" },
   { type: "TOKENS", req_id: 8, ids: [[22557], [], [1, 29871, 30325]] },
+  { type: "TEXT_PART", req_id: 9, token_ids: [9891, 0, -1] },
 ];
 
 const ALL_SAMPLES: ControlMessage[] = [...MODULE_SAMPLES, ...WORKER_SAMPLES];
@@ -129,6 +131,26 @@ Deno.test("decodeControl() round-trips every message type", () => {
   }
   for (const msg of MODULE_SAMPLES) assert.deepEqual(decodeFromModule(encodeControl(msg)), msg);
   for (const msg of WORKER_SAMPLES) assert.deepEqual(decodeFromWorker(encodeControl(msg)), msg);
+});
+
+Deno.test("TEXT_PART is a worker message with golden bytes; GENERATE takes stream: true", () => {
+  const part: WorkerToModuleMessage = { type: "TEXT_PART", req_id: 3, token_ids: [5, 17] };
+  assert.deepEqual(
+    encodeControl(part),
+    utf8.encode('{"type":"TEXT_PART","req_id":3,"token_ids":[5,17]}'),
+  );
+  assert.deepEqual(decodeFromWorker(encodeControl(part)), part);
+  assert.equal(controlSender("TEXT_PART"), "worker");
+  assert.ok(WORKER_TO_MODULE_TYPES.includes("TEXT_PART"));
+  assert.throws(() => decodeFromModule(encodeControl(part)), protocolError("unknown_type"));
+  const gen: ModuleToWorkerMessage = {
+    type: "GENERATE",
+    req_id: 3,
+    model_ref: "m1",
+    max_tokens: 4,
+    stream: true,
+  };
+  assert.deepEqual(decodeFromModule(encodeControl(gen)), gen);
 });
 
 Deno.test("decodeControl() accepts non-ASCII UTF-8 text", () => {
@@ -222,6 +244,13 @@ Deno.test("decodeControl() rejects wrong fields with bad_message naming the fiel
     [{ ...WORKER_SAMPLES[4], generated_token_ids: [2 ** 31] }, /field 'generated_token_ids\.0'/],
     [{ ...WORKER_SAMPLES[1], cold_load_ms: -1 }, /field 'cold_load_ms'/],
     [{ type: "ERR", code: "", msg: "x" }, /field 'code'/],
+    [{ ...MODULE_SAMPLES[5], stream: false }, /field 'stream'/],
+    [{ ...MODULE_SAMPLES[5], stream: "yes" }, /field 'stream'/],
+    [{ type: "TEXT_PART", req_id: 1 }, /field 'token_ids'/],
+    [{ type: "TEXT_PART", token_ids: [1] }, /field 'req_id'/],
+    [{ type: "TEXT_PART", req_id: 1, token_ids: [1.5] }, /field 'token_ids\.0'/],
+    [{ type: "TEXT_PART", req_id: 1, token_ids: [2 ** 31] }, /field 'token_ids\.0'/],
+    [{ type: "TEXT_PART", req_id: 1, token_ids: [1], text: "a" }, /unknown field 'text'/],
   ];
   for (const [value, field] of cases) {
     assert.throws(

@@ -22,7 +22,7 @@ import type {
 } from "../engine.ts";
 import { LLAMA_WORKER_ENGINE, LLAMA_WORKER_VERSION } from "./identity.ts";
 import { LineRateLimiter, type LogSink, stderrLog } from "../../log/log.ts";
-import { WORKER_TIMEOUTS, WorkerErrReply } from "../../workers/host.ts";
+import { type TextPartHandler, WORKER_TIMEOUTS, WorkerErrReply } from "../../workers/host.ts";
 import type { WorkerEngineIdentity, WorkerLaunch } from "../../workers/spawn.ts";
 import {
   type CrashBudget,
@@ -142,6 +142,7 @@ export class LlamaEngine implements Engine {
           ? {}
           : { acceptTimeoutMs: options.acceptTimeoutMs }),
         ...(options.helloTimeoutMs === undefined ? {} : { helloTimeoutMs: options.helloTimeoutMs }),
+        log,
         onLogLine: (line, stream) => {
           const dropped = limiter.admit();
           if (dropped === undefined) return;
@@ -301,7 +302,9 @@ export class LlamaEngine implements Engine {
 
   /**
    * Greedy generation from prompt ids. Aborting `options.signal` sends CANCEL: the worker stops
-   * between tokens and the call resolves with `finishReason: "cancelled"`.
+   * between tokens and the call resolves with `finishReason: "cancelled"`. With
+   * `options.onTokens` the GENERATE asks for `stream: true` and each TEXT_PART's ids go to it
+   * while the worker generates.
    *
    * @throws {SynapseError} `invalid_request` (`details.reason` `grammar_invalid`) when llama.cpp
    *   refuses the grammar; `engine_crashed`; `probe_required`.
@@ -316,6 +319,7 @@ export class LlamaEngine implements Engine {
     const ref = await this.#ensureLoaded();
     const t0 = performance.now();
     const reqId = this.#nextReq++;
+    const onTokens = options.onTokens;
     const reply = await this.#call<TextMessage>(
       {
         type: "GENERATE",
@@ -323,10 +327,12 @@ export class LlamaEngine implements Engine {
         model_ref: ref,
         max_tokens: request.maxTokens,
         ...(request.grammar === undefined ? {} : { grammar: request.grammar }),
+        ...(onTokens === undefined ? {} : { stream: true as const }),
       },
       encodeI32LE(request.ids),
       this.#opts.generateTimeoutMs ?? WORKER_TIMEOUTS.generateMs,
       options.signal,
+      onTokens === undefined ? undefined : (part) => onTokens(part.token_ids),
     );
     const m = reply.msg;
     return {
@@ -469,10 +475,11 @@ export class LlamaEngine implements Engine {
     tensor: Uint8Array | undefined,
     timeoutMs: number,
     signal?: AbortSignal,
+    onPart?: TextPartHandler,
   ) {
     if (this.#inFlight++ === 0) this.#busySince = performance.now();
     try {
-      return await this.worker.call<M>(msg, tensor, timeoutMs, signal);
+      return await this.worker.call<M>(msg, tensor, timeoutMs, signal, onPart);
     } catch (err) {
       if (err instanceof WorkerErrReply && err.workerCode === "cancelled" && signal?.aborted) {
         throw signal.reason;
