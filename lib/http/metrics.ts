@@ -13,6 +13,7 @@
  *
  * @module
  */
+import process from "node:process";
 import type { Metrics } from "../log/metrics.ts";
 import type { Synapse } from "../synapse.ts";
 import { SYNAPSE_VERSION } from "../version.ts";
@@ -317,10 +318,8 @@ async function workerRss(
 /** User plus system CPU time of the process, seconds; undefined where it cannot be read. */
 function cpuSeconds(): number | undefined {
   try {
-    // deno-lint-ignore no-explicit-any
-    const p = (globalThis as any).process as { cpuUsage?: () => { user: number; system: number } };
-    const u = p?.cpuUsage?.();
-    return u === undefined ? undefined : (u.user + u.system) / 1e6;
+    const u = process.cpuUsage();
+    return (u.user + u.system) / 1e6;
   } catch {
     return undefined;
   }
