@@ -25,6 +25,7 @@ import { SynapseError } from "../contract/errors.ts";
 import { parseParams, wellFormedName } from "../contract/schemas.ts";
 import type { EmbedResult } from "../ops/embed.ts";
 import type { ModelsListResult } from "../ops/models.ts";
+import { SYNAPSE_VERSION } from "../version.ts";
 import {
   type AdapterAnswer,
   type AdapterIo,
@@ -61,7 +62,47 @@ export function ollamaRoute(path: string): AdapterRoute | undefined {
   if (path === "/api/tags") {
     return { op: "models.list", method: "GET", serve: ollamaTags, error: ollamaError };
   }
+  if (path === "/api/embeddings") {
+    return { op: "embed.batch", method: "POST", serve: ollamaLegacyEmbed, error: ollamaError };
+  }
+  if (path === "/api/version") {
+    return { op: "version", method: "GET", serve: ollamaVersion, error: ollamaError };
+  }
   return undefined;
+}
+
+/** `POST /api/embeddings` request (Ollama's legacy `EmbeddingRequest`). */
+const OllamaLegacyEmbedRequest = z.strictObject({
+  model: wellFormedName(),
+  prompt: z.string(),
+  truncate: z.boolean().nullish(),
+  keep_alive: z.union([z.string(), z.number()]).nullish(),
+  options: z.record(z.string(), z.unknown()).nullish(),
+});
+
+/**
+ * Serves Ollama's legacy `POST /api/embeddings {model, prompt}` → `{embedding}` (one vector), which
+ * older clients still call: the same path as `/api/embed` with one input.
+ */
+async function ollamaLegacyEmbed(io: AdapterIo): Promise<AdapterAnswer> {
+  const p = parseParams("/api/embeddings", OllamaLegacyEmbedRequest, await io.body());
+  const answer = await ollamaEmbed({
+    ...io,
+    body: () =>
+      Promise.resolve({
+        model: p.model,
+        input: p.prompt,
+        ...(p.truncate === undefined || p.truncate === null ? {} : { truncate: p.truncate }),
+      }),
+  });
+  if (answer.status !== 200) return answer;
+  const body = answer.body as { embeddings: number[][]; synapse: unknown };
+  return { ...answer, body: { embedding: body.embeddings[0], synapse: body.synapse } };
+}
+
+/** Serves `GET /api/version`: `{version}` (Synapse's own version; clients use it as a liveness check). */
+function ollamaVersion(_io: AdapterIo): Promise<AdapterAnswer> {
+  return Promise.resolve({ status: 200, body: { version: SYNAPSE_VERSION, server: "synapse" } });
 }
 
 /**

@@ -436,6 +436,8 @@ async function route(
             "GET /info",
             "POST /api/embed",
             "GET /api/tags",
+            "POST /api/embeddings",
+            "GET /api/version",
             "GET /health",
             "GET /metrics",
           ],

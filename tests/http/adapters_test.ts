@@ -401,6 +401,16 @@ Deno.test("Ollama /api/embed answers its shape with embed.batch's vectors; trunc
   assert.deepEqual(latest.body.embeddings, one.body.embeddings);
   const tagged = await d.post("/api/embed", { model: "synapse-tiny-embed:v2", input: "x" });
   assert.equal(tagged.res.status, 404);
+  // Ollama's legacy endpoint: {model, prompt} → {embedding}, the same vector.
+  const legacy = await d.post("/api/embeddings", {
+    model: "synapse-tiny-embed:latest",
+    prompt: "apple pie",
+  });
+  assert.equal(legacy.res.status, 200);
+  assert.deepEqual(legacy.body.embedding, one.body.embeddings[0]);
+  const legacyBad = await d.post("/api/embeddings", { model: "nope", prompt: "x" });
+  assert.equal(legacyBad.res.status, 404);
+  assert.equal(typeof legacyBad.body.error, "string");
   // Ollama's default truncates, and the cut is disclosed.
   const cut = await d.post("/api/embed", { model: "synapse-tiny-embed", input: ["ok", LONG] });
   assert.equal(cut.res.status, 200);
@@ -438,6 +448,9 @@ Deno.test("Ollama /api/tags lists every model in Ollama's shape", async () => {
   const list = resultOf(await d.t.syn.call("models.list", {}));
   const { res, body } = await d.get("/api/tags");
   assert.equal(res.status, 200);
+  const version = await d.get("/api/version");
+  assert.equal(version.res.status, 200);
+  assert.match(version.body.version, /^\d+\.\d+\.\d+/);
   assert.deepEqual(
     body.models.map((m: { name: string }) => m.name),
     list.models.map((m: { model_id: string }) => m.model_id),
