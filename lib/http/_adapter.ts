@@ -140,6 +140,17 @@ export function doorField(field: string, list: string, single = false): string {
   return field;
 }
 
+/**
+ * The message of an error as a door answers it: the operation's own, plus what to do where the
+ * door's request can fix it (`sequence_too_long`: send `truncate: true`, which cuts the input to
+ * the model's limit and discloses the cut).
+ */
+export function doorMessage(e: SynapseError): string {
+  return e.code === "sequence_too_long"
+    ? `${e.message}; send truncate: true to cut it to the model's limit (the cut is disclosed)`
+    : e.message;
+}
+
 /** The door's field of an error: `details.field`, else the candidate or item named by `item_id`. */
 export function errorField(e: SynapseError, list: string, single = false): string | undefined {
   const field = e.details?.field;

@@ -31,6 +31,7 @@ import {
   type AdapterIo,
   type AdapterRoute,
   callOp,
+  doorMessage,
   doorStatus,
   errorField,
   outcomeError,
@@ -231,7 +232,7 @@ function ollamaErrorOf(e: SynapseError, single: boolean): AdapterAnswer {
     status: doorStatus(e),
     error: e,
     body: {
-      error: e.message,
+      error: doorMessage(e),
       code: e.code,
       ...(field === undefined ? {} : { field }),
       ...(e.retryAfterMs === undefined ? {} : { retry_after_ms: e.retryAfterMs }),

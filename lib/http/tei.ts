@@ -35,6 +35,7 @@ import {
   type AdapterIo,
   type AdapterRoute,
   callOp,
+  doorMessage,
   doorStatus,
   errorField,
   outcomeError,
@@ -319,7 +320,7 @@ function teiErrorOf(e: SynapseError, single: boolean, list = "inputs"): AdapterA
     status: doorStatus(e),
     error: e,
     body: {
-      error: e.message,
+      error: doorMessage(e),
       error_type: teiErrorTypeFor(e.code),
       code: e.code,
       ...(field === undefined ? {} : { field }),
