@@ -307,7 +307,14 @@ export const CachePinParams = z.strictObject({
   expected_digest: DigestParam.optional(),
   format: z.enum(["onnx", "gguf", "tokenizer_json", "config_json", "other"]).optional(),
   tokenizer_path: wellFormedName(4096).optional(),
-  module_id: wellFormedName().optional(),
+  /**
+   * The module the pin is for (default `synapse`). An id with `:` is refused: `<module>:model:<id>`
+   * and `<module>:catalog:<id>` are the pins of the models Synapse itself loaded, which only
+   * `model.unload` / `models.remove` drop.
+   */
+  module_id: wellFormedName(128).refine((s) => !s.includes(":"), {
+    message: "must not contain ':' (reserved for the pins of loaded models)",
+  }).optional(),
   unpin: z.boolean().optional(),
 }).refine((p) => (p.digest === undefined) !== (p.source_url === undefined), {
   message: "give exactly one of digest and source_url",

@@ -545,3 +545,34 @@ Deno.test("models.catalog of the shipped catalog: sizes are exact where every si
     await syn.dispose();
   }
 });
+
+Deno.test("cache.pin pins and unpins per module, and cannot drop the pins of a loaded model", async () => {
+  await using h = await home();
+  const syn = await h.start();
+  try {
+    const job = resultOf(await syn.call("model.load", { path: EMBED_DIR, model_id: "pinned" }));
+    assert.equal((await settle(syn, job.job_id)).state, "ready");
+    const digest = `sha256:${sha256(`${EMBED_DIR}/model.onnx`)}`;
+    const mine = resultOf(await syn.call("cache.pin", { digest, module_id: "indexer" }));
+    assert.deepEqual(mine.pins.map((p: { owner: string }) => p.owner).sort(), [
+      "indexer",
+      "synapse:model:pinned",
+    ]);
+    const off = resultOf(
+      await syn.call("cache.pin", { digest, module_id: "indexer", unpin: true }),
+    );
+    assert.deepEqual(off.pins.map((p: { owner: string }) => p.owner), ["synapse:model:pinned"]);
+    const refused = channelError(
+      await syn.call("cache.pin", { digest, module_id: "synapse:model:pinned", unpin: true }),
+    );
+    assert.equal(refused.code, "invalid_request");
+    assert.match(refused.message, /module_id/);
+    // The loaded model's pin keeps its blob through a GC with no grace.
+    const gc = resultOf(await syn.call("cache.gc", { digest, grace_ms: 0 }));
+    assert.deepEqual(gc.rows.map((r: { state: string; reason?: string }) => [r.state, r.reason]), [
+      ["kept", "pinned"],
+    ]);
+  } finally {
+    await syn.dispose();
+  }
+});
