@@ -9,6 +9,7 @@
  */
 import { SynapseError } from "../contract/errors.ts";
 import type { ItemError } from "../ops/_embedding.ts";
+import type { EmbedResult } from "../ops/embed.ts";
 import type { CallOptions } from "../ops/context.ts";
 import type { OpOutcome } from "../ops/dispatcher.ts";
 import { requestFacts } from "../ops/request_facts.ts";
@@ -199,4 +200,30 @@ export function rerankCall(
 export function rankOrder(scores: readonly number[], topN?: number): number[] {
   const order = scores.map((_, i) => i).sort((a, b) => scores[b]! - scores[a]! || a - b);
   return topN === undefined ? order : order.slice(0, topN);
+}
+
+/**
+ * One all-or-nothing `embed.batch` of an embeddings door: up to `maxInputs` texts served as inline
+ * chunks, `dimensions` (when given) required of the model, the first refused input named
+ * `<list>[i]`.
+ *
+ * @returns The result, or the error to answer in the door's shape.
+ */
+export async function embedAllOrNothing(
+  io: AdapterIo,
+  params: { texts: string[]; model?: string; truncate?: boolean },
+  options: { maxInputs: number; dimensions?: number | null; list: string },
+): Promise<{ result: EmbedResult } | { error: SynapseError }> {
+  const outcome = await callOp(io, "embed.batch", params, {
+    embed: {
+      inlineChunksUpTo: options.maxInputs,
+      allOrNothing: true,
+      ...(options.dimensions === undefined || options.dimensions === null
+        ? {}
+        : { requiredDims: options.dimensions }),
+    },
+  });
+  const err = outcomeError(outcome, (i) => `${options.list}.${i}`);
+  if (err !== undefined || outcome.kind !== "result") return { error: err! };
+  return { result: outcome.body.result as EmbedResult };
 }

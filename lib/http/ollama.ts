@@ -23,7 +23,6 @@
 import { z } from "zod";
 import { SynapseError } from "../contract/errors.ts";
 import { parseParams, wellFormedName } from "../contract/schemas.ts";
-import type { EmbedResult } from "../ops/embed.ts";
 import type { ModelsListResult } from "../ops/models.ts";
 import { SYNAPSE_VERSION } from "../version.ts";
 import {
@@ -33,8 +32,8 @@ import {
   callOp,
   doorMessage,
   doorStatus,
+  embedAllOrNothing,
   errorField,
-  outcomeError,
 } from "./_adapter.ts";
 import { OPENAI_MAX_INPUTS } from "./openai.ts";
 
@@ -140,18 +139,13 @@ async function ollamaEmbed(io: AdapterIo): Promise<AdapterAnswer> {
   // so `:latest` names the model itself (any other tag stays part of the id, and is unknown).
   const model = p.model.endsWith(":latest") ? p.model.slice(0, -":latest".length) : p.model;
   const params = { texts, model, truncate };
-  const outcome = await callOp(io, "embed.batch", params, {
-    embed: {
-      inlineChunksUpTo: OLLAMA_MAX_INPUTS,
-      allOrNothing: true,
-      ...(p.dimensions === undefined || p.dimensions === null
-        ? {}
-        : { requiredDims: p.dimensions }),
-    },
+  const served = await embedAllOrNothing(io, params, {
+    maxInputs: OLLAMA_MAX_INPUTS,
+    dimensions: p.dimensions,
+    list: "input",
   });
-  const err = outcomeError(outcome, (i) => `input.${i}`);
-  if (err !== undefined || outcome.kind !== "result") return ollamaErrorOf(err!, single);
-  const res = outcome.body.result as EmbedResult;
+  if ("error" in served) return ollamaErrorOf(served.error, single);
+  const res = served.result;
   const synapse: Record<string, unknown> = {
     fingerprint: res.fingerprint,
     dims: res.dims,

@@ -26,7 +26,6 @@
 import { z } from "zod";
 import { SynapseError } from "../contract/errors.ts";
 import { parseParams, wellFormedName } from "../contract/schemas.ts";
-import type { EmbedResult } from "../ops/embed.ts";
 import type { ModelRow, ModelsListResult } from "../ops/models.ts";
 import type { RerankResult } from "../ops/rerank.ts";
 import { SYNAPSE_VERSION } from "../synapse.ts";
@@ -37,6 +36,7 @@ import {
   callOp,
   doorMessage,
   doorStatus,
+  embedAllOrNothing,
   errorField,
   outcomeError,
   rankOrder,
@@ -147,18 +147,13 @@ async function teiEmbed(io: AdapterIo): Promise<AdapterAnswer> {
     ...(model === undefined ? {} : { model }),
     ...(p.truncate ? { truncate: true } : {}),
   };
-  const outcome = await callOp(io, "embed.batch", params, {
-    embed: {
-      inlineChunksUpTo: TEI_MAX_INPUTS,
-      allOrNothing: true,
-      ...(p.dimensions === undefined || p.dimensions === null
-        ? {}
-        : { requiredDims: p.dimensions }),
-    },
+  const served = await embedAllOrNothing(io, params, {
+    maxInputs: TEI_MAX_INPUTS,
+    dimensions: p.dimensions,
+    list: "inputs",
   });
-  const err = outcomeError(outcome, (i) => `inputs.${i}`);
-  if (err !== undefined || outcome.kind !== "result") return teiErrorOf(err!, single);
-  const res = outcome.body.result as EmbedResult;
+  if ("error" in served) return teiErrorOf(served.error, single);
+  const res = served.result;
   return { status: 200, body: res.vectors.map((v) => v.vector), fingerprint: res.fingerprint };
 }
 

@@ -106,7 +106,6 @@ const TOKENIZE_SLICE = 256;
  *   `invalid_request` for a bad key; `queue_full` over the byte budget.
  */
 export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepted {
-  const jobs = ctx.jobs;
   // Hashed once: the digest binds them, and each result line carries its item's hash.
   const submitted = req.items.map((it) => sha256Hex(it.text));
   const digest = requestDigest({
@@ -115,19 +114,59 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
     constraints: { truncate: req.truncate, fingerprint: req.model.fingerprint },
     items: req.items.map((it, i) => ({ id: it.id, contentSha256: submitted[i]! })),
   });
-  const ttl = ctx.config.jobs;
-  const { job, attached } = jobs.store.admit({
+  return admitDurableJob(ctx, {
     requestKey: req.requestKey,
     requestDigest: digest,
     kind: "embed.batch",
+    model: req.model,
+    truncate: req.truncate,
+    itemsTotal: req.items.length,
+    bytes: req.bytes,
+  }, (jobId) => runEmbedJob(ctx, jobId, req, submitted));
+}
+
+/** What {@link admitDurableJob} mints a job from. */
+export interface DurableJobInput {
+  requestKey: string;
+  /** The request digest the key is bound to. */
+  requestDigest: string;
+  /** The op that makes the job (`embed.batch`, `rerank.score`). */
+  kind: string;
+  model: ReadyModel;
+  truncate: boolean;
+  itemsTotal: number;
+  /** Request bytes, held against the byte budget until the job ends. */
+  bytes: number;
+}
+
+/**
+ * Mints (or attaches to) a durable job and, when fresh, starts `run` under one bulk-lane admission
+ * for the whole job (its bytes count against the budget until it ends; an attach, a retry, is
+ * never counted twice). A refused admission ends the fresh job `failed_transient`, so the same
+ * key mints a new job next time instead of attaching to one that never runs. The shared path of
+ * every durable job (embed.batch, rerank.score).
+ *
+ * @throws {SynapseError} `idempotency_conflict`; `invalid_request` for a bad key; `queue_full`.
+ */
+export function admitDurableJob(
+  ctx: OpContext,
+  input: DurableJobInput,
+  run: (jobId: string) => Promise<void>,
+): JobAccepted {
+  const jobs = ctx.jobs;
+  const ttl = ctx.config.jobs;
+  const { job, attached } = jobs.store.admit({
+    requestKey: input.requestKey,
+    requestDigest: input.requestDigest,
+    kind: input.kind,
     moduleGeneration: ctx.moduleGeneration,
     params: {
-      model_id: req.model.modelId,
-      fingerprint: req.model.fingerprint,
-      truncate: req.truncate,
-      items_total: req.items.length,
+      model_id: input.model.modelId,
+      fingerprint: input.model.fingerprint,
+      truncate: input.truncate,
+      items_total: input.itemsTotal,
     },
-    itemsTotal: req.items.length,
+    itemsTotal: input.itemsTotal,
     tokensTotal: 0,
     ttls: {
       executionMs: ttl.execution_ttl_ms,
@@ -136,25 +175,21 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
     },
   });
   if (!attached) {
-    // Budget accounting is keyed on the job: an attach (a retry) is never counted twice.
     let permit;
     try {
-      // One admission for the whole job: its bytes count against the budget until it ends.
-      permit = req.model.bulk.admit({
-        bytes: req.bytes,
+      permit = input.model.bulk.admit({
+        bytes: input.bytes,
         deadlineMs: ttl.execution_ttl_ms,
         maxQueueMs: Number.MAX_SAFE_INTEGER,
       });
     } catch (err) {
-      // Refused: end the fresh job (queue_full is transient and safe to retry, so the same key
-      // mints a new job next time instead of attaching to one that never runs).
       const e = toSynapseError(err, "queue_full");
       jobs.store.finish(job.jobId, "failed_transient", e.toWire());
       throw e;
     }
-    const run = runEmbedJob(ctx, job.jobId, req, submitted).finally(() => permit.release());
-    jobs.running.set(job.jobId, run);
-    run.finally(() => jobs.running.delete(job.jobId));
+    const running = run(job.jobId).finally(() => permit.release());
+    jobs.running.set(job.jobId, running);
+    running.finally(() => jobs.running.delete(job.jobId));
   }
   return {
     module_generation: ctx.moduleGeneration,
@@ -163,9 +198,9 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
     request_key: job.requestKey,
     pages_available: job.pageCount,
     attached,
-    items_total: job.itemsTotal ?? req.items.length,
-    model_id: req.model.modelId,
-    fingerprint: req.model.fingerprint,
+    items_total: job.itemsTotal ?? input.itemsTotal,
+    model_id: input.model.modelId,
+    fingerprint: input.model.fingerprint,
   };
 }
 
@@ -279,35 +314,51 @@ async function runEmbedJob(
       pages: pageNo,
     });
   } catch (err) {
-    const e = asOperationError(err, ctx, `job ${jobId}`);
-    if (e.code === "disposed") {
-      // The instance is shutting down (a stop, or the subc daemon going away): the job is not
-      // failed here (a permanent `disposed` would tell its caller never to retry). It stays
-      // running in the store, and the next boot fails it module_restarted, transient and safe
-      // to resubmit with the same key; the pages committed so far are kept.
-      ctx.log("info", "synapse.jobs", "job interrupted by shutdown", { job: jobId });
-      try {
-        commit();
-      } catch { /* the store is gone: the pages committed before stay */ }
-      return;
-    }
-    ctx.log(e.errorClass === "transient" ? "warn" : "error", "synapse.jobs", "job failed", {
-      job: jobId,
+    endFailedJob(ctx, jobId, err, commit, {
       model: req.model.modelId,
       items: req.items.length,
-      outcome: e.code,
     });
-    try {
-      commit();
-    } catch { /* keep the pages already committed */ }
-    try {
-      store.finish(
-        jobId,
-        e.errorClass === "transient" ? "failed_transient" : "failed_permanent",
-        e.toWire(),
-      );
-    } catch { /* the store is gone (disposed): the next boot inherits the job */ }
   }
+}
+
+/**
+ * Ends a durable job whose run threw: commits the page in hand (what was computed stays
+ * readable), then fails the job `failed_transient` or `failed_permanent` by the error's class —
+ * except on `disposed` (the instance is shutting down: a stop, or the subc daemon going away),
+ * where the job is not failed (a permanent `disposed` would tell its caller never to retry): it
+ * stays running in the store, and the next boot fails it `module_restarted`, transient and safe
+ * to resubmit with the same key. The shared end of every durable job.
+ *
+ * @param commit Commits the page in hand (may throw when the store is gone).
+ * @param facts Log fields of the job (model, items, op).
+ */
+export function endFailedJob(
+  ctx: OpContext,
+  jobId: string,
+  err: unknown,
+  commit: () => void,
+  facts: Record<string, string | number>,
+): void {
+  const e = asOperationError(err, ctx, `job ${jobId}`);
+  try {
+    commit();
+  } catch { /* the store is gone, or refused: the pages committed before stay */ }
+  if (e.code === "disposed") {
+    ctx.log("info", "synapse.jobs", "job interrupted by shutdown", { job: jobId });
+    return;
+  }
+  ctx.log(e.errorClass === "transient" ? "warn" : "error", "synapse.jobs", "job failed", {
+    job: jobId,
+    ...facts,
+    outcome: e.code,
+  });
+  try {
+    ctx.jobs.store.finish(
+      jobId,
+      e.errorClass === "transient" ? "failed_transient" : "failed_permanent",
+      e.toWire(),
+    );
+  } catch { /* the store is gone (disposed): the next boot inherits the job */ }
 }
 
 function emptyPage(): StoredPage {

@@ -20,9 +20,8 @@ import type { ReadyModel } from "../models/model.ts";
 import { quantumTokensFor, takeQuantum } from "../sched/quantum.ts";
 import type { EncodedSequence } from "../tokenize/tokenizer.ts";
 import { disclosureOf, type ItemError, type TruncationDisclosure } from "./_embedding.ts";
-import { asOperationError } from "./_errors.ts";
 import type { OpContext } from "./context.ts";
-import type { JobAccepted } from "./jobs.ts";
+import { admitDurableJob, endFailedJob, type JobAccepted } from "./jobs.ts";
 
 /** One scored candidate of a rerank job page. */
 export interface RerankJobScore {
@@ -60,7 +59,6 @@ const TOKENIZE_SLICE = 256;
  *   `queue_full` over the byte budget.
  */
 export function submitRerankJob(ctx: OpContext, req: RerankJobRequest): JobAccepted {
-  const jobs = ctx.jobs;
   const digest = requestDigest({
     op: "rerank.score",
     modelId: req.model.modelId,
@@ -71,54 +69,15 @@ export function submitRerankJob(ctx: OpContext, req: RerankJobRequest): JobAccep
     },
     items: req.candidates.map((c, i) => ({ id: String(i), contentSha256: sha256Hex(c) })),
   });
-  const ttl = ctx.config.jobs;
-  const { job, attached } = jobs.store.admit({
+  return admitDurableJob(ctx, {
     requestKey: req.requestKey,
     requestDigest: digest,
     kind: "rerank.score",
-    moduleGeneration: ctx.moduleGeneration,
-    params: {
-      model_id: req.model.modelId,
-      fingerprint: req.model.fingerprint,
-      truncate: req.truncate,
-      items_total: req.candidates.length,
-    },
+    model: req.model,
+    truncate: req.truncate,
     itemsTotal: req.candidates.length,
-    tokensTotal: 0,
-    ttls: {
-      executionMs: ttl.execution_ttl_ms,
-      retentionMs: ttl.result_retention_ttl_ms,
-      resumeMs: ttl.resume_deadline_ms,
-    },
-  });
-  if (!attached) {
-    let permit;
-    try {
-      permit = req.model.bulk.admit({
-        bytes: req.bytes,
-        deadlineMs: ttl.execution_ttl_ms,
-        maxQueueMs: Number.MAX_SAFE_INTEGER,
-      });
-    } catch (err) {
-      const e = toSynapseError(err, "queue_full");
-      jobs.store.finish(job.jobId, "failed_transient", e.toWire());
-      throw e;
-    }
-    const run = runRerankJob(ctx, job.jobId, req).finally(() => permit.release());
-    jobs.running.set(job.jobId, run);
-    run.finally(() => jobs.running.delete(job.jobId));
-  }
-  return {
-    module_generation: ctx.moduleGeneration,
-    job_id: job.jobId,
-    state: job.state,
-    request_key: job.requestKey,
-    pages_available: job.pageCount,
-    attached,
-    items_total: job.itemsTotal ?? req.candidates.length,
-    model_id: req.model.modelId,
-    fingerprint: req.model.fingerprint,
-  };
+    bytes: req.bytes,
+  }, (jobId) => runRerankJob(ctx, jobId, req));
 }
 
 async function runRerankJob(ctx: OpContext, jobId: string, req: RerankJobRequest): Promise<void> {
@@ -220,28 +179,11 @@ async function runRerankJob(ctx: OpContext, jobId: string, req: RerankJobRequest
       pages: pageNo,
     });
   } catch (err) {
-    const e = asOperationError(err, ctx, `job ${jobId}`);
-    try {
-      commit();
-    } catch { /* keep the pages already committed */ }
-    if (e.code === "disposed") {
-      // Shutting down: the next boot fails it module_restarted (transient, safe to resubmit).
-      ctx.log("info", "synapse.jobs", "job interrupted by shutdown", { job: jobId });
-      return;
-    }
-    ctx.log(e.errorClass === "transient" ? "warn" : "error", "synapse.jobs", "job failed", {
-      job: jobId,
+    endFailedJob(ctx, jobId, err, commit, {
       op: "rerank.score",
       model: req.model.modelId,
-      outcome: e.code,
+      items: req.candidates.length,
     });
-    try {
-      store.finish(
-        jobId,
-        e.errorClass === "transient" ? "failed_transient" : "failed_permanent",
-        e.toWire(),
-      );
-    } catch { /* the store is gone: the next boot inherits the job */ }
   }
 }
 
