@@ -2,7 +2,9 @@
  * One in-flight operation per key, joined by every caller that asks for the same key while it
  * runs (two downloads of one digest share one transfer). Each caller has its own signal and
  * progress listener: a caller that aborts leaves (its promise rejects with its `signal.reason`),
- * and the operation itself is aborted only when every caller has left.
+ * and the operation itself is aborted only when every caller has left — the last one's promise
+ * then rejects once the operation has wound down (so a cancelled download has cleaned `tmp/`
+ * when its caller hears of it).
  *
  * @module
  */
@@ -79,6 +81,8 @@ export class SharedFlights<T, P> {
           // Nobody waits any more: stop, and let the next caller start afresh.
           if (this.#flights.get(key) === f) this.#flights.delete(key);
           f.abort.abort(signal.reason);
+          f.promise.then(() => reject(signal.reason), () => reject(signal.reason));
+          return;
         }
         reject(signal.reason);
       };

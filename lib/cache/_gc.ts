@@ -18,6 +18,7 @@ import type { LogSink } from "../log/log.ts";
 import {
   blobPathOf,
   digestOf,
+  downloadLockPathOf,
   type Layout,
   leasePathOf,
   metaPathOf,
@@ -49,7 +50,7 @@ export interface GcInput {
 
 /**
  * Runs one GC pass (see the module doc). With no `hex`: first removes partial downloads that no
- * process is writing (their `tmp/<hex>.lock` is free) and that were not touched for `graceMs`
+ * process is writing (their `leases/<hex>.download.lock` is free) and that were not touched for `graceMs`
  * (rows `deleted {reason: "partial"}`); then walks the blobs least recently created first while
  * the bytes not yet marked or deleted exceed `maxBytes`; the rest are `kept {reason:
  * "under_watermark"}` (a tombstone on them is cleared).
@@ -136,7 +137,7 @@ function removeIdlePartials(input: GcInput): GcRow[] {
   for (const name of names) {
     const m = /^([0-9a-f]{64})\.partial$/.exec(name);
     if (m === null) continue;
-    const lock = tryLockExclusive(`${l.tmp}/${m[1]}.lock`);
+    const lock = tryLockExclusive(downloadLockPathOf(l, m[1]!));
     if (lock === undefined) continue; // being downloaded right now
     try {
       const path = `${l.tmp}/${name}`;

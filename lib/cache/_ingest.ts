@@ -1,7 +1,12 @@
 /**
  * Getting bytes into the cache: a local file copied while hashed ({@link importInto}), a URL
  * downloaded under the cross-process download lock ({@link downloadInto}). Both publish the
- * verified bytes as a blob ({@link publishBlobSync}) and end with the cache's validation.
+ * verified bytes as a blob ({@link publishBlobSync}), record it as verified for this boot
+ * (`markVerified`: a load then does not hash it again) and end with the cache's validation.
+ * Whatever the outcome (done, failed, cancelled), nothing of theirs is left in `tmp/`: a
+ * download's partial lives only while its call runs (its retries resume from it); a partial is
+ * left only by a process that died mid-download, and the next download of that digest resumes
+ * it (or `cache gc` removes it once idle).
  *
  * @module
  */
@@ -12,6 +17,7 @@ import type { LogSink } from "../log/log.ts";
 import {
   blobPathOf,
   digestOf,
+  downloadLockPathOf,
   ensureMetaSync,
   isDiskFull,
   type Layout,
@@ -33,9 +39,13 @@ export interface IngestContext {
   idleTimeoutMs: number;
   /** ms between looks while another process downloads the same digest. */
   pollMs: number;
+  /** Waits before the retries of a transient transport fault (ms), or undefined for the default. */
+  retryDelaysMs: readonly number[] | undefined;
   fetch: typeof fetch;
   usedBytes(): Promise<number>;
   validate(hex: string, format: ArtifactFormat | undefined, file: string): Promise<BlobMeta>;
+  /** Records that `blobs/<hex>` holds the bytes of its digest as it is now (hashed while written). */
+  markVerified(hex: string): void;
 }
 
 /**
@@ -94,15 +104,18 @@ export async function importInto(
       },
     );
   }
-  if (copyTo !== undefined) publishBlobSync(l, copyTo, hex, source, ctx.now());
-  else ensureMetaSync(l, hex, source, ctx.now());
+  if (copyTo !== undefined) {
+    publishBlobSync(l, copyTo, hex, source, ctx.now());
+    ctx.markVerified(hex);
+  } else ensureMetaSync(l, hex, source, ctx.now());
   return await ctx.validate(hex, opts.format, file);
 }
 
 /**
  * Downloads `url` as blob `hex` unless it is there: under the exclusive download lock
- * `tmp/<hex>.lock` (polling while another process holds it, until its blob appears or the lock
- * is free), into `tmp/<hex>.partial` ({@link fetchToPartial}), then publishes and validates.
+ * `leases/<hex>.download.lock` (polling while another process holds it, until its blob appears
+ * or the lock is free), into `tmp/<hex>.partial` ({@link fetchToPartial}), then publishes and
+ * validates. The partial is removed when the transfer fails or is cancelled.
  *
  * @throws {SynapseError} see `ModelCache.download`; `signal.reason` on abort.
  */
@@ -129,7 +142,7 @@ export async function downloadInto(
   };
   const have = await validateExisting();
   if (have !== undefined) return have;
-  const lockPath = `${l.tmp}/${hex}.lock`;
+  const lockPath = downloadLockPathOf(l, hex);
   let lock = tryLockExclusive(lockPath);
   while (lock === undefined) {
     // Another process is downloading this digest: wait for its blob or its lock.
@@ -138,10 +151,10 @@ export async function downloadInto(
     if (theirs !== undefined) return theirs;
     lock = tryLockExclusive(lockPath);
   }
+  const partialPath = `${l.tmp}/${hex}.partial`;
   try {
     const done = await validateExisting();
     if (done !== undefined) return done;
-    const partialPath = `${l.tmp}/${hex}.partial`;
     const partial = sizeIfPresentSync(partialPath) ?? 0;
     const capBytes = ctx.cap === undefined
       ? undefined
@@ -163,14 +176,24 @@ export async function downloadInto(
       signal,
       onProgress: report,
       log: ctx.log,
+      ...(ctx.retryDelaysMs === undefined ? {} : { retryDelaysMs: ctx.retryDelaysMs }),
     });
     publishBlobSync(l, partialPath, hex, url, ctx.now());
+    ctx.markVerified(hex);
     ctx.log("info", "synapse.models", "downloaded into the model cache", {
       file: opts.file,
       digest,
       bytes: fetched.size,
       resumed: fetched.resumed,
     });
+  } catch (err) {
+    // The call ends: tmp/ keeps nothing of it (see the module doc).
+    try {
+      if (Deno.lstatSync(partialPath).isFile || Deno.lstatSync(partialPath).isSymlink) {
+        removeIfPresentSync(partialPath);
+      }
+    } catch { /* absent, or not ours to remove */ }
+    throw err;
   } finally {
     lock.release();
   }

@@ -2,9 +2,10 @@
  * The cache's files: layout, digest names, atomic writes and the meta read-modify-write.
  *
  * Layout under the root: `blobs/<hex>` (the bytes), `meta/<hex>.json` ({@link BlobMeta}),
- * `tmp/` (partials `<hex>.partial`, download locks `<hex>.lock`, files being written) and
- * `leases/` (`<hex>.lock`: shared by readers, exclusive while GC deletes; `<hex>.meta.lock`:
- * exclusive around a meta update). `<hex>` is the 64 lowercase hex digits of the digest.
+ * `tmp/` (partials `<hex>.partial` and files being written, none once a download or import
+ * ends) and `leases/` (`<hex>.lock`: shared by readers, exclusive while GC deletes;
+ * `<hex>.meta.lock`: exclusive around a meta update; `<hex>.download.lock`: exclusive while a
+ * process downloads the blob). `<hex>` is the 64 lowercase hex digits of the digest.
  *
  * A meta update is one synchronous section (lock, read, change, write a temp file, fsync,
  * rename, unlock): nothing in this process can interleave with it, and other processes wait on
@@ -78,6 +79,11 @@ export function metaPathOf(l: Layout, hex: string): string {
 /** Path of a blob's lease lock (shared: readers; exclusive: GC deleting). */
 export function leasePathOf(l: Layout, hex: string): string {
   return `${l.leases}/${hex}.lock`;
+}
+
+/** Path of a blob's download lock (exclusive while one process downloads it). */
+export function downloadLockPathOf(l: Layout, hex: string): string {
+  return `${l.leases}/${hex}.download.lock`;
 }
 
 /** Reads a meta file; `undefined` when absent or not a meta (a torn write never happens). */
@@ -247,9 +253,11 @@ export function ensureMetaSync(l: Layout, hex: string, source: string, now: numb
 }
 
 /**
- * Renames a verified temp file into `blobs/<hex>` (or drops it when the blob is already there),
- * fsyncs the directory and writes the meta: a fresh one, keeping the pins and creation time of
- * a meta already there (and its validation outcome, which is about the same bytes).
+ * Renames a verified temp file into `blobs/<hex>` — over the blob when one is there already, so
+ * a damaged blob is replaced by the verified bytes (a reader that has the old file open keeps
+ * its bytes) — fsyncs the directory and writes the meta: a fresh one, keeping the pins and
+ * creation time of a meta already there (and its validation outcome, which is about the same
+ * bytes).
  */
 export function publishBlobSync(
   l: Layout,
@@ -259,12 +267,8 @@ export function publishBlobSync(
   now: number,
 ): void {
   const blob = blobPathOf(l, hex);
-  if (sizeIfPresentSync(blob) !== undefined) {
-    removeIfPresentSync(tmpPath);
-  } else {
-    Deno.renameSync(tmpPath, blob);
-    syncDirSync(l.blobs);
-  }
+  Deno.renameSync(tmpPath, blob);
+  syncDirSync(l.blobs);
   const size = sizeIfPresentSync(blob) ?? 0;
   updateMetaSync(l, hex, (m) => {
     const same = m?.size === size;

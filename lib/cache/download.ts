@@ -13,15 +13,25 @@
  * digest, not the origin, vouches for the bytes. A refused redirect is `download_failed
  * {reason: "http_status", http_status: <3xx>, redirect_refused: true, refusal, location}`.
  *
- * **Failures.** A broken or truncated body, a connection refused, or no body bytes for
- * `idleTimeoutMs` (`detail: "idle_timeout"`) are `download_failed {reason: "network"}` and keep
- * the partial for a resume; a non-2xx answer is `download_failed {reason: "http_status",
- * http_status}`; going past the storage cap or a full disk is `download_failed {reason:
- * "storage_full"}` and removes the partial; bytes that do not match the pinned size or digest
- * are `artifact_invalid {reason: "size_mismatch" | "digest_mismatch"}` (permanent) and remove
- * the partial — after one clean restart from byte 0 when the mismatch followed a resume. A
- * local file fault other than a full disk (permissions, I/O) is thrown as it is, never taken for
- * a network failure.
+ * **Fault classes and retries (F27).** Transport faults are transient and retried inside the
+ * call with backoff: an empty body (`detail: "empty_body"`), a body shorter than its
+ * Content-Length or the pinned size (`"short_body"`), a connection reset or refused
+ * (`"reset"`), no body bytes for `idleTimeoutMs` (`"idle_timeout"`). At most
+ * {@link DEFAULT_RETRY_DELAYS_MS}`.length` (3) retries, waiting 0.5, 1 and 2 s, each ±25 %
+ * jitter (`retryDelaysMs` overrides the list); each retry resumes with `Range` from the bytes
+ * that arrived. When they are spent the call fails `download_failed {reason: "network", detail,
+ * attempts}` (transient). A complete body (the pinned size, or its Content-Length) whose
+ * digest is wrong is fetched once more from byte 0; a second wrong digest is `artifact_invalid
+ * {reason: "digest_mismatch", expected, digest}` (permanent, naming both digests). A resumed
+ * file whose digest is wrong restarts from byte 0 first (the partial was stale), not counted as
+ * that retry. A `416` answer to `Range: bytes=N-` where the server's `Content-Range: bytes
+ * *\/N` says the partial is already complete verifies the partial's digest (no bytes fetched).
+ * A non-2xx answer is `download_failed {reason: "http_status", http_status}` (not retried); a
+ * body longer than the pinned size is `artifact_invalid {reason: "size_mismatch"}`; going past
+ * the storage cap or a full disk is `download_failed {reason: "storage_full"}` and removes the
+ * partial. A local file fault other than a full disk (permissions, I/O) is thrown as it is,
+ * never taken for a network failure. The partial is left for the caller
+ * ({@link ./_ingest.ts} removes it when the download ends, whatever the outcome).
  *
  * @module
  */
@@ -33,6 +43,12 @@ import type { DownloadProgress } from "./types.ts";
 
 /** Most redirect hops one download follows. */
 export const MAX_REDIRECTS = 5;
+
+/**
+ * Waits before the retries of a transient transport fault (ms): 3 retries, 0.5, 1 and 2 s, each
+ * with ±25 % jitter.
+ */
+export const DEFAULT_RETRY_DELAYS_MS: readonly number[] = [500, 1000, 2000];
 
 /** Options of {@link fetchToPartial}. */
 export interface FetchToPartialOptions {
@@ -54,6 +70,11 @@ export interface FetchToPartialOptions {
   signal?: AbortSignal;
   onProgress?: (p: DownloadProgress) => void;
   log: LogSink;
+  /**
+   * Waits before each retry of a transient transport fault (ms; jittered ±25 %); its length is
+   * the number of retries. @default {DEFAULT_RETRY_DELAYS_MS}
+   */
+  retryDelaysMs?: readonly number[];
 }
 
 /** What a finished transfer left in the partial. */
@@ -66,6 +87,13 @@ export interface FetchedPartial {
 
 /** Thrown inside an attempt to start over from byte 0 (bad resume). */
 class Restart extends Error {}
+
+/** Thrown inside an attempt: a complete, non-resumed body whose digest is wrong. */
+class WrongDigest extends Error {
+  constructor(readonly error: SynapseError) {
+    super(error.message);
+  }
+}
 
 /** Wraps an error of a local file operation, so it is not taken for a network failure. */
 class LocalFault extends Error {}
@@ -90,21 +118,92 @@ async function local<T>(op: Promise<T>): Promise<T> {
  *   caller's `signal.reason` when it aborts (the partial is kept).
  */
 export async function fetchToPartial(opts: FetchToPartialOptions): Promise<FetchedPartial> {
+  const delays = opts.retryDelaysMs ?? DEFAULT_RETRY_DELAYS_MS;
   let allowResume = true;
-  for (let attempt = 0; attempt < 3; attempt++) {
+  let restarts = 0;
+  let wrongDigests = 0;
+  let retries = 0;
+  for (;;) {
     try {
       return await attemptOnce(opts, allowResume);
     } catch (err) {
-      if (!(err instanceof Restart)) throw err;
-      opts.log("info", "synapse.models", "restarting a download from byte 0", {
+      if (err instanceof Restart) {
+        if (++restarts > 3) {
+          throw new Error("a download restarted more than 3 times. This is a bug");
+        }
+        opts.log("info", "synapse.models", "restarting a download from byte 0", {
+          file: opts.file,
+          why: err.message,
+        });
+        removeIfPresentSync(opts.partialPath);
+        allowResume = false;
+        continue;
+      }
+      if (err instanceof WrongDigest) {
+        removeIfPresentSync(opts.partialPath);
+        if (++wrongDigests > 1) throw err.error;
+        opts.log("warn", "synapse.models", "a download's digest is wrong; fetching it once more", {
+          file: opts.file,
+          expected: String(err.error.details?.expected),
+          digest: String(err.error.details?.digest),
+        });
+        allowResume = false;
+        continue;
+      }
+      if (!isTransientTransfer(err)) throw err;
+      const e = err as SynapseError;
+      if (retries >= delays.length) {
+        throw new SynapseError(
+          e.code,
+          e.message.replace(
+            /; retry[^;]*$/,
+            `; ${retries} retries did not help; try again later (the job starts over)`,
+          ),
+          {
+            cause: e.cause,
+            details: { ...e.details, attempts: retries + 1 },
+          },
+        );
+      }
+      const wait = jitter(delays[retries]!);
+      retries++;
+      opts.log("info", "synapse.models", "retrying a download after a transport fault", {
         file: opts.file,
-        why: err.message,
+        detail: String(e.details?.detail ?? ""),
+        retry: retries,
+        of: delays.length,
+        wait_ms: Math.round(wait),
       });
-      removeIfPresentSync(opts.partialPath);
-      allowResume = false;
+      await sleep(wait, opts.signal);
     }
   }
-  throw new Error("a download restarted more than twice. This is a bug");
+}
+
+/** A transport fault that a retry may cure: `download_failed {reason: "network"}`. */
+function isTransientTransfer(err: unknown): boolean {
+  return err instanceof SynapseError && err.code === "download_failed" &&
+    err.details?.reason === "network";
+}
+
+/** `ms` ±25 %. */
+function jitter(ms: number): number {
+  return Math.max(0, ms * (0.75 + Math.random() * 0.5));
+}
+
+/** Waits `ms`; rejects with `signal.reason` when it aborts. */
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
 }
 
 async function attemptOnce(
@@ -157,6 +256,13 @@ async function attemptOnce(
       total ??= whole ?? (length === undefined ? null : offset + length);
     } else if (res.status === 416 && offset > 0) {
       await res.body?.cancel();
+      const whole = /^bytes \*\/(\d+)$/.exec(res.headers.get("content-range") ?? "");
+      if (whole !== null && Number(whole[1]) === offset) {
+        // The partial is complete already (a crash after its last byte): verify it.
+        const hash = await local(hashFile(partialPath));
+        checkDigest(opts, hash.digest("hex"), true);
+        return { size: offset, resumed: true };
+      }
       throw new Restart(`the server refused Range bytes=${offset}- (416)`);
     } else if (res.status === 200) {
       if (offset > 0) {
@@ -165,7 +271,7 @@ async function attemptOnce(
         });
       }
       offset = 0;
-      if (size !== undefined && length !== undefined && length !== size) {
+      if (size !== undefined && length !== undefined && length > size) {
         await res.body?.cancel();
         removeIfPresentSync(partialPath);
         throw sizeMismatch(opts, length, "Content-Length");
@@ -218,22 +324,33 @@ async function attemptOnce(
     await local(file.sync());
     file.close();
     file = undefined;
+    if (done === offset) {
+      throw downloadFailed(opts, "network", "the answer's body is empty", {
+        detail: "empty_body",
+      });
+    }
     if (length !== undefined && done !== offset + length) {
       throw downloadFailed(
         opts,
         "network",
         `the body ended after ${done - offset} of ${length} bytes`,
+        { detail: "short_body" },
       );
     }
-    if (size !== undefined && done !== size) {
-      if (resumed) throw new Restart(`the resumed file has ${done} bytes, not the pinned ${size}`);
-      removeIfPresentSync(partialPath);
-      throw sizeMismatch(opts, done, "body");
+    if (size !== undefined && done < size) {
+      throw downloadFailed(
+        opts,
+        "network",
+        `the body ended after ${done} of the pinned ${size} bytes`,
+        { detail: "short_body" },
+      );
     }
     checkDigest(opts, hash.digest("hex"), resumed);
     return { size: done, resumed };
   } catch (err) {
-    if (err instanceof SynapseError || err instanceof Restart) throw err;
+    if (err instanceof SynapseError || err instanceof Restart || err instanceof WrongDigest) {
+      throw err;
+    }
     if (opts.signal?.aborted) throw opts.signal.reason;
     if (err instanceof LocalFault) {
       // A fault of this machine's disk, not of the network: a full disk is storage_full, the
@@ -253,7 +370,9 @@ async function attemptOnce(
         err,
       );
     }
-    throw downloadFailed(opts, "network", networkCause(err), {}, err);
+    // Cut mid-body (the connection closed before the announced length) or reset before it.
+    const detail = body === undefined ? "reset" : "short_body";
+    throw downloadFailed(opts, "network", networkCause(err), { detail }, err);
   } finally {
     clearTimeout(timer);
     if (file !== undefined) {
@@ -267,12 +386,18 @@ async function attemptOnce(
   }
 }
 
-/** Compares the digest; a mismatch after a resume restarts, else removes the partial and throws. */
+/**
+ * Compares the digest; a mismatch after a resume restarts, else throws {@link WrongDigest}
+ * (retried once by {@link fetchToPartial}).
+ */
 function checkDigest(opts: FetchToPartialOptions, hex: string, resumed: boolean): void {
   if (hex === opts.sha256Hex) return;
   if (resumed) throw new Restart(`the resumed file's digest is sha256:${hex}`);
-  removeIfPresentSync(opts.partialPath);
-  throw new SynapseError(
+  throw new WrongDigest(digestMismatch(opts, hex));
+}
+
+function digestMismatch(opts: FetchToPartialOptions, hex: string): SynapseError {
+  return new SynapseError(
     "artifact_invalid",
     `Cannot use ${opts.file} from ${opts.url}: its SHA-256 is sha256:${hex}, not the pinned ` +
       `sha256:${opts.sha256Hex}; check the pinned digest and the URL`,
@@ -282,6 +407,7 @@ function checkDigest(opts: FetchToPartialOptions, hex: string, resumed: boolean)
         reason: "digest_mismatch",
         expected: `sha256:${opts.sha256Hex}`,
         digest: `sha256:${hex}`,
+        attempts: 2,
       },
     },
   );
@@ -454,7 +580,7 @@ export function downloadFailed(
   const hint = reason === "storage_full"
     ? "free disk space, raise the cache cap or run `cache gc`"
     : reason === "network"
-    ? "retry; the bytes that arrived are kept and the next attempt resumes"
+    ? "retry later"
     : "check the URL";
   return new SynapseError(
     "download_failed",

@@ -5,18 +5,31 @@
  * `<data_home>/cortexkit/models` ({@link modelCacheRoot}).
  *
  * **Layout:** `blobs/<hex>` (the bytes of `sha256:<hex>`), `meta/<hex>.json` ({@link BlobMeta}),
- * `tmp/` (`<hex>.partial` downloads, `<hex>.lock` download locks, files being written),
- * `leases/` (`<hex>.lock` shared leases, `<hex>.meta.lock` meta update locks). Every file is
+ * `tmp/` (`<hex>.partial` downloads and files being written, only while a call runs),
+ * `leases/` (`<hex>.lock` shared leases, `<hex>.meta.lock` meta update locks,
+ * `<hex>.download.lock` download locks). Every file is
  * written to `tmp/`, fsynced and renamed into place, and a blob is renamed into `blobs/` only
  * after its digest was verified: nothing partial or unverified is ever visible there.
  *
  * **Downloads** ({@link ModelCache.download}): see {@link ./download.ts} for the transfer, the
  * redirect policy and the failures. Two calls for one digest in a process share one transfer;
- * across processes an exclusive flock on `tmp/<hex>.lock` lets one process download while the
- * others poll until the blob appears. A partial left by a failed or killed download is resumed.
+ * across processes an exclusive flock on `leases/<hex>.download.lock` lets one process download
+ * while the others poll until the blob appears. Transport faults are retried inside the call
+ * (3 retries, 0.5/1/2 s ±25 %, resuming with `Range`; see {@link ./download.ts}); a call that
+ * ends — served, failed or cancelled — leaves nothing in `tmp/`. Only a partial left by a
+ * killed process is resumed by the next download of its digest.
  *
  * **Validation** happens before any engine sees a file ({@link ./validate.ts}); its outcome is
  * recorded in the meta (`validation_state`, `validation_error`, `sanitized_tokenizer_digest`).
+ *
+ * **Verification on load** ({@link ModelCache.verifyBlob}, F28): every load checks each blob
+ * against its digest before an engine reads it. A blob is hashed once per cache instance (one
+ * boot) and the result reused while its size, mtime, inode and ctime are unchanged; a blob
+ * written by this instance (download, import) counts as verified. A damaged blob — a size other
+ * than the recorded one, or bytes that hash to another digest — is `artifact_invalid {reason:
+ * "blob_digest_mismatch"}` naming the blob's digest; {@link ModelCache.healBlob} fetches it again
+ * from a recorded source (a pinned URL, a local file that still hashes to the digest), moving the
+ * damaged bytes aside meanwhile and back when no source heals it.
  *
  * **Leases and GC** ({@link ModelCache.gc}): loads and validation hold a shared lease
  * ({@link ModelCache.acquireShared}); GC is two-phase — it tombstones an unleased, unpinned
@@ -31,6 +44,7 @@ import { type LogSink, nullLog } from "../log/log.ts";
 import { dataHome, envLookup, type EnvSource } from "../paths.ts";
 import { SharedFlights } from "./_flights.ts";
 import { collectGarbage } from "./_gc.ts";
+import { createHash } from "node:crypto";
 import { downloadInto, importInto, type IngestContext } from "./_ingest.ts";
 import {
   blobPathOf,
@@ -98,6 +112,39 @@ export interface ModelCacheOptions {
   lockPollMs?: number;
   /** @default {nullLog} */
   log?: LogSink;
+  /**
+   * Waits before the retries of a transient download fault (ms, jittered ±25 %); its length is
+   * the number of retries. @default {[500, 1000, 2000]}
+   */
+  downloadRetryDelaysMs?: readonly number[];
+}
+
+/** Who a blob check is for, named in its errors (never a caller's path). */
+export interface BlobLabel {
+  /** The model that loads it. */
+  model_id?: string;
+  /** Its role or logical file name (`model`, `tokenizer`, `config`). */
+  file?: string;
+}
+
+/** What {@link ModelCache.verifyBlob} did. */
+export interface BlobCheck {
+  digest: Digest;
+  /** False when an earlier check of this instance still held (same size, mtime, inode, ctime). */
+  hashed: boolean;
+  /** Bytes hashed (0 when not hashed). */
+  bytes: number;
+  /** Time spent hashing, ms. */
+  ms: number;
+}
+
+/** What {@link ModelCache.healBlob} did. */
+export interface BlobHeal {
+  digest: Digest;
+  /** The kind of source that healed it. */
+  from: "url" | "file";
+  /** The source (a URL, or `file://` path). */
+  source: string;
 }
 
 /** Options of {@link ModelCache.importFile}. */
@@ -150,6 +197,11 @@ export class ModelCache {
   #log: LogSink;
   #flights = new SharedFlights<BlobMeta, DownloadProgress>();
   #laidOut = false;
+  #retryDelaysMs: readonly number[] | undefined;
+  /** hex → stat key of the blob when it last hashed right. */
+  #verified = new Map<string, string>();
+  #checking = new Map<string, Promise<BlobCheck>>();
+  #healing = new Map<string, Promise<BlobHeal>>();
 
   /**
    * @param opts Root, limits, clock, fetch, log.
@@ -168,6 +220,7 @@ export class ModelCache {
     this.#fetch = opts.fetch ?? globalThis.fetch;
     this.#now = opts.now ?? Date.now;
     this.#log = opts.log ?? nullLog;
+    this.#retryDelaysMs = opts.downloadRetryDelaysMs;
   }
 
   /** Path of a blob's bytes: `<root>/blobs/<hex>` (whether or not it exists). */
@@ -351,6 +404,199 @@ export class ModelCache {
   }
 
   /**
+   * Checks that a blob holds the bytes of its digest (the verification on load of the module
+   * doc): hashed unless an earlier check of this instance holds for the file as it is now
+   * (size, mtime, inode, ctime); a size other than the recorded one fails without hashing.
+   * Concurrent checks of one blob share one hash.
+   *
+   * @param digest The blob.
+   * @param label Model and file named in the error.
+   * @returns What was done.
+   * @throws {SynapseError} `artifact_invalid {reason: "blob_digest_mismatch", digest, model_id,
+   *   file, size, expected_size}` for a damaged blob; `model_not_installed {digest, reason:
+   *   "not_in_cache"}` when it is not there; `invalid_request` for a malformed digest.
+   */
+  verifyBlob(digest: Digest | string, label: BlobLabel = {}): Promise<BlobCheck> {
+    let hex: string;
+    try {
+      hex = hexOf(digest, "digest");
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const running = this.#checking.get(hex);
+    if (running !== undefined) return running.catch((err) => Promise.reject(relabel(err, label)));
+    const p = this.#check(hex, label).finally(() => this.#checking.delete(hex));
+    this.#checking.set(hex, p);
+    return p;
+  }
+
+  /**
+   * Heals a damaged or missing blob from the first of `sources` that yields its bytes: an
+   * http(s) URL is downloaded against the digest (and the recorded size), a `file://` path is
+   * imported and must hash to the digest. The damaged bytes are moved aside in `tmp/` meanwhile,
+   * and put back when no source heals (so the next load reports the same damage); `tmp/` keeps
+   * nothing afterwards. Concurrent heals of one blob share one.
+   *
+   * @param digest The blob.
+   * @param sources Candidate sources, tried in order (others are skipped).
+   * @param label Model and file named in logs and errors.
+   * @returns Which source healed it.
+   * @throws {SynapseError} the last source's failure (a `download_failed` stays transient), or
+   *   `artifact_invalid {reason: "no_source"}` when no source is usable.
+   */
+  healBlob(
+    digest: Digest | string,
+    sources: readonly string[],
+    label: BlobLabel = {},
+  ): Promise<BlobHeal> {
+    let hex: string;
+    try {
+      hex = hexOf(digest, "digest");
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const running = this.#healing.get(hex);
+    if (running !== undefined) return running;
+    const p = this.#heal(hex, sources, label).finally(() => this.#healing.delete(hex));
+    this.#healing.set(hex, p);
+    return p;
+  }
+
+  async #check(hex: string, label: BlobLabel): Promise<BlobCheck> {
+    const path = blobPathOf(this.#l, hex);
+    const digest = digestOf(hex);
+    let st: Deno.FileInfo;
+    try {
+      st = await Deno.stat(path);
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound) throw relabel(this.#notInCache(hex), label);
+      throw err;
+    }
+    const key = statKey(st);
+    if (this.#verified.get(hex) === key) return { digest, hashed: false, bytes: 0, ms: 0 };
+    this.#verified.delete(hex);
+    const recorded = readMetaSync(this.#l, hex)?.size;
+    if (recorded !== undefined && recorded > 0 && recorded !== st.size) {
+      throw this.#damaged(hex, label, st.size, recorded);
+    }
+    const t0 = performance.now();
+    const got = await hashFileHex(path);
+    const ms = performance.now() - t0;
+    if (got !== hex) throw this.#damaged(hex, label, st.size, recorded);
+    // Trusted only for the file as it was before the hash (a change meanwhile hashes again).
+    const after = await Deno.stat(path).catch(() => undefined);
+    if (after !== undefined && statKey(after) === key) this.#verified.set(hex, key);
+    this.#log("debug", "synapse.models", "verified a blob against its digest", {
+      digest,
+      bytes: st.size,
+      ms: Math.round(ms),
+      ...label,
+    });
+    return { digest, hashed: true, bytes: st.size, ms };
+  }
+
+  async #heal(hex: string, sources: readonly string[], label: BlobLabel): Promise<BlobHeal> {
+    this.#layout();
+    const digest = digestOf(hex);
+    const usable = [...new Set(sources)].filter((s) => /^(https?|file):\/\//i.test(s));
+    if (usable.length === 0) {
+      throw new SynapseError(
+        "artifact_invalid",
+        `Cannot heal blob ${digest}: no recorded source (pinned URL or local file) is known`,
+        { details: { ...label, digest, reason: "no_source" } },
+      );
+    }
+    const meta = readMetaSync(this.#l, hex);
+    const blob = blobPathOf(this.#l, hex);
+    const aside = `${this.#l.tmp}/damaged-${hex}-${crypto.randomUUID()}`;
+    let moved = false;
+    try {
+      Deno.renameSync(blob, aside);
+      moved = true;
+    } catch (err) {
+      if (!(err instanceof Deno.errors.NotFound)) throw err;
+    }
+    this.#verified.delete(hex);
+    let last: unknown;
+    try {
+      for (const source of usable) {
+        const from = source.startsWith("file:") ? "file" as const : "url" as const;
+        try {
+          if (from === "file") {
+            await this.importFile(decodeURIComponent(new URL(source).pathname), {
+              expectedDigest: digest,
+              ...(label.file === undefined ? {} : { file: label.file }),
+            });
+          } else {
+            await this.download(source, {
+              sha256: digest,
+              ...(meta?.size ? { size: meta.size } : {}),
+              ...(label.file === undefined ? {} : { file: label.file }),
+            });
+          }
+          this.#log("warn", "synapse.models", "healed a damaged model blob from its source", {
+            ...label,
+            digest,
+            from,
+          });
+          return { digest, from, source };
+        } catch (err) {
+          last = err;
+          this.#log("warn", "synapse.models", "a source could not heal a damaged blob", {
+            ...label,
+            digest,
+            from,
+            code: String((err as SynapseError).code ?? "error"),
+            reason: String((err as SynapseError).details?.reason ?? ""),
+          });
+        }
+      }
+      throw last;
+    } finally {
+      if (moved) {
+        if (sizeIfPresentSync(blob) === undefined) {
+          // Nothing healed it: the damaged bytes go back, so the next load reports them again.
+          try {
+            Deno.renameSync(aside, blob);
+          } catch { /* gone: the next load reports a missing blob */ }
+        } else {
+          try {
+            Deno.removeSync(aside);
+          } catch { /* already gone */ }
+        }
+      }
+    }
+  }
+
+  #damaged(
+    hex: string,
+    label: BlobLabel,
+    size: number,
+    recorded: number | undefined,
+  ): SynapseError {
+    const what = label.model_id === undefined
+      ? `blob sha256:${hex}`
+      : `model '${label.model_id}': its ${label.file ?? "model"} file (blob sha256:${hex})`;
+    const why = recorded !== undefined && recorded !== size
+      ? `has ${size} bytes, not the recorded ${recorded}`
+      : "no longer hashes to its digest";
+    return new SynapseError(
+      "artifact_invalid",
+      `Cannot load ${what} in the model cache at ${this.root}: it is damaged (it ${why}); pull ` +
+        "the model again, or remove it and pull it, to fetch its bytes again",
+      {
+        details: {
+          ...label,
+          reason: "blob_digest_mismatch",
+          digest: digestOf(hex),
+          size,
+          ...(recorded === undefined ? {} : { expected_size: recorded }),
+        },
+      },
+    );
+  }
+
+  /**
    * Takes a shared lease on a blob (see {@link ./leases.ts}): GC keeps it, in every process,
    * until the lease is released; a tombstone on it is cleared. Waits (briefly, synchronously)
    * while a GC in another process is deleting it.
@@ -473,9 +719,15 @@ export class ModelCache {
       cap: this.#cap,
       idleTimeoutMs: this.#idleTimeoutMs,
       pollMs: this.#pollMs,
+      retryDelaysMs: this.#retryDelaysMs,
       fetch: this.#fetch,
       usedBytes: () => this.usedBytes(),
       validate: (hex, format, file) => this.validate(digestOf(hex), format, file),
+      markVerified: (hex) => {
+        try {
+          this.#verified.set(hex, statKey(Deno.statSync(blobPathOf(this.#l, hex))));
+        } catch { /* gone already: the next check hashes */ }
+      },
     };
   }
 
@@ -501,6 +753,33 @@ export class ModelCache {
     ensureLayoutSync(this.#l);
     this.#laidOut = true;
   }
+}
+
+/** What identifies a file's current bytes without reading them: size, mtime, inode, ctime. */
+function statKey(st: Deno.FileInfo): string {
+  return [st.size, st.mtime?.getTime() ?? "", st.ino ?? "", st.ctime?.getTime() ?? ""].join(":");
+}
+
+/** SHA-256 of a file, streamed, as 64 hex digits. */
+async function hashFileHex(path: string): Promise<string> {
+  const hash = createHash("sha256");
+  using f = await Deno.open(path, { read: true });
+  const buf = new Uint8Array(8 * 1024 * 1024);
+  while (true) {
+    const n = await f.read(buf);
+    if (n === null) break;
+    hash.update(buf.subarray(0, n));
+  }
+  return hash.digest("hex");
+}
+
+/** `err` with the model and file of `label` added to its details (a shared check's error). */
+function relabel(err: unknown, label: BlobLabel): unknown {
+  if (!(err instanceof SynapseError)) return err;
+  return new SynapseError(err.code, err.message, {
+    cause: err.cause,
+    details: { ...err.details, ...label },
+  });
 }
 
 function positive(v: number, name: string, integer = false): number {

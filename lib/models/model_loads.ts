@@ -11,9 +11,10 @@
  * downloading → verifying → committed | failed {error} | cancelled`; a committed catalog model
  * then loads under its catalog id.
  *
- * Jobs live in memory (a load is not resumed across a restart; the cache keeps a partial
- * download, so the next attempt resumes it). A `request_key` makes a call idempotent: the same
- * key with the same params answers the same job; other params are `idempotency_conflict`.
+ * Jobs live in memory (a load is not resumed across a restart; a partial left by a killed
+ * process is resumed by the next attempt; a job that ends leaves nothing in the cache's tmp/).
+ * A `request_key` makes a call idempotent: the same key with the same params answers the same
+ * job; other params are `idempotency_conflict`.
  *
  * @module
  */
@@ -212,8 +213,8 @@ export class ModelLoads {
   }
 
   /**
-   * Cancels a download or load job (state `cancelled`; a partial download stays in the cache for
-   * a resume); an ended job is answered as it is. An engine load that has started runs to its end.
+   * Cancels a download or load job (state `cancelled`; its partial download is removed, so
+   * `tmp/` is clean once the job ends); an ended job is answered as it is. An engine load that has started runs to its end.
    *
    * @throws {SynapseError} `invalid_request` for an unknown job.
    */

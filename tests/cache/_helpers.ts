@@ -30,14 +30,17 @@ export interface TempCache extends AsyncDisposable {
   scratch: string;
 }
 
-/** A {@link ModelCache} on a fresh temp root. */
+/** Short retry waits of the tests (ms): the policy's count (3), not its 0.5/1/2 s. */
+export const TEST_RETRY_DELAYS_MS = [10, 20, 40];
+
+/** A {@link ModelCache} on a fresh temp root (download retries wait {@link TEST_RETRY_DELAYS_MS}). */
 export async function tempCache(opts: Omit<ModelCacheOptions, "root"> = {}): Promise<TempCache> {
   const dir = await Deno.makeTempDir({ prefix: "synapse-cache-test-" });
   const root = `${dir}/models`;
   const scratch = `${dir}/scratch`;
   await Deno.mkdir(scratch);
   return {
-    cache: new ModelCache({ ...opts, root }),
+    cache: new ModelCache({ downloadRetryDelaysMs: TEST_RETRY_DELAYS_MS, ...opts, root }),
     root,
     scratch,
     async [Symbol.asyncDispose]() {
@@ -56,9 +59,9 @@ export function filesIn(dir: string): string[] {
   }
 }
 
-/** `tmp/` entries other than the lock files (partials, half-written files). */
+/** Every `tmp/` entry (partials, locks, half-written files): none once a call has ended. */
 export function tmpLeftovers(root: string): string[] {
-  return filesIn(`${root}/tmp`).filter((n) => !n.endsWith(".lock"));
+  return filesIn(`${root}/tmp`);
 }
 
 /** Writes `bytes` to `<dir>/<name>` and returns the path. */

@@ -2,8 +2,9 @@
  * A real HTTP/1.1 file server on a loopback TCP socket for the download tests, written on raw
  * `Deno.listen` so a test controls every byte: it can declare a Content-Length and close early
  * (a truncated body), stop sending and keep the connection open (a stalled body), wait on a gate
- * half-way, ignore Range, omit the length, answer a status or a redirect. One request per
- * connection (`Connection: close`).
+ * half-way, ignore Range, omit the length, answer a status or a redirect, send an empty body,
+ * reset the connection, or answer each request of a path differently in turn (a `seq` route:
+ * the faults of F27). One request per connection (`Connection: close`).
  */
 
 /** How a file route answers. */
@@ -20,13 +21,19 @@ export interface FileRoute {
   ignoreRange?: boolean;
   /** Send no Content-Length: the body ends when the connection closes. */
   noLength?: boolean;
+  /** Answer 200 with an empty body (Content-Length: 0). */
+  empty?: boolean;
+  /** Close the connection after reading the request, answering nothing. */
+  reset?: boolean;
 }
 
 /** A route: a file, a bare status, or a redirect. */
 export type Route =
   | FileRoute
   | { kind: "status"; status: number }
-  | { kind: "redirect"; status: number; location: string };
+  | { kind: "redirect"; status: number; location: string }
+  /** The n-th request of the path gets `answers[n]` (the last one once they run out). */
+  | { kind: "seq"; answers: Route[] };
 
 /** One request the server saw. */
 export interface SeenRequest {
@@ -89,16 +96,23 @@ export class TestServer implements AsyncDisposable {
     );
     const range = headers.get("range");
     this.requests.push({ path, ...(range === undefined ? {} : { range }) });
-    const route = this.routes.get(path);
+    let route = this.routes.get(path);
+    if (route?.kind === "seq") {
+      const n = this.requestsFor(path).length - 1;
+      route = route.answers[Math.min(n, route.answers.length - 1)];
+    }
     if (route === undefined) return await respond(conn, 404, {}, new Uint8Array());
     if (route.kind === "status") return await respond(conn, route.status, {}, new Uint8Array());
     if (route.kind === "redirect") {
       return await respond(conn, route.status, { location: route.location }, new Uint8Array());
     }
+    if (route.kind === "seq") throw new Error("nested seq routes are not supported");
+    if (route.reset) return;
+    if (route.empty) return await respond(conn, 200, {}, new Uint8Array());
     const total = route.bytes.length;
     const m = route.ignoreRange ? null : /^bytes=(\d+)-$/.exec(range ?? "");
     const start = m === null ? 0 : Number(m[1]);
-    if (start > total) {
+    if (m !== null && start >= total) {
       return await respond(conn, 416, { "content-range": `bytes */${total}` }, new Uint8Array());
     }
     const extra: Record<string, string> = m === null

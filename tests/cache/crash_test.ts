@@ -84,7 +84,7 @@ Deno.test("two processes downloading one digest make one transfer; the waiter fi
   const { child, next } = spawnDownload(t.root, `${srv.base}/model.onnx`);
   try {
     assert.equal(await next(), "progress");
-    // The child holds tmp/<hex>.lock and is half-way: this download must wait for it.
+    // The child holds leases/<hex>.download.lock and is half-way: this download must wait for it.
     const mine = t.cache.download(`${srv.base}/model.onnx`, { sha256: ONNX_DIGEST });
     open();
     const meta = await mine;

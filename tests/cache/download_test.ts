@@ -88,7 +88,7 @@ Deno.test("download() refuses a non-http(s) URL and a malformed sha256 with inva
   );
 });
 
-Deno.test("download() of bytes with the wrong digest is artifact_invalid and leaves neither blob nor partial", async () => {
+Deno.test("F27: bytes with the wrong digest twice are artifact_invalid naming both digests, leaving neither blob nor partial", async () => {
   await using srv = new TestServer();
   await using t = await tempCache();
   const gguf = await Deno.readFile(GGUF_PATH);
@@ -102,9 +102,12 @@ Deno.test("download() of bytes with the wrong digest is artifact_invalid and lea
       assert.equal(d.digest, digestOfBytes(gguf));
       assert.equal(d.file, "model.onnx");
       assert.equal((err as SynapseError).errorClass, "permanent");
+      assert.ok((err as Error).message.includes(ONNX_DIGEST), "names the expected digest");
+      assert.ok((err as Error).message.includes(digestOfBytes(gguf)), "names the digest got");
       return true;
     },
   );
+  assert.equal(srv.requests.length, 2, "retried once");
   assert.deepEqual(filesIn(`${t.root}/blobs`), []);
   assert.deepEqual(tmpLeftovers(t.root), []);
   // A pinned size the server's length contradicts: refused before the body is read.
@@ -115,19 +118,18 @@ Deno.test("download() of bytes with the wrong digest is artifact_invalid and lea
   assert.deepEqual(tmpLeftovers(t.root), []);
 });
 
-Deno.test("a truncated body is download_failed {reason: network}; the next attempt resumes with Range", async () => {
+Deno.test("a truncated body is retried inside the call, resuming with Range; tmp/ is clean", async () => {
   await using srv = new TestServer();
   await using t = await tempCache();
   const half = ONNX.length >> 1;
-  srv.routes.set("/model.onnx", { kind: "file", bytes: ONNX, truncateAt: half });
+  srv.routes.set("/model.onnx", {
+    kind: "seq",
+    answers: [
+      { kind: "file", bytes: ONNX, truncateAt: half },
+      { kind: "file", bytes: ONNX },
+    ],
+  });
   const url = `${srv.base}/model.onnx`;
-  await assert.rejects(
-    t.cache.download(url, { sha256: ONNX_DIGEST, size: ONNX.length }),
-    downloadFailed("network", { file: "model.onnx" }),
-  );
-  assert.deepEqual(filesIn(`${t.root}/blobs`), []);
-  assert.equal((await Deno.stat(`${t.root}/tmp/${HEX}.partial`)).size, half);
-  srv.routes.set("/model.onnx", { kind: "file", bytes: ONNX });
   const seen: DownloadProgress[] = [];
   const meta = await t.cache.download(url, {
     sha256: ONNX_DIGEST,
@@ -136,8 +138,108 @@ Deno.test("a truncated body is download_failed {reason: network}; the next attem
   });
   assert.equal(meta.digest, ONNX_DIGEST);
   assert.deepEqual(srv.requests.map((r) => r.range), [undefined, `bytes=${half}-`]);
-  assert.deepEqual(seen[0], { bytes_done: half, bytes_total: ONNX.length });
+  assert.deepEqual(seen.at(-1), { bytes_done: ONNX.length, bytes_total: ONNX.length });
   assert.deepEqual(await Deno.readFile(t.cache.blobPath(ONNX_DIGEST)), ONNX);
+  assert.deepEqual(tmpLeftovers(t.root), []);
+});
+
+Deno.test("F27: an empty 200 body, a short body and a connection reset are transient: retried, then served", async () => {
+  await using srv = new TestServer();
+  await using t = await tempCache();
+  srv.routes.set("/model.onnx", {
+    kind: "seq",
+    answers: [
+      { kind: "file", bytes: ONNX, empty: true },
+      { kind: "file", bytes: ONNX, reset: true },
+      { kind: "file", bytes: ONNX, truncateAt: 777 },
+      { kind: "file", bytes: ONNX },
+    ],
+  });
+  const meta = await t.cache.download(`${srv.base}/model.onnx`, {
+    sha256: ONNX_DIGEST,
+    size: ONNX.length,
+  });
+  assert.equal(meta.digest, ONNX_DIGEST);
+  assert.equal(meta.validation_state, "valid");
+  assert.deepEqual(srv.requests.map((r) => r.range), [
+    undefined,
+    undefined,
+    undefined,
+    "bytes=777-",
+  ]);
+  assert.deepEqual(await Deno.readFile(t.cache.blobPath(ONNX_DIGEST)), ONNX);
+  assert.deepEqual(tmpLeftovers(t.root), []);
+  assert.deepEqual(filesIn(`${t.root}/leases`).filter((n) => n.endsWith(".download.lock")), [
+    `${HEX}.download.lock`,
+  ], "the download lock lives in leases/, not tmp/");
+});
+
+Deno.test("F27: an empty body with no pinned size is not a digest mismatch; the retries are bounded, then transient", async () => {
+  await using srv = new TestServer();
+  await using t = await tempCache();
+  srv.routes.set("/model.onnx", { kind: "file", bytes: ONNX, empty: true });
+  await assert.rejects(
+    t.cache.download(`${srv.base}/model.onnx`, { sha256: ONNX_DIGEST }),
+    downloadFailed("network", { detail: "empty_body", attempts: 4 }),
+  );
+  assert.equal(srv.requests.length, 4, "one attempt and 3 retries");
+  // Always short: the same bound, and nothing is left in tmp/ once the call ended.
+  srv.routes.set("/short.onnx", { kind: "file", bytes: ONNX, truncateAt: 100 });
+  await assert.rejects(
+    t.cache.download(`${srv.base}/short.onnx`, { sha256: ONNX_DIGEST, size: ONNX.length }),
+    (err) => {
+      downloadFailed("network", { detail: "short_body", attempts: 4 })(err);
+      assert.match((err as Error).message, /3 retries/);
+      return true;
+    },
+  );
+  assert.deepEqual(filesIn(`${t.root}/blobs`), []);
+  assert.deepEqual(tmpLeftovers(t.root), []);
+});
+
+Deno.test("F27: a complete body with the wrong digest is fetched once more: right the second time it is served", async () => {
+  await using srv = new TestServer();
+  await using t = await tempCache();
+  const wrong = ONNX.slice();
+  wrong[wrong.length >> 1]! ^= 0xff;
+  srv.routes.set("/model.onnx", {
+    kind: "seq",
+    answers: [{ kind: "file", bytes: wrong }, { kind: "file", bytes: ONNX }],
+  });
+  const meta = await t.cache.download(`${srv.base}/model.onnx`, {
+    sha256: ONNX_DIGEST,
+    size: ONNX.length,
+  });
+  assert.equal(meta.digest, ONNX_DIGEST);
+  assert.deepEqual(srv.requests.map((r) => r.range), [undefined, undefined], "from byte 0");
+  assert.deepEqual(tmpLeftovers(t.root), []);
+});
+
+Deno.test("F27: a 416 to the Range of a complete partial verifies the partial; no byte is fetched", async () => {
+  await using srv = new TestServer();
+  await using t = await tempCache();
+  srv.routes.set("/model.onnx", { kind: "file", bytes: ONNX });
+  // A crash after the last byte, no size pinned: the partial holds the whole file.
+  await Deno.mkdir(`${t.root}/tmp`, { recursive: true });
+  await Deno.writeFile(`${t.root}/tmp/${HEX}.partial`, ONNX);
+  const meta = await t.cache.download(`${srv.base}/model.onnx`, { sha256: ONNX_DIGEST });
+  assert.equal(meta.digest, ONNX_DIGEST);
+  assert.deepEqual(srv.requests.map((r) => r.range), [`bytes=${ONNX.length}-`]);
+  assert.deepEqual(await Deno.readFile(t.cache.blobPath(ONNX_DIGEST)), ONNX);
+  assert.deepEqual(tmpLeftovers(t.root), []);
+  // A complete partial with other bytes: the 416 leads to a clean restart from byte 0.
+  const gguf = await Deno.readFile(GGUF_PATH);
+  const ggufHex = digestOfBytes(gguf).slice(7);
+  srv.routes.set("/model.gguf", { kind: "file", bytes: gguf });
+  await Deno.writeFile(`${t.root}/tmp/${ggufHex}.partial`, new Uint8Array(gguf.length).fill(3));
+  assert.equal(
+    (await t.cache.download(`${srv.base}/model.gguf`, { sha256: digestOfBytes(gguf) })).digest,
+    digestOfBytes(gguf),
+  );
+  assert.deepEqual(srv.requestsFor("/model.gguf").map((r) => r.range), [
+    `bytes=${gguf.length}-`,
+    undefined,
+  ]);
   assert.deepEqual(tmpLeftovers(t.root), []);
 });
 
@@ -145,9 +247,13 @@ Deno.test("a resume the server answers with 200 restarts cleanly from byte 0", a
   await using srv = new TestServer();
   await using t = await tempCache();
   const url = `${srv.base}/model.onnx`;
-  srv.routes.set("/model.onnx", { kind: "file", bytes: ONNX, truncateAt: 1000 });
-  await assert.rejects(t.cache.download(url, { sha256: ONNX_DIGEST }), downloadFailed("network"));
-  srv.routes.set("/model.onnx", { kind: "file", bytes: ONNX, ignoreRange: true });
+  srv.routes.set("/model.onnx", {
+    kind: "seq",
+    answers: [
+      { kind: "file", bytes: ONNX, truncateAt: 1000 },
+      { kind: "file", bytes: ONNX, ignoreRange: true },
+    ],
+  });
   const meta = await t.cache.download(url, { sha256: ONNX_DIGEST });
   assert.equal(meta.digest, ONNX_DIGEST);
   assert.deepEqual(srv.requests.map((r) => r.range), [undefined, "bytes=1000-"]);
@@ -171,16 +277,17 @@ Deno.test("a resumed file whose digest then mismatches is downloaded again from 
   assert.deepEqual(tmpLeftovers(t.root), []);
 });
 
-Deno.test("a stalled body is download_failed {reason: network, detail: idle_timeout}, the partial kept", async () => {
+Deno.test("a stalled body is retried (resuming), then download_failed {reason: network, detail: idle_timeout}; tmp/ clean", async () => {
   await using srv = new TestServer();
-  await using t = await tempCache({ idleTimeoutMs: 300 });
+  await using t = await tempCache({ idleTimeoutMs: 300, downloadRetryDelaysMs: [10] });
   srv.routes.set("/model.onnx", { kind: "file", bytes: ONNX, stallAt: 4096 });
   await assert.rejects(
     t.cache.download(`${srv.base}/model.onnx`, { sha256: ONNX_DIGEST }),
-    downloadFailed("network", { detail: "idle_timeout" }),
+    downloadFailed("network", { detail: "idle_timeout", attempts: 2 }),
   );
-  assert.equal((await Deno.stat(`${t.root}/tmp/${HEX}.partial`)).size, 4096);
+  assert.deepEqual(srv.requests.map((r) => r.range), [undefined, "bytes=4096-"]);
   assert.deepEqual(filesIn(`${t.root}/blobs`), []);
+  assert.deepEqual(tmpLeftovers(t.root), []);
 });
 
 Deno.test("a local file fault other than a full disk is not reported as a network failure", async () => {
@@ -385,7 +492,7 @@ Deno.test("a caller that aborts leaves; the shared transfer goes on for the othe
   await assert.rejects(quitter, (e) => e === reason);
   open();
   assert.equal((await stayer).digest, ONNX_DIGEST);
-  // Alone, an abort stops the transfer and keeps the partial.
+  // Alone, an abort stops the transfer; the cancelled call leaves nothing in tmp/.
   let open2!: () => void;
   const gguf = await Deno.readFile(GGUF_PATH);
   srv.routes.set("/model.gguf", {
@@ -404,7 +511,7 @@ Deno.test("a caller that aborts leaves; the shared transfer goes on for the othe
   ac2.abort(reason);
   await assert.rejects(lone, (e) => e === reason);
   open2();
-  assert.ok(tmpLeftovers(t.root).some((n) => n.endsWith(".partial")));
+  assert.deepEqual(tmpLeftovers(t.root), []);
 });
 
 Deno.test("a downloaded blob that fails validation is artifact_invalid, kept as invalid", async () => {

@@ -195,7 +195,7 @@ Deno.test("cache.gc with no digest removes idle partial downloads nobody is writ
   await Deno.writeFile(`${t.root}/tmp/${idle}.partial`, new Uint8Array(100));
   await Deno.writeFile(`${t.root}/tmp/${busy}.partial`, new Uint8Array(50));
   const { tryLockExclusive } = await import("../../ffi/flock.ts");
-  using _downloading = tryLockExclusive(`${t.root}/tmp/${busy}.lock`)!;
+  using _downloading = tryLockExclusive(`${t.root}/leases/${busy}.download.lock`)!;
   const rows = await t.cache.gc({ graceMs: 0 });
   assert.deepEqual(rows.filter((r) => r.reason === "partial"), [
     { digest: `sha256:${idle}`, state: "deleted", reason: "partial", freed_bytes: 100 },

@@ -44,7 +44,7 @@ restart of a running server, and again after a restart.
 
 On a terminal a bar shows bytes, rate and ETA, then verifying…, loading… and 'ready: MODEL
 FINGERPRINT'; otherwise plain lines, a progress line at most every 2 s. Ctrl-C cancels the
-download (the partial file stays in the cache, so the next pull resumes it).
+download (the job ends and leaves nothing in the cache's tmp/; the next pull starts over).
 
   --sha256 H              SHA-256 of the model file (64 hex, 'sha256:' optional): required
                           for a URL, checked for a PATH
@@ -295,8 +295,8 @@ export function pullFailureHint(
         return "hint: the server refused the file (see its HTTP status); check the URL (for a catalog model: the hf_endpoint config key and its mirror)";
       }
       return kind === "catalog"
-        ? "hint: check the network (Hugging Face must be reachable, or set hf_endpoint to a mirror and add it to SYNAPSE_ALLOW_NET), then run the same pull again: it resumes the partial download; or pull a local copy with 'ck-synapse pull ./DIR'"
-        : "hint: check the URL and the network, then run the same pull again: it resumes the partial download";
+        ? "hint: check the network (Hugging Face must be reachable, or set hf_endpoint to a mirror and add it to SYNAPSE_ALLOW_NET), then run the same pull again (the job already retried 3 times); or pull a local copy with 'ck-synapse pull ./DIR'"
+        : "hint: check the URL and the network, then run the same pull again (the job already retried 3 times)";
     case "backend_unavailable":
       return e.details?.catalog_id !== undefined
         ? "hint: no backend of this model can run here; 'ck-synapse models catalog' shows each backend's reason"
@@ -525,7 +525,7 @@ class PullFollower {
     return cliExitFor("semantic");
   }
 
-  /** Ctrl-C: cancels the job (a server keeps the partial download for the next pull). */
+  /** Ctrl-C: cancels the job (the server keeps no partial download: tmp/ is clean once it ends). */
   async #interrupted(job: JobView): Promise<number> {
     this.#progress.finish();
     const outcome = await this.#client.call("models.download.cancel", { job_id: job.job_id });
@@ -536,7 +536,7 @@ class PullFollower {
         ? formatBytes(after.bytes_done)
         : `${formatBytes(after.bytes_done)} of ${formatBytes(after.bytes_total)}`;
       this.#io.err(
-        `interrupted: cancelled job ${job.job_id} (${after.state}, ${got} downloaded); the partial download stays in the cache, so the same pull resumes it`,
+        `interrupted: cancelled job ${job.job_id} (${after.state}, ${got} downloaded); nothing of it is kept, so the same pull starts over`,
       );
       if (outcome.kind !== "result") reportRefusal(outcome, this.#io, false);
     }
