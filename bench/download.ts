@@ -3,7 +3,9 @@
  * writing, size and digest verified, fsync, atomic rename, meta file, format validation) against
  * a plain `fetch` piped to a file, both from the same loopback HTTP server in the same run, and
  * `importFile` (a local copy, hashed) against `Deno.copyFile`. Also a resumed download: the first
- * half is on disk, the rest comes with `Range`.
+ * half is on disk, the rest comes with `Range`. And what verification on load costs (F28):
+ * `verifyBlob` of a cached blob by a fresh cache (a new boot: the blob is hashed) beside a raw
+ * streamed SHA-256 of the same file, in MiB/s and seconds per GB.
  *
  *   deno task bench:download [--mib N] [--runs N]
  *
@@ -66,7 +68,20 @@ const results: Record<string, number[]> = {
   "cache.download (resume half)": [],
   "raw copyFile": [],
   "cache.importFile": [],
+  "raw sha256 (file)": [],
+  "verify on load": [],
 };
+
+/** A streamed SHA-256 of a file: the floor of any verification. */
+async function rawSha256(path: string): Promise<void> {
+  const hash = createHash("sha256");
+  using f = await Deno.open(path, { read: true });
+  const buf = new Uint8Array(8 * 1024 * 1024);
+  for (let n = await f.read(buf); n !== null; n = await f.read(buf)) {
+    hash.update(buf.subarray(0, n));
+  }
+  hash.digest("hex");
+}
 
 for (let r = 0; r < runs; r++) {
   const root = `${work}/cache-${r}`;
@@ -102,6 +117,15 @@ for (let r = 0; r < runs; r++) {
       await new ModelCache({ root: `${work}/cache-import-${r}` }).importFile(source);
     }),
   );
+  // Verification on load: a fresh cache (a new boot) over the blob just downloaded.
+  const blob = new ModelCache({ root }).blobPath(digest);
+  results["raw sha256 (file)"]!.push(await timed(() => rawSha256(blob)));
+  results["verify on load"]!.push(
+    await timed(async () => {
+      const check = await new ModelCache({ root }).verifyBlob(digest);
+      if (!check.hashed) throw new Error("a fresh cache must hash the blob");
+    }),
+  );
   for (const p of [root, root2, `${work}/cache-import-${r}`]) {
     await Deno.remove(p, { recursive: true });
   }
@@ -117,9 +141,21 @@ const base = {
   copy: median(results["raw copyFile"]!),
 };
 console.log(`download bench: ${args.mib} MiB body, ${runs} runs, loopback HTTP, medians`);
-console.log("variant                        MiB/s     ×raw (time ratio, lower is better)");
+console.log(
+  "variant                        MiB/s   s/GB    ×raw (time ratio, lower is better)",
+);
+const hashBase = median(results["raw sha256 (file)"]!);
 for (const [name, ms] of Object.entries(results)) {
   const m = median(ms);
-  const raw = name.includes("copy") || name.includes("import") ? base.copy : base.fetch;
-  console.log(`${name.padEnd(30)} ${mibs(m).toFixed(0).padStart(6)}    ${(m / raw).toFixed(2)}`);
+  const raw = name.includes("copy") || name.includes("import")
+    ? base.copy
+    : name.includes("sha256") || name.includes("verify")
+    ? hashBase
+    : base.fetch;
+  const sPerGb = (m / 1000) / (size / 1e9);
+  console.log(
+    `${name.padEnd(30)} ${mibs(m).toFixed(0).padStart(6)}  ${sPerGb.toFixed(2).padStart(5)}    ${
+      (m / raw).toFixed(2)
+    }`,
+  );
 }

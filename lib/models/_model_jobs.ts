@@ -41,6 +41,8 @@ export interface ModelJobView {
   error?: WireError;
   /** True when the same files were already loaded under this id (nothing was done). */
   already_loaded?: boolean;
+  /** Damaged or missing blobs this load fetched again from their recorded source (F28). */
+  healed?: { file: string; digest: Digest; from: "url" | "file" }[];
   created_ms: number;
   updated_ms: number;
 }

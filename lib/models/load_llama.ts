@@ -100,7 +100,11 @@ export async function loadLlamaModel(
       { details: { model_id: modelId, task: src.task, engine: "llama" } },
     );
   }
-  const digest = await sha256File(src.modelPath, modelId);
+  // A model-cache blob is verified against its recorded digest (once per boot) before the
+  // worker reads it; a file from the config is hashed here.
+  const digest = src.verify !== undefined
+    ? await src.verify()
+    : await sha256File(src.modelPath, modelId);
   if (src.artifactDigest !== undefined && src.artifactDigest !== digest) {
     throw new SynapseError(
       "artifact_invalid",

@@ -60,20 +60,11 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
       { details: { model_id: modelId, task: src.task, engine: "ort" } },
     );
   }
-  let modelBytes: Uint8Array;
-  try {
-    modelBytes = await Deno.readFile(src.modelPath);
-  } catch (err) {
-    throw new SynapseError(
-      "artifact_invalid",
-      `Cannot load model '${modelId}': cannot read ${src.modelPath}: ${(err as Error).message}`,
-      { cause: err, details: { model_id: modelId, file: src.modelPath } },
-    );
-  }
-  // WebCrypto hashes off the main thread: a 90 MB model must not stall /health or refusals.
-  const modelDigest = "sha256:" +
-    toHex(await crypto.subtle.digest("SHA-256", modelBytes as Uint8Array<ArrayBuffer>));
-  modelBytes = new Uint8Array(0);
+  // A model-cache blob is verified against its recorded digest (once per boot) before the
+  // engine reads it; a file from the config is hashed here.
+  const modelDigest = src.verify !== undefined
+    ? await src.verify()
+    : await hashModelFile(src.modelPath, modelId);
   if (src.tokenizerPath === undefined) {
     throw new SynapseError(
       "invalid_request",
@@ -227,6 +218,23 @@ function ortLane(
     ...(cls === "interactive" ? { quiet: ctx.quiet } : {}),
     now: ctx.now,
   });
+}
+
+/** `sha256:<hex>` of a model file (WebCrypto hashes off the main thread). */
+async function hashModelFile(path: string, modelId: string): Promise<string> {
+  let modelBytes: Uint8Array;
+  try {
+    modelBytes = await Deno.readFile(path);
+  } catch (err) {
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot load model '${modelId}': cannot read ${path}: ${(err as Error).message}`,
+      { cause: err, details: { model_id: modelId, file: path } },
+    );
+  }
+  // A 90 MB model must not stall /health or refusals.
+  return "sha256:" +
+    toHex(await crypto.subtle.digest("SHA-256", modelBytes as Uint8Array<ArrayBuffer>));
 }
 
 /** Profile id and fingerprint of a profile. */

@@ -62,6 +62,16 @@ export interface ModelSource {
   contextSize?: number;
   /** Expected `sha256:<hex>` of the artifact; a different file is refused. */
   artifactDigest?: string;
+  /**
+   * Checks the files against their recorded digests before the engine reads them (a model from
+   * the model cache: verified once per boot, healed from its recorded source when damaged) and
+   * resolves to the model file's verified `sha256:<hex>`, which the loader then uses instead of
+   * hashing the file again.
+   *
+   * @throws {SynapseError} `artifact_invalid {reason: "blob_digest_mismatch"}` for a damaged
+   *   blob no source heals; a heal's transient failure (retried by the registry).
+   */
+  verify?: () => Promise<string>;
   /** llama: worker program override (`worker_bin`). */
   workerBin?: string;
   /** llama: socket directory (`worker_runtime_dir`). */

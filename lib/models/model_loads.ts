@@ -6,6 +6,16 @@
  * loaded again at the next boot ({@link ModelLoads.restore}); its blobs are pinned so `cache.gc`
  * never takes them.
  *
+ * **Every load verifies its blobs (F28)** — a `model.load`, a catalog model's load, a load at boot
+ * from the store — against their recorded digests before an engine reads them
+ * (`ModelCache.verifyBlob`: hashed once per boot, reused while size, mtime, inode and ctime are
+ * unchanged). A damaged (or missing) blob is healed from its recorded source when one is known —
+ * the load's own source (a pinned URL, or a local file that must still hash to the digest), the
+ * blob's recorded source, the catalog entry's pinned URL — and the load goes on; the job's
+ * `healed` lists what was healed, and the log says so. With no source that heals it the load
+ * fails `artifact_invalid {reason: "blob_digest_mismatch", model_id, file, digest}` and the rest
+ * of the service serves on.
+ *
  * Job states (`model.load`): `resolving → downloading {bytes_done, bytes_total} → validating →
  * loading → ready | failed {error}`. `models.download` of a catalog model: `queued →
  * downloading → verifying → committed | failed {error} | cancelled`; a committed catalog model
@@ -24,7 +34,7 @@ import type { Digest } from "../cache/types.ts";
 import { jcsSha256, type JsonValue } from "../identity/jcs.ts";
 import { type LogSink, nullLog } from "../log/log.ts";
 import type { ModelRegistry } from "./model_registry.ts";
-import type { ModelEngine, ModelEntry } from "./model.ts";
+import type { ModelEngine, ModelEntry, ModelSource } from "./model.ts";
 import {
   backendFiles,
   backendUnrunnableReason,
@@ -72,6 +82,12 @@ export interface LoadCache {
   }): Promise<BlobMeta>;
   validate(digest: Digest, format?: ArtifactFormat): Promise<BlobMeta>;
   acquireShared(digest: Digest): Disposable & { release(): void };
+  verifyBlob(digest: Digest, label?: { model_id?: string; file?: string }): Promise<unknown>;
+  healBlob(
+    digest: Digest,
+    sources: readonly string[],
+    label?: { model_id?: string; file?: string },
+  ): Promise<{ from: "url" | "file"; source: string }>;
   pin(digest: Digest, owner?: string): Promise<BlobMeta>;
   unpin(digest: Digest, owner?: string): Promise<BlobMeta>;
   gc(opts?: { digest?: Digest; graceMs?: number }): Promise<GcRow[]>;
@@ -363,7 +379,7 @@ export class ModelLoads {
         continue;
       }
       this.#specs.set(spec.model_id, spec);
-      started.push(this.registry.load(sourceFromSpec(spec, (d) => this.cache.blobPath(d))));
+      started.push(this.registry.load(this.#source(spec)));
     }
     return started;
   }
@@ -437,6 +453,85 @@ export class ModelLoads {
         { details: { field: "model_id", catalog_id: modelId } },
       );
     }
+  }
+
+  /** The registry source of a spec, whose `verify` checks (and heals) its blobs first. */
+  #source(spec: LoadSpec, job?: Job): ModelSource {
+    return {
+      ...sourceFromSpec(spec, (d) => this.cache.blobPath(d)),
+      verify: () => this.#verifySpec(spec, job),
+    };
+  }
+
+  /**
+   * Verifies every blob of a spec against its digest, healing a damaged or missing one from its
+   * recorded sources (see the module doc); resolves to the model file's digest.
+   *
+   * @throws {SynapseError} `artifact_invalid {reason: "blob_digest_mismatch"}` (with `heal` when
+   *   a source was tried and failed for good); a heal's transient failure as it is.
+   */
+  async #verifySpec(spec: LoadSpec, job?: Job): Promise<string> {
+    for (const [role, f] of Object.entries(spec.files)) {
+      if (f === undefined) continue;
+      const label = { model_id: spec.model_id, file: role };
+      try {
+        await this.cache.verifyBlob(f.digest, label);
+        continue;
+      } catch (err) {
+        const e = toSynapseError(err, "artifact_invalid");
+        const damaged = e.code === "artifact_invalid" &&
+          e.details?.reason === "blob_digest_mismatch";
+        if (!damaged && e.code !== "model_not_installed") throw e;
+        const sources = await this.#healSources(spec, f);
+        if (sources.length === 0) throw e;
+        let healed: { from: "url" | "file" };
+        try {
+          healed = await this.cache.healBlob(f.digest, sources, label);
+        } catch (healErr) {
+          const h = toSynapseError(healErr, "artifact_invalid");
+          // A network fault: the registry retries the load (and the heal) later.
+          if (h.errorClass === "transient") throw h;
+          const why = String(h.details?.reason ?? h.code);
+          throw new SynapseError(
+            e.code,
+            `${e.message.replace(/; pull the model again.*$/, "")}; its recorded source did not ` +
+              `heal it (${why}); pull the model again from a good copy`,
+            { cause: e, details: { ...e.details, heal: { code: h.code, reason: why } } },
+          );
+        }
+        await this.cache.verifyBlob(f.digest, label);
+        const note = { file: role, digest: f.digest, from: healed.from };
+        if (job !== undefined) job.view.healed = [...(job.view.healed ?? []), note];
+        this.#log(
+          "warn",
+          "synapse.models",
+          `healed the damaged ${role} file of model '${spec.model_id}' from its recorded source`,
+          { model_id: spec.model_id, file: role, digest: f.digest, from: healed.from },
+        );
+      }
+    }
+    return spec.files.model.digest;
+  }
+
+  /**
+   * Where a blob's bytes can come from again: the spec's recorded source, the blob's recorded
+   * source, and for a catalog model its entry's pinned URL (http(s) URLs and `file://` paths).
+   */
+  async #healSources(spec: LoadSpec, f: ResolvedFile): Promise<string[]> {
+    const out = [f.source];
+    const meta = await this.cache.meta(f.digest).catch(() => undefined);
+    if (meta?.source) out.push(meta.source);
+    const model = spec.catalog_id === undefined
+      ? undefined
+      : this.catalog.find((m) => m.id === spec.catalog_id);
+    for (const b of model?.backends ?? []) {
+      for (const [, cf] of backendFiles(b)) {
+        if (cf.sha256 !== null && `sha256:${cf.sha256}` === f.digest) {
+          out.push(fileUrl(cf, this.#hfEndpoint));
+        }
+      }
+    }
+    return [...new Set(out)].filter((s) => /^(https?|file):\/\//i.test(s));
   }
 
   #owner(kind: "model" | "catalog", id: string): string {
@@ -654,7 +749,7 @@ export class ModelLoads {
       this.#jobs.set(job, "committed");
       this.#specs.set(model.id, spec);
       if (!this.registry.list().some((m) => m.modelId === model.id)) {
-        const entry = await this.registry.load(sourceFromSpec(spec, (d) => this.cache.blobPath(d)));
+        const entry = await this.registry.load(this.#source(spec, job));
         this.record(entry, spec);
       }
     } catch (err) {
@@ -671,7 +766,7 @@ export class ModelLoads {
         for (const f of Object.values(spec.files)) await this.cache.pin(f!.digest, spec.pin_owner);
       }
       this.#specs.set(spec.model_id, spec);
-      const entry = await this.registry.load(sourceFromSpec(spec, (d) => this.cache.blobPath(d)));
+      const entry = await this.registry.load(this.#source(spec, job));
       // Through any background retries of a transient failure (a worker slow to start).
       await this.registry.ready(spec.model_id).catch(() => {});
       if (entry.state !== "ready") {
