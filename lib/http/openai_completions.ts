@@ -11,10 +11,11 @@
  * - **`max_tokens`** (chat: `max_completion_tokens` or `max_tokens`) above the service's
  *   `microllm_max_tokens` is refused naming the field, never clamped. Absent: 16 for
  *   `/v1/completions` (OpenAI's default), `microllm_max_tokens` for chat.
- * - **`stop`** (a string or up to 4): the text is cut before the first occurrence of any of them
- *   and `finish_reason` is `stop`. The generation itself is not stopped early: the tokens after
- *   the stop were generated and are counted in `usage.completion_tokens`. Refused together with a
- *   JSON `response_format` (a cut would break the JSON).
+ * - **`stop`** (a string or up to 4) goes to `microllm.oneshot {stop}`: the text ends before the
+ *   earliest match of any of them (the smallest start position), `finish_reason` is `stop`, and
+ *   the generation ends as soon as that cut is decided (the worker is sent CANCEL; it stops
+ *   within a token and the lane frees). `usage.completion_tokens` counts the tokens generated.
+ *   Refused together with a JSON `response_format` (a cut would break the JSON).
  * - **`response_format`** `{type: "json_object"}` or `{type: "json_schema", json_schema: {name,
  *   schema, strict?}}` is compiled to a GBNF grammar (`lib/engines/llama/json_schema_gbnf.ts`, the
  *   supported subset is documented there) and checked before anything is generated; an
@@ -26,16 +27,15 @@
  *   else a `role: content` fallback (`lib/ops/_chat_template.ts`); the answer says which
  *   (`synapse.chat_template`, header `x-synapse-chat-template`).
  * - **`stream: true`** answers server-sent events in OpenAI's chunk shapes, ending `data:
- *   [DONE]`, token by token: the events start with the first generated token (every refusal
- *   before it is a plain JSON error) and each chunk carries the text the tokens since the last
- *   one complete, decoded by the module from the worker's TEXT_PART ids. An incomplete UTF-8
- *   character is held back until its last byte comes (dropped at the end, as in the whole
- *   answer), and so is text that could be the start of a `stop` string; nothing from a stop
- *   string on is sent. The last chunk has `finish_reason` and `synapse` (`streamed: "tokens"`),
+ *   [DONE]`, token by token: the events start with the first final text (every refusal before
+ *   it is a plain JSON error) and each chunk carries the text `microllm.oneshot` hands its
+ *   `onText` (decoded from the worker's TEXT_PART ids, with an incomplete UTF-8 character, or
+ *   text a `stop` string may still cut, held back until the next tokens tell), so the deltas
+ *   join to exactly the non-streamed text. The last chunk has `finish_reason` and `synapse` (`streamed: "tokens"`),
  *   then `usage` with `stream_options.include_usage`. A failure after the first event is an
  *   `{error}` event and no `[DONE]`. A client that goes away while the generation runs cancels
  *   it (the request's signal, or the body's reader going away, reaches the worker).
- * - `finish_reason`: `stop_token` and `grammar_complete` → `stop`; `max_tokens` and `cancelled`
+ * - `finish_reason`: `stop_token`, `grammar_complete` and `stop_string` → `stop`; `max_tokens` and `cancelled`
  *   → `length`; the engine's own reason is in `synapse.finish_reason`.
  *
  * Every answer carries `system_fingerprint` (the model's Synapse fingerprint, 64 hex), the header
@@ -54,7 +54,6 @@ import { type ChatMessage, fallbackPrompt, renderChat } from "../ops/_chat_templ
 import type { RenderedChat } from "../ops/_chat_template.ts";
 import { resolveModel } from "../ops/_resolve_model.ts";
 import type { CallOptions, OpContext } from "../ops/context.ts";
-import { GeneratedTextDecoder } from "../tokenize/token_bytes.ts";
 import { openAiError } from "./openai.ts";
 
 /** The two doors. */
@@ -157,7 +156,13 @@ export interface CompletionsServed {
 /** The mapped request. */
 interface Mapped {
   door: CompletionsDoor;
-  params: { prompt: string; max_tokens: number; model?: string; grammar?: string };
+  params: {
+    prompt: string;
+    max_tokens: number;
+    model?: string;
+    grammar?: string;
+    stop?: string[];
+  };
   /** The field that set max_tokens (errors name it). */
   maxTokensField: string;
   stop: string[];
@@ -207,8 +212,8 @@ function headersOf(fingerprint: string, m: Mapped): Headers {
 }
 
 /**
- * `stream: true`: calls `microllm.oneshot` with an `onTokens` hook and answers server-sent events
- * from the first generated token on. Until that token the request is not answered, so every
+ * `stream: true`: calls `microllm.oneshot` with an `onText` hook and answers server-sent events
+ * from the first final text on. Until that token the request is not answered, so every
  * refusal (validation, admission, queueing) is still a plain JSON error; a generation that ends
  * before its first part (an end token first) is answered whole, as events.
  */
@@ -217,20 +222,22 @@ async function serveStreamed(
   m: Mapped,
   signal: AbortSignal,
 ): Promise<CompletionsServed> {
-  /** Ids received before the stream started, then the live sink. */
-  const early: number[] = [];
-  let sink: ((ids: number[]) => void) | undefined;
+  /** Text received before the stream started, then the live sink. */
+  const early: string[] = [];
+  let sink: ((text: string) => void) | undefined;
   const first = Promise.withResolvers<"part">();
-  const onTokens = (ids: number[]): void => {
-    if (sink !== undefined) return sink(ids);
-    early.push(...ids);
+  // The op hands over the answer's text as it becomes final (decoded, with nothing a stop
+  // string may still cut): the deltas join to exactly the non-streamed text.
+  const onText = (text: string): void => {
+    if (sink !== undefined) return sink(text);
+    early.push(text);
     first.resolve("part");
   };
   // The body's reader going away (the client hung up mid-stream) stops the generation too.
   const gone = new AbortController();
   const call = backend.call("microllm.oneshot", m.params, {
     signal: AbortSignal.any([signal, gone.signal]),
-    onTokens,
+    onText,
   });
   const settled = call;
   const firstEvent = await Promise.race([call, first.promise]);
@@ -256,11 +263,6 @@ async function serveStreamed(
     gone.abort(err);
     throw err;
   }
-  const decoder = new GeneratedTextDecoder(
-    model.tokenizer.tokenBytes,
-    m.params.grammar === undefined ? {} : { stripLeading: false },
-  );
-  const held = new StopHoldBack(m.stop);
   const chat = m.door === "/v1/chat/completions";
   const id = `${chat ? "chatcmpl" : "cmpl"}-${crypto.randomUUID().replaceAll("-", "")}`;
   const events = new SseEvents(
@@ -283,17 +285,15 @@ async function serveStreamed(
         }
       };
       write(events.opening());
-      sink = (ids) => write(events.delta(held.push(decoder.push(ids))));
-      sink(early.splice(0));
+      sink = (text) => write(events.delta(text));
+      sink(early.splice(0).join(""));
       void call.then((outcome) => {
         if (outcome.kind !== "result") {
           write([sseLine(openAiError(inDoorTerms(outcome.error, m)).body)]);
         } else {
           const res = outcome.body.result as MicrollmResult;
           const answer = answerOf(res, m, { id: events.id, created: events.created });
-          const sent = held.sent;
-          const rest = answer.text.startsWith(sent) ? answer.text.slice(sent.length) : "";
-          write([...events.delta(rest), ...events.closing(answer), SSE_DONE]);
+          write([...events.closing(answer), SSE_DONE]);
         }
       }, (err) => {
         const e = err instanceof SynapseError
@@ -420,6 +420,7 @@ function mapRequest(backend: CompletionsBackend, door: CompletionsDoor, body: un
       max_tokens: maxTokens,
       ...(model === undefined ? {} : { model }),
       ...(grammar === undefined ? {} : { grammar }),
+      ...(stop.length === 0 ? {} : { stop }),
     },
     maxTokensField,
     stop,
@@ -498,7 +499,9 @@ function inDoorTerms(e: SynapseError, m: Mapped): SynapseError {
 
 /** OpenAI's finish reason of a microllm finish reason. */
 export function openAiFinishReason(reason: MicrollmResult["finish_reason"]): "stop" | "length" {
-  return reason === "stop_token" || reason === "grammar_complete" ? "stop" : "length";
+  return reason === "stop_token" || reason === "grammar_complete" || reason === "stop_string"
+    ? "stop"
+    : "length";
 }
 
 interface Answer {
@@ -516,23 +519,8 @@ function answerOf(
   m: Mapped,
   ids?: { id: string; created: number },
 ): Answer {
-  let text = res.text;
-  let finish = openAiFinishReason(res.finish_reason);
-  let stopped: string | undefined;
-  if (m.stop.length > 0) {
-    let at = -1;
-    for (const s of m.stop) {
-      const i = text.indexOf(s);
-      if (i >= 0 && (at < 0 || i < at)) {
-        at = i;
-        stopped = s;
-      }
-    }
-    if (at >= 0) {
-      text = text.slice(0, at);
-      finish = "stop";
-    }
-  }
+  const text = res.text;
+  const finish = openAiFinishReason(res.finish_reason);
   const synapse: Record<string, unknown> = {
     fingerprint: res.fingerprint,
     model_id: res.model_id,
@@ -544,7 +532,7 @@ function answerOf(
     inference_time_ms: res.inference_time_ms,
   };
   if (res.test_model) synapse.test_model = true;
-  if (stopped !== undefined) synapse.stop_matched = stopped;
+  if (res.stop_matched !== undefined) synapse.stop_matched = res.stop_matched;
   if (m.constrained !== undefined) {
     synapse.response_format = m.constrained;
     synapse.json_complete = res.finish_reason === "grammar_complete";
@@ -658,64 +646,5 @@ class SseEvents {
         finish_reason: finish,
       }
       : { index: 0, text, logprobs: null, finish_reason: finish };
-  }
-}
-
-/**
- * The text of a streamed answer that may be sent so far, given `stop` strings: text that could be
- * the start of a stop string is held back until the next text tells, and nothing at or after the
- * first stop string is ever released. (Incomplete UTF-8 never reaches it: the
- * {@link GeneratedTextDecoder} in front holds back an incomplete character.)
- */
-export class StopHoldBack {
-  #stops: string[];
-  #text = "";
-  #sentLen = 0;
-  #stopped = false;
-
-  /** @param stops The request's stop strings (none: everything is released at once). */
-  constructor(stops: readonly string[]) {
-    this.#stops = [...stops];
-  }
-
-  /** The text released so far. */
-  get sent(): string {
-    return this.#text.slice(0, this.#sentLen);
-  }
-
-  /**
-   * Takes the next decoded text.
-   *
-   * @returns The text that may be sent now (possibly "").
-   */
-  push(text: string): string {
-    if (this.#stopped || text === "") return "";
-    this.#text += text;
-    let safe = this.#text.length;
-    for (const s of this.#stops) {
-      const at = this.#text.indexOf(s, Math.max(0, this.#sentLen - s.length + 1));
-      if (at >= 0 && at < safe) {
-        safe = at;
-        this.#stopped = true;
-      }
-    }
-    if (!this.#stopped) {
-      for (const s of this.#stops) {
-        // The longest tail of the text that is a proper prefix of this stop string.
-        for (let k = Math.min(s.length - 1, this.#text.length); k > 0; k--) {
-          if (this.#text.endsWith(s.slice(0, k))) {
-            safe = Math.min(safe, this.#text.length - k);
-            break;
-          }
-        }
-      }
-    }
-    // Never split a surrogate pair.
-    const c = this.#text.charCodeAt(safe - 1);
-    if (safe < this.#text.length && c >= 0xd800 && c <= 0xdbff) safe--;
-    if (safe <= this.#sentLen) return "";
-    const out = this.#text.slice(this.#sentLen, safe);
-    this.#sentLen = safe;
-    return out;
   }
 }

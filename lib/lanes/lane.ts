@@ -103,6 +103,12 @@ export interface LaneRunOptions {
    * (`EngineCallOptions.onTokens`), before the run resolves.
    */
   onTokens?: (ids: number[]) => void;
+  /**
+   * Generate work only: aborting it ends the generation early (the engine's CANCEL: the worker
+   * stops within a token) and the run resolves with what was generated so far
+   * (`finishReason: "cancelled"`). Unlike `signal` it is not a failure: a stop string matched.
+   */
+  stop?: AbortSignal;
 }
 
 /** Options of {@link Lane}. */
@@ -286,7 +292,7 @@ export class Lane {
         req?.started();
         startedMs = this.#now();
         return work.kind === "generate"
-          ? this.#generate(work.request, grant.signal, options.onTokens)
+          ? this.#generate(work.request, grant.signal, options.onTokens, options.stop)
           : this.#batch(work.kind, work.rows, grant.signal);
       },
     });
@@ -303,9 +309,14 @@ export class Lane {
     request: GenerateRequest,
     signal: AbortSignal | undefined,
     onTokens: ((ids: number[]) => void) | undefined,
+    stop: AbortSignal | undefined,
   ): Promise<{ output: GenerateOutput; inferenceMs: number }> {
+    const ends = stop === undefined ? signal : signal === undefined ? stop : AbortSignal.any([
+      signal,
+      stop,
+    ]);
     const output = await this.engine.generate(request, {
-      ...(signal === undefined ? {} : { signal }),
+      ...(ends === undefined ? {} : { signal: ends }),
       ...(onTokens === undefined ? {} : { onTokens }),
     });
     return { output, inferenceMs: output.runMs };

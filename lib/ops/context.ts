@@ -69,6 +69,13 @@ export interface CallOptions {
    * completions doors with `stream: true`), never read from the wire.
    */
   onTokens?: (ids: number[]) => void;
+  /**
+   * `microllm.oneshot` only: receives the answer's text as it becomes final, in pieces whose
+   * join is exactly the result's `text` (every piece arrives before the call resolves). Text
+   * that could still be cut by a `stop` string, or an incomplete UTF-8 character, is held back
+   * until the next tokens tell. Set by a door that streams, never read from the wire.
+   */
+  onText?: (text: string) => void;
 }
 
 /**

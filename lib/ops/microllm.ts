@@ -32,12 +32,18 @@ import {
   requestedModel,
 } from "../contract/schemas.ts";
 import { type CheckedGrammar, checkGbnf } from "../engines/llama/gbnf.ts";
-import { decodeGenerated } from "../tokenize/token_bytes.ts";
+import { decodeGenerated, GeneratedTextDecoder } from "../tokenize/token_bytes.ts";
+import { cutAtStop, StopStrings } from "./_stop_strings.ts";
 import { checkFingerprint } from "./_embedding.ts";
 import { grammarFinishReason } from "./_grammar_finish.ts";
 import { checkText, utf8Length } from "./_text.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 import { resolveModel } from "./_resolve_model.ts";
+
+/** Most stop strings of one generation. */
+export const STOP_MAX_COUNT = 4;
+/** Longest stop string, UTF-16 code units. */
+export const STOP_MAX_CHARS = 256;
 
 /** `microllm.oneshot` params: the common params (no `truncate`) plus prompt, max_tokens, grammar. */
 export const MicrollmOneshotParams = z.strictObject({
@@ -47,6 +53,7 @@ export const MicrollmOneshotParams = z.strictObject({
   grammar: z.string().max(GRAMMAR_MAX_CHARS, {
     message: `is longer than ${GRAMMAR_MAX_CHARS} UTF-16 code units`,
   }).optional(),
+  stop: z.array(z.string().min(1).max(STOP_MAX_CHARS)).min(1).max(STOP_MAX_COUNT).optional(),
 });
 /** Parsed `microllm.oneshot` params. */
 export type MicrollmOneshotParams = z.infer<typeof MicrollmOneshotParams>;
@@ -62,7 +69,9 @@ export interface TextRepair {
 /** `microllm.oneshot` result (contract.md §1), in the envelope with `dims: 0`. */
 export interface MicrollmResult extends Envelope {
   text: string;
-  finish_reason: "stop_token" | "max_tokens" | "grammar_complete" | "cancelled";
+  finish_reason: "stop_token" | "max_tokens" | "grammar_complete" | "cancelled" | "stop_string";
+  /** With `stop`: the stop string the text was cut before (`finish_reason: "stop_string"`). */
+  stop_matched?: string;
   n_prompt: number;
   n_gen: number;
   generated_token_ids: number[];
@@ -110,6 +119,13 @@ export async function microllmOneshot(
       );
     }
     grammar = checkGbnf(p.grammar);
+    if (p.stop !== undefined) {
+      throw new SynapseError(
+        "invalid_request",
+        "Cannot apply stop together with a grammar: cutting the text would leave the grammar's language; drop stop",
+        { details: { field: "stop" } },
+      );
+    }
   }
   checkText(p.prompt, "prompt", { field: "prompt" });
   const model = resolveModel(ctx, requestedModel(p), "generate");
@@ -137,6 +153,29 @@ export async function microllmOneshot(
       { details: { tokens: nPrompt + p.max_tokens, max_tokens: context, field: "prompt" } },
     );
   }
+  // With stop strings (or a caller that wants the text as it becomes final) the ids are
+  // decoded as the worker streams them: once a stop string's cut is decided, the worker is told
+  // to stop (CANCEL, within a token) and the lane frees at once.
+  const stops = p.stop ?? [];
+  const watch = stops.length > 0 || options.onText !== undefined;
+  const stopNow = new AbortController();
+  const live = watch
+    ? new LiveText(
+      new GeneratedTextDecoder(
+        model.tokenizer.tokenBytes,
+        grammar === undefined ? {} : { stripLeading: false },
+      ),
+      new StopStrings(stops),
+      options.onText,
+      () => stopNow.abort(),
+    )
+    : undefined;
+  const onTokens = live === undefined && options.onTokens === undefined
+    ? undefined
+    : (ids: number[]): void => {
+      options.onTokens?.(ids);
+      live?.push(ids);
+    };
   // The deadline and the caller's signal hold while the worker generates: the caller is
   // answered on time, and the worker is told to stop (CANCEL), freeing the lane within a token.
   const run = await lane.run(
@@ -151,7 +190,8 @@ export async function microllmOneshot(
     {
       permit,
       ...(options.signal === undefined ? {} : { signal: options.signal }),
-      ...(options.onTokens === undefined ? {} : { onTokens: options.onTokens }),
+      ...(onTokens === undefined ? {} : { onTokens }),
+      ...(stops.length === 0 ? {} : { stop: stopNow.signal }),
       label: "microllm.oneshot",
     },
   );
@@ -163,12 +203,22 @@ export async function microllmOneshot(
     model.tokenizer.tokenBytes,
     grammar === undefined ? {} : { stripLeading: false },
   );
-  const finishReason = grammar === undefined ? out.finishReason : grammarFinishReason(
-    grammar,
-    out.finishReason,
-    decoded,
-    { modelId: model.modelId, nGen: out.generatedIds.length },
-  );
+  const cut = stops.length === 0 ? undefined : cutAtStop(decoded.text, stops);
+  const finishReason = cut !== undefined
+    ? "stop_string"
+    : grammar === undefined
+    ? out.finishReason
+    : grammarFinishReason(
+      grammar,
+      out.finishReason,
+      decoded,
+      { modelId: model.modelId, nGen: out.generatedIds.length },
+    );
+  const text = cut === undefined ? decoded.text : decoded.text.slice(0, cut.at);
+  // The text after a cut is not the answer's: an incomplete character there was not dropped
+  // from it.
+  if (cut !== undefined) decoded.droppedTailBytes = 0;
+  live?.finish(text);
   const result: MicrollmResult = {
     ...buildEnvelope({
       fingerprint: model.fingerprint,
@@ -179,8 +229,9 @@ export async function microllmOneshot(
       modelId: model.modelId,
       testModel: model.testModel,
     }),
-    text: decoded.text,
+    text,
     finish_reason: finishReason,
+    ...(cut === undefined ? {} : { stop_matched: cut.stop }),
     n_prompt: nPrompt,
     n_gen: out.generatedIds.length,
     generated_token_ids: out.generatedIds,
@@ -200,4 +251,48 @@ export async function microllmOneshot(
     };
   }
   return result;
+}
+
+/**
+ * The text of a generation as the worker streams it: decoded, held back where a stop string may
+ * begin, handed to `onText` when final, and `onStop` called once a stop string's cut is decided.
+ */
+class LiveText {
+  #decoder: GeneratedTextDecoder;
+  #stops: StopStrings;
+  #onText: ((text: string) => void) | undefined;
+  #onStop: () => void;
+  #stopped = false;
+
+  constructor(
+    decoder: GeneratedTextDecoder,
+    stops: StopStrings,
+    onText: ((text: string) => void) | undefined,
+    onStop: () => void,
+  ) {
+    this.#decoder = decoder;
+    this.#stops = stops;
+    this.#onText = onText;
+    this.#onStop = onStop;
+  }
+
+  push(ids: number[]): void {
+    if (this.#stopped) return;
+    const text = this.#stops.push(this.#decoder.push(ids));
+    if (text !== "") this.#onText?.(text);
+    if (this.#stops.done) {
+      this.#stopped = true;
+      this.#onStop();
+    }
+  }
+
+  /** The answer's text is known: hands `onText` what it has not had of it. */
+  finish(text: string): void {
+    const sent = this.#stops.released;
+    // The released text is a prefix of the answer (see _stop_strings.ts); were it not, nothing
+    // more is sent rather than a text that disagrees.
+    if (text.length > sent.length && text.startsWith(sent)) {
+      this.#onText?.(text.slice(sent.length));
+    }
+  }
 }
