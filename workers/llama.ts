@@ -445,8 +445,10 @@ async function handle(msg: ModuleToWorkerMessage, tensor: Uint8Array | undefined
     case "TOKENIZE": {
       const m = models.get(msg.model_ref);
       if (m === undefined) throw refused("unknown_model", `no model '${msg.model_ref}' is loaded`);
-      // Special-token strings are parsed; no BOS/EOS is added (node-llama-cpp never adds them).
-      const ids = msg.texts.map((text) => Array.from(m.model.tokenize(text, true), Number));
+      // Special-token strings are parsed unless `special: false`; no BOS/EOS is added
+      // (node-llama-cpp never adds them).
+      const special = msg.special !== false;
+      const ids = msg.texts.map((text) => Array.from(m.model.tokenize(text, special), Number));
       return await send({ type: "TOKENS", req_id: msg.req_id, ids });
     }
     case "UNLOAD": {

@@ -194,7 +194,7 @@ export async function serveCompletions(
 ): Promise<CompletionsServed> {
   const m = mapRequest(backend, door, body);
   if (m.stream) return await serveStreamed(backend, m, signal);
-  const outcome = await backend.call("microllm.oneshot", m.params, { signal });
+  const outcome = await backend.call("microllm.oneshot", m.params, { signal, ...scaffolding(m) });
   if (outcome.kind !== "result") throw inDoorTerms(outcome.error, m);
   const res = outcome.body.result as MicrollmResult;
   const answer = answerOf(res, m);
@@ -203,6 +203,14 @@ export async function serveCompletions(
     headers: withType(headersOf(res.fingerprint, m), "application/json; charset=utf-8", false),
   });
   return { response, params: m.params, outcome, settled: Promise.resolve(outcome) };
+}
+
+/**
+ * The chat template's special tokens in the prompt (F25): only they are parsed as special
+ * tokens; message contents, and a `/v1/completions` prompt entirely, are plain text.
+ */
+function scaffolding(m: Mapped): CallOptions {
+  return m.chat === undefined ? {} : { microllm: { specialSpans: m.chat.specialSpans } };
 }
 
 function headersOf(fingerprint: string, m: Mapped): Headers {
@@ -238,6 +246,7 @@ async function serveStreamed(
   const call = backend.call("microllm.oneshot", m.params, {
     signal: AbortSignal.any([signal, gone.signal]),
     onText,
+    ...scaffolding(m),
   });
   const settled = call;
   const firstEvent = await Promise.race([call, first.promise]);
@@ -402,7 +411,7 @@ function mapRequest(backend: CompletionsBackend, door: CompletionsDoor, body: un
     }));
     if (backend.disposed) {
       // The dispatcher answers the instance's state; no model is read.
-      rendered = { prompt: fallbackPrompt(messages), template: "fallback" };
+      rendered = { prompt: fallbackPrompt(messages), specialSpans: [], template: "fallback" };
     } else {
       const ready = resolveModel(backend.context, model, "generate");
       model = ready.modelId;

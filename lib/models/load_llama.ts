@@ -340,9 +340,11 @@ function checkVocabulary(modelId: string, facts: GgufFacts, tokenizer: Sanitized
 
 /**
  * Checks a tokenizer built from the GGUF against llama.cpp on the fixed text set
- * ({@link tokenizerCheckTexts}): for every text, our ids with special tokens must be llama.cpp's
- * (special-token strings parsed, no specials added) with BOS before and EOS after exactly when
- * the GGUF asks llama.cpp to add them.
+ * ({@link tokenizerCheckTexts}), both ways a text is tokenized (F25): as plain text (a caller's
+ * text: llama.cpp with `parse_special` off) and with its special-token strings as special tokens
+ * (a chat template's scaffolding: `findSpecialTokens` spans, llama.cpp with `parse_special`
+ * on). For every text our ids must be llama.cpp's with BOS before and EOS after exactly when the
+ * GGUF asks llama.cpp to add them.
  *
  * @throws {SynapseError} `artifact_invalid` `{reason: "tokenizer_mismatch", text_index, text,
  *   ours, llama_cpp}` at the first text that differs (ids in full, BOS/EOS included);
@@ -355,29 +357,40 @@ async function checkAgainstLlamaCpp(
   engine: Pick<LlamaEngine, "tokenize">,
 ): Promise<void> {
   const texts = tokenizerCheckTexts(built);
-  const theirs = await engine.tokenize(texts);
-  for (let i = 0; i < texts.length; i++) {
-    const ours = Array.from(tokenizer.encode(texts[i]!, { maxTokens: 1 << 30 }).ids);
-    const llamaCpp = [
-      ...(built.addBos ? [built.bosId!] : []),
-      ...theirs[i]!,
-      ...(built.addEos ? [built.eosId!] : []),
-    ];
-    if (ours.length !== llamaCpp.length || ours.some((id, k) => id !== llamaCpp[k])) {
-      throw new SynapseError(
-        "artifact_invalid",
-        `Cannot load model '${modelId}': the tokenizer built from its GGUF vocabulary splits check text ${i} unlike llama.cpp; give the model's tokenizer.json (tokenizer_path)`,
-        {
-          details: {
-            model_id: modelId,
-            reason: "tokenizer_mismatch",
-            text_index: i,
-            text: texts[i],
-            ours,
-            llama_cpp: llamaCpp,
-          },
-        },
+  for (const special of [false, true]) {
+    const theirs = await engine.tokenize(texts, { special });
+    for (let i = 0; i < texts.length; i++) {
+      const text = texts[i]!;
+      const ours = Array.from(
+        tokenizer.encode(text, {
+          maxTokens: 1 << 30,
+          ...(special ? { specialSpans: tokenizer.findSpecialTokens(text) } : {}),
+        }).ids,
       );
+      const llamaCpp = [
+        ...(built.addBos ? [built.bosId!] : []),
+        ...theirs[i]!,
+        ...(built.addEos ? [built.eosId!] : []),
+      ];
+      if (ours.length !== llamaCpp.length || ours.some((id, k) => id !== llamaCpp[k])) {
+        throw new SynapseError(
+          "artifact_invalid",
+          `Cannot load model '${modelId}': the tokenizer built from its GGUF vocabulary splits check text ${i} (${
+            special ? "special tokens parsed" : "as plain text"
+          }) unlike llama.cpp; give the model's tokenizer.json (tokenizer_path)`,
+          {
+            details: {
+              model_id: modelId,
+              reason: "tokenizer_mismatch",
+              text_index: i,
+              text,
+              special_tokens: special,
+              ours,
+              llama_cpp: llamaCpp,
+            },
+          },
+        );
+      }
     }
   }
 }

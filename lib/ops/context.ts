@@ -12,6 +12,7 @@ import type { SynapseConfig } from "../config/types.ts";
 import type { JobStore } from "../store/job_store.ts";
 import type { LogSink } from "../log/log.ts";
 import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
+import type { SpecialSpan } from "../tokenize/tokenizer.ts";
 import type { CallDoor } from "../log/metrics.ts";
 
 /** Durable jobs: their store and the runs in flight. */
@@ -76,6 +77,17 @@ export interface CallOptions {
    * until the next tokens tell. Set by a door that streams, never read from the wire.
    */
   onText?: (text: string) => void;
+  /** How a door asks `microllm.oneshot` to tokenize; set by a door, never read from the wire. */
+  microllm?: MicrollmCallOptions;
+}
+
+/**
+ * How the chat door asks `microllm.oneshot` to tokenize its rendered prompt (F25): the prompt
+ * is plain text except these spans, the chat template's own special tokens.
+ */
+export interface MicrollmCallOptions {
+  /** Spans of `prompt` that are special tokens (`EncodeOptions.specialSpans`). */
+  specialSpans?: readonly SpecialSpan[];
 }
 
 /**

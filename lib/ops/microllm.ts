@@ -137,9 +137,13 @@ export async function microllmOneshot(
     deadlineMs: p.deadline_ms ?? limits.deadline_ms,
     maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
   });
+  // The prompt is plain text (F25): special-token strings in it are text, except the spans a
+  // door marks as a chat template's own scaffolding.
+  const spans = options.microllm?.specialSpans;
   const [encoded] = await ctx.tokenizers.encodeItems(model.tokenizer, [p.prompt], {
     maxTokens: model.maxTokens,
     truncate: false,
+    ...(spans === undefined ? {} : { specialSpans: [spans] }),
     ...(options.signal === undefined ? {} : { signal: options.signal }),
   });
   if (!encoded!.ok) throw encoded!.error;

@@ -7,7 +7,7 @@
  */
 import { SynapseError } from "../contract/errors.ts";
 import type { ErrorCode } from "../contract/errors.ts";
-import type { EncodedSequence, EncodeOutcome, EncodePlan } from "./tokenizer.ts";
+import type { EncodedSequence, EncodeOutcome, EncodePlan, SpecialSpan } from "./tokenizer.ts";
 
 /** Main thread → worker. */
 export type PoolRequest =
@@ -33,6 +33,8 @@ export type PoolRequest =
     pairQuery?: string;
     /** Hash each text (then every text travels whole, even with a `prefix` plan). */
     hash: boolean;
+    /** Special-token spans of each text (a chat template's scaffolding); absent: none. */
+    specialSpans?: (SpecialSpan[] | undefined)[];
   };
 
 /** Worker → main thread. */

@@ -56,6 +56,7 @@ function handle(req: PoolRequest): void {
         ? {}
         : { fullTokenizeMaxChars: req.fullTokenizeMaxChars }),
       ...(req.pairQuery === undefined ? {} : { pairQuery: req.pairQuery }),
+      ...(req.specialSpans === undefined ? {} : { specialSpans: req.specialSpans }),
     });
     if (req.hash) {
       outcomes.forEach((o, i) => {

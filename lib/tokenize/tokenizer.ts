@@ -3,6 +3,16 @@
  * stripped (contract.md §3 — Synapse truncates, never the tokenizer), its digest, and encoding
  * with per-item truncation facts.
  *
+ * **Text is text (field report F25).** A caller's text is tokenized without matching the
+ * tokenizer's *special* added tokens (`special: true`: `[CLS]`, `[SEP]`, `<s>`, `<|im_end|>`,
+ * …) in it: the string `[SEP]` in a text is the three pieces `[`, `sep`, `]`, never the SEP id —
+ * what Hugging Face calls `split_special_tokens=True`, and llama.cpp `parse_special = false`.
+ * Special ids come only from the post-processor (the model's own CLS/SEP/BOS/EOS placement) and
+ * from spans a caller marks as special explicitly ({@link EncodeOptions.specialSpans}: a chat
+ * template's scaffolding). Non-special added tokens (user-defined pieces) are still matched, as
+ * both libraries do. A text with no special-token string tokenizes exactly as before: the
+ * library splits text at the same places, so the digest (and every fingerprint) is unchanged.
+ *
  * @module
  */
 import { Tokenizer } from "@huggingface/tokenizers";
@@ -52,12 +62,27 @@ export interface EncodeOptions {
    * @default {max(65536, 32 × maxTokens)}
    */
   fullTokenizeMaxChars?: number;
+  /**
+   * Spans of the text that are special tokens (see {@link SanitizedTokenizer.findSpecialTokens}):
+   * each `text.slice(start, end)` is the content of one special added token and becomes its id;
+   * the text between spans is tokenized as plain text, as everywhere else. Sorted, not
+   * overlapping. For a chat template's scaffolding; a text with spans is always tokenized in
+   * full (no length bound applies), and cannot be the document of a pair.
+   */
+  specialSpans?: readonly SpecialSpan[];
 }
 
+/**
+ * A special token inside a text: `[start, end)` in UTF-16 code units.
+ */
+export type SpecialSpan = readonly [start: number, end: number];
+
 /** Options of {@link SanitizedTokenizer.encodeMany} and {@link SanitizedTokenizer.encodePairs}. */
-export interface EncodeManyOptions extends Omit<EncodeOptions, "itemId"> {
+export interface EncodeManyOptions extends Omit<EncodeOptions, "itemId" | "specialSpans"> {
   /** Item id of each text, named in its `sequence_too_long` refusal. */
   itemIds?: readonly (string | undefined)[];
+  /** {@link EncodeOptions.specialSpans} of each text (none where absent). */
+  specialSpans?: readonly (readonly SpecialSpan[] | undefined)[];
   /**
    * Plans from {@link SanitizedTokenizer.planMany} with the same options, one per text (a
    * missing one is planned here). The text of a `prefix` plan may already be cut.
@@ -133,6 +158,8 @@ export class SanitizedTokenizer {
   #json: Record<string, unknown>;
   #config: Record<string, unknown>;
   #bound: TokenBound | undefined;
+  #specials: Map<string, SpecialToken>;
+  #specialsByFirst: Map<number, string[]>;
 
   private constructor(json: Record<string, unknown>, config: Record<string, unknown>) {
     const sanitized = { ...json, padding: null, truncation: null };
@@ -141,6 +168,16 @@ export class SanitizedTokenizer {
     this.#config = config;
     this.#tok = new Tokenizer(sanitized, config);
     this.#vocab = this.#tok.get_vocab(true);
+    this.#specials = specialTokensOf(sanitized);
+    this.#specialsByFirst = new Map();
+    for (const content of this.#specials.keys()) {
+      const first = content.charCodeAt(0);
+      const list = this.#specialsByFirst.get(first) ?? [];
+      list.push(content);
+      this.#specialsByFirst.set(first, list);
+    }
+    for (const list of this.#specialsByFirst.values()) list.sort((a, b) => b.length - a.length);
+    matchOnlyNonSpecialAddedTokens(this.#tok);
     // deno-lint-ignore no-explicit-any
     const model = (this.#tok as any).model as { unk_token_id?: number } | null;
     this.#unkId = model?.unk_token_id ?? 0;
@@ -207,6 +244,36 @@ export class SanitizedTokenizer {
     return out;
   }
 
+  /** Contents of the special added tokens (`special: true`), in the tokenizer.json's order. */
+  get specialTokens(): readonly string[] {
+    return [...this.#specials.keys()];
+  }
+
+  /**
+   * Where special-token strings occur in a text, as the library would match them if it parsed
+   * special tokens: at each position the longest special token's content starting there, left
+   * to right, not overlapping. For marking a chat template's scaffolding
+   * ({@link EncodeOptions.specialSpans}); never applied to a caller's text.
+   *
+   * @param text The text.
+   * @returns The spans, sorted.
+   */
+  findSpecialTokens(text: string): SpecialSpan[] {
+    const out: SpecialSpan[] = [];
+    if (this.#specialsByFirst.size === 0) return out;
+    for (let i = 0; i < text.length;) {
+      const list = this.#specialsByFirst.get(text.charCodeAt(i));
+      const hit = list?.find((c) => text.startsWith(c, i));
+      if (hit === undefined) {
+        i++;
+        continue;
+      }
+      out.push([i, i + hit.length]);
+      i += hit.length;
+    }
+    return out;
+  }
+
   /** Number of special tokens added around one text. */
   get singleSpecialTokens(): number {
     return this.#singleSpecials;
@@ -224,7 +291,12 @@ export class SanitizedTokenizer {
     if (this.#bound === undefined) {
       // deno-lint-ignore no-explicit-any
       const tok = this.#tok as any;
-      this.#bound = TokenBound.analyze(this.#json, this.#config, {
+      // Special added tokens are not matched in text: the bound sees only the others.
+      const plain = {
+        ...this.#json,
+        added_tokens: addedTokenList(this.#json).filter((t) => t.special !== true),
+      };
+      this.#bound = TokenBound.analyze(plain, this.#config, {
         normalizer: tok.normalizer ?? null,
         preTokenizer: tok.pre_tokenizer ?? null,
       });
@@ -355,9 +427,53 @@ export class SanitizedTokenizer {
     return this.#execute(text, p, options, memo);
   }
 
-  /** Tokenizes without specials (token strings). */
+  /**
+   * Tokenizes as plain text, without adding special tokens (token strings). Special-token
+   * strings in the text are text (see the module doc).
+   */
   tokenize(text: string): string[] {
     return this.#tok.tokenize(text, { add_special_tokens: false });
+  }
+
+  /**
+   * Tokenizes a text whose `spans` are special tokens: each span is its token, the text between
+   * is plain text, trimmed next to a special token that strips (`lstrip` / `rstrip`) as the
+   * library does.
+   *
+   * @throws {RangeError} when a span is out of order, out of range or not a special token.
+   */
+  tokenizeWithSpecials(text: string, spans: readonly SpecialSpan[]): string[] {
+    const out: string[] = [];
+    let at = 0;
+    let strip = false;
+    const flush = (section: string) => {
+      if (section !== "") out.push(...this.tokenize(section));
+    };
+    for (const [start, end] of spans) {
+      if (!(Number.isInteger(start) && start >= at && end > start && end <= text.length)) {
+        throw new RangeError(
+          `Cannot tokenize with special spans: span [${start}, ${end}) is out of order or range`,
+        );
+      }
+      const content = text.slice(start, end);
+      const token = this.#specials.get(content);
+      if (token === undefined) {
+        throw new RangeError(
+          `Cannot tokenize with special spans: ${JSON.stringify(content)} is not a special token`,
+        );
+      }
+      let section = text.slice(at, start);
+      if (strip) section = section.trimStart();
+      if (token.lstrip) section = section.trimEnd();
+      flush(section);
+      out.push(content);
+      strip = token.rstrip;
+      at = end;
+    }
+    let tail = text.slice(at);
+    if (strip) tail = tail.trimStart();
+    flush(tail);
+    return out;
   }
 
   /**
@@ -388,6 +504,12 @@ export class SanitizedTokenizer {
     const { maxTokens } = options;
     checkMaxTokens(maxTokens);
     const query = memo.query;
+    if (options.specialSpans !== undefined) {
+      if (query !== undefined) {
+        throw new RangeError("Cannot encode a pair's document with special spans");
+      }
+      return { kind: "full" };
+    }
     const gate = options.fullTokenizeMaxChars ?? Math.max(65_536, 32 * maxTokens);
     const bound = this.bound;
     if ((query?.length ?? 0) + text.length <= gate || bound.kind === "none") {
@@ -430,6 +552,15 @@ export class SanitizedTokenizer {
     const first = memo.query === undefined
       ? null
       : (memo.queryTokens ??= this.#tokenizeLong(memo.query));
+    if (options.specialSpans !== undefined) {
+      if (plan.kind !== "full") throw new Error("A text with special spans was cut. This is a bug");
+      return this.#finish(
+        first,
+        this.tokenizeWithSpecials(text, options.specialSpans),
+        options,
+        false,
+      );
+    }
     if (plan.kind === "full") return this.#finish(first, this.#tokenizeLong(text), options, false);
     const prefix = this.#tokenizeLong(plan.cut < text.length ? text.slice(0, plan.cut) : text);
     return this.#finish(first, prefix, options, true);
@@ -520,12 +651,89 @@ function tooLong(tokens: number, lowerBound: boolean, options: EncodeOptions): S
 }
 
 function itemOptions(options: PlanManyOptions, i: number): PlanEncodeOptions {
-  const { itemIds: _, ...rest } = options;
+  const { itemIds: _, specialSpans: __, ...rest } = options;
   const opts: PlanEncodeOptions & { plans?: unknown } = { ...rest };
   delete opts.plans;
   const itemId = options.itemIds?.[i];
   if (itemId !== undefined) opts.itemId = itemId;
+  const spans = options.specialSpans?.[i];
+  if (spans !== undefined) opts.specialSpans = spans;
   return opts;
+}
+
+/** A special added token: its id and whether it strips the whitespace beside it. */
+interface SpecialToken {
+  id: number;
+  lstrip: boolean;
+  rstrip: boolean;
+}
+
+function addedTokenList(json: Record<string, unknown>): Record<string, unknown>[] {
+  const list = Array.isArray(json.added_tokens) ? json.added_tokens : [];
+  return list.filter((t): t is Record<string, unknown> => typeof t === "object" && t !== null);
+}
+
+function specialTokensOf(json: Record<string, unknown>): Map<string, SpecialToken> {
+  const out = new Map<string, SpecialToken>();
+  for (const t of addedTokenList(json)) {
+    if (t.special !== true || typeof t.content !== "string" || t.content === "") continue;
+    out.set(t.content, {
+      id: typeof t.id === "number" ? t.id : -1,
+      lstrip: t.lstrip === true,
+      rstrip: t.rstrip === true,
+    });
+  }
+  return out;
+}
+
+/** The library's added-vocabulary parts this module narrows (`@huggingface/tokenizers` 0.2). */
+interface AddedVocabularyParts {
+  added_tokens: { content: string; special: boolean; normalized: boolean }[];
+  added_tokens_map: Map<string, unknown>;
+  splitter_unnormalized: { split(text: string): string[] };
+  splitter_normalized: { split(text: string): string[] };
+  normalizer: ((text: string) => string) | null;
+}
+
+/**
+ * Makes the library match only the non-special added tokens in text (F25): rebuilds its two
+ * added-token splitters and its added-token map from them, exactly as its constructor builds
+ * them from all added tokens. Ids, the vocabulary, the post-processor and decoding are untouched
+ * (they do not use these parts).
+ *
+ * @throws {Error} when the library does not have the parts this relies on (a changed version:
+ *   fail loudly rather than parse special tokens in text).
+ */
+function matchOnlyNonSpecialAddedTokens(tok: Tokenizer): void {
+  const t = tok as unknown as AddedVocabularyParts;
+  const Splitter = (t.splitter_unnormalized as object | undefined)?.constructor as
+    | (new (words: string[]) => { split(text: string): string[] })
+    | undefined;
+  if (
+    !Array.isArray(t.added_tokens) || !(t.added_tokens_map instanceof Map) ||
+    Splitter === undefined || typeof t.splitter_normalized?.split !== "function"
+  ) {
+    throw new Error(
+      "Cannot keep special tokens out of text: @huggingface/tokenizers no longer has the added-vocabulary parts this module narrows. This is a bug",
+    );
+  }
+  const unnormalized: string[] = [];
+  const normalized: string[] = [];
+  const map = new Map<string, unknown>();
+  for (const token of t.added_tokens) {
+    if (token.special) continue;
+    map.set(token.content, token);
+    if (token.normalized && t.normalizer !== null) {
+      const n = t.normalizer(token.content);
+      normalized.push(n);
+      map.set(n, token);
+    } else {
+      unnormalized.push(token.content);
+    }
+  }
+  t.added_tokens_map = map;
+  t.splitter_unnormalized = new Splitter(unnormalized);
+  t.splitter_normalized = new Splitter(normalized);
 }
 
 function checkMaxTokens(maxTokens: number): void {

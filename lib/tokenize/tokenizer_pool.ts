@@ -15,7 +15,7 @@ import { SynapseError } from "../contract/errors.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import { fromWireFailure, fromWireOutcome } from "./_pool_protocol.ts";
 import type { PoolRequest, PoolResponse } from "./_pool_protocol.ts";
-import type { EncodeOutcome, EncodePlan, SanitizedTokenizer } from "./tokenizer.ts";
+import type { EncodeOutcome, EncodePlan, SanitizedTokenizer, SpecialSpan } from "./tokenizer.ts";
 
 /** Options of {@link TokenizerPool}. */
 export interface TokenizerPoolOptions {
@@ -65,6 +65,11 @@ export interface PoolEncodeOptions {
    * @default {false}
    */
   submittedSha256?: boolean;
+  /**
+   * {@link EncodeOptions.specialSpans} of each text: the spans that are special tokens (a chat
+   * template's scaffolding). Texts are plain text everywhere else, and entirely without it.
+   */
+  specialSpans?: readonly (readonly SpecialSpan[] | undefined)[];
   /**
    * Aborts the call: a queued batch is dropped; a running one stops its worker (which is
    * replaced). The promise rejects with `signal.reason`.
@@ -262,6 +267,7 @@ export class TokenizerPool implements AsyncDisposable {
     const planned = tokenizer.planMany(texts, {
       ...common,
       ...(options.itemIds === undefined ? {} : { itemIds: options.itemIds }),
+      ...(options.specialSpans === undefined ? {} : { specialSpans: options.specialSpans }),
       scanLimit: Math.max(1 << 16, Math.floor(this.scanLimit / Math.max(1, texts.length))),
     });
     const hash = options.submittedSha256 === true;
@@ -270,6 +276,7 @@ export class TokenizerPool implements AsyncDisposable {
     const shipTexts: string[] = [];
     const plans: EncodePlan[] = [];
     const itemIds: (string | undefined)[] = [];
+    const spans: (SpecialSpan[] | undefined)[] = [];
     let chars = pairQuery?.length ?? 0;
     planned.forEach((p, i) => {
       if (!p.ok) {
@@ -283,11 +290,14 @@ export class TokenizerPool implements AsyncDisposable {
       shipTexts.push(shipped);
       plans.push(p.plan);
       itemIds.push(options.itemIds?.[i]);
+      const sp = options.specialSpans?.[i];
+      spans.push(sp === undefined ? undefined : sp.map(([a, b]) => [a, b] as const));
     });
+    const withSpans = spans.some((sp) => sp !== undefined) ? { specialSpans: spans } : {};
     if (index.length === 0) return outcomes;
     let results: EncodeOutcome[];
     if (chars <= this.inlineMaxChars) {
-      results = tokenizer.encodeMany(shipTexts, { ...common, plans, itemIds });
+      results = tokenizer.encodeMany(shipTexts, { ...common, plans, itemIds, ...withSpans });
       if (hash) {
         results.forEach((o, k) => {
           if (o.ok) o.submittedSha256 = sha256Hex(shipTexts[k]!);
@@ -303,6 +313,7 @@ export class TokenizerPool implements AsyncDisposable {
         itemIds,
         hash,
         ...common,
+        ...withSpans,
       }, options.signal);
     }
     index.forEach((i, k) => outcomes[i] = results[k]!);

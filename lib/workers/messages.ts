@@ -138,6 +138,8 @@ const TOKENIZE = z.strictObject({
   req_id: reqId,
   model_ref: modelRef,
   texts: z.array(z.string()),
+  /** Parse special-token strings in the texts (llama.cpp `parse_special`); absent: true. */
+  special: z.boolean().optional(),
 });
 const TOKENS = z.strictObject({
   type: z.literal("TOKENS"),

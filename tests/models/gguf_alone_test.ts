@@ -91,19 +91,45 @@ Deno.test("a GGUF alone loads, matches llama.cpp and the packaged tokenizer.json
         assert.equal(model.profile.sanitized_tokenizer_digest, model.tokenizer.digest);
         assert.notEqual(model.tokenizer.digest, c.packaged.digest);
         const engine = model.interactive.engine as LlamaEngine;
-        const theirs = await engine.tokenize(texts);
-        const differs: string[] = [];
-        for (let i = 0; i < texts.length; i++) {
-          const ours = Array.from(model.tokenizer.encode(texts[i]!, { maxTokens: 1 << 20 }).ids);
-          const packaged = Array.from(c.packaged.encode(texts[i]!, { maxTokens: 1 << 20 }).ids);
-          const what = JSON.stringify(texts[i]!.slice(0, 60));
-          assert.deepEqual(ours, [...c.bos, ...theirs[i]!], `llama.cpp: ${what}`);
-          if (ours.join() !== packaged.join()) differs.push(texts[i]!);
+        // Both ways a text is tokenized (F25): a caller's text as plain text (llama.cpp
+        // `parse_special` off), a template's scaffolding with its special tokens as spans (on).
+        for (const special of [false, true]) {
+          const theirs = await engine.tokenize(texts, { special });
+          const differs: string[] = [];
+          let spanned = 0;
+          for (let i = 0; i < texts.length; i++) {
+            const text = texts[i]!;
+            const spans = special ? model.tokenizer.findSpecialTokens(text) : undefined;
+            spanned += spans?.length ?? 0;
+            const ours = Array.from(
+              model.tokenizer.encode(text, {
+                maxTokens: 1 << 20,
+                ...(spans === undefined ? {} : { specialSpans: spans }),
+              }).ids,
+            );
+            const pSpans = special ? c.packaged.findSpecialTokens(text) : undefined;
+            const packaged = Array.from(
+              c.packaged.encode(text, {
+                maxTokens: 1 << 20,
+                ...(pSpans === undefined ? {} : { specialSpans: pSpans }),
+              }).ids,
+            );
+            const what = JSON.stringify(text.slice(0, 60));
+            assert.deepEqual(
+              ours,
+              [...c.bos, ...theirs[i]!],
+              `llama.cpp (special ${special}): ${what}`,
+            );
+            if (ours.join() !== packaged.join()) differs.push(text);
+          }
+          // Where llama.cpp itself departs from the tokenizer.json: it splits `</s>` out as an
+          // end-of-generation piece, which Qwen's vocabulary holds as a normal token.
+          const expected = c.id === "qwen" && special
+            ? texts.filter((x) => x.includes("</s>"))
+            : [];
+          assert.deepEqual(differs, expected, `special ${special}`);
+          if (special) assert.ok(spanned > 0, "the check texts hold special-token strings");
         }
-        // Where llama.cpp itself departs from the tokenizer.json: it splits `</s>` out as an
-        // end-of-generation piece, which Qwen's vocabulary holds as a normal token.
-        const expected = c.id === "qwen" ? texts.filter((x) => x.includes("</s>")) : [];
-        assert.deepEqual(differs, expected);
         assert.ok(texts.length > 300);
       });
       await t.step(`${c.id}: generates text`, async () => {

@@ -96,13 +96,20 @@ Deno.test("tokenizerJsonFromGguf() byte-level BPE: same ids as the Qwen3 tokeniz
     JSON.parse(await Deno.readTextFile(`${QWEN_TOKENIZER}/tokenizer_config.json`)),
   );
   for (const t of await sample()) {
-    // llama.cpp (and so the built tokenizer) splits `</s>` out as an end-of-generation piece;
-    // Qwen's vocabulary holds it as a normal token.
-    if (t.includes("</s>")) continue;
     assert.deepEqual(ids(ours, t), ids(packaged, t), JSON.stringify(t.slice(0, 60)));
   }
-  assert.deepEqual(ids(ours, "a</s>b"), [64, 128247, 65]);
-  assert.notDeepEqual(ids(packaged, "a</s>b"), [64, 128247, 65]);
+  // A caller's text is text (F25): `</s>` in it is its pieces in both. As a template's special
+  // token, llama.cpp (and so the built tokenizer) reads `</s>` as an end-of-generation piece;
+  // Qwen's tokenizer.json holds it as a normal token.
+  assert.deepEqual(ids(ours, "a</s>b"), [64, 522, 82, 51407]);
+  assert.deepEqual(ids(packaged, "a</s>b"), [64, 522, 82, 51407]);
+  const spans = ours.findSpecialTokens("a</s>b");
+  assert.deepEqual(spans, [[1, 5]]);
+  assert.deepEqual(
+    Array.from(ours.encode("a</s>b", { maxTokens: 64, specialSpans: spans }).ids),
+    [64, 128247, 65],
+  );
+  assert.deepEqual(packaged.findSpecialTokens("a</s>b"), []);
   assert.equal(ours.decode(ids(ours, "héllo 🦙 world")), "héllo 🦙 world");
 });
 

@@ -148,14 +148,31 @@ Deno.test("TokenBound.lowerBound() counts words, punctuation, CJK and added toke
     ["a\u200bb", 1], // zero-width space is a format character the cleaner drops: one word
     ["a\ufeffb", 1], // BOM is whitespace to a regex but dropped by the cleaner
     ["北京 is", 3],
-    ["[SEP]", 1],
-    ["x[SEP]y", 3],
+    // Special-token strings are text (F25): "[", "sep", "]".
+    ["[SEP]", 3],
+    ["x[SEP]y", 5],
     ["[SE", 2],
     ["a".repeat(500), 1],
   ];
   for (const [text, words] of cases) {
     assert.equal(tok.bound.lowerBound(text).tokens, words, JSON.stringify(text));
     assert.ok(tok.tokenize(text).length >= words);
+  }
+  // A non-special added token is still matched in text: one token.
+  const json = tok.source.json as { added_tokens: unknown[]; model: { vocab: object } };
+  const withAdded = SanitizedTokenizer.fromJson({
+    ...json,
+    added_tokens: [...json.added_tokens, {
+      id: Object.keys(json.model.vocab).length,
+      content: "[X]",
+      special: false,
+      normalized: false,
+    }],
+  });
+  for (const [text, words] of [["[X]", 1], ["a[X]b", 3], ["[SEP][X]", 4]] as const) {
+    assert.equal(withAdded.bound.lowerBound(text).tokens, words, JSON.stringify(text));
+    assert.ok(withAdded.tokenize(text).length >= words, JSON.stringify(text));
+    assert.equal(withAdded.tokenize(text).filter((p) => p === "[X]").length, 1);
   }
 });
 

@@ -344,20 +344,31 @@ export class LlamaEngine implements Engine {
   }
 
   /**
-   * llama.cpp's own tokenization of texts (TOKENIZE): special-token strings parsed, no BOS or EOS
-   * added. For checking a tokenizer the module built from the GGUF against llama.cpp's; serving
-   * never tokenizes in the worker.
+   * llama.cpp's own tokenization of texts (TOKENIZE): special-token strings parsed (or, with
+   * `special: false`, read as text), no BOS or EOS added. For checking a tokenizer the module
+   * built from the GGUF against llama.cpp's; serving never tokenizes in the worker.
    *
    * @param texts The texts.
+   * @param options `special`: parse special-token strings (llama.cpp `parse_special`).
+   *   @default {true}
    * @returns One id list per text, in order.
    * @throws {SynapseError} `engine_crashed`, `probe_required`, `engine_output_invalid` (a TOKENS
    *   with another number of lists), or the mapped worker ERR.
    */
-  async tokenize(texts: readonly string[]): Promise<number[][]> {
+  async tokenize(
+    texts: readonly string[],
+    options: { special?: boolean } = {},
+  ): Promise<number[][]> {
     this.#ensureNotDisposed();
     const ref = await this.#ensureLoaded();
     const reply = await this.#call<TokensMessage>(
-      { type: "TOKENIZE", req_id: this.#nextReq++, model_ref: ref, texts: [...texts] },
+      {
+        type: "TOKENIZE",
+        req_id: this.#nextReq++,
+        model_ref: ref,
+        texts: [...texts],
+        special: options.special ?? true,
+      },
       undefined,
       this.#opts.requestTimeoutMs ?? WORKER_TIMEOUTS.requestMs,
     );
