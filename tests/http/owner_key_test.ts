@@ -420,6 +420,14 @@ Deno.test("serve --http unix:PATH: a 0600 socket nobody else can open; the CLI c
     assert.equal(byUrl.code, 0, byUrl.stderr);
     const embed = await cliIn(home, ["embed", "--url", `unix:${sock}`, "hello"]);
     assert.equal(embed.code, 0, embed.stderr);
+    const record = JSON.parse(
+      await Deno.readTextFile(
+        `${home.env.XDG_DATA_HOME}/cortexkit/leases/0405529e9b7ef3b5.http.json`,
+      ),
+    );
+    assert.equal(record.url, `unix:${sock}`);
+    const found = await cliIn(home, ["cache", "gc"]); // through the serve record
+    assert.equal(found.code, 0, found.stderr);
   } finally {
     child.kill("SIGTERM");
     await child.status;
