@@ -109,6 +109,19 @@ export function storePath(env?: EnvSource, options: HomeOptions = {}): string {
   return `${synapseDataDir(env, options)}/store.db`;
 }
 
+/**
+ * The owner's local key of the HTTP door: `<data_home>/cortexkit/synapse/owner.key`, mode 0600
+ * (lib/http/owner_key.ts). `ck-synapse serve` creates it at its first start; CLI commands of
+ * the same user and data home read it to call mutating operations.
+ *
+ * @param env Environment source; defaults to `Deno.env.get`.
+ * @param options Which OS ladder to follow.
+ * @returns The key file path.
+ */
+export function ownerKeyPath(env?: EnvSource, options: HomeOptions = {}): string {
+  return `${synapseDataDir(env, options)}/owner.key`;
+}
+
 function resolveHome(
   env: EnvSource | undefined,
   options: HomeOptions,

@@ -459,13 +459,14 @@ export class Synapse implements AsyncDisposable {
    * CLI commands in the same data home talk to it instead of failing on the lease; the record
    * goes at {@link dispose}. `ck-synapse serve` calls it once bound.
    *
-   * @param url The HTTP base URL, e.g. `http://127.0.0.1:8080`.
+   * @param url The HTTP base URL, e.g. `http://127.0.0.1:8080` (or `unix:PATH`).
+   * @param keyFile The owner key file its HTTP door checks, for the CLI (`key_file`).
    * @throws {Error} when the record cannot be written (file-system errors).
    */
-  async recordServerAddress(url: string): Promise<void> {
+  async recordServerAddress(url: string, keyFile?: string): Promise<void> {
     const lease = this.#leases[0];
     if (lease === undefined || this.#disposed) return;
-    await recordServerAddress(lease, url);
+    await recordServerAddress(lease, url, keyFile);
   }
 
   /**

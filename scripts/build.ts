@@ -537,6 +537,9 @@ async function buildArchive(
       }`;
     await must("bash", ["-o", "pipefail", "-c", `${tar} | gzip -n -6 > ${shq(payload)}`]);
     const payloadSha = await sha256File(payload);
+    // The header carries the MANIFEST's digest: a tree is this build's only if its MANIFEST is
+    // this one and every file matches it (a stamp alone is not trusted, F38).
+    const manifestSha = await sha256File(`${stage}/MANIFEST`);
     const payloadBytes = (await Deno.stat(payload)).size;
     const template = await Deno.readTextFile(`${ROOT}/scripts/_sfx_header.sh`);
     // The header names its own length and the artifact's: iterate until the numbers settle.
@@ -545,6 +548,7 @@ async function buildArchive(
     for (let i = 0; i < 5; i++) {
       header = template.replace("@VERSION@", SYNAPSE_VERSION)
         .replace("@PAYLOAD_SHA256@", payloadSha)
+        .replace("@MANIFEST_SHA256@", manifestSha)
         .replace("@PAYLOAD_OFFSET@", String(offset))
         .replace("@ARTIFACT_SIZE@", String(offset + payloadBytes));
       const len = new TextEncoder().encode(header).length;

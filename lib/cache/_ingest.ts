@@ -211,7 +211,7 @@ async function copyHashing(
   const hash = createHash("sha256");
   using out = dest === undefined
     ? undefined
-    : await Deno.open(dest, { create: true, write: true, truncate: true, mode: 0o644 });
+    : await Deno.open(dest, { create: true, write: true, truncate: true, mode: 0o600 });
   const buf = new Uint8Array(4 * 1024 * 1024);
   let done = 0;
   while (true) {

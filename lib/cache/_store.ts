@@ -37,9 +37,24 @@ export function layoutOf(root: string): Layout {
   };
 }
 
-/** Creates the four directories (idempotent). */
+/**
+ * Creates the root and its four directories (idempotent), each 0700: the cache holds copies of
+ * files only its owner may read (a `model.load` of a private path), so no one else may list or
+ * read it. A directory that exists and is ours with any group or other bit is tightened to 0700;
+ * one of another user is left as it is (its owner decides).
+ */
 export function ensureLayoutSync(l: Layout): void {
-  for (const d of [l.blobs, l.meta, l.tmp, l.leases]) Deno.mkdirSync(d, { recursive: true });
+  for (const d of [l.root, l.blobs, l.meta, l.tmp, l.leases]) {
+    Deno.mkdirSync(d, { recursive: true, mode: 0o700 });
+    privateDirSync(d);
+  }
+}
+
+/** Tightens a directory of this user to 0700 (POSIX only; a no-op for another user's). */
+function privateDirSync(dir: string): void {
+  if (Deno.build.os === "windows") return;
+  const st = Deno.statSync(dir);
+  if (st.uid === Deno.uid() && ((st.mode ?? 0) & 0o077) !== 0) Deno.chmodSync(dir, 0o700);
 }
 
 const HEX64 = /^[0-9a-f]{64}$/;
@@ -161,7 +176,7 @@ export function removeMetaSync(l: Layout, hex: string): void {
 export function writeFileAtomicSync(l: Layout, path: string, bytes: Uint8Array): void {
   const tmp = `${l.tmp}/write-${crypto.randomUUID()}.tmp`;
   try {
-    using f = Deno.openSync(tmp, { create: true, write: true, truncate: true, mode: 0o644 });
+    using f = Deno.openSync(tmp, { create: true, write: true, truncate: true, mode: 0o600 });
     let off = 0;
     while (off < bytes.length) off += f.writeSync(bytes.subarray(off));
     f.syncSync();

@@ -294,7 +294,9 @@ async function attemptOnce(
     if (res.body === null) throw downloadFailed(opts, "network", "the answer has no body");
     const resumed = offset > 0;
     const hash = resumed ? await local(hashFile(partialPath, offset)) : createHash("sha256");
-    file = await local(Deno.open(partialPath, { create: true, write: true, truncate: !resumed }));
+    file = await local(
+      Deno.open(partialPath, { create: true, write: true, truncate: !resumed, mode: 0o600 }),
+    );
     if (resumed) await local(file.seek(offset, Deno.SeekMode.Start));
     body = res.body.getReader();
     let done = offset;

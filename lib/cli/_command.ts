@@ -159,7 +159,9 @@ export function serverFlagsUsage(width: number): string {
   const pad = " ".repeat(2 + width);
   const flag = (name: string): string => `  ${name.padEnd(width)}`;
   return [
-    `${flag("--url URL")}call this server (http://127.0.0.1:PORT); default: $SYNAPSE_URL,`,
+    `${
+      flag("--url URL")
+    }call this server (http://127.0.0.1:PORT, unix:PATH); default: $SYNAPSE_URL,`,
     `${pad}else the running 'ck-synapse serve', else an embedded instance`,
     `${flag("--subc FILE")}call the synapse module ($SUBC_MODULE_ID) through the subc daemon`,
     `${pad}of this connection file; '--subc' alone: $SUBC_CONNECTION_FILE, else`,
@@ -196,7 +198,12 @@ export async function openClient(flags: ServerFlags, io: CliIO): Promise<Synapse
   }
   const target = await findServer(flags.url, io);
   const { HttpClient, InProcessClient } = await import("./client.ts");
-  if (target !== undefined) return await HttpClient.open(target.url, { source: target.source });
+  if (target !== undefined) {
+    return await HttpClient.open(target.url, {
+      source: target.source,
+      ...(target.key === undefined ? {} : { key: target.key }),
+    });
+  }
   return await InProcessClient.create(io.synapseOptions ?? {});
 }
 

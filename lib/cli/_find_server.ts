@@ -3,9 +3,14 @@
  * `--url`, else `SYNAPSE_URL`, else the address a live `ck-synapse serve` recorded beside its
  * singleton lease in this data home, else none (the command runs an embedded instance).
  *
+ * The owner's key (lib/http/owner_key.ts) goes along only to the server of that record, named
+ * by the record itself or by a `--url` / `SYNAPSE_URL` equal to the recorded address: a key sent
+ * to any other loopback port could land with another local user listening there.
+ *
  * @module
  */
 import { envLookup } from "../paths.ts";
+import { readOwnerKey } from "../http/owner_key.ts";
 import { findServerAddress, SINGLETON_LEASE_NAME, singletonLeaseDir } from "../lease/lease.ts";
 import type { CliIO } from "./_command.ts";
 
@@ -18,6 +23,8 @@ export interface ServerTarget {
   url: string;
   /** Where the URL came from. */
   source: ServerSource;
+  /** The owner key to send (the serve record's `key_file`), when this is the recorded server. */
+  key?: string;
 }
 
 /**
@@ -32,19 +39,44 @@ export async function findServer(
   flagUrl: string | undefined,
   io: CliIO,
 ): Promise<ServerTarget | undefined> {
-  if (flagUrl !== undefined) return { url: flagUrl, source: "--url" };
   const options = io.synapseOptions ?? {};
-  const fromEnv = envLookup(options.env)("SYNAPSE_URL");
-  if (fromEnv !== undefined) return { url: fromEnv, source: "SYNAPSE_URL" };
   const lease = `${singletonLeaseDir(options)}/${SINGLETON_LEASE_NAME}`;
+  const given: ServerTarget | undefined = flagUrl !== undefined
+    ? { url: flagUrl, source: "--url" }
+    : envTarget(envLookup(options.env)("SYNAPSE_URL"));
   const found = await findServerAddress(lease);
-  if (found.kind === "live") {
-    return { url: found.url, source: { record: found.record, pid: found.pid } };
-  }
-  if (found.kind === "untrusted") {
+  if (found.kind === "untrusted" && given === undefined) {
     io.err(`warning: ignoring the server address in ${found.record}: ${found.reason}`);
   }
+  const key = found.kind === "live" && found.keyFile !== undefined
+    ? readOwnerKey(found.keyFile)
+    : undefined;
+  if (given !== undefined) {
+    const same = found.kind === "live" && sameAddress(given.url, found.url);
+    return same && key !== undefined ? { ...given, key } : given;
+  }
+  if (found.kind === "live") {
+    return {
+      url: found.url,
+      source: { record: found.record, pid: found.pid },
+      ...(key === undefined ? {} : { key }),
+    };
+  }
   return undefined;
+}
+
+function envTarget(url: string | undefined): ServerTarget | undefined {
+  return url === undefined ? undefined : { url, source: "SYNAPSE_URL" };
+}
+
+/** Same server address: equal `unix:` paths, or equal `http:` origins (`localhost` ≠ `127.0.0.1`). */
+function sameAddress(a: string, b: string): boolean {
+  if (a.startsWith("unix:") || b.startsWith("unix:")) return a === b;
+  try {
+    return new URL(a).origin === new URL(b).origin;
+  } catch {
+    return false;
+  }
 }
 
 /**

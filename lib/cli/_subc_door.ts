@@ -213,7 +213,10 @@ export async function runSubcModule(options: SubcModuleOptions): Promise<Session
  */
 export async function serveSubc(
   connectionFile: string,
-  options: { http?: { hostname: string; port: number }; json?: boolean },
+  options: {
+    http?: { hostname: string; port: number } | { path: string };
+    json?: boolean;
+  },
   io: CliIO,
 ): Promise<number> {
   const stop = new AbortController();
@@ -223,6 +226,7 @@ export async function serveSubc(
   io.signal?.addEventListener("abort", onSignal, { once: true });
   if (io.signal?.aborted) stop.abort();
   let server: BoundHttpServer | undefined;
+  let owner: { key: string; file: string } | undefined;
   // The fleet log, as `serve --http` writes it (stderr and the day file); under the bus a
   // malformed CK_LOG* warns instead of refusing (subc §6). A caller's own sink (tests) replaces it.
   const injected = io.synapseOptions?.log;
@@ -255,10 +259,11 @@ export async function serveSubc(
         moduleLog?.open();
         let url: string | undefined;
         if (server !== undefined) {
-          server.attach(synapse);
-          const host = server.hostname.includes(":") ? `[${server.hostname}]` : server.hostname;
-          url = `http://${host}:${server.port}`;
-          await synapse.recordServerAddress(url).catch((err) =>
+          const { serveOwnerKey } = await import("./commands/serve.ts");
+          owner = await serveOwnerKey(io.synapseOptions?.env);
+          server.attach(synapse, { ownerKey: owner.key });
+          url = server.url;
+          await synapse.recordServerAddress(url, owner?.file).catch((err) =>
             io.err(
               `warning: cannot record the server address beside the lease (${
                 (err as Error).message

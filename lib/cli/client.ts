@@ -105,6 +105,16 @@ export function parseLoopbackUrl(
 ): URL {
   const what = typeof source === "string" ? `${source} '${url}'` : `the server address '${url}'`;
   const field = source === "SYNAPSE_URL" ? "SYNAPSE_URL" : "url";
+  if (url.startsWith("unix:")) {
+    if (!url.startsWith("unix:/")) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot use ${what}: give unix:/ABSOLUTE/PATH of the socket`,
+        { channel: true, details: { field } },
+      );
+    }
+    return new URL(url);
+  }
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -136,6 +146,8 @@ export interface HttpClientOptions {
   fetch?: typeof fetch;
   /** Where the URL came from, named in errors. @default "--url" */
   source?: ServerSource;
+  /** The owner's key, sent as `Authorization: Bearer` (only to the recorded server). */
+  key?: string;
 }
 
 /** A client over a running server's `POST /v1/ops/<method>`. */
@@ -145,10 +157,16 @@ export class HttpClient implements SynapseClient {
   /** Where the URL came from. */
   readonly source: ServerSource;
   #fetch: typeof fetch;
+  #key: string | undefined;
+  #unix: Deno.HttpClient | undefined;
 
-  /** `--url <origin>`. */
+  /** `--url <origin>` (`--url unix:PATH` for a unix socket). */
   get serverFlag(): string {
-    return `--url ${this.url.origin}`;
+    return `--url ${this.#origin}`;
+  }
+
+  get #origin(): string {
+    return this.url.protocol === "unix:" ? `unix:${this.url.pathname}` : this.url.origin;
   }
 
   /** @internal Use {@link HttpClient.open}. */
@@ -156,6 +174,7 @@ export class HttpClient implements SynapseClient {
     this.url = url;
     this.source = options.source ?? "--url";
     this.#fetch = options.fetch ?? fetch;
+    this.#key = options.key;
   }
 
   /**
@@ -176,13 +195,25 @@ export class HttpClient implements SynapseClient {
    * JSON a channel `encode_failed`.
    */
   async call(method: string, params: unknown): Promise<ClientOutcome> {
-    const target = new URL(`/v1/ops/${encodeURIComponent(method)}`, this.url);
+    const unix = this.url.protocol === "unix:";
+    const target = new URL(
+      `/v1/ops/${encodeURIComponent(method)}`,
+      unix ? "http://localhost" : this.url,
+    );
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    if (this.#key !== undefined) headers["authorization"] = `Bearer ${this.#key}`;
     let text: string;
     try {
+      if (unix) {
+        this.#unix ??= Deno.createHttpClient({
+          proxy: { transport: "unix", path: this.url.pathname },
+        });
+      }
       const res = await this.#fetch(target, {
         method: "POST",
-        headers: { "content-type": "application/json" },
+        headers,
         body: JSON.stringify(params ?? {}),
+        ...(this.#unix === undefined ? {} : { client: this.#unix }),
       });
       text = await res.text();
     } catch (err) {
@@ -197,8 +228,10 @@ export class HttpClient implements SynapseClient {
     return classify(body);
   }
 
-  /** Nothing to release. */
+  /** Closes the unix socket client, if one was opened. */
   close(): Promise<void> {
+    this.#unix?.close();
+    this.#unix = undefined;
     return Promise.resolve();
   }
 
@@ -245,19 +278,21 @@ function connectionFailed(url: URL, source: ServerSource, err: unknown): ClientO
     .filter((m) => m !== "").join(": ");
   const reason = /(Connection refused|Connection reset[^(]*|timed out|No route to host)/i.exec(raw)
     ?.[1]?.trim() ?? raw;
+  const origin = url.protocol === "unix:" ? `unix:${url.pathname}` : url.origin;
+  const listen = url.protocol === "unix:" ? origin : url.host;
   const hint = source === "--url"
-    ? `is 'ck-synapse serve --http ${url.host}' running?`
+    ? `is 'ck-synapse serve --http ${listen}' running?`
     : source === "SYNAPSE_URL"
-    ? `is 'ck-synapse serve --http ${url.host}' running? (unset SYNAPSE_URL to run embedded)`
+    ? `is 'ck-synapse serve --http ${listen}' running? (unset SYNAPSE_URL to run embedded)`
     : "it may be shutting down; try again";
   return {
     kind: "channel",
     body: {
       code: CONNECTION_FAILED,
-      message: `Cannot connect to Synapse at ${url.origin} (from ${
+      message: `Cannot connect to Synapse at ${origin} (from ${
         describeSource(source)
       }): ${reason}; ${hint}`,
-      url: url.origin,
+      url: origin,
     },
   };
 }

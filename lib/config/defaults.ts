@@ -50,7 +50,7 @@ export const DEFAULT_CONFIG: Readonly<SynapseConfig> = deepFreeze(
       estimated_execution_ms: 25,
       max_concurrent_workers: 2,
     },
-    http: { max_body_bytes: 64 * 2 ** 20 },
+    http: { max_body_bytes: 64 * 2 ** 20, require_key_for_queries: false },
     tokenize: { workers: 0, inline_max_chars: 256 },
     jobs: {
       execution_ttl_ms: 86_400_000,

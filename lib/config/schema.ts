@@ -178,6 +178,16 @@ export const HttpConfigSchema = z.strictObject({
    * @default {67108864}
    */
   max_body_bytes: positiveInt,
+  /**
+   * Ask the owner's local key (lib/http/owner_key.ts) for every request of the HTTP door, not
+   * only for the mutating operations: embeddings, rerank, generation, `/v1/models`, `/health`
+   * and `/metrics` too. Off by default (a query changes nothing another caller sees); turn it on
+   * when other local users must not use or observe the service. The unix socket door
+   * (`serve --http unix:PATH`, 0600) needs no key either way.
+   *
+   * @default {false}
+   */
+  require_key_for_queries: z.boolean(),
 });
 
 /** `tokenize` section: the tokenizer worker pool (lib/tokenize/tokenizer_pool.ts). */

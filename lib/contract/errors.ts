@@ -68,6 +68,13 @@ export type ChannelErrorCode =
   | "module_not_initialized"
   | "flow_scope_refused"
   | "certify_observation_disabled"
+  /**
+   * The HTTP door refused a call without the owner's local key (`Authorization: Bearer KEY` or
+   * `X-Synapse-Key: KEY`): every mutating operation, and queries when
+   * `http.require_key_for_queries` is set. Not in contract.md §2 (the reference has no local
+   * key); permanent: resend with the key.
+   */
+  | "unauthorized"
   | "encode_failed";
 
 /** Every code a {@link SynapseError} may carry. `disposed` is for use-after-dispose (STYLE 9). */
@@ -133,6 +140,7 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, ErrorCodeInfo>> = Object.fr
   module_not_initialized: T(100),
   flow_scope_refused: P,
   certify_observation_disabled: P,
+  unauthorized: P,
   encode_failed: P,
   disposed: P,
 });
@@ -149,6 +157,7 @@ export const CHANNEL_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   "module_not_initialized",
   "flow_scope_refused",
   "certify_observation_disabled",
+  "unauthorized",
   "encode_failed",
 ]);
 

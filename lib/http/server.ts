@@ -51,6 +51,8 @@ import { rerankShapesRoute } from "./rerank_shapes.ts";
 import { teiRoute } from "./tei.ts";
 import { ollamaRoute } from "./ollama.ts";
 import { metricsResponse, throughDoor } from "./metrics.ts";
+import { OPERATIONS } from "../ops/dispatcher.ts";
+import { keyOfRequest, OWNER_KEY_HEADER, sameKey } from "./owner_key.ts";
 
 export { float32Base64LE } from "./openai.ts";
 
@@ -77,6 +79,21 @@ export interface ServeHttpOptions {
   hostname?: string;
   /** TCP port; 0 picks an ephemeral one. @default 0 */
   port?: number;
+  /**
+   * Serve on a unix socket at this path instead of TCP (`serve --http unix:PATH`): the socket
+   * is made 0600, in a directory of this user that no one else can write (checked as the worker
+   * runtime dir is, lib/workers/runtime_dir.ts); a stale socket of this user there is replaced.
+   * Only this user can connect, so the door needs no key: every operation is served.
+   */
+  path?: string;
+  /**
+   * The owner's local key (lib/http/owner_key.ts): a call of an `owner` operation
+   * (`OPERATIONS[m].access`), and with `http.require_key_for_queries` every request, must show
+   * it (`Authorization: Bearer KEY` or `X-Synapse-Key: KEY`), else 401 `unauthorized`.
+   *
+   * @default {none: over TCP the owner operations are refused, whatever a caller sends}
+   */
+  ownerKey?: string;
   /** Shuts the server down when aborted. */
   signal?: AbortSignal;
   /** Called once the socket is bound. */
@@ -97,10 +114,14 @@ export interface ServeHttpOptions {
 
 /** A running HTTP server. */
 export interface HttpServer extends AsyncDisposable {
-  /** Bound hostname. */
+  /** Bound hostname (`unix` on a unix socket). */
   readonly hostname: string;
-  /** Bound port. */
+  /** Bound port (0 on a unix socket). */
   readonly port: number;
+  /** The unix socket path, when it serves on one. */
+  readonly path?: string;
+  /** Its base URL: `http://HOST:PORT`, or `unix:PATH` on a unix socket. */
+  readonly url: string;
   /** Resolves when the server has stopped. */
   readonly finished: Promise<void>;
   /** Stops accepting, lets in-flight requests finish, and resolves when stopped. Idempotent. */
@@ -113,9 +134,11 @@ export interface BoundHttpServer extends HttpServer {
    * Starts serving `synapse`; until then every route answers 503 `module_not_initialized`
    * (`/health`: `loading`, "the instance is starting").
    *
+   * @param options `ownerKey`: the owner's local key, when it was not known at bind time
+   *   (`serve` makes it once the instance started, so a failed start leaves no file behind).
    * @throws {Error} "… This is a bug" when an instance is already attached.
    */
-  attach(synapse: HttpBackend): void;
+  attach(synapse: HttpBackend, options?: { ownerKey?: string }): void;
 }
 
 /**
@@ -179,7 +202,8 @@ export function serveHttp(synapse: HttpBackend, options: ServeHttpOptions = {}):
 export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
   const hostname = options.hostname ?? "127.0.0.1";
   const port = options.port ?? 0;
-  if (!isLoopbackHostname(hostname)) {
+  if (options.path !== undefined) prepareSocketPath(options.path);
+  else if (!isLoopbackHostname(hostname)) {
     throw invalidRequest(
       `Cannot listen on '${hostname}': the HTTP door binds loopback addresses only (127.0.0.1, ::1, localhost)`,
       { field: "hostname", hostname },
@@ -198,43 +222,77 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
     maxBodyBytes: options.maxBodyBytes,
     log: options.log,
     startedSec: Math.floor(Date.now() / 1000),
+    ownerKey: options.ownerKey,
+    unix: options.path !== undefined,
   };
   const bindHost = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
-  let server: Deno.HttpServer<Deno.NetAddr>;
+  let server: Deno.HttpServer<Deno.NetAddr> | Deno.HttpServer<Deno.UnixAddr>;
+  const onError = function onError(err: unknown): Response {
+    return errorResponse(
+      new SynapseError("encode_failed", `Cannot answer: ${errorMessage(err)}`, { cause: err }),
+      door.backend,
+    );
+  };
+  const handle = function handle(req: Request): Promise<Response> {
+    return handleLogged(door, req);
+  };
   try {
-    server = Deno.serve({
-      hostname: bindHost,
-      port,
-      ...(options.signal ? { signal: options.signal } : {}),
-      onListen: function onListen(addr: Deno.NetAddr): void {
-        options.onListen?.({ hostname: addr.hostname, port: addr.port });
-      },
-      onError: function onError(err: unknown): Response {
-        return errorResponse(
-          new SynapseError("encode_failed", `Cannot answer: ${errorMessage(err)}`, { cause: err }),
-          door.backend,
-        );
-      },
-    }, function handle(req: Request): Promise<Response> {
-      return handleLogged(door, req);
-    });
+    server = options.path !== undefined
+      ? Deno.serve({
+        path: options.path,
+        transport: "unix",
+        ...(options.signal ? { signal: options.signal } : {}),
+        onListen: function onListen(): void {
+          // Made with the umask's mode: others cannot connect before this (connecting needs
+          // write permission on the socket, which 0755 does not give them).
+          Deno.chmodSync(options.path!, 0o600);
+          options.onListen?.({ hostname: "unix", port: 0 });
+        },
+        onError,
+      }, handle)
+      : Deno.serve({
+        hostname: bindHost,
+        port,
+        ...(options.signal ? { signal: options.signal } : {}),
+        onListen: function onListen(addr: Deno.NetAddr): void {
+          options.onListen?.({ hostname: addr.hostname, port: addr.port });
+        },
+        onError,
+      }, handle);
   } catch (err) {
     parser.dispose();
-    throw bindError(err, hostname, port);
+    throw bindError(err, options.path === undefined ? hostname : `unix:${options.path}`, port);
   }
-  server.finished.then(() => parser.dispose(), () => parser.dispose());
+  if (options.path !== undefined) Deno.chmodSync(options.path, 0o600);
+  const stopped = (): void => {
+    parser.dispose();
+    if (options.path !== undefined) {
+      try {
+        Deno.removeSync(options.path);
+      } catch { /* gone already */ }
+    }
+  };
+  server.finished.then(stopped, stopped);
   const addr = server.addr;
+  const tcp = addr.transport === "tcp" ? addr : undefined;
+  const host = tcp === undefined ? "unix" : tcp.hostname;
+  const url = tcp === undefined
+    ? `unix:${options.path}`
+    : `http://${host.includes(":") ? `[${host}]` : host}:${tcp.port}`;
   let shutdown: Promise<void> | undefined;
   return {
-    hostname: addr.hostname,
-    port: addr.port,
+    hostname: host,
+    port: tcp?.port ?? 0,
+    ...(options.path === undefined ? {} : { path: options.path }),
+    url,
     finished: server.finished,
-    attach(synapse: HttpBackend): void {
+    attach(synapse: HttpBackend, attachOptions: { ownerKey?: string } = {}): void {
       if (door.backend !== undefined) {
         throw new Error(
           "An HTTP server serves one instance; attach() was called twice. This is a bug",
         );
       }
+      if (attachOptions.ownerKey !== undefined) door.ownerKey = attachOptions.ownerKey;
       // Every call through this door is counted with door="http" (synapse_requests_total).
       door.backend = throughDoor(synapse, "http");
     },
@@ -248,9 +306,93 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
   };
 }
 
+/**
+ * Checks where a unix socket of the door may be made: its directory must be a real directory of
+ * this user that no one else can write, under parents no one else can swap out (the worker
+ * runtime dir's rules, lib/workers/runtime_dir.ts); a socket of this user left at the path by a
+ * server that died is removed, anything else there is refused.
+ *
+ * @throws {SynapseError} channel `invalid_request` `{field: "http", path, reason}`.
+ */
+function prepareSocketPath(path: string): void {
+  const refuse = (reason: string, why: string): never => {
+    throw new SynapseError("invalid_request", `Cannot listen on unix:${path}: ${why}`, {
+      channel: true,
+      details: { field: "http", path, reason },
+    });
+  };
+  if (!path.startsWith("/")) {
+    refuse("not_absolute", "give an absolute path (unix:/run/…/synapse.sock)");
+  }
+  const dir = path.slice(0, path.lastIndexOf("/")) || "/";
+  try {
+    checkPrivateDir(dir);
+  } catch (err) {
+    if (err instanceof SynapseError) {
+      refuse(
+        String(err.details?.reason ?? "unsafe_dir"),
+        err.message.replace(/^Cannot use [^:]*: /, ""),
+      );
+    }
+    if (err instanceof Deno.errors.NotFound) {
+      refuse("no_directory", `its directory ${dir} does not exist`);
+    }
+    throw err;
+  }
+  let info: Deno.FileInfo;
+  try {
+    info = Deno.lstatSync(path);
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return;
+    throw err;
+  }
+  if (!info.isSocket || info.uid !== Deno.uid()) {
+    refuse("path_in_use", "something else is at that path (not a socket of this user); remove it");
+  }
+  // A live server on it answers; a dead one's socket is ours to replace.
+  Deno.removeSync(path);
+}
+
+/**
+ * The worker runtime dir's rules for an existing directory (lib/workers/runtime_dir.ts): a real
+ * directory of this user, not group/other-writable, under parents of root or this user that no
+ * one else can write without the sticky bit.
+ *
+ * @throws {SynapseError} `invalid_request` `{reason}` naming what is wrong.
+ */
+function checkPrivateDir(dir: string): void {
+  const uid = Deno.uid();
+  const no = (reason: string, why: string): never => {
+    throw new SynapseError("invalid_request", `Cannot use ${dir}: ${why}`, { details: { reason } });
+  };
+  const self = Deno.lstatSync(dir);
+  if (self.isSymlink) no("symlink", `its directory ${dir} is a symbolic link`);
+  if (!self.isDirectory) no("not_directory", `${dir} is not a directory`);
+  if (uid !== null && self.uid !== uid) {
+    no("foreign_owner", `its directory ${dir} belongs to uid ${self.uid}, not to this user`);
+  }
+  if (((self.mode ?? 0) & 0o022) !== 0) {
+    no("writable_by_others", `its directory ${dir} is writable by others`);
+  }
+  let parent = Deno.realPathSync(`${dir}/..`);
+  for (;;) {
+    const st = Deno.statSync(parent);
+    if (st.uid !== 0 && st.uid !== uid) {
+      no("unsafe_parent", `its parent ${parent} belongs to uid ${st.uid}`);
+    }
+    if (((st.mode ?? 0) & 0o022) !== 0 && ((st.mode ?? 0) & 0o1000) === 0) {
+      no("unsafe_parent", `its parent ${parent} lets others replace what is in it`);
+    }
+    if (parent === "/") break;
+    parent = parent.replace(/\/[^/]*$/, "") || "/";
+  }
+}
+
 /** The typed refusal of an address that cannot be bound, naming it and what to do. */
 function bindError(err: unknown, hostname: string, port: number): SynapseError {
-  const address = hostname.includes(":") && !hostname.startsWith("[")
+  const address = hostname.startsWith("unix:")
+    ? hostname
+    : hostname.includes(":") && !hostname.startsWith("[")
     ? `[${hostname}]:${port}`
     : `${hostname}:${port}`;
   const [reason, why] = err instanceof Deno.errors.AddrInUse
@@ -273,6 +415,10 @@ interface Door {
   log: LogSink | undefined;
   /** When the server started, Unix seconds (`created` of `GET /v1/models`). */
   startedSec: number;
+  /** The owner's local key ({@link ServeHttpOptions.ownerKey}). */
+  ownerKey: string | undefined;
+  /** True on a unix socket (0600: only the owner connects, no key asked). */
+  unix: boolean;
 }
 
 /** What one request did, for its log line; `route` fills it in. */
@@ -360,6 +506,7 @@ async function route(
   const adapter = rerankShapesRoute(path) ?? teiRoute(path) ?? ollamaRoute(path);
   try {
     checkHostAndOrigin(req);
+    checkAccess(door, req, path);
     if (path === "/health") {
       if (req.method === "HEAD") {
         const res = health(door.backend);
@@ -511,6 +658,56 @@ function checkHostAndOrigin(req: Request): void {
   }
 }
 
+/**
+ * Refuses a request that needs the owner's key and does not show it (field report F39): a call
+ * of an `owner` operation over `POST /v1/ops/<method>`, and with `http.require_key_for_queries`
+ * any request. A unix socket door (0600) asks nothing: the kernel already checked who connects.
+ *
+ * @throws {SynapseError} channel `unauthorized` `{field: "authorization", reason:
+ *   "missing_key" | "wrong_key" | "no_owner_key", method?}`.
+ */
+function checkAccess(door: Door, req: Request, path: string): void {
+  if (door.unix) return;
+  let method: string | undefined;
+  let owner = false;
+  if (path.startsWith("/v1/ops/")) {
+    try {
+      method = decodeURIComponent(path.slice("/v1/ops/".length));
+    } catch { /* answered unknown_method by the route */ }
+    owner = method !== undefined && Object.hasOwn(OPERATIONS, method) &&
+      OPERATIONS[method]!.access === "owner";
+  }
+  const queriesToo = door.backend?.context?.config?.http?.require_key_for_queries === true;
+  if (!owner && !queriesToo) return;
+  const what = method === undefined ? `${req.method} ${path}` : `'${method}'`;
+  const given = keyOfRequest(req.headers);
+  const refuse = (reason: string, why: string): never => {
+    throw new SynapseError("unauthorized", `Cannot call ${what} over HTTP: ${why}`, {
+      channel: true,
+      details: { field: "authorization", reason, ...(method === undefined ? {} : { method }) },
+    });
+  };
+  if (door.ownerKey === undefined) {
+    refuse(
+      "no_owner_key",
+      "this door was started without an owner key, so it serves no mutating operation",
+    );
+  }
+  const how =
+    `send the owner's key (the owner.key file in the server's data home) as Authorization: Bearer KEY or ${OWNER_KEY_HEADER}: KEY; ck-synapse commands of the owner send it themselves`;
+  if (given === undefined) {
+    refuse(
+      "missing_key",
+      `${
+        owner ? "it changes the service, so it needs" : "this server asks"
+      } the owner's key; ${how}`,
+    );
+  }
+  if (!sameKey(given, door.ownerKey!)) {
+    refuse("wrong_key", `the key sent is not the owner's; ${how}`);
+  }
+}
+
 function hostOnly(host: string): string {
   if (host.startsWith("[")) return host.slice(0, host.indexOf("]") + 1);
   const colon = host.lastIndexOf(":");
@@ -567,6 +764,7 @@ function errorResponse(e: SynapseError, synapse: HttpBackend | undefined): Respo
 
 function retryHeaders(e: SynapseError): Headers {
   const headers = new Headers();
+  if (e.code === "unauthorized") headers.set("www-authenticate", 'Bearer realm="synapse"');
   if (e.retryAfterMs !== undefined) {
     headers.set("retry-after", String(Math.max(1, Math.ceil(e.retryAfterMs / 1000))));
     headers.set("retry-after-ms", String(e.retryAfterMs));

@@ -18,6 +18,7 @@
  * | status | meaning here | codes |
  * |---|---|---|
  * | 400 | the request is malformed: fix its shape | `invalid_request` |
+ * | 401 | the caller did not show the owner's local key (HTTP door only) | `unauthorized` |
  * | 403 | refused by module policy, not by the caller's identity | `flow_scope_refused`, `certify_observation_disabled`, `grammar_disabled` |
  * | 404 | the named thing does not exist here | `unknown_method`, `unknown_model`, `model_not_installed` |
  * | 409 | well formed, but conflicts with the state of what it names (a key, a certification, an alias, a model in use, the store's schema) | `not_certified`, `migration_required`, `idempotency_conflict`, `model_in_use`, `remote_identity_drift`, `remote_deployment_changed` |
@@ -71,6 +72,7 @@ import type { ErrorCode } from "../contract/errors.ts";
 /** HTTP status of every stable code; typed as a full record, so a new code fails to compile. */
 export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.freeze({
   invalid_request: 400,
+  unauthorized: 401,
   flow_scope_refused: 403,
   certify_observation_disabled: 403,
   unknown_method: 404,
@@ -136,6 +138,7 @@ export function httpStatusFor(code: ErrorCode): number {
  */
 export type OpenAiErrorType =
   | "invalid_request_error"
+  | "authentication_error"
   | "not_found_error"
   | "permission_error"
   | "rate_limit_error"
@@ -148,6 +151,8 @@ export type OpenAiErrorType =
  *
  * - `invalid_request_error`: the caller's request is at fault (malformed, too long, conflicts
  *   with a key or a required identity): change it.
+ * - `authentication_error`: the caller did not show the owner's local key (HTTP 401, as OpenAI
+ *   answers a missing or wrong API key).
  * - `not_found_error`: the method or model named does not exist here (vLLM: `NotFoundError`).
  * - `permission_error`: module policy refuses it.
  * - `rate_limit_error`: over the admission budget (HTTP 429), retry after the hint.
@@ -174,6 +179,7 @@ export const OPENAI_ERROR_TYPE: Readonly<Record<ErrorCode, OpenAiErrorType>> = O
   unknown_method: "not_found_error",
   unknown_model: "not_found_error",
   model_not_installed: "not_found_error",
+  unauthorized: "authentication_error",
   flow_scope_refused: "permission_error",
   certify_observation_disabled: "permission_error",
   grammar_disabled: "permission_error",
@@ -270,6 +276,7 @@ export const TEI_ERROR_TYPE: Readonly<Record<ErrorCode, TeiErrorType>> = Object.
   unknown_method: "Validation",
   unknown_model: "Validation",
   model_not_installed: "Validation",
+  unauthorized: "Validation",
   flow_scope_refused: "Validation",
   certify_observation_disabled: "Validation",
   grammar_disabled: "Validation",

@@ -112,8 +112,13 @@ export async function acquireLease(dir: string, name: string, what: string): Pro
 export interface ServerAddressRecord {
   /** The serving process; it holds the lease (the lease file holds the same pid). */
   pid: number;
-  /** Its HTTP base URL, e.g. `http://127.0.0.1:8080`. */
+  /** Its HTTP base URL, e.g. `http://127.0.0.1:8080`, or `unix:PATH` for a unix socket. */
   url: string;
+  /**
+   * The owner key file the server checks mutating calls against (lib/http/owner_key.ts);
+   * `ck-synapse` commands send that key to this server, and to no other.
+   */
+  key_file?: string;
 }
 
 /**
@@ -132,12 +137,21 @@ export function serverAddressPath(leasePath: string): string {
  *
  * @param lease The singleton lease this process holds.
  * @param url The HTTP base URL it serves, e.g. `http://127.0.0.1:8080`.
+ * @param keyFile The owner key file its HTTP door checks (recorded as `key_file`).
  * @throws {Deno.errors.PermissionDenied} and other file-system errors of the write.
  */
-export async function recordServerAddress(lease: FileLock, url: string): Promise<void> {
+export async function recordServerAddress(
+  lease: FileLock,
+  url: string,
+  keyFile?: string,
+): Promise<void> {
   const target = serverAddressPath(lease.path);
   const tmp = `${target}.${Deno.pid}.tmp`;
-  const record: ServerAddressRecord = { pid: Deno.pid, url };
+  const record: ServerAddressRecord = {
+    pid: Deno.pid,
+    url,
+    ...(keyFile === undefined ? {} : { key_file: keyFile }),
+  };
   try {
     await Deno.remove(tmp);
   } catch { /* none left over */ }
@@ -167,7 +181,7 @@ export function removeServerAddress(lease: FileLock): void {
  * - `untrusted`: a record exists but cannot be trusted (`reason` says why); it is ignored.
  */
 export type ServerAddressLookup =
-  | { kind: "live"; url: string; pid: number; record: string }
+  | { kind: "live"; url: string; pid: number; record: string; keyFile?: string }
   | { kind: "none" }
   | { kind: "untrusted"; reason: string; record: string };
 
@@ -230,5 +244,11 @@ export async function findServerAddress(leasePath: string): Promise<ServerAddres
   }
   // A record of an earlier holder, left by a crash, while another process holds the lease now.
   if (parsed.pid !== holder) return { kind: "none" };
-  return { kind: "live", url: parsed.url, pid: parsed.pid!, record };
+  return {
+    kind: "live",
+    url: parsed.url,
+    pid: parsed.pid!,
+    record,
+    ...(typeof parsed.key_file === "string" ? { keyFile: parsed.key_file } : {}),
+  };
 }

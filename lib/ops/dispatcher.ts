@@ -39,9 +39,29 @@ export type OpOutcome =
 type Handler = (ctx: OpContext, params: unknown, options: CallOptions) => unknown;
 
 /**
+ * Who may call an operation over the HTTP door (field report F39; lib/http/owner_key.ts):
+ * `owner` only with the owner's local key (every operation that changes state another caller
+ * sees: models loaded, unloaded, downloaded or removed, pins, GC), `open` anyone who can reach
+ * the port, unless `http.require_key_for_queries` asks the key for those too. The bus door has
+ * its own authentication (subc.md) and the in-process CLI needs none.
+ */
+export type OperationAccess = "open" | "owner";
+
+/** One row of {@link OPERATIONS}. */
+export interface Operation {
+  /** The contract kind (contract §1): `query` or `mutate`. */
+  kind: "query" | "mutate";
+  /** Who may call it over HTTP ({@link OperationAccess}). */
+  access: OperationAccess;
+  /** The operation. */
+  handler: Handler;
+}
+
+/**
  * Operations served by this build, with their contract kind (contract §1). The subc manifest
  * declares exactly these (`lib/cli/_subc_door.ts`), and a flow-scoped route serves only the
- * `query` ones.
+ * `query` ones. `access` says who may call each over HTTP ({@link OperationAccess}); every
+ * `mutate` is `owner`, and `embed.batch` (whose durable job is the caller's own) is `open`.
  *
  * The inference ops, `models.list`, `models.catalog`, `model.status` and `admission.status` are
  * `query`, as in the reference registry; `model.load`, `model.unload`, `models.download*`,
@@ -53,25 +73,24 @@ type Handler = (ctx: OpContext, params: unknown, options: CallOptions) => unknow
  * (`model.load`, `cache.*`, `models.download`). Declaring it `mutate` would refuse big batches
  * to flows, which the reference serves them.
  */
-export const OPERATIONS: Readonly<Record<string, { kind: "query" | "mutate"; handler: Handler }>> =
-  Object.freeze({
-    "embed.query": { kind: "query", handler: embedQuery },
-    "embed.batch": { kind: "query", handler: embedBatch },
-    "embed.result": { kind: "query", handler: embedResult },
-    "rerank.score": { kind: "query", handler: rerankScore },
-    "microllm.oneshot": { kind: "query", handler: microllmOneshot },
-    "models.list": { kind: "query", handler: modelsList },
-    "admission.status": { kind: "query", handler: admissionStatus },
-    "model.load": { kind: "mutate", handler: modelLoad },
-    "model.status": { kind: "query", handler: modelStatusOp },
-    "model.unload": { kind: "mutate", handler: modelUnload },
-    "models.catalog": { kind: "query", handler: modelsCatalog },
-    "models.download": { kind: "mutate", handler: modelsDownload },
-    "models.download.cancel": { kind: "mutate", handler: modelsDownloadCancel },
-    "models.remove": { kind: "mutate", handler: modelsRemove },
-    "cache.pin": { kind: "mutate", handler: cachePin },
-    "cache.gc": { kind: "mutate", handler: cacheGc },
-  });
+export const OPERATIONS: Readonly<Record<string, Operation>> = Object.freeze({
+  "embed.query": { kind: "query", access: "open", handler: embedQuery },
+  "embed.batch": { kind: "query", access: "open", handler: embedBatch },
+  "embed.result": { kind: "query", access: "open", handler: embedResult },
+  "rerank.score": { kind: "query", access: "open", handler: rerankScore },
+  "microllm.oneshot": { kind: "query", access: "open", handler: microllmOneshot },
+  "models.list": { kind: "query", access: "open", handler: modelsList },
+  "admission.status": { kind: "query", access: "open", handler: admissionStatus },
+  "model.load": { kind: "mutate", access: "owner", handler: modelLoad },
+  "model.status": { kind: "query", access: "open", handler: modelStatusOp },
+  "model.unload": { kind: "mutate", access: "owner", handler: modelUnload },
+  "models.catalog": { kind: "query", access: "open", handler: modelsCatalog },
+  "models.download": { kind: "mutate", access: "owner", handler: modelsDownload },
+  "models.download.cancel": { kind: "mutate", access: "owner", handler: modelsDownloadCancel },
+  "models.remove": { kind: "mutate", access: "owner", handler: modelsRemove },
+  "cache.pin": { kind: "mutate", access: "owner", handler: cachePin },
+  "cache.gc": { kind: "mutate", access: "owner", handler: cacheGc },
+});
 
 /**
  * Runs one method.

@@ -331,9 +331,101 @@ Deno.test("release smoke: the self-extracting ck-synapse, copied alone into an e
         await Deno.writeTextFile(file, original.replace("0.1.0", "6.6.6"));
         const r = await runIn(box, ["version"]);
         assert.equal(r.code, 0, r.stderr);
-        assert.match(r.stderr, /differs from its stamp .*unpacking it again/);
+        assert.match(r.stderr, /differs from this build .*unpacking it again/);
         assert.equal(await Deno.readTextFile(file), original);
         assert.ok(r.stdout.startsWith(`ck-synapse ${record.version} (archive`), r.stdout);
+      },
+    );
+
+    await t.step(
+      "F38: an edit with its size and mtime restored is caught by content and unpacked again",
+      async () => {
+        const file = `${unpacked}/lib/version.ts`;
+        const original = await Deno.readTextFile(file);
+        const before = await Deno.stat(file);
+        const edited = original.replace("0.1.0", "6.6.6");
+        assert.notEqual(edited, original);
+        assert.equal(edited.length, original.length);
+        await Deno.writeTextFile(file, edited);
+        await Deno.utime(file, before.atime!, before.mtime!);
+        const after = await Deno.stat(file);
+        assert.equal(after.size, before.size);
+        assert.equal(after.mtime!.getTime(), before.mtime!.getTime());
+        const r = await runIn(box, ["version"]);
+        assert.equal(r.code, 0, r.stderr);
+        assert.match(r.stderr, /differs from this build .*unpacking it again/);
+        assert.equal(await Deno.readTextFile(file), original);
+        assert.doesNotMatch(r.stdout, /6\.6\.6/);
+        // A file touched but not changed: verified by content, stamped again, silently.
+        await Deno.utime(file, new Date(), new Date());
+        const touched = await runIn(box, ["version"]);
+        assert.equal(touched.code, 0, touched.stderr);
+        assert.equal(touched.stderr, "");
+        const warm = await runIn(box, ["version"]);
+        assert.equal(warm.stderr, "");
+        console.log(`'version' warm after a re-verification: ${warm.ms.toFixed(0)} ms`);
+      },
+    );
+
+    await t.step(
+      "F38: an unpack dir someone else could have written is refused, nothing run from it",
+      async () => {
+        const sha = record.payload_sha256!;
+        const mark = `${box.dir}/pwned`;
+        /** A tree that would run the attacker's code, with the real tree's MANIFEST and stamp. */
+        const evilTree = async (at: string): Promise<void> => {
+          await Deno.mkdir(at, { recursive: true });
+          await Deno.writeTextFile(`${at}/ck-synapse`, `#!/bin/sh\necho pwned > ${mark}\n`, {
+            mode: 0o755,
+          });
+          await Deno.copyFile(`${unpacked}/MANIFEST`, `${at}/MANIFEST`);
+          await Deno.copyFile(`${unpacked}/.stamp`, `${at}/.stamp`);
+        };
+        const refused = async (base: string, pattern: RegExp): Promise<void> => {
+          const r = await runIn(box, ["version"], { SYNAPSE_UNPACK_DIR: base });
+          assert.equal(r.code, 2, `${base}: ${r.stdout}${r.stderr}`);
+          assert.equal(r.stdout, "");
+          assert.match(r.stderr, pattern);
+          assert.throws(() => Deno.statSync(mark), Deno.errors.NotFound, `ran from ${base}`);
+        };
+        // The tree dir is a symbolic link to someone's tree.
+        await evilTree(`${box.dir}/evil-a`);
+        await Deno.mkdir(`${box.dir}/u-link`, { mode: 0o700 });
+        await Deno.symlink(`${box.dir}/evil-a`, `${box.dir}/u-link/${sha}`);
+        await refused(`${box.dir}/u-link`, /u-link\/[0-9a-f]{64}: it is a symbolic link/);
+        // The base is a symbolic link.
+        await evilTree(`${box.dir}/evil-b/${sha}`);
+        await Deno.symlink(`${box.dir}/evil-b`, `${box.dir}/u-baselink`);
+        await refused(`${box.dir}/u-baselink`, /u-baselink: it is a symbolic link/);
+        // The tree dir, or the base, is writable by others.
+        await Deno.mkdir(`${box.dir}/u-open`, { mode: 0o700 });
+        await evilTree(`${box.dir}/u-open/${sha}`);
+        await Deno.chmod(`${box.dir}/u-open/${sha}`, 0o777);
+        await refused(`${box.dir}/u-open`, /mode 777 lets others write in it/);
+        await Deno.mkdir(`${box.dir}/u-open-base`);
+        await Deno.chmod(`${box.dir}/u-open-base`, 0o775);
+        await refused(`${box.dir}/u-open-base`, /u-open-base: its mode 775 lets others write/);
+        if (Deno.uid() !== 0) {
+          console.log("skipped the other-user unpack dirs: chown to nobody needs root");
+          return;
+        }
+        // A base, a tree dir, or a parent of the base that belongs to another user (nobody).
+        await evilTree(`${box.dir}/u-foreign/${sha}`);
+        for (const p of [`${box.dir}/u-foreign`, `${box.dir}/u-foreign/${sha}`]) {
+          await Deno.chown(p, 65534, 65534);
+          await Deno.chmod(p, 0o755);
+        }
+        await refused(`${box.dir}/u-foreign`, /u-foreign: it belongs to uid 65534, not to you/);
+        await Deno.mkdir(`${box.dir}/u-mine`, { mode: 0o700 });
+        await evilTree(`${box.dir}/u-mine/${sha}`);
+        await Deno.chown(`${box.dir}/u-mine/${sha}`, 65534, 65534);
+        await refused(`${box.dir}/u-mine`, /[0-9a-f]{64}: it belongs to uid 65534/);
+        await Deno.mkdir(`${box.dir}/theirs/base`, { recursive: true, mode: 0o755 });
+        await Deno.chown(`${box.dir}/theirs`, 65534, 65534);
+        await refused(
+          `${box.dir}/theirs/base`,
+          /its parent .*\/theirs belongs to uid 65534/,
+        );
       },
     );
 

@@ -47,7 +47,11 @@ Deno.test("while serve runs, commands without --url talk to it; the record is 06
       const info = await Deno.stat(record);
       assert.equal(info.mode! & 0o777, 0o600);
       const rec = JSON.parse(await Deno.readTextFile(record));
-      assert.deepEqual(rec, { pid: server.child.pid, url: server.url });
+      assert.deepEqual(rec, {
+        pid: server.child.pid,
+        url: server.url,
+        key_file: `${home.env.XDG_DATA_HOME}/cortexkit/synapse/owner.key`,
+      });
 
       // Before this change every one of these failed on the singleton lease.
       const [embedded, listed, called, viaUrl] = await Promise.all([
@@ -159,7 +163,10 @@ Deno.test("serve --json prints {url, pid} once bound; a second serve names the f
       assert.equal(first.pid, child.pid);
       assert.match(first.url, /^http:\/\/127\.0\.0\.1:\d+$/);
       // The line comes after the record: a script that waits for it can rely on discovery.
-      assert.deepEqual(JSON.parse(await Deno.readTextFile(recordPath(home))), first);
+      assert.deepEqual(JSON.parse(await Deno.readTextFile(recordPath(home))), {
+        ...first,
+        key_file: `${home.env.XDG_DATA_HOME}/cortexkit/synapse/owner.key`,
+      });
       const second = await cliIn(home, ["serve", "--http", "127.0.0.1:0", "--json"]);
       assert.equal(second.code, 2, second.stderr);
       const body = JSON.parse(second.stdout);

@@ -25,6 +25,7 @@ Deno.test("httpStatusFor() has a row for every error code, each an error status"
 /** The whole table, as lib/http/status_table.ts documents it: changing a row is a decision. */
 const EXPECTED: Record<ErrorCode, number> = {
   invalid_request: 400,
+  unauthorized: 401,
   flow_scope_refused: 403,
   certify_observation_disabled: 403,
   grammar_disabled: 403,
@@ -116,6 +117,7 @@ Deno.test("openAiErrorTypeFor() has a type for every code; engine_output_invalid
     ["internal_error", "server_error"],
     ["backend_unavailable", "not_supported_error"],
     ["grammar_disabled", "permission_error"],
+    ["unauthorized", "authentication_error"],
   ];
   for (const [code, type] of expected) assert.equal(openAiErrorTypeFor(code), type, code);
   // Every transient code but queue_full is "retry later"; no permanent code is, but `disposed`

@@ -11,8 +11,8 @@ import { cliExitFor } from "../../http/status_table.ts";
 import { parseCommandArgs, UsageError } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 
-const USAGE = `usage: ck-synapse serve --http HOST:PORT [--json]
-       ck-synapse serve --subc CONNECTION_FILE [--http HOST:PORT] [--json]
+const USAGE = `usage: ck-synapse serve --http HOST:PORT|unix:PATH [--json]
+       ck-synapse serve --subc CONNECTION_FILE [--http HOST:PORT|unix:PATH] [--json]
 
 Serves the operations over HTTP on a loopback address (127.0.0.1, [::1], localhost):
 POST /v1/ops/<method>, POST /v1/embeddings and GET /v1/models (OpenAI shape), GET /health.
@@ -26,7 +26,14 @@ Before that line it records its address beside its singleton lease (a 0600 file 
 home), so other ck-synapse commands of this user and data home talk to it without --url; the
 record goes when it stops, and a record whose server died is ignored.
 
-  --http HOST:PORT   address to listen on, e.g. 127.0.0.1:8080
+Operations that change the service (model.load/unload, models.download/.cancel, models.remove,
+cache.pin, cache.gc) need the owner's key over TCP: made at the first start in
+<data home>/cortexkit/synapse/owner.key (0600), sent as "Authorization: Bearer KEY" or
+"X-Synapse-Key: KEY"; ck-synapse commands of this user send it themselves. Queries are open
+unless the config sets http.require_key_for_queries. unix:PATH serves on a unix socket (0600, in
+a directory only you can write), where no key is asked: only you can connect.
+
+  --http HOST:PORT   address to listen on, e.g. 127.0.0.1:8080; unix:/PATH for a unix socket
   --json             print {"url", "pid"} once bound instead of the "listening on" line, and a
                      start failure as {code, message}
   --subc FILE        serve as the synapse module on the subc bus, connecting to the daemon that
@@ -54,6 +61,9 @@ export const serveCommand: Command = {
  * @throws {UsageError} when it is not `HOST:PORT` with a port in 0..65535.
  */
 export function parseHostPort(value: string): { hostname: string; port: number } {
+  if (value.startsWith("unix:")) {
+    throw new UsageError(`Cannot use --http '${value}' here: give HOST:PORT`);
+  }
   const m = /^(\[[^\]]+\]|[^:\[\]]+):(\d{1,5})$/.exec(value);
   const port = m ? Number(m[2]) : NaN;
   if (!m || port > 65535) {
@@ -62,6 +72,40 @@ export function parseHostPort(value: string): { hostname: string; port: number }
     );
   }
   return { hostname: m[1]!, port };
+}
+
+/** Where `--http` asks to listen: a loopback `HOST:PORT`, or a unix socket `unix:PATH`. */
+export type HttpListen = { hostname: string; port: number } | { path: string };
+
+/**
+ * Parses `--http`: `unix:PATH` (an absolute path) or `HOST:PORT` ({@link parseHostPort}).
+ *
+ * @throws {UsageError} for anything else.
+ */
+export function parseListen(value: string): HttpListen {
+  if (value.startsWith("unix:")) {
+    const path = value.slice("unix:".length);
+    if (!path.startsWith("/")) {
+      throw new UsageError(
+        `Cannot use --http '${value}': give unix:/ABSOLUTE/PATH, e.g. unix:$XDG_RUNTIME_DIR/synapse.sock`,
+      );
+    }
+    return { path };
+  }
+  return parseHostPort(value);
+}
+
+/**
+ * The owner key of the data home of a serving instance (made at its first start) and its file.
+ *
+ * @throws {SynapseError} as `loadOwnerKey` (an untrusted key file).
+ */
+export async function serveOwnerKey(
+  env: import("../../paths.ts").EnvSource | undefined,
+): Promise<{ key: string; file: string }> {
+  const { loadOwnerKey, ownerKeyPath } = await import("../../http/owner_key.ts");
+  const file = ownerKeyPath(env);
+  return { key: loadOwnerKey(file), file };
 }
 
 async function runServe(args: string[], io: CliIO): Promise<number> {
@@ -73,18 +117,18 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   if (positionals.length > 0) throw new UsageError(`Cannot serve: unexpected '${positionals[0]}'`);
   if (values.subc !== undefined) {
     // The subc door (lib/cli/_subc_door.ts): the module session, with --http beside it if given.
-    const http = values.http === undefined ? undefined : parseHostPort(values.http);
+    const http = values.http === undefined ? undefined : parseListen(values.http);
     const { serveSubc } = await import("../_subc_door.ts");
     return await serveSubc(values.subc, { ...(http ? { http } : {}), json: values.json }, io);
   }
   if (values.http === undefined) throw new UsageError("Cannot serve: give --http HOST:PORT");
-  const { hostname, port } = parseHostPort(values.http);
+  const listen = parseListen(values.http);
   const [{ createModuleLog, createSynapse, SYNAPSE_VERSION }, { bindHttp }] = await Promise.all([
     import("../../synapse.ts"),
     import("../../http/server.ts"),
   ]);
   // Bind first: an address in use is refused at once, naming it, before a store is opened.
-  const server = bindHttp({ hostname, port });
+  const server = bindHttp(listen);
   let synapse: Awaited<ReturnType<typeof createSynapse>>;
   // The fleet log: r2 lines to the module's day file and to stderr (a malformed CK_LOG* is
   // refused here, issue 9). A caller's own sink (tests) replaces it.
@@ -123,14 +167,23 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   const onSignal = (): void => stop.abort();
   let recorded: Promise<boolean> = Promise.resolve(false);
   const signals: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"];
+  let owner: { key: string; file: string };
   try {
-    server.attach(synapse);
-    const host = server.hostname.includes(":") ? `[${server.hostname}]` : server.hostname;
-    const url = `http://${host}:${server.port}`;
+    // The owner's key (made at the first start), once the instance started.
+    owner = await serveOwnerKey(io.synapseOptions?.env);
+  } catch (err) {
+    await server.shutdown();
+    await synapse.dispose();
+    moduleLog?.dispose();
+    throw err;
+  }
+  try {
+    server.attach(synapse, { ownerKey: owner.key });
+    const url = server.url;
     // The line comes once the record is written: whoever waits for it can rely on other
     // commands finding this server. The line goes to stderr, with the log (stdout stays free
     // for output a caller parses); --json prints {url, pid} on stdout.
-    recorded = synapse.recordServerAddress(url).then(
+    recorded = synapse.recordServerAddress(url, owner.file).then(
       () => true,
       (err) => {
         log(
