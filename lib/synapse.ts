@@ -22,7 +22,7 @@ import { ModelRegistry } from "./models/model_registry.ts";
 import type { ModelEntry, ModelSource } from "./models/model.ts";
 import { defaultModelSources, sourceFromPreload } from "./models/sources.ts";
 import { dispatch, OPERATIONS } from "./ops/dispatcher.ts";
-import { requestFacts } from "./ops/request_facts.ts";
+import { factsOptions, requestFacts } from "./ops/request_facts.ts";
 import type { OpOutcome } from "./ops/dispatcher.ts";
 import type { CallOptions, OpContext } from "./ops/context.ts";
 import { Admission } from "./sched/admission.ts";
@@ -388,7 +388,9 @@ export class Synapse implements AsyncDisposable {
    * Calls an operation. Every door (HTTP, the bus, the in-process CLI) calls through here, so
    * this is where each call is counted and timed for {@link metrics}: by op, door
    * (`options.door`) and outcome, with the lane and class that served it, its queue wait and its
-   * tokens.
+   * tokens. The outcome is what happened (lib/ops/request_facts.ts): a result a door answers all
+   * or nothing (`embed.allOrNothing`) with a refused item counts as that item's code with no
+   * tokens; a call whose caller went away (`options.signal` aborted) counts as `cancelled`.
    *
    * @param method Contract method, e.g. `"embed.query"`.
    * @param params Its params.
@@ -423,7 +425,7 @@ export class Synapse implements AsyncDisposable {
     scope: CallScope,
   ): void {
     try {
-      const facts = requestFacts(params, outcome);
+      const facts = requestFacts(params, outcome, factsOptions(options));
       // Labels stay bounded: a method the dispatcher does not serve is `unknown`, a model id
       // only when it is loaded (a caller may send any string).
       const op = Object.hasOwn(OPERATIONS, method) ? method : "unknown";

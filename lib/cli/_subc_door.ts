@@ -373,7 +373,7 @@ function synapseService(synapse: Synapse, log: LogSink): ModuleService {
           };
         }
       }
-      const f = requestFacts(req.params, outcome);
+      const f = requestFacts(req.params, outcome, { signal: req.signal });
       const dash = (v: string | number | undefined): string | number => v ?? "-";
       log("info", TARGET, "request", {
         op: req.method.length > 200 ? `${req.method.slice(0, 200)}…` : req.method,
@@ -383,7 +383,7 @@ function synapseService(synapse: Synapse, log: LogSink): ModuleService {
         tokens: dash(f.tokens),
         queue_ms: dash(f.queue_ms),
         inference_ms: dash(f.inference_ms),
-        outcome: req.signal.aborted ? "cancelled" : f.outcome,
+        outcome: f.outcome,
         channel: req.channel,
         corr: String(req.corr),
         total_ms: Math.round((performance.now() - started) * 1000) / 1000,

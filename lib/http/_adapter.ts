@@ -12,7 +12,7 @@ import type { ItemError } from "../ops/_embedding.ts";
 import type { EmbedResult } from "../ops/embed.ts";
 import type { CallOptions } from "../ops/context.ts";
 import type { OpOutcome } from "../ops/dispatcher.ts";
-import { requestFacts } from "../ops/request_facts.ts";
+import { factsOptions, requestFacts } from "../ops/request_facts.ts";
 import type { RequestFacts } from "../ops/request_facts.ts";
 import type { Synapse } from "../synapse.ts";
 import { HttpRefusal } from "./_request_body.ts";
@@ -77,8 +77,9 @@ export async function callOp(
   params: unknown,
   options: CallOptions = {},
 ): Promise<OpOutcome> {
-  const outcome = await io.backend().call(method, params, { ...options, signal: io.signal });
-  const facts = requestFacts(params, outcome);
+  const callOptions: CallOptions = { ...options, signal: io.signal };
+  const outcome = await io.backend().call(method, params, callOptions);
+  const facts = requestFacts(params, outcome, factsOptions(callOptions));
   const prev = io.record.facts;
   if (prev !== undefined && prev.outcome === "ok") {
     const sum = (a: number | undefined, b: number | undefined) =>

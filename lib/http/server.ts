@@ -34,7 +34,7 @@
 import { invalidRequest, SynapseError } from "../contract/errors.ts";
 import { outcomeOf } from "../ops/dispatcher.ts";
 import type { OpOutcome } from "../ops/dispatcher.ts";
-import { requestFacts } from "../ops/request_facts.ts";
+import { factsOptions, requestFacts } from "../ops/request_facts.ts";
 import type { RequestFacts } from "../ops/request_facts.ts";
 import { serviceStatus } from "../ops/status.ts";
 import { type LogSink, stderrLog } from "../log/log.ts";
@@ -53,6 +53,7 @@ import { ollamaRoute } from "./ollama.ts";
 import { metricsResponse, throughDoor } from "./metrics.ts";
 import { OPERATIONS } from "../ops/dispatcher.ts";
 import { keyOfRequest, OWNER_KEY_HEADER, sameKey } from "./owner_key.ts";
+import { PeerWatch, type PeerWatchOptions } from "./_peer_watch.ts";
 
 export { float32Base64LE } from "./openai.ts";
 
@@ -110,6 +111,13 @@ export interface ServeHttpOptions {
    * @default {the instance's log (`context.log`); stderr, filtered by CK_LOG, before one is attached}
    */
   log?: LogSink;
+  /**
+   * How the door notices a TCP client that hung up mid-request (lib/http/_peer_watch.ts): every
+   * `intervalMs` (default 250) for requests older than `graceMs` (default 250). A hang-up
+   * aborts the request's signal: the operation stops at its next boundary and is counted
+   * `cancelled`.
+   */
+  peerWatch?: PeerWatchOptions;
 }
 
 /** A running HTTP server. */
@@ -224,6 +232,8 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
     startedSec: Math.floor(Date.now() / 1000),
     ownerKey: options.ownerKey,
     unix: options.path !== undefined,
+    peers: new PeerWatch(options.peerWatch),
+    addr: undefined,
   };
   const bindHost = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
   let server: Deno.HttpServer<Deno.NetAddr> | Deno.HttpServer<Deno.UnixAddr>;
@@ -233,8 +243,11 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
       door.backend,
     );
   };
-  const handle = function handle(req: Request): Promise<Response> {
-    return handleLogged(door, req);
+  const handle = function handle(
+    req: Request,
+    info: Deno.ServeHandlerInfo<Deno.Addr>,
+  ): Promise<Response> {
+    return handleLogged(door, req, info.remoteAddr);
   };
   try {
     server = options.path !== undefined
@@ -261,11 +274,13 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
       }, handle);
   } catch (err) {
     parser.dispose();
+    door.peers.dispose();
     throw bindError(err, options.path === undefined ? hostname : `unix:${options.path}`, port);
   }
   if (options.path !== undefined) Deno.chmodSync(options.path, 0o600);
   const stopped = (): void => {
     parser.dispose();
+    door.peers.dispose();
     if (options.path !== undefined) {
       try {
         Deno.removeSync(options.path);
@@ -274,6 +289,7 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
   };
   server.finished.then(stopped, stopped);
   const addr = server.addr;
+  door.addr = addr;
   const tcp = addr.transport === "tcp" ? addr : undefined;
   const host = tcp === undefined ? "unix" : tcp.hostname;
   const url = tcp === undefined
@@ -419,6 +435,10 @@ interface Door {
   ownerKey: string | undefined;
   /** True on a unix socket (0600: only the owner connects, no key asked). */
   unix: boolean;
+  /** Notices TCP clients that hung up (a hang-up Deno.serve's own signal misses). */
+  peers: PeerWatch;
+  /** The bound address, once bound. */
+  addr: Deno.Addr | undefined;
 }
 
 /** What one request did, for its log line; `route` fills it in. */
@@ -433,9 +453,14 @@ interface RequestRecord {
   error?: SynapseError;
   /** Set for a response that streams past the handler: the log line waits for it. */
   settled?: Promise<void>;
+  /** The client went away before it was answered (logged `cancelled`, whatever the error). */
+  cancelled?: boolean;
 }
 
-async function handleLogged(door: Door, req: Request): Promise<Response> {
+/** The status logged for a request whose client hung up before its answer (nginx's 499). */
+const CLIENT_CLOSED_REQUEST = 499;
+
+async function handleLogged(door: Door, req: Request, client: Deno.Addr): Promise<Response> {
   const started = performance.now();
   const path = new URL(req.url).pathname;
   const log = door.log ?? door.backend?.context?.log ?? stderrLog;
@@ -445,13 +470,26 @@ async function handleLogged(door: Door, req: Request): Promise<Response> {
     content_length: req.headers.get("content-length") ?? "-",
   });
   const record: RequestRecord = {};
-  const res = await route(door, req, path, record);
-  door.backend?.metrics?.httpResponses.inc({ code: String(res.status) });
+  // The request's signal, also aborted when the client's socket is gone (lib/http/_peer_watch.ts).
+  const watched = door.peers.watch(req.signal, door.addr, client);
+  let res: Response;
+  try {
+    res = await route(door, req, path, record, watched.signal);
+    // Answered to nobody: the client went away while it was served.
+    if (watched.signal.aborted) record.cancelled = true;
+  } finally {
+    if (record.settled === undefined) watched[Symbol.dispose]();
+  }
+  void record.settled?.finally(() => watched[Symbol.dispose]());
+  // A request whose client went away before its answer is counted and logged 499 (client closed
+  // request, as nginx logs it): the status it would have had reached nobody.
+  const status = record.cancelled ? CLIENT_CLOSED_REQUEST : res.status;
+  door.backend?.metrics?.httpResponses.inc({ code: String(status) });
   if (record.settled === undefined) {
-    logRequest(log, req.method, path, record, res.status, performance.now() - started);
+    logRequest(log, req.method, path, record, status, performance.now() - started);
   } else {
     void record.settled.then(() =>
-      logRequest(log, req.method, path, record, res.status, performance.now() - started)
+      logRequest(log, req.method, path, record, status, performance.now() - started)
     );
   }
   return res;
@@ -484,7 +522,9 @@ function logRequest(
     tokens: dash(f?.tokens),
     queue_ms: dash(f?.queue_ms),
     inference_ms: dash(f?.inference_ms),
-    outcome: f?.outcome ?? record.error?.code ?? (status < 400 ? "ok" : "-"),
+    outcome: record.cancelled
+      ? "cancelled"
+      : f?.outcome ?? record.error?.code ?? (status < 400 ? "ok" : "-"),
     status,
     total_ms: Math.round(totalMs * 1000) / 1000,
   });
@@ -500,6 +540,7 @@ async function route(
   req: Request,
   path: string,
   record: RequestRecord,
+  signal: AbortSignal,
 ): Promise<Response> {
   const openAi = path === "/v1/embeddings" || path === "/v1/models" || isCompletionsPath(path);
   // The API-shaped doors (Cohere/Jina and TEI rerank, TEI, Ollama): one route lookup per file.
@@ -522,32 +563,32 @@ async function route(
     if (path === "/v1/embeddings") {
       record.op = "embed.batch";
       requireMethod(req, "POST");
-      return await openAiEmbeddings(door, req, record);
+      return await openAiEmbeddings(door, req, record, signal);
     }
     if (path === "/v1/models") {
       record.op = "models.list";
       requireMethod(req, "GET");
       const synapse = attached(door);
       record.params = {};
-      const outcome = await synapse.call("models.list", {}, { signal: req.signal });
-      record.facts = requestFacts({}, outcome);
+      const outcome = await synapse.call("models.list", {}, { signal });
+      record.facts = requestFacts({}, outcome, { signal });
       return openAiResponse(modelsAnswer(outcome, door.startedSec));
     }
-    if (adapter !== undefined) return await serveAdapter(door, req, adapter, record);
+    if (adapter !== undefined) return await serveAdapter(door, req, adapter, record, signal);
     if (isCompletionsPath(path)) {
       // OpenAI completions and chat over microllm.oneshot (lib/http/openai_completions.ts).
       record.op = "microllm.oneshot";
       requireMethod(req, "POST");
       const synapse = attached(door);
       const body = await readJsonBody(req, bodyOptions(door));
-      const served = await serveCompletions(synapse, path, body, req.signal);
+      const served = await serveCompletions(synapse, path, body, signal);
       record.params = served.params;
       if (served.outcome !== undefined) {
-        record.facts = requestFacts(served.params, served.outcome);
+        record.facts = requestFacts(served.params, served.outcome, { signal });
       } else {
         // A live stream: its log line waits for the generation's end.
         record.settled = served.settled.then(
-          (outcome) => void (record.facts = requestFacts(served.params, outcome)),
+          (outcome) => void (record.facts = requestFacts(served.params, outcome, { signal })),
           (err) => void (record.error = err instanceof SynapseError ? err : undefined),
         );
       }
@@ -560,8 +601,8 @@ async function route(
       const synapse = attached(door);
       const params = await readJsonBody(req, bodyOptions(door));
       record.params = params;
-      const outcome = await synapse.call(method, params, { signal: req.signal });
-      record.facts = requestFacts(params, outcome);
+      const outcome = await synapse.call(method, params, { signal });
+      record.facts = requestFacts(params, outcome, { signal });
       return outcomeResponse(outcome);
     }
     throw new SynapseError(
@@ -832,13 +873,14 @@ async function openAiEmbeddings(
   door: Door,
   req: Request,
   record: RequestRecord,
+  signal: AbortSignal,
 ): Promise<Response> {
   const synapse = attached(door);
   const body = await readJsonBody(req, bodyOptions(door));
-  const call = embeddingsCall(body, req.signal);
+  const call = embeddingsCall(body, signal);
   record.params = call.params;
   const outcome = await synapse.call("embed.batch", call.params, call.options);
-  record.facts = requestFacts(call.params, outcome);
+  record.facts = requestFacts(call.params, outcome, factsOptions(call.options));
   return openAiResponse(embeddingsAnswer(outcome, call));
 }
 
@@ -851,13 +893,14 @@ async function serveAdapter(
   req: Request,
   route: AdapterRoute,
   record: RequestRecord,
+  signal: AbortSignal,
 ): Promise<Response> {
   record.op = route.op;
   requireMethod(req, route.method);
   const io: AdapterIo = {
     backend: () => attached(door),
     body: () => readJsonBody(req, bodyOptions(door)),
-    signal: req.signal,
+    signal,
     record,
   };
   const answer = await route.serve(io);

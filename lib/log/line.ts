@@ -10,9 +10,13 @@
  * - `logger` is `<module_id>[.<component>…]`, every segment `[a-z][a-z0-9-]*`, ended by `:`.
  * - The bracket holds the bound context (`session=<issuer>:<id>`, `harness=`, `agent=`, `root=`)
  *   and is omitted when nothing is bound.
- * - A value is quoted when it is empty or contains a space, `"`, `]`, CR or LF; inside quotes
- *   `\` `"` CR LF are escaped as `\\` `\"` `\r` `\n`. An unquoted value is verbatim.
- * - The message escapes `\`, CR and LF the same way (unquoted); an empty message is left out.
+ * - A value is quoted when it is empty or contains a space, `"`, `]`, CR, LF or another control
+ *   character; inside quotes `\` `"` CR LF are escaped as `\\` `\"` `\r` `\n`, and every other
+ *   C0 control, DEL and the Unicode line and paragraph separators (U+2028, U+2029) as `\u00XX`
+ *   (`\u2028`). An unquoted value is verbatim.
+ * - The message escapes `\`, CR, LF and those controls the same way (unquoted); an empty message
+ *   is left out. So no character a caller sent (a model name, a path, a text echoed in an error)
+ *   reaches a file raw, and every event is exactly one line for any reader.
  * - No ANSI: escape sequences (CSI, OSC, C1 controls) are stripped from messages, keys and
  *   values, so every event is exactly one line.
  *
@@ -164,15 +168,30 @@ function formatKey(key: string): string {
 export function formatLogValue(value: string | number | boolean): string {
   const s = typeof value === "string" ? stripAnsi(value) : String(value);
   if (s !== "" && !NEEDS_QUOTES.test(s)) return s;
-  return `"${s.replace(/[\\"\r\n]/g, (c) => ESCAPES[c]!)}"`;
+  return `"${s.replace(VALUE_ESCAPED, escapeChar)}"`;
 }
 
-const NEEDS_QUOTES = /[ "\]\r\n]/;
+// Built from strings: the control characters are the point here (lint's no-control-regex).
+const CONTROLS = "\\x00-\\x1f\\x7f\\u2028\\u2029";
+const NEEDS_QUOTES = new RegExp(`[ "\\]${CONTROLS}]`);
+const VALUE_ESCAPED = new RegExp(`[\\\\"${CONTROLS}]`, "g");
+const MESSAGE_ESCAPED = new RegExp(`[\\\\${CONTROLS}]`, "g");
+const MESSAGE_NEEDS_ESCAPE = new RegExp(`[\\\\${CONTROLS}]`);
+
+/** One escaped character: `\\` `\"` `\r` `\n`, else `\uXXXX`. */
+function escapeChar(c: string): string {
+  return ESCAPES[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`;
+}
 const ESCAPES: Record<string, string> = { "\\": "\\\\", '"': '\\"', "\r": "\\r", "\n": "\\n" };
 
-/** The message escape: `\` first, then CR and LF, so a literal `\n` cannot read as a break. */
+/**
+ * The message escape: `\`, CR, LF and the other controls, so a literal `\n` cannot read as a
+ * break and no control reaches the line raw.
+ */
 function escapeMessage(message: string): string {
-  return /[\\\r\n]/.test(message) ? message.replace(/[\\\r\n]/g, (c) => ESCAPES[c]!) : message;
+  return MESSAGE_NEEDS_ESCAPE.test(message)
+    ? message.replace(MESSAGE_ESCAPED, escapeChar)
+    : message;
 }
 
 /**
@@ -330,6 +349,12 @@ function readPairs(
           }
           if (c === "\\") {
             const n = text[i + 1];
+            const hex = n === "u" ? /^[0-9a-fA-F]{4}/.exec(text.slice(i + 2, i + 6)) : null;
+            if (hex !== null) {
+              value += String.fromCharCode(parseInt(hex[0], 16));
+              i += 6;
+              continue;
+            }
             value += n === "n" ? "\n" : n === "r" ? "\r" : n ?? "";
             i += 2;
             continue;
@@ -353,5 +378,15 @@ function readPairs(
 }
 
 function unescapeMessage(text: string): string {
-  return text.replace(/\\([\\rn])/g, (_, c: string) => c === "n" ? "\n" : c === "r" ? "\r" : "\\");
+  return text.replace(
+    /\\(?:([\\rn])|u([0-9a-fA-F]{4}))/g,
+    (_, c: string | undefined, hex: string | undefined) =>
+      hex !== undefined
+        ? String.fromCharCode(parseInt(hex, 16))
+        : c === "n"
+        ? "\n"
+        : c === "r"
+        ? "\r"
+        : "\\",
+  );
 }

@@ -18,13 +18,21 @@
  *      `github_pat_…` (20+), `ckh_…`, AWS `AKIA` + 16;
  *    - URL user info: `scheme://user:pass@host` → `scheme://[REDACTED]@host`;
  *    - a credential query parameter: `?` or `&` then `access_token`, `token`, `key`, `api_key`,
- *      `apikey`, `password`, `secret`, `client_secret`, `signature` or `sig`, `=`, value;
+ *      `apikey`, `password`, `secret`, `client_secret`, `signature` or `sig`, `=`, value (also in
+ *      a URL's fragment, `#access_token=…`);
  *    - a long hex secret: a word of 32 or more hex digits (`[0-9A-Fa-f]`, bounded by characters
  *      that are not letters, digits or `_`: a 64-hex launch nonce or a bare SHA-256 goes; a
  *      `job_<32 hex>` id and a content digest written `sha256:<hex>` stay);
  *    - a long base64 secret: a word of 40 or more base64 or base64url characters
  *      (`A-Z a-z 0-9 + / _ -`, then at most two `=`), mixing upper case, lower case and digits,
  *      that does not start with `/` (an absolute path is not a secret).
+ *
+ * A URL (`scheme://…`) stays readable: its host, port and path are kept as written (only the
+ * vendor token shapes apply there: a JWT, `sk-…`, `ghp_…`, `ckh_…`, `AKIA…`; a 64-hex blob digest
+ * or a long model name in a path is not a secret), its user info goes, and in its query and
+ * fragment credential parameters (the names above, or any name rule 1 calls a credential:
+ * `X-Amz-Signature`, `X-Amz-Credential`) lose their values while other values are redacted by shape.
+ * `https://user:secret@host/path?token=abc&x=1` → `https://[REDACTED]@host/path?token=[REDACTED]&x=1`.
  *
  * Numbers and booleans are never redacted by shape (they are counts and flags).
  *
@@ -128,12 +136,69 @@ const SHAPES: [RegExp, string | ((...m: string[]) => string)][] = [
  */
 export function redactText(text: string): string {
   if (!SUSPECT.test(text)) return text;
+  if (!text.includes("://")) return byShapes(text, SHAPES);
+  // URLs are redacted part by part (module doc); the text between them by every shape.
+  let out = "";
+  let last = 0;
+  for (const m of text.matchAll(URL_SHAPE)) {
+    out += byShapes(text.slice(last, m.index), SHAPES) + redactUrl(m[0]);
+    last = m.index + m[0].length;
+  }
+  return out + byShapes(text.slice(last), SHAPES);
+}
+
+function byShapes(text: string, shapes: typeof SHAPES): string {
+  if (text === "" || !SUSPECT.test(text)) return text;
   let out = text;
-  for (const [re, by] of SHAPES) {
+  for (const [re, by] of shapes) {
     // deno-lint-ignore no-explicit-any
     out = out.replace(re, by as any);
   }
   return out;
+}
+
+/** A URL in running text: a scheme, `://`, then up to a space, quote or angle bracket. */
+const URL_SHAPE = /\b[a-z][a-z0-9+.-]*:\/\/[^\s"'<>]+/gi;
+
+/** The vendor token shapes only (a JWT, `sk-`, GitHub, `ckh_`, AWS): a URL's path keeps the rest. */
+const PATH_SHAPES = SHAPES.slice(2, 7);
+
+/** Credential parameter names of a query or fragment. */
+const CREDENTIAL_PARAMS = new Set([
+  "access_token",
+  "token",
+  "key",
+  "api_key",
+  "apikey",
+  "password",
+  "secret",
+  "client_secret",
+  "signature",
+  "sig",
+]);
+
+/** One URL, redacted part by part: user info, path (vendor tokens), query and fragment values. */
+function redactUrl(url: string): string {
+  const m = /^([a-z][a-z0-9+.-]*:\/\/)([^/?#]*)([^?#]*)(\?[^#]*)?(#.*)?$/is.exec(url);
+  if (m === null) return byShapes(url, SHAPES);
+  const [, scheme, authority, path, query, fragment] = m;
+  const at = authority!.lastIndexOf("@");
+  const host = at < 0 ? authority! : `${REDACTED}@${authority!.slice(at + 1)}`;
+  return `${scheme}${host}${byShapes(path!, PATH_SHAPES)}${params(query)}${params(fragment)}`;
+}
+
+/** A `?query` or `#fragment`: credential parameters lose their value, others go by shape. */
+function params(part: string | undefined): string {
+  if (part === undefined || part.length <= 1) return part ?? "";
+  const pairs = part.slice(1).split("&").map((pair) => {
+    const eq = pair.indexOf("=");
+    if (eq < 0) return byShapes(pair, SHAPES);
+    const name = pair.slice(0, eq);
+    return CREDENTIAL_PARAMS.has(name.toLowerCase()) || isCredentialKey(name)
+      ? `${name}=${REDACTED}`
+      : `${name}=${byShapes(pair.slice(eq + 1), SHAPES)}`;
+  });
+  return `${part[0]}${pairs.join("&")}`;
 }
 
 /**

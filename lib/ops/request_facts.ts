@@ -21,8 +21,49 @@ export interface RequestFacts {
   queue_ms?: number;
   /** ms of engine work (`inference_time_ms`). */
   inference_ms?: number;
-  /** `ok`, or the stable error code. */
+  /**
+   * What happened: `ok`; the stable error code of a refusal (a door that answers all or nothing
+   * counts a result with a refused item as that item's code, with no tokens served); or
+   * `cancelled` when the caller went away before the answer (an HTTP client hang-up, a bus
+   * Cancel), whatever the operation then said (the wire error of that case stays
+   * `deadline_exceeded` with `details.reason: "cancelled"`).
+   */
   outcome: string;
+}
+
+/** How the door answered the call, for {@link requestFacts}. */
+export interface FactsOptions {
+  /**
+   * The door refuses the whole request when any item is refused (the API-shaped embeddings
+   * doors): a result with `item_errors` is counted as the first refused item's code, 0 tokens.
+   */
+  allOrNothing?: boolean;
+  /** The caller's signal: aborted when the call ends means the caller went away (`cancelled`). */
+  signal?: AbortSignal;
+}
+
+/**
+ * The {@link FactsOptions} of a call's options (`embed.allOrNothing`, `signal`).
+ *
+ * @param options The call options the door passed to `Synapse.call`.
+ */
+export function factsOptions(
+  options: { signal?: AbortSignal; embed?: { allOrNothing?: boolean } } | undefined,
+): FactsOptions {
+  return {
+    ...(options?.embed?.allOrNothing ? { allOrNothing: true } : {}),
+    ...(options?.signal === undefined ? {} : { signal: options.signal }),
+  };
+}
+
+/**
+ * True when an outcome is the caller's hang-up: its signal aborted, or the operation's own
+ * `deadline_exceeded` with `details.reason: "cancelled"`.
+ */
+function cancelledBy(outcome: OpOutcome, signal: AbortSignal | undefined): boolean {
+  if (signal?.aborted) return true;
+  return outcome.kind !== "result" && outcome.error.code === "deadline_exceeded" &&
+    outcome.error.details?.reason === "cancelled";
 }
 
 type Obj = Record<string, unknown>;
@@ -32,13 +73,20 @@ type Obj = Record<string, unknown>;
  *
  * @param params The params the operation got (after any door mapping); anything.
  * @param outcome Its outcome.
+ * @param options How the door answered it (all or nothing) and the caller's signal.
  * @returns The facts; never throws.
  */
-export function requestFacts(params: unknown, outcome: OpOutcome): RequestFacts {
+export function requestFacts(
+  params: unknown,
+  outcome: OpOutcome,
+  options: FactsOptions = {},
+): RequestFacts {
   const p = isObj(params) ? params : {};
   const facts: RequestFacts = {
     outcome: outcome.kind === "result" ? "ok" : outcome.error.code,
   };
+  const cancelled = cancelledBy(outcome, options.signal);
+  if (cancelled) facts.outcome = "cancelled";
   const result = outcome.kind === "result" && isObj(outcome.body.result)
     ? outcome.body.result
     : undefined;
@@ -60,6 +108,13 @@ export function requestFacts(params: unknown, outcome: OpOutcome): RequestFacts 
   }
   if (typeof result.queue_time_ms === "number") facts.queue_ms = result.queue_time_ms;
   if (typeof result.inference_time_ms === "number") facts.inference_ms = result.inference_time_ms;
+  const refused = Array.isArray(result.item_errors) ? result.item_errors[0] : undefined;
+  if (options.allOrNothing && isObj(refused) && isObj(refused.error)) {
+    // The door answers the whole request with this item's error: nothing was served.
+    if (!cancelled) facts.outcome = str(refused.error.code) ?? "invalid_request";
+    facts.tokens = 0;
+  }
+  if (cancelled) facts.tokens = 0;
   return facts;
 }
 

@@ -13,10 +13,12 @@ import type { JobRow, JobState } from "./job_types.ts";
 
 /** The columns of `jobs`, in the order {@link rowToJob} reads them. */
 export const JOB_COLUMNS =
-  `job_id, request_key, request_digest, kind, module_generation, state, created_ms,
+  `job_id, CAST(request_key AS BLOB) AS request_key, request_digest, kind, module_generation, state, created_ms,
   updated_ms, execution_expires_ms, result_retention_ttl_ms, terminal_at_ms, active_attempt_id,
   logical_handle, paused_at_ms, resume_deadline_ms, resume_ttl_ms, params_json, result_json,
   error_json, page_count, items_total, items_done, tokens_total, tokens_done`;
+
+const KEY_DECODER = new TextDecoder();
 
 /** `terminal_at_ms + result_retention_ttl_ms < ?` — the retention of a terminal job ended. */
 export const RETENTION_ENDED = `terminal_at_ms IS NOT NULL
@@ -61,7 +63,10 @@ export function mustGet(db: DatabaseSync, jobId: string): JobRow {
 export function rowToJob(row: Record<string, SQLOutputValue>): JobRow {
   return {
     jobId: String(row.job_id),
-    requestKey: String(row.request_key),
+    // Read as bytes: SQLite's text read stops at a NUL, and a key is echoed whole.
+    requestKey: row.request_key instanceof Uint8Array
+      ? KEY_DECODER.decode(row.request_key)
+      : String(row.request_key),
     requestDigest: String(row.request_digest),
     kind: String(row.kind),
     moduleGeneration: Number(row.module_generation),

@@ -92,7 +92,7 @@ Deno.test('formatLogLine() quotes a value with a space, a quote, ] or a line bre
   });
   assert.equal(
     line,
-    '2026-11-30T09:48:23.739Z INFO  synapse: m plain=abc sp="two words" q="say \\"hi\\"" br="a]b" open=[x lf="a\\nb" cr="a\\rb" bs=C:\\dir bsq="C:\\\\my dir" eq=k=v tab=a\tb empty="" num=-1.5 no=false',
+    '2026-11-30T09:48:23.739Z INFO  synapse: m plain=abc sp="two words" q="say \\"hi\\"" br="a]b" open=[x lf="a\\nb" cr="a\\rb" bs=C:\\dir bsq="C:\\\\my dir" eq=k=v tab="a\\u0009b" empty="" num=-1.5 no=false',
   );
   assert.equal(line.includes("\n") || line.includes("\r"), false);
   assert.equal(formatLogValue("x y"), '"x y"');
