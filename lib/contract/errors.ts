@@ -56,7 +56,9 @@ export type StableErrorCode =
   /**
    * A bug in Synapse (an invariant broke, an unexpected exception): permanent and not safe to
    * retry, so a client does not retry a bug forever. No stable code of contract.md §2 fits; the
-   * module logs the stack. Never used for engine faults (those are `engine_crashed`).
+   * module logs the stack. Never used for engine faults (those are `engine_crashed`). Also a
+   * store file damaged outside Synapse (details `reason: "store_corrupt" | "store_empty"`): only
+   * a person can mend it, so it is permanent, never a transient `store_failure` retried forever.
    */
   | "internal_error";
 

@@ -42,8 +42,16 @@
  * also counted as failed, since inheriting fails them), `open = minted + inherited − completed −
  * failed`, saturating at 0.
  *
- * Every SQLite failure (and an unreadable stored JSON column) surfaces as {@link SynapseError}
- * `store_failure`; a disposed store as `disposed`.
+ * ## Faults
+ *
+ * Every SQLite failure surfaces as {@link SynapseError} `store_failure` (details `reason:
+ * "storage_full"` on a full disk, `"io_error"`), a corrupt page or an unreadable stored JSON
+ * column as `internal_error` `{reason: "store_corrupt"}` (permanent: a retry cannot mend it); a
+ * disposed store as `disposed`. When the store refuses to write a job's failure ({@link
+ * JobStore.finish} on a full disk), the failure is kept in memory and laid over the row: the job
+ * reads as failed and a resubmit with its key mints a fresh job (never attaches to a job that
+ * shows `running` forever); it is written at the next write that succeeds, and a restart fails
+ * the row `module_restarted` in any case.
  *
  * @module
  */
@@ -52,6 +60,7 @@ import type { DatabaseSync } from "node:sqlite";
 import { SynapseError } from "../contract/errors.ts";
 import type { WireError } from "../contract/errors.ts";
 import type { Store } from "./store.ts";
+import { storeFailure } from "./_store_faults.ts";
 import {
   getJob,
   JOB_COLUMNS,
@@ -120,6 +129,8 @@ export class JobStore {
   #completed = 0;
   #failed = 0;
   #inherited = 0;
+  /** Failures whose write the store refused (a full disk), by job id, until a write succeeds. */
+  #unrecorded = new Map<string, { state: TerminalJobState; error: WireError; atMs: number }>();
 
   /**
    * Wraps an open store (migration 3 or later).
@@ -169,13 +180,14 @@ export class JobStore {
     }
     const now = this.#clock();
     const newId = this.#newId;
+    this.#flushUnrecorded();
     const outcome = this.#store.transaction((db) => {
       const newest = db.prepare(
         `SELECT ${JOB_COLUMNS} FROM jobs WHERE request_key = ?
          ORDER BY created_ms DESC, rowid DESC LIMIT 1`,
       ).get(input.requestKey);
       if (newest !== undefined) {
-        const job = rowToJob(newest);
+        const job = this.#overlay(rowToJob(newest));
         if (isRetained(job, now)) {
           if (job.requestDigest !== input.requestDigest) {
             throw new SynapseError(
@@ -224,7 +236,8 @@ export class JobStore {
    * @throws {SynapseError} `store_failure`; `disposed`.
    */
   get(jobId: string): JobRow | undefined {
-    return this.#read(`read job ${jobId}`, (db) => getJob(db, jobId));
+    const job = this.#read(`read job ${jobId}`, (db) => getJob(db, jobId));
+    return job === undefined ? undefined : this.#overlay(job);
   }
 
   /**
@@ -238,7 +251,7 @@ export class JobStore {
   markRunning(jobId: string): JobRow {
     const now = this.#clock();
     return this.#store.transaction((db) => {
-      const job = requireJob(db, jobId, "mark running");
+      const job = this.#overlay(requireJob(db, jobId, "mark running"));
       if (job.state !== "queued" && job.state !== "running") {
         throw wrongState(jobId, job.state, "mark running", "queued or running");
       }
@@ -281,7 +294,7 @@ export class JobStore {
     }
     const now = this.#clock();
     return this.#store.transaction((db) => {
-      const job = requireJob(db, jobId, "commit page");
+      const job = this.#overlay(requireJob(db, jobId, "commit page"));
       if (job.state !== "running") throw wrongState(jobId, job.state, "commit page", "running");
       if (pageNo !== job.pageCount) {
         throw new SynapseError(
@@ -318,15 +331,45 @@ export class JobStore {
     checkFinish(state, error);
     const errorJson = error === undefined ? null : JSON.stringify(error);
     const now = this.#clock();
-    const job = this.#store.transaction((db) => {
-      const job = requireJob(db, jobId, "finish");
-      if (isTerminal(job.state)) throw wrongState(jobId, job.state, "finish", "not terminal");
-      db.prepare(
-        `UPDATE jobs SET state = ?, error_json = ?, terminal_at_ms = ?, updated_ms = ?,
-           active_attempt_id = NULL WHERE job_id = ?`,
-      ).run(state, errorJson, now, now, jobId);
-      return mustGet(db, jobId);
-    });
+    this.#flushUnrecorded();
+    let known: JobRow | undefined;
+    let job: JobRow;
+    try {
+      job = this.#store.transaction((db) => {
+        known = this.#overlay(requireJob(db, jobId, "finish"));
+        if (isTerminal(known.state)) {
+          throw wrongState(jobId, known.state, "finish", "not terminal");
+        }
+        db.prepare(
+          `UPDATE jobs SET state = ?, error_json = ?, terminal_at_ms = ?, updated_ms = ?,
+             active_attempt_id = NULL WHERE job_id = ?`,
+        ).run(state, errorJson, now, now, jobId);
+        return mustGet(db, jobId);
+      });
+    } catch (err) {
+      // The store refused the write (a full disk, an I/O error) after the job was read: a
+      // failure is kept in memory and laid over the row, so the job reads as failed and its key
+      // mints a fresh job, instead of showing `running` forever. Written at the next write that
+      // succeeds; a restart fails the row `module_restarted` anyway.
+      const refused = err instanceof SynapseError &&
+        (err.code === "store_failure" || err.details?.reason === "store_corrupt");
+      if (refused && known === undefined) {
+        // The write lock itself was refused: read the job as it is.
+        try {
+          const row = getJob(this.#store.database, jobId);
+          known = row === undefined ? undefined : this.#overlay(row);
+        } catch { /* unreadable as well: nothing to lay over */ }
+      }
+      if (
+        refused && known !== undefined && !isTerminal(known.state) && state !== "done" &&
+        error !== undefined
+      ) {
+        this.#unrecorded.set(jobId, { state, error, atMs: now });
+        this.#failed++;
+      }
+      throw err;
+    }
+    this.#unrecorded.delete(jobId);
     if (state === "done") this.#completed++;
     else this.#failed++;
     return job;
@@ -416,6 +459,7 @@ export class JobStore {
         "Job was not resumed before its resume deadline",
       ).toWire(),
     );
+    this.#flushUnrecorded();
     const result = this.#store.transaction((db) => {
       const timedOut = Number(
         db.prepare(
@@ -466,13 +510,38 @@ export class JobStore {
     try {
       return fn(db);
     } catch (err) {
-      if (err instanceof SynapseError) throw err;
-      const reason = err instanceof Error ? err.message : String(err);
-      throw new SynapseError(
-        "store_failure",
-        `Cannot ${action} in store ${this.#store.path}: ${reason}`,
-        { details: { path: this.#store.path }, cause: err },
-      );
+      throw storeFailure(`Cannot ${action} in store ${this.#store.path}`, err, this.#store.path);
+    }
+  }
+
+  /** The job as the store holds it, with an end that could not be written laid over it. */
+  #overlay(job: JobRow): JobRow {
+    const end = this.#unrecorded.get(job.jobId);
+    if (end === undefined || isTerminal(job.state)) return job;
+    return {
+      ...job,
+      state: end.state,
+      error: end.error,
+      terminalAtMs: end.atMs,
+      updatedMs: end.atMs,
+    };
+  }
+
+  /** Writes the ends that could not be written before; those that still fail stay in memory. */
+  #flushUnrecorded(): void {
+    for (const [jobId, end] of this.#unrecorded) {
+      try {
+        this.#store.transaction((db) => {
+          db.prepare(
+            `UPDATE jobs SET state = ?, error_json = ?, terminal_at_ms = ?, updated_ms = ?,
+               active_attempt_id = NULL
+             WHERE job_id = ? AND state NOT IN ('done', 'failed_transient', 'failed_permanent')`,
+          ).run(end.state, JSON.stringify(end.error), end.atMs, end.atMs, jobId);
+        });
+        this.#unrecorded.delete(jobId);
+      } catch {
+        return; // the store still refuses writes: try again at the next write
+      }
     }
   }
 }

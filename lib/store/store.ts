@@ -7,6 +7,14 @@
  * namespace `synapse_module` (one transaction each, recorded in `cortexkit_schema_version`),
  * bump `module_generation`, and restrict the database files to mode 0600.
  *
+ * Faults of the file (lib/store/_store_faults.ts): a 0-byte store file (with no write-ahead log
+ * to recover from) and a store that fails `PRAGMA quick_check` are refused at open with
+ * `internal_error` `{reason: "store_empty" | "store_corrupt", path}`, naming the file and what to
+ * do — never opened (and so never silently replaced by an empty store). A corrupt page found
+ * later answers the same permanent error; a full disk answers `store_failure` `{reason:
+ * "storage_full"}` saying the disk is full; other I/O errors `store_failure` `{reason:
+ * "io_error"}`.
+ *
  * Not done here (yet): the exclusive store lease in the parent directory and fenced writes
  * (`cortexkit_fence`), which need a non-blocking `flock`.
  *
@@ -16,6 +24,7 @@
 import { DatabaseSync } from "node:sqlite";
 import { dirname } from "node:path";
 import { SynapseError } from "../contract/errors.ts";
+import { corruptStoreAdvice, storeFailure } from "./_store_faults.ts";
 
 /** Migration namespace of this module in `cortexkit_schema_version`. */
 export const STORE_NAMESPACE = "synapse_module";
@@ -151,8 +160,9 @@ export interface StoreOpenOptions {
 /**
  * The Synapse store: one SQLite database in WAL mode.
  *
- * Every method throws {@link SynapseError} `store_failure` when SQLite fails, and `disposed` after
- * {@link Store.dispose}.
+ * Every method throws {@link SynapseError} `store_failure` when SQLite fails (details `reason`
+ * `storage_full` or `io_error` when the disk is at fault), `internal_error` `{reason:
+ * "store_corrupt"}` when the file is corrupt, and `disposed` after {@link Store.dispose}.
  *
  * @example Open, record a model, close
  * ```ts ignore
@@ -190,7 +200,9 @@ export class Store {
    * @returns The open store; `moduleGeneration` is 1 on first boot and +1 on each later open.
    * @throws {SynapseError} `store_failure` when the directory, the database, a pragma, a migration
    * or the chmod fails, or when the stored schema is newer than this binary knows
-   * (details `{stored, known}`).
+   * (details `{stored, known}`); `store_failure` `{reason: "storage_full"}` when the disk is full;
+   * `internal_error` `{reason: "store_empty" | "store_corrupt", path}` when the file is 0 bytes or
+   * fails `quick_check`.
    */
   static open(path: string, options: StoreOpenOptions = {}): Store {
     const clock = options.clock ?? Date.now;
@@ -199,14 +211,16 @@ export class Store {
       try {
         Deno.mkdirSync(dirname(path), { recursive: true });
       } catch (err) {
-        throw storeFailure(`Cannot open store ${path}: cannot create its directory`, err, { path });
+        throw storeFailure(`Cannot open store ${path}: cannot create its directory`, err, path);
       }
     }
+    if (!memory) refuseEmptyFile(path);
+    const created = !memory && sizeOf(path) === undefined;
     let db: DatabaseSync;
     try {
       db = new DatabaseSync(path);
     } catch (err) {
-      throw storeFailure(`Cannot open store ${path}`, err, { path });
+      throw storeFailure(`Cannot open store ${path}`, err, path);
     }
     try {
       db.exec("PRAGMA busy_timeout = 5000");
@@ -219,6 +233,7 @@ export class Store {
         );
       }
       db.exec("PRAGMA foreign_keys = ON");
+      if (!memory) checkIntegrity(db, path);
       migrate(db, path, clock);
       const generation = bumpModuleGeneration(db);
       if (!memory) restrictPermissions(path);
@@ -227,7 +242,10 @@ export class Store {
       try {
         db.close();
       } catch { /* already failing; keep the first error */ }
-      throw storeFailure(`Cannot open store ${path}`, err, { path });
+      // A store this open created and could not write (a full disk) is not left behind as a
+      // 0-byte file that the next boot would have to refuse as a lost store.
+      if (created && sizeOf(path) === 0) removeFresh(path);
+      throw storeFailure(`Cannot open store ${path}`, err, path);
     }
   }
 
@@ -369,7 +387,7 @@ export class Store {
     try {
       return fn();
     } catch (err) {
-      throw storeFailure(`Cannot ${action} in store ${this.#path}`, err, { path: this.#path });
+      throw storeFailure(`Cannot ${action} in store ${this.#path}`, err, this.#path);
     }
   }
 }
@@ -454,12 +472,53 @@ function restrictPermissions(path: string): void {
   }
 }
 
-function storeFailure(
-  message: string,
-  err: unknown,
-  details: Record<string, unknown>,
-): SynapseError {
-  if (err instanceof SynapseError) return err;
-  const reason = err instanceof Error ? err.message : String(err);
-  return new SynapseError("store_failure", `${message}: ${reason}`, { details, cause: err });
+/**
+ * Refuses a store file of 0 bytes with no write-ahead log to recover from: the store that was
+ * there (its jobs, models and module generation) was truncated, and opening it would silently
+ * start an empty one in its place.
+ */
+function refuseEmptyFile(path: string): void {
+  const size = sizeOf(path);
+  if (size !== 0 || (sizeOf(`${path}-wal`) ?? 0) > 0) return;
+  throw new SynapseError(
+    "internal_error",
+    `Cannot open store ${path}: the file is empty (0 bytes), so the store it held is lost; ${
+      corruptStoreAdvice(path)
+    }`,
+    { details: { path, reason: "store_empty" } },
+  );
+}
+
+function removeFresh(path: string): void {
+  for (const file of [path, `${path}-wal`, `${path}-shm`]) {
+    try {
+      Deno.removeSync(file);
+    } catch { /* absent, or already failing: the open's error is what matters */ }
+  }
+}
+
+function sizeOf(path: string): number | undefined {
+  try {
+    return Deno.statSync(path).size;
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return undefined;
+    throw err;
+  }
+}
+
+/**
+ * `PRAGMA quick_check` (b-tree pages, record formats, NOT NULL/CHECK; O(file size), no index
+ * cross-check): a store with a damaged page is refused at boot rather than booting as `ok` and
+ * failing the rows that live on it later.
+ */
+function checkIntegrity(db: DatabaseSync, path: string): void {
+  const rows = db.prepare("PRAGMA quick_check(8)").all().map((r) => String(r.quick_check));
+  if (rows.length === 1 && rows[0] === "ok") return;
+  throw new SynapseError(
+    "internal_error",
+    `Cannot open store ${path}: the store file is corrupt (quick_check: ${
+      rows.join("; ").slice(0, 400)
+    }); ${corruptStoreAdvice(path)}`,
+    { details: { path, reason: "store_corrupt", quick_check: rows } },
+  );
 }

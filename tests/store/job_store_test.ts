@@ -504,9 +504,14 @@ Deno.test("JobStore wraps SQLite failures in store_failure and honours dispose",
   colliding.admit(admission({ requestKey: "a" }));
   assert.throws(() => colliding.admit(admission({ requestKey: "b" })), isCode("store_failure"));
   assert.strictEqual(colliding.counters().minted, 1);
-  // A corrupt JSON column is a store failure too.
+  // A corrupt JSON column is a corrupt store: permanent (F40), never a transient retried forever.
   store.database.exec("UPDATE jobs SET params_json = '{broken' WHERE job_id = 'job_same'");
-  assert.throws(() => jobs.get("job_same"), isCode("store_failure"));
+  assert.throws(
+    () => jobs.get("job_same"),
+    (err: unknown) =>
+      err instanceof SynapseError && err.code === "internal_error" &&
+      err.details?.reason === "store_corrupt" && err.toWire().class === "permanent",
+  );
   store.database.exec("DROP TABLE job_pages");
   assert.throws(() => jobs.readPage("job_same", 0), isCode("store_failure"));
   store.dispose();

@@ -230,10 +230,12 @@ Deno.test("Store.open() wraps failures in store_failure", async () => {
     notDb,
     "this is not a database, just some text that is long enough".repeat(20),
   );
+  // Not a database: a corrupt store, refused permanently (F40), naming the file.
   assert.throws(
     () => Store.open(notDb),
     (err: unknown) =>
-      err instanceof SynapseError && err.code === "store_failure" && err.details?.path === notDb,
+      err instanceof SynapseError && err.code === "internal_error" &&
+      err.details?.reason === "store_corrupt" && err.details?.path === notDb,
   );
 });
 
