@@ -50,11 +50,27 @@ export function ensureLayoutSync(l: Layout): void {
   }
 }
 
-/** Tightens a directory of this user to 0700 (POSIX only; a no-op for another user's). */
+/**
+ * Tightens a directory of this user to 0700 (POSIX only; a no-op for another user's). Without
+ * the permission to read its own uid (Deno's `--allow-sys=uid`), the chmod is tried and a refusal
+ * (not ours) ignored.
+ */
 function privateDirSync(dir: string): void {
   if (Deno.build.os === "windows") return;
   const st = Deno.statSync(dir);
-  if (st.uid === Deno.uid() && ((st.mode ?? 0) & 0o077) !== 0) Deno.chmodSync(dir, 0o700);
+  if (((st.mode ?? 0) & 0o077) === 0) return;
+  let uid: number | null | undefined;
+  try {
+    uid = Deno.uid();
+  } catch {
+    uid = undefined; // not permitted to ask
+  }
+  if (uid !== undefined && st.uid !== uid) return;
+  try {
+    Deno.chmodSync(dir, 0o700);
+  } catch (err) {
+    if (!(err instanceof Deno.errors.PermissionDenied)) throw err;
+  }
 }
 
 const HEX64 = /^[0-9a-f]{64}$/;

@@ -25,6 +25,12 @@
  * results that carry a fingerprint carry `x-synapse-fingerprint`. Every request is logged in one
  * line at `info` (`/health` at `debug`): see {@link logRequest}.
  *
+ * Who may call what (field report F39): a call of an `owner` operation (`OPERATIONS[m].access`:
+ * every mutating one) must show the owner's local key (lib/http/owner_key.ts) as
+ * `Authorization: Bearer KEY` or `X-Synapse-Key: KEY`, and with `http.require_key_for_queries`
+ * every request must; else 401 `unauthorized` in the route's own error shape. On a unix socket
+ * (`path`, 0600) no key is asked: only the owner can connect.
+ *
  * The socket is bound before the instance starts ({@link bindHttp}), so a port already in use
  * fails at once, naming the address, before a store is opened; until an instance is attached the
  * door answers 503 `module_not_initialized`.
