@@ -35,6 +35,8 @@ export interface LoadSpec {
   manifest_digest?: string;
   /** Pin owner of its blobs, when pinned. */
   pin_owner?: string;
+  /** Never the default of its task while another model serves it (F36; see `ModelSource.notDefault`). */
+  not_default?: boolean;
 }
 
 /**
@@ -60,6 +62,7 @@ export function sourceFromSpec(spec: LoadSpec, blobPath: (d: Digest) => string):
     pooling: spec.pooling ?? (isRerank ? "cls" : "mean"),
     normalize: spec.normalize ?? !isRerank,
     artifactDigest: spec.files.model.digest,
+    ...(spec.not_default ? { notDefault: true } : {}),
     ...(spec.max_tokens === undefined
       ? { maxTokensDefault: 8192 }
       : { maxTokens: spec.max_tokens }),

@@ -7,6 +7,7 @@
  */
 import { SynapseError, type WireError } from "../contract/errors.ts";
 import type { Digest } from "../cache/types.ts";
+import type { ModelTask } from "./model.ts";
 
 /** State of a `model.load` job. */
 export type LoadJobState =
@@ -41,6 +42,16 @@ export interface ModelJobView {
   error?: WireError;
   /** True when the same files were already loaded under this id (nothing was done). */
   already_loaded?: boolean;
+  /** The task the model serves (set once known). */
+  task?: ModelTask;
+  /** Why that task: `asked` (the request named it) or what the file said (F36). */
+  task_reason?: string;
+  /** Sentences the pull prints: a surprising task choice, a default taken over or kept. */
+  notes?: string[];
+  /** Set when the model became the default of its task (requests that name no model). */
+  default_for?: ModelTask;
+  /** The model that was the default of that task before (null: none). */
+  replaced_default?: string | null;
   /** Damaged or missing blobs this load fetched again from their recorded source (F28). */
   healed?: { file: string; digest: Digest; from: "url" | "file" }[];
   created_ms: number;

@@ -72,6 +72,11 @@ export interface ModelSource {
    *   blob no source heals; a heal's transient failure (retried by the registry).
    */
   verify?: () => Promise<string>;
+  /**
+   * Never the default model of its task while another model of the task serves (a pull whose
+   * task was inferred against mixed signals does not take over an existing default; F36).
+   */
+  notDefault?: boolean;
   /** llama: worker program override (`worker_bin`). */
   workerBin?: string;
   /** llama: socket directory (`worker_runtime_dir`). */

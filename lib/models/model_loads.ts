@@ -33,7 +33,7 @@ import type { ArtifactFormat, BlobMeta, DownloadProgress, GcRow } from "../cache
 import type { Digest } from "../cache/types.ts";
 import { jcsSha256, type JsonValue } from "../identity/jcs.ts";
 import { type LogSink, nullLog } from "../log/log.ts";
-import type { ModelRegistry } from "./model_registry.ts";
+import { defaultModelOf, type ModelRegistry } from "./model_registry.ts";
 import type { ModelEngine, ModelEntry, ModelSource } from "./model.ts";
 import {
   backendFiles,
@@ -634,15 +634,22 @@ export class ModelLoads {
         );
       }
       job.controller.signal.throwIfAborted();
-      const task = req.task ??
-        await inferTask(
-          engine,
-          this.cache.blobPath(model.digest),
-          files.config && this.cache.blobPath(files.config.digest),
-        );
+      const inferred = req.task !== undefined ? undefined : await inferTask(
+        engine,
+        this.cache.blobPath(model.digest),
+        files.config && this.cache.blobPath(files.config.digest),
+      );
+      const task = req.task ?? inferred!.task;
       const modelId = req.model_id ?? modelIdFor(req, plan);
       this.#checkIdFree(modelId, true);
       job.view.model_id = modelId;
+      job.view.task = task;
+      job.view.task_reason = inferred === undefined ? "asked" : inferred.reason;
+      if (inferred?.surprise !== undefined) this.#note(job, inferred.surprise);
+      // A task chosen against mixed signals never takes over a default that serves already.
+      const current = defaultModelOf(this.registry.list(), task);
+      const notDefault = inferred?.surprise !== undefined && current !== undefined &&
+        current.modelId !== modelId;
       const spec: LoadSpec = {
         model_id: modelId,
         engine,
@@ -655,6 +662,7 @@ export class ModelLoads {
         files: files as LoadSpec["files"],
         origin: "runtime",
         ...(req.pin === false ? {} : { pin_owner: this.#owner("model", modelId) }),
+        ...(notDefault ? { not_default: true } : {}),
       };
       let loaded = this.#specs.get(modelId);
       const entry = this.registry.list().find((m) => m.modelId === modelId);
@@ -748,18 +756,51 @@ export class ModelLoads {
       for (const f of Object.values(spec.files)) await this.cache.pin(f!.digest, spec.pin_owner);
       this.#jobs.set(job, "committed");
       this.#specs.set(model.id, spec);
+      job.view.task = spec.task;
+      job.view.task_reason = "the catalog's";
       if (!this.registry.list().some((m) => m.modelId === model.id)) {
+        const before = defaultModelOf(this.registry.list(), spec.task)?.modelId;
         const entry = await this.registry.load(this.#source(spec, job));
         this.record(entry, spec);
+        if (entry.state === "ready") this.#noteDefault(job, spec, before);
       }
     } catch (err) {
       this.#fail(job, err);
     }
   }
 
+  /** Adds a sentence to the job's notes (and the log). */
+  #note(job: Job, text: string): void {
+    job.view.notes = [...(job.view.notes ?? []), text];
+    this.#log("info", "synapse.models", text, {
+      job_id: job.view.job_id,
+      model_id: job.view.model_id ?? "",
+    });
+  }
+
+  /** Says whether a just-loaded model became the default of its task (F36). */
+  #noteDefault(job: Job, spec: LoadSpec, before: string | undefined): void {
+    const now = defaultModelOf(this.registry.list(), spec.task)?.modelId;
+    if (now === spec.model_id && before !== spec.model_id) {
+      job.view.default_for = spec.task;
+      job.view.replaced_default = before ?? null;
+      this.#note(
+        job,
+        `now the default ${spec.task} model${before === undefined ? "" : ` (was ${before})`}`,
+      );
+    } else if (spec.not_default && now !== undefined) {
+      this.#note(
+        job,
+        `not made the default ${spec.task} model: ${now} stays; name it with model: ` +
+          `${spec.model_id}, or pull it with --task ${spec.task} to make it the default`,
+      );
+    }
+  }
+
   /** Leases, pins and loads a resolved model; the job ends ready or failed. */
   async #loadSpec(job: Job, spec: LoadSpec): Promise<void> {
     this.#jobs.set(job, "loading");
+    const before = defaultModelOf(this.registry.list(), spec.task)?.modelId;
     const leases = Object.values(spec.files).map((f) => this.cache.acquireShared(f!.digest));
     try {
       if (spec.pin_owner !== undefined) {
@@ -777,6 +818,7 @@ export class ModelLoads {
         throw entry.error ?? new SynapseError("artifact_invalid", `Cannot load '${spec.model_id}'`);
       }
       this.record(entry, spec);
+      this.#noteDefault(job, spec, before);
       this.#jobs.set(job, "ready");
     } finally {
       for (const l of leases) l.release();

@@ -512,15 +512,19 @@ export class ModelRegistry implements AsyncDisposable {
 /**
  * The model that serves a task when a request names none: the first of the task, in load order,
  * that is not a generated test model and has not failed; else the first that has not failed;
- * else the first. So a model pulled at run time takes over from the test models.
+ * else the first. So a model pulled at run time takes over from the test models. A model whose
+ * source says `notDefault` comes only after every other model of the task that has not failed.
  */
 export function defaultModelOf(
   list: readonly ModelEntry[],
   task: ModelTask,
 ): ModelEntry | undefined {
-  return list.find((x) => x.task === task && x.state !== "failed" && !x.testModel) ??
-    list.find((x) => x.task === task && x.state !== "failed") ??
-    list.find((x) => x.task === task);
+  const mine = list.filter((x) => x.task === task);
+  const eligible = mine.filter((x) => !x.source.notDefault);
+  return eligible.find((x) => x.state !== "failed" && !x.testModel) ??
+    eligible.find((x) => x.state !== "failed") ??
+    mine.find((x) => x.state !== "failed") ??
+    mine[0];
 }
 
 function unknownModel(

@@ -85,6 +85,11 @@ Deno.test("pull PATH into a running server: ready at once, ps lists it, embed us
     assert.match(pulled.stdout, /^ready: tiny-pulled {2}[0-9a-f]{64}\n$/);
     // Which phases a poll sees depends on speed; the first is always drawn.
     assert.match(pulled.stderr, new RegExp(`^resolving ${dir}…\n`));
+    // F36: the pull names the task and why.
+    assert.match(
+      pulled.stderr,
+      /\ntask: embed \(an ONNX encoder \(not a sequence classifier\)\)\n/,
+    );
     // The blobs went to $CORTEXKIT_MODEL_CACHE.
     assert.ok((await Array.fromAsync(Deno.readDir(home.cache))).length > 0);
 
@@ -206,6 +211,7 @@ Deno.test("pull URL --sha256 downloads with progress lines on a non-terminal std
     ]);
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /^ready: tiny-gguf {2}[0-9a-f]{64}\n$/);
+    assert.match(r.stderr, /\ntask: generate \(asked\)\n/);
     assert.match(r.stderr, new RegExp(`downloading ${files.base}/model\\.gguf…\\n`));
     assert.match(
       r.stderr,

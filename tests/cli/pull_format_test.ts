@@ -15,6 +15,7 @@ import {
   planPull,
   pullFailureHint,
   type PullJob,
+  pullReadyLines,
 } from "../../lib/cli/commands/pull.ts";
 import type { ClientOutcome, SynapseClient } from "../../lib/cli/client.ts";
 import type { CliIO } from "../../lib/cli/_command.ts";
@@ -395,9 +396,34 @@ Deno.test("followPull() follows a catalog download through committed to the mode
   assert.equal(io.stderr[0], "queued cat-model…");
   assert.equal(io.stderr[1], "downloading cat-model…");
   assert.match(io.stderr.join("\n"), /\ndownloaded 50 B in \d+\.\ds \(/);
-  assert.deepEqual(io.stderr.slice(-2), ["verifying…", "loading…"]);
+  // Then the task it serves, before the ready line.
+  assert.deepEqual(io.stderr.slice(-3), ["verifying…", "loading…", "task: embed"]);
   const methods = client.calls.map((c) => `${c.method} ${JSON.stringify(c.params)}`);
   assert.ok(methods.includes(`model.status {"model_id":"cat-model"}`), methods.join("\n"));
+});
+
+Deno.test("F36: pullReadyLines() names the task and why, then the job's notes and heals", () => {
+  assert.deepEqual(
+    pullReadyLines({
+      ...JOB,
+      state: "ready",
+      task: "generate",
+      task_reason: "its GGUF architecture 'llama' is a decoder",
+      notes: ["loaded as generate though …; pass --task embed to override"],
+      healed: [{ file: "model", digest: "sha256:ab", from: "url" }],
+    }, { task: "generate" }),
+    [
+      "task: generate (its GGUF architecture 'llama' is a decoder)",
+      "note: loaded as generate though …; pass --task embed to override",
+      "note: healed the damaged model blob sha256:ab from its recorded url",
+    ],
+  );
+  assert.deepEqual(
+    pullReadyLines({ ...JOB, task: "embed", task_reason: "asked" }, {
+      task: "embed",
+    }),
+    ["task: embed (asked)"],
+  );
 });
 
 Deno.test("followPull() prints the job's error and a hint for a failed download (exit 1)", async () => {

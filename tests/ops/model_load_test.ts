@@ -362,7 +362,6 @@ Deno.test("a GGUF alone, pulled from a pinned loopback URL, generates text at on
       await syn.call("model.load", {
         url: `${srv.base}/tiny-qwen.gguf`,
         expected_digest: `sha256:${sha256(gguf)}`,
-        // The fixture carries a pooling type, which alone would make it an embedding model.
         task: "generate",
       }),
     );
@@ -389,18 +388,156 @@ Deno.test("a GGUF alone, pulled from a pinned loopback URL, generates text at on
   }
 });
 
-Deno.test("model.load infers the task: a GGUF with a pooling type embeds, an ONNX classifier reranks", async () => {
-  const { inferTask } = await import("../../lib/models/_load_infer.ts");
+Deno.test("F36: the task comes from what the file is: decoders with a pooling type generate, embedding-only architectures embed, an ONNX classifier reranks", async () => {
+  const { inferTask, ggufTask } = await import("../../lib/models/_load_infer.ts");
+  // The project's own test decoders (scripts/gen_gguf.ts) carry llama.pooling_type: decoders.
+  for (const name of ["synapse-tiny-qwen", "synapse-tiny-llama", "synapse-tiny-llama-bytes"]) {
+    const got = await inferTask("llama", `${MODELS}/${name}/model.gguf`, undefined);
+    assert.equal(got.task, "generate", name);
+    assert.match(got.surprise ?? "", /pooling_type.*pass --task embed to override/, name);
+  }
+  const tensors = ["token_embd.weight", "output_norm.weight"];
+  assert.equal(ggufTask({ "general.architecture": "bert" }, tensors).task, "embed");
+  assert.equal(ggufTask({ "general.architecture": "nomic-bert" }, tensors).task, "embed");
+  // A decoder with no output head that says it embeds (a converted Qwen3-Embedding).
+  const qwenEmbed = ggufTask({
+    "general.architecture": "qwen3",
+    "general.name": "Qwen3 Embedding 0.6B",
+    "qwen3.pooling_type": 3,
+  }, tensors);
+  assert.equal(qwenEmbed.task, "embed");
+  assert.match(qwenEmbed.surprise!, /^loaded as embed because .*pass --task generate to override$/);
+  // The same with an output head, or with a chat template and no pooling type: a generator.
   assert.equal(
-    await inferTask("llama", `${MODELS}/synapse-tiny-qwen/model.gguf`, undefined),
+    ggufTask({
+      "general.architecture": "qwen3",
+      "general.name": "Qwen3 Embedding 0.6B",
+      "qwen3.pooling_type": 3,
+    }, [...tensors, "output.weight"]).task,
+    "generate",
+  );
+  const chat = ggufTask(
+    { "general.architecture": "qwen3", "tokenizer.chat_template": "{{x}}" },
+    [],
+  );
+  assert.deepEqual([chat.task, chat.surprise], ["generate", undefined]);
+  // An explicit task in the metadata wins.
+  assert.equal(
+    ggufTask({ "general.architecture": "llama", "general.type": "embedding" }, tensors).task,
     "embed",
   );
   const rr = `${MODELS}/synapse-tiny-rerank`;
-  assert.equal(await inferTask("ort", `${rr}/model.onnx`, `${rr}/config.json`), "rerank");
+  assert.equal((await inferTask("ort", `${rr}/model.onnx`, `${rr}/config.json`)).task, "rerank");
   assert.equal(
-    await inferTask("ort", `${EMBED_DIR}/model.onnx`, `${EMBED_DIR}/config.json`),
+    (await inferTask("ort", `${EMBED_DIR}/model.onnx`, `${EMBED_DIR}/config.json`)).task,
     "embed",
   );
+});
+
+Deno.test("F36: a GGUF decoder with pooling metadata pulls as generate, says why, and leaves the default embed model alone", async () => {
+  await using h = await home();
+  const syn = await h.start();
+  try {
+    const before = resultOf(await syn.call("models.list", {}));
+    assert.equal(before.served_by.embed, "synapse-tiny-embed");
+    // The GGUF alone (no config.json to name its task): its metadata decides.
+    const alone = `${h.dir}/qwen-alone`;
+    await Deno.mkdir(alone);
+    await Deno.copyFile(`${MODELS}/synapse-tiny-qwen/model.gguf`, `${alone}/model.gguf`);
+    const job = resultOf(await syn.call("model.load", { path: alone, model_id: "qwen-dec" }));
+    const done = await settle(syn, job.job_id);
+    assert.equal(done.state, "ready", JSON.stringify(done));
+    assert.equal(done.task, "generate");
+    assert.match(done.task_reason ?? "", /architecture 'llama' is a decoder/);
+    assert.ok(
+      done.notes?.some((n) =>
+        /^loaded as generate though .*pass --task embed to override$/.test(n)
+      ),
+      JSON.stringify(done.notes),
+    );
+    // It became the default of its own task, and said so; the embed default is unchanged.
+    assert.equal(done.default_for, "generate");
+    assert.equal(done.replaced_default, null);
+    assert.ok(done.notes?.includes("now the default generate model"), JSON.stringify(done.notes));
+    const after = resultOf(await syn.call("models.list", {}));
+    assert.equal(after.served_by.embed, "synapse-tiny-embed");
+    assert.equal(after.served_by.generate, "qwen-dec");
+    const st = resultOf(await syn.call("model.status", { model_id: "qwen-dec" }));
+    assert.deepEqual([st.engine, st.task], ["llama", "generate"]);
+    const out = resultOf(await syn.call("microllm.oneshot", { prompt: "hi", max_tokens: 2 }));
+    assert.equal(out.n_gen, 2);
+    // With its config.json beside it (scripts/gen_gguf.ts writes synapse_task), the config says.
+    const withConfig = await settle(
+      syn,
+      resultOf(
+        await syn.call("model.load", {
+          path: `${MODELS}/synapse-tiny-llama`,
+          model_id: "llama-dec",
+        }),
+      ).job_id,
+    );
+    assert.equal(withConfig.state, "ready", JSON.stringify(withConfig));
+    assert.deepEqual([withConfig.task, withConfig.task_reason], [
+      "generate",
+      "its config.json says task 'generate'",
+    ]);
+    assert.equal(resultOf(await syn.call("models.list", {})).served_by.embed, "synapse-tiny-embed");
+  } finally {
+    await syn.dispose();
+  }
+});
+
+Deno.test("F36: a GGUF inferred as embed against mixed signals does not take over the default embed model, across a restart", async () => {
+  await using h = await home();
+  const { llamaVocab, TINY_SPECS, writeLlamaGguf } = await import("../../scripts/gen_gguf.ts");
+  const dir = `${h.dir}/tiny-embedder`;
+  await Deno.mkdir(dir);
+  // A llama decoder with tied embeddings (no output.weight), a pooling type and "embed" in its
+  // name: read as an embedder, a surprising choice.
+  const vocab = llamaVocab(await Deno.readTextFile(`${MODELS}/synapse-tiny-llama/tokenizer.json`));
+  await writeLlamaGguf(`${dir}/model.gguf`, {
+    ...TINY_SPECS[0]!,
+    name: "synapse-tiny-embedder",
+    tiedEmbeddings: true,
+  }, vocab);
+  {
+    const syn = await h.start();
+    try {
+      const job = resultOf(await syn.call("model.load", { path: dir }));
+      const done = await settle(syn, job.job_id);
+      assert.equal(done.state, "ready", JSON.stringify(done));
+      assert.equal(done.task, "embed");
+      assert.ok(
+        done.notes?.some((n) => /^loaded as embed because .*--task generate to override$/.test(n)),
+        JSON.stringify(done.notes),
+      );
+      assert.ok(
+        done.notes?.some((n) =>
+          /^not made the default embed model: synapse-tiny-embed stays; name it with model: tiny-embedder/
+            .test(n)
+        ),
+        JSON.stringify(done.notes),
+      );
+      assert.equal(done.default_for, undefined);
+      const list = resultOf(await syn.call("models.list", {}));
+      assert.equal(list.served_by.embed, "synapse-tiny-embed");
+      const mine = resultOf(await syn.call("embed.query", { text: "x", model: "tiny-embedder" }));
+      assert.equal(mine.vectors.length, 1);
+    } finally {
+      await syn.dispose();
+    }
+  }
+  const syn = await h.start();
+  try {
+    const list = resultOf(await syn.call("models.list", {}));
+    assert.equal(
+      list.served_by.embed,
+      "synapse-tiny-embed",
+      "still not the default after a restart",
+    );
+  } finally {
+    await syn.dispose();
+  }
 });
 
 Deno.test("models.remove of a model a durable job holds is model_in_use naming the job; once it ends the files go", async () => {

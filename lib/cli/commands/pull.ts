@@ -204,6 +204,10 @@ interface JobView {
   bytes_done: number;
   bytes_total: number | null;
   error?: WireErrorLike;
+  task?: string;
+  task_reason?: string;
+  notes?: string[];
+  healed?: { file: string; digest: string; from: string }[];
 }
 
 /** `model.status {model_id}`. */
@@ -314,6 +318,29 @@ export function pullFailureHint(
   }
 }
 
+/**
+ * The stderr lines of a pull that ended ready, before `ready: MODEL FINGERPRINT`: the task and
+ * why (`task: generate (its GGUF architecture 'llama' is a decoder)`), each note of the job (a
+ * surprising task choice, a default taken over or kept: `note: …`), and each blob the load healed.
+ *
+ * @param job The ended job.
+ * @param s The model's status.
+ * @returns The lines.
+ */
+export function pullReadyLines(job: PullJob, s: Pick<ModelStatus, "task">): string[] {
+  const task = job.task ?? s.task;
+  const why = job.task_reason === undefined || job.task_reason === "asked"
+    ? job.task_reason === "asked" ? " (asked)" : ""
+    : ` (${job.task_reason})`;
+  return [
+    `task: ${task}${why}`,
+    ...(job.notes ?? []).map((n) => `note: ${n}`),
+    ...(job.healed ?? []).map((h) =>
+      `note: healed the damaged ${h.file} blob ${h.digest} from its recorded ${h.from}`
+    ),
+  ];
+}
+
 /** Options of {@link followPull}. */
 export interface FollowPullOptions {
   /** Print `{job, model}` as JSON at the end instead of lines. @default false */
@@ -420,7 +447,7 @@ class PullFollower {
         return status.exit;
       }
       const s = status.value;
-      if (s.state === "ready") return this.#ready(job, s);
+      if (s.state === "ready") return await this.#ready(job, s);
       if (s.state === "failed" || s.state === "quarantined") return this.#failed(job, s);
       if (!(await this.#sleep())) return await this.#interrupted(job);
       const again = await this.#call<JobView>("model.status", { job_id: job.job_id });
@@ -496,10 +523,17 @@ class PullFollower {
     return String(job.catalog_id ?? p.url ?? p.path ?? job.model_id ?? "");
   }
 
-  #ready(job: JobView, s: ModelStatus): number {
+  async #ready(first: JobView, s: ModelStatus): Promise<number> {
     this.#progress.finish();
-    if (this.#json) this.#io.out(JSON.stringify({ job, model: s }, null, 2));
-    else this.#io.out(`ready: ${s.model_id}  ${s.fingerprint ?? "-"}`);
+    // The job's last word (a catalog job's notes come once its model has loaded).
+    const last = await this.#client.call("model.status", { job_id: first.job_id });
+    const job = last.kind === "result" ? (last.body as { result: JobView }).result : first;
+    if (this.#json) {
+      this.#io.out(JSON.stringify({ job, model: s }, null, 2));
+      return cliExitFor("result");
+    }
+    for (const line of pullReadyLines(job, s)) this.#io.err(line);
+    this.#io.out(`ready: ${s.model_id}  ${s.fingerprint ?? "-"}`);
     return cliExitFor("result");
   }
 
