@@ -92,3 +92,37 @@ Deno.test("F26: a truncated rerank document discloses kept_chars of its own text
   assert.equal(alone.scores[0], r.scores[0]);
   assert.equal(r.truncation_disclosures[1].kept_chars, undefined);
 });
+
+Deno.test("F26: a durable job's pages carry the same hashes and kept_chars", async () => {
+  await using t = await startSynapse();
+  // Over the inline limits, so it runs as a job.
+  const texts = [CASED, UPPER, ...Array.from({ length: 98 }, (_, i) => `short text ${i}`)];
+  const inline = resultOf(
+    await t.syn.call("embed.batch", { texts: [CASED, UPPER], truncate: true }),
+  );
+  const job = resultOf(
+    await t.syn.call("embed.batch", {
+      texts,
+      truncate: true,
+      request_key: "f26",
+    }),
+  );
+  assert.match(job.job_id, /^job_/);
+  const hungAt = Date.now() + 600_000;
+  // deno-lint-ignore no-explicit-any
+  let page: any;
+  while (Date.now() < hungAt) {
+    page = resultOf(await t.syn.call("embed.result", { job_id: job.job_id }));
+    if (page.state !== "queued" && page.state !== "running") break;
+    await new Promise((res) => setTimeout(res, 20));
+  }
+  assert.equal(page.state, "done");
+  // Pages hold items in their own order: find them by id.
+  for (const id of ["0", "1"]) {
+    const k = page.vectors.findIndex((v: { id: string }) => v.id === id);
+    assert.ok(k >= 0, id);
+    assert.equal(page.vectors[k].content_sha256, inline.vectors[Number(id)].content_sha256);
+    assert.deepEqual(page.truncation_disclosures[k], inline.truncation_disclosures[Number(id)]);
+    assert.ok(page.truncation_disclosures[k].kept_chars > 0);
+  }
+});
