@@ -63,24 +63,29 @@ export function isTerminal(state: WireJobState): boolean {
 
 /**
  * The output lines of a page (or of an inline result): one per vector,
- * `{id, vector, content_sha256, submitted_sha256, tokens, truncated}`, then one per refused item,
+ * `{id, vector, content_sha256, submitted_sha256, tokens, truncated}` (plus `kept_chars` when
+ * truncated: the characters of the text `content_sha256` covers), then one per refused item,
  * `{id, error: {code, message}}`.
  *
  * @param items The page's per-item fields.
  * @returns The records, vectors first, each in the page's order.
  */
 export function resultRecords(items: ResultItems): ResultRecord[] {
-  const out: ResultRecord[] = items.vectors.map((v, k) => ({
-    id: v.id,
-    line: {
+  const out: ResultRecord[] = items.vectors.map((v, k) => {
+    const d = items.truncation_disclosures[k];
+    return {
       id: v.id,
-      vector: v.vector,
-      content_sha256: v.content_sha256,
-      submitted_sha256: v.submitted_sha256,
-      tokens: items.real_token_counts[k] ?? 0,
-      truncated: items.truncation_disclosures[k]?.truncated ?? false,
-    },
-  }));
+      line: {
+        id: v.id,
+        vector: v.vector,
+        content_sha256: v.content_sha256,
+        submitted_sha256: v.submitted_sha256,
+        tokens: items.real_token_counts[k] ?? 0,
+        truncated: d?.truncated ?? false,
+        ...(d?.kept_chars === undefined ? {} : { kept_chars: d.kept_chars }),
+      },
+    };
+  });
   for (const e of items.item_errors ?? []) {
     out.push({
       id: e.id,

@@ -20,7 +20,10 @@ import { checkContentTokens, checkText } from "./_text.ts";
 export interface EmbedVector {
   id: string;
   vector: number[];
-  /** SHA-256 hex of the kept content: equals `submitted_sha256` unless the item was truncated. */
+  /**
+   * SHA-256 hex of the caller's own text up to the end of the last kept token (F26: its first
+   * `kept_chars` characters): equals `submitted_sha256` unless the item was truncated.
+   */
   content_sha256: string;
   /** SHA-256 hex of the submitted UTF-8 text. */
   submitted_sha256: string;
@@ -36,6 +39,11 @@ export interface TruncationDisclosure {
    * text far over the limit, truncated from a proven prefix without tokenizing it whole.
    */
   submitted_tokens_is_lower_bound?: true;
+  /**
+   * Truncated items only: how many characters (Unicode code points) of the caller's text the
+   * kept tokens cover — `content_sha256` is the SHA-256 of exactly that prefix (F26).
+   */
+  kept_chars?: number;
 }
 
 /** An item the operation could not serve; the rest of the batch was. */
@@ -206,9 +214,13 @@ export function vectorLine(
   values: Float32Array,
   submittedSha256: string = x.submittedSha256 ?? sha256Hex(x.item.text),
 ): { vector: EmbedVector; count: number; disclosure: TruncationDisclosure } {
-  const content = x.seq.truncated
-    ? sha256Hex(model.tokenizer.decode(x.seq.keptContentIds))
-    : submittedSha256;
+  // F26: the caller's own text up to the end of the last kept token, for every tokenizer family
+  // (never the decoded tokens: an uncased model's decoding is lower-cased, accents stripped).
+  const content = !x.seq.truncated
+    ? submittedSha256
+    : x.seq.keptTextEnd !== undefined
+    ? sha256Hex(x.item.text.slice(0, x.seq.keptTextEnd))
+    : sha256Hex(model.tokenizer.decode(x.seq.keptContentIds));
   return {
     vector: {
       id: x.item.id,
@@ -228,6 +240,7 @@ export function disclosureOf(seq: EncodedSequence): TruncationDisclosure {
     effective_tokens: seq.effectiveTokens,
     truncated: seq.truncated,
     ...(seq.submittedTokensIsLowerBound ? { submitted_tokens_is_lower_bound: true as const } : {}),
+    ...(seq.truncated && seq.keptChars !== undefined ? { kept_chars: seq.keptChars } : {}),
   };
 }
 

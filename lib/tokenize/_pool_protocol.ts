@@ -64,6 +64,8 @@ export type WireOutcome =
     truncated: boolean;
     lowerBound: boolean;
     sha?: string;
+    keptEnd?: number;
+    keptChars?: number;
   }
   | { ok: false; error: WireFailure };
 
@@ -92,6 +94,8 @@ export function toWireOutcomes(
       truncated: s.truncated,
       lowerBound: s.submittedTokensIsLowerBound === true,
       ...(o.submittedSha256 === undefined ? {} : { sha: o.submittedSha256 }),
+      ...(s.keptTextEnd === undefined ? {} : { keptEnd: s.keptTextEnd }),
+      ...(s.keptChars === undefined ? {} : { keptChars: s.keptChars }),
     };
   });
   return { outcomes: wire, transfer };
@@ -109,6 +113,8 @@ export function fromWireOutcome(o: WireOutcome): EncodeOutcome {
     keptContentIds: Array.from(o.kept),
     submittedTokensIsLowerBound: o.lowerBound,
   };
+  if (o.keptEnd !== undefined) seq.keptTextEnd = o.keptEnd;
+  if (o.keptChars !== undefined) seq.keptChars = o.keptChars;
   return o.sha === undefined ? { ok: true, seq } : { ok: true, seq, submittedSha256: o.sha };
 }
 

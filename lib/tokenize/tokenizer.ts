@@ -34,8 +34,16 @@ export interface EncodedSequence {
   effectiveTokens: number;
   /** True when tokens were cut. */
   truncated: boolean;
-  /** Content token ids kept for the (last) text, without specials — for `content_sha256`. */
+  /** Content token ids kept for the (last) text, without specials. */
   keptContentIds: number[];
+  /**
+   * When truncated: the UTF-16 length of the (last) text's prefix the kept tokens cover — the
+   * shortest prefix whose tokenization starts with exactly the kept tokens, so it ends where the
+   * last kept token ends in the caller's own text (field report F26: `content_sha256` hashes it).
+   */
+  keptTextEnd?: number;
+  /** {@link keptTextEnd} in Unicode code points (the disclosed `kept_chars`). */
+  keptChars?: number;
   /**
    * True when only a proven prefix of a long text was tokenized (see
    * {@link EncodeOptions.fullTokenizeMaxChars}): `submittedTokens` is then a lower bound of the
@@ -559,11 +567,45 @@ export class SanitizedTokenizer {
         this.tokenizeWithSpecials(text, options.specialSpans),
         options,
         false,
+        undefined,
       );
     }
-    if (plan.kind === "full") return this.#finish(first, this.#tokenizeLong(text), options, false);
-    const prefix = this.#tokenizeLong(plan.cut < text.length ? text.slice(0, plan.cut) : text);
-    return this.#finish(first, prefix, options, true);
+    if (plan.kind === "full") {
+      return this.#finish(first, this.#tokenizeLong(text), options, false, text);
+    }
+    const shipped = plan.cut < text.length ? text.slice(0, plan.cut) : text;
+    return this.#finish(first, this.#tokenizeLong(shipped), options, true, shipped);
+  }
+
+  /**
+   * The UTF-16 length of the shortest prefix of `text` whose tokenization starts with `kept`
+   * (the first tokens of `text`'s own): galloping then bisecting over prefix lengths, about
+   * 2·log2(end) tokenizations of at most 2·end code units. Never splits a surrogate pair.
+   */
+  #keptEnd(text: string, kept: readonly string[]): number {
+    const k = kept.length;
+    if (k === 0) return 0;
+    const holds = (end: number): boolean => {
+      const t = this.#tokenizeLong(text.slice(0, end));
+      if (t.length < k) return false;
+      for (let i = 0; i < k; i++) if (t[i] !== kept[i]) return false;
+      return true;
+    };
+    let lo = 0;
+    let hi = Math.min(text.length, 64);
+    while (hi < text.length && !holds(hi)) {
+      lo = hi;
+      hi = Math.min(text.length, hi * 2);
+    }
+    if (hi === text.length && !holds(hi)) return text.length;
+    while (hi - lo > 1) {
+      const mid = (lo + hi) >>> 1;
+      if (holds(mid)) hi = mid;
+      else lo = mid;
+    }
+    const c = text.charCodeAt(hi);
+    if (c >= 0xdc00 && c <= 0xdfff && hi < text.length) hi++;
+    return hi;
   }
 
   /**
@@ -583,6 +625,7 @@ export class SanitizedTokenizer {
     last: string[],
     options: EncodeOptions,
     lastIsPrefix: boolean,
+    lastText: string | undefined,
   ): EncodedSequence {
     const specials = first === null ? this.#singleSpecials : this.#pairSpecials;
     const fixed = (first?.length ?? 0) + specials;
@@ -614,7 +657,7 @@ export class SanitizedTokenizer {
     for (let i = 0; i < kept.length; i++) {
       keptContentIds[i] = this.#vocab.get(kept[i]!) ?? this.#unkId;
     }
-    return {
+    const seq: EncodedSequence = {
       ids,
       typeIds,
       submittedTokens: submitted,
@@ -623,6 +666,17 @@ export class SanitizedTokenizer {
       keptContentIds,
       submittedTokensIsLowerBound: lastIsPrefix,
     };
+    if (truncated && lastText !== undefined) {
+      const end = this.#keptEnd(lastText, kept);
+      seq.keptTextEnd = end;
+      let chars = 0;
+      for (let i = 0; i < end; i++) {
+        const c = lastText.charCodeAt(i);
+        if (c < 0xdc00 || c > 0xdfff) chars++;
+      }
+      seq.keptChars = chars;
+    }
+    return seq;
   }
 }
 

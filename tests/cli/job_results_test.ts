@@ -51,7 +51,12 @@ Deno.test("resultRecords() writes vectors with tokens and truncation, then refus
   const records = resultRecords({
     vectors: [{ id: "a", vector: [1, 0], content_sha256: "c", submitted_sha256: "s" }],
     real_token_counts: [3],
-    truncation_disclosures: [{ submitted_tokens: 9, effective_tokens: 3, truncated: true }],
+    truncation_disclosures: [{
+      submitted_tokens: 9,
+      effective_tokens: 3,
+      truncated: true,
+      kept_chars: 5,
+    }],
     item_errors: [{
       id: "b",
       index: 1,
@@ -71,6 +76,7 @@ Deno.test("resultRecords() writes vectors with tokens and truncation, then refus
       submitted_sha256: "s",
       tokens: 3,
       truncated: true,
+      kept_chars: 5,
     },
     { id: "b", error: { code: "invalid_request", message: "empty" } },
   ]);

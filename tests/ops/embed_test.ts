@@ -111,6 +111,7 @@ Deno.test("F2: max_tokens is served untruncated, max_tokens + 1 is sequence_too_
     submitted_tokens: 513,
     effective_tokens: 512,
     truncated: true,
+    kept_chars: exact.length, // F26: the caller's text up to the end of the last kept token
   }]);
   assert.deepEqual(tr.real_token_counts, [512]);
   assert.notEqual(tr.vectors[0].content_sha256, tr.vectors[0].submitted_sha256);
@@ -137,6 +138,7 @@ Deno.test("F3: a batch far over the context is cut only at the model's certified
       submitted_tokens: n + 2,
       effective_tokens: kept + 2,
       truncated: n + 2 > limit,
+      ...(n + 2 > limit ? { kept_chars: Array(kept).fill("word").join(" ").length } : {}),
     });
     assert.equal(r.real_token_counts[i], kept + 2);
     assert.equal(r.vectors[i].submitted_sha256, sha(items[i]!.text));

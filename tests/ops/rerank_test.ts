@@ -62,6 +62,7 @@ Deno.test("rerank refuses an over-long pair unless asked to truncate, then cuts 
     submitted_tokens: 604,
     effective_tokens: 512,
     truncated: true,
+    kept_chars: Array(508).fill("a").join(" ").length, // F26: [CLS] q [SEP] 508 × a [SEP]
   });
   assert.deepEqual(r.truncation_disclosures[0], {
     submitted_tokens: 5,
