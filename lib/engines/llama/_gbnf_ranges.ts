@@ -75,11 +75,31 @@ function unsignedRange(lo: bigint, hi: bigint): string[] {
   const a = lo.toString();
   const b = hi.toString();
   const alts: string[] = [];
+  /** A run of lengths whose every number is in range: one alternative, `[1-9] [0-9]{m,n}`. */
+  let run: [number, number] | undefined;
+  const flush = (): void => {
+    if (run === undefined) return;
+    const [from, to] = run;
+    alts.push(
+      to === 1
+        ? "[1-9]"
+        : from === to
+        ? `[1-9] [0-9]{${from - 1}}`
+        : `[1-9] [0-9]{${from - 1},${to - 1}}`,
+    );
+    run = undefined;
+  };
   for (let len = a.length; len <= b.length; len++) {
     const l = len === a.length ? a : "1" + "0".repeat(len - 1);
     const h = len === b.length ? b : "9".repeat(len);
+    if (len > 1 && l === "1" + "0".repeat(len - 1) && h === "9".repeat(len)) {
+      run = run === undefined ? [len, len] : [run[0], len];
+      continue;
+    }
+    flush();
     alts.push(...sameLength(l, h));
   }
+  flush();
   return alts;
 }
 

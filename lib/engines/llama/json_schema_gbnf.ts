@@ -471,11 +471,13 @@ class Compiler {
     const ap = s.additionalProperties;
     const entries = Object.entries((props ?? {}) as Record<string, unknown>);
     const pn = s.propertyNames;
-    if (pn !== undefined && pn !== true && !isStringSchema(pn)) {
+    // propertyNames: every JSON key is a string; length bounds only for maps (no declared names).
+    const boundedNames = pn !== undefined && pn !== true && !isStringSchema(pn);
+    if (boundedNames && (!isStringSchema(pn, true) || entries.length > 0)) {
       throw this.#unsupported(
         `${path}.propertyNames`,
         "propertyNames",
-        'only {"type": "string"} (every JSON key is one) is supported',
+        'only {"type": "string"} is supported, with minLength/maxLength when no property is declared',
       );
     }
     for (const r of required as string[]) {
@@ -487,8 +489,9 @@ class Compiler {
         );
       }
     }
-    if (ap !== undefined && typeof ap !== "boolean") {
-      // A map (`record`): any keys, every value of one schema; only without declared properties.
+    if ((ap !== undefined && typeof ap !== "boolean") || (boundedNames && ap !== false)) {
+      // A map (`record`): any keys (of propertyNames' lengths), every value of one schema; only
+      // without declared properties.
       if (entries.length > 0) {
         throw this.#unsupported(
           `${path}.additionalProperties`,
@@ -496,9 +499,13 @@ class Compiler {
           "a schema for undeclared properties is compiled only when no property is declared",
         );
       }
-      const v = this.#rule(this.#schema(ap, `${path}.additionalProperties`));
-      this.#prim("json-string");
-      return `"{" (json-string ":" ${v} ("," json-string ":" ${v})*)? "}"`;
+      const v = typeof ap === "object"
+        ? this.#rule(this.#schema(ap, `${path}.additionalProperties`))
+        : this.#prim("json-value");
+      const k = boundedNames
+        ? this.#rule(this.#schema(pn, `${path}.propertyNames`))
+        : this.#prim("json-string");
+      return `"{" (${k} ":" ${v} ("," ${k} ":" ${v})*)? "}"`;
     }
     if (entries.length === 0) {
       // No declared property: `{}` when nothing else is allowed, else any object.
@@ -728,9 +735,15 @@ const KEYWORDS_OF_TYPE: readonly string[][] = [
   NUMERIC_KEYWORDS,
 ];
 
-/** True for `{"type": "string"}` with nothing else but annotations. */
-function isStringSchema(v: unknown): boolean {
+/**
+ * True for `{"type": "string"}` with nothing else but annotations (and, with `lengths`,
+ * `minLength` / `maxLength`).
+ */
+function isStringSchema(v: unknown, lengths = false): boolean {
   if (typeof v !== "object" || v === null || Array.isArray(v)) return false;
   const o = v as Record<string, unknown>;
-  return o.type === "string" && Object.keys(o).every((k) => k === "type" || ANNOTATIONS.has(k));
+  return o.type === "string" &&
+    Object.keys(o).every((k) =>
+      k === "type" || ANNOTATIONS.has(k) || (lengths && (k === "minLength" || k === "maxLength"))
+    );
 }
