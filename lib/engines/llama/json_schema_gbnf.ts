@@ -11,28 +11,32 @@
  * |---|---|
  * | `type` | `object`, `array`, `string`, `number`, `integer`, `boolean`, `null`, or a list of them (any of) |
  * | `properties`, `required` | properties in their declared order; a required one is always generated, an optional one may be left out; a `required` name not in `properties` is refused |
- * | `additionalProperties` | `false` or `true` (no undeclared property is ever generated: both validate); a schema is refused |
+ * | `additionalProperties` | `false` or `true` (no undeclared property is ever generated: both validate); a schema only without declared properties (a map) |
+ * | `propertyNames` | `{type: "string"}`; with `minLength`/`maxLength` only for a map |
  * | `items`, `minItems`, `maxItems` | one item schema for every element; the bounds as repetition counts (at most {@link MAX_BOUND}) |
  * | `minLength`, `maxLength` | bounds on a string's characters (an escape counts as one; at most {@link MAX_BOUND}) |
+ * | `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` | integers: exactly; numbers: integers and decimals without exponent inside the bounds, non-integer ends moved inwards; a bound at or beyond ±(2^53 − 1) is no bound and is noted ({@link SchemaNote}) |
  * | `enum`, `const` | exactly those JSON values, compact |
- * | `anyOf` | one of the branches |
- * | `$ref` | `#/$defs/NAME` or `#/definitions/NAME` (recursion allowed) |
- * | `title`, `description`, `$schema`, `$id`, `$comment`, `default`, `examples`, `deprecated`, `readOnly`, `writeOnly`, `$defs`, `definitions` | ignored (annotations) |
+ * | `anyOf`; `allOf` of one schema | one of the branches; that schema |
+ * | `nullable` | OpenAPI 3.0: `true` adds `null` |
+ * | `$ref` | any reference inside the schema (`#`, `#/$defs/NAME`, `#/definitions/NAME`, `#/properties/…`; recursion allowed) |
+ * | `title`, `description`, `$schema`, `$id`, `$anchor`, `$comment`, `default`, `examples`, `deprecated`, `readOnly`, `writeOnly`, `$defs`, `definitions` | ignored (annotations) |
  *
  * Everything else is refused with `invalid_request`, `details {field, keyword, reason:
  * "unsupported_schema"}`: `oneOf` (exactly-one cannot be ensured by a grammar: use `anyOf`),
- * `allOf`, `not`, `if`/`then`/`else`, `pattern`, `format`, `minimum`/`maximum` and the other
- * numeric bounds, `multipleOf`, `uniqueItems: true`, `prefixItems`, `contains`,
- * `patternProperties`, `propertyNames`, `minProperties`/`maxProperties`, `dependent*`,
- * `unevaluated*`, remote or JSON-pointer `$ref`s other than the two forms above, and any keyword
- * not listed.
+ * `allOf` of several schemas, `not`, `if`/`then`/`else`, `pattern`, `format`, `multipleOf`,
+ * `uniqueItems: true`, `prefixItems`, `contains`, `patternProperties`, other `propertyNames`,
+ * `minProperties`/`maxProperties`, `dependent*`, `unevaluated*`, remote `$ref`s, and any keyword
+ * not listed. A schema nested deeper than {@link MAX_SCHEMA_DEPTH} is refused with `reason:
+ * "schema_too_deep"` naming the path (`details.field`, `details.path`): the compiler never
+ * recurses deeper.
  *
  * ## Bounded output
  *
  * The JSON is compact: no whitespace between tokens at all, so a model cannot pad the output
- * with blanks up to the token limit. Numbers are bounded too: at most 16 integer digits, 16
- * fraction digits and 3 exponent digits. Strings are bounded only by `maxLength` (and the
- * request's `max_tokens`).
+ * with blanks up to the token limit. Numbers are finite in IEEE double (see `json-number`: no
+ * text the grammar admits parses as ±Infinity), integers are safe integers (within ±(2^53 − 1)).
+ * Strings are bounded only by `maxLength` (and the request's `max_tokens`).
  *
  * @module
  */
