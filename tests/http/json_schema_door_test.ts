@@ -133,6 +133,24 @@ Deno.test("schema-library output compiles through /v1/chat/completions; the answ
     assert.ok(Number.isFinite(JSON.parse(text).x), text);
   });
 
+  await t.step(
+    "the field reports' own schemas: {type: number} (F33), a safe-integer range (F34)",
+    async () => {
+      const n = await chat({ type: "number" }, 64);
+      const nText = n.choices[0]!.message.content!;
+      assert.ok(Number.isFinite(JSON.parse(nText)), nText);
+      const safe = Number.MAX_SAFE_INTEGER;
+      const i = await chat({ type: "integer", minimum: -safe, maximum: safe }, 64);
+      const iText = i.choices[0]!.message.content!;
+      assert.equal(i.choices[0]!.finish_reason, "stop", iText);
+      assert.ok(Number.isSafeInteger(JSON.parse(iText)), iText);
+      assert.deepEqual(
+        ((i as Any).synapse.schema_notes as { keyword: string }[]).map((x) => x.keyword),
+        ["minimum", "maximum"],
+      );
+    },
+  );
+
   await t.step("a schema nested 3000 deep is a 400 naming its path, not a 500", async () => {
     let schema: unknown = { type: "string" };
     for (let i = 0; i < 3000; i++) {
