@@ -47,7 +47,11 @@ import { z } from "zod";
 import { SynapseError } from "../contract/errors.ts";
 import { parseParams, wellFormedName } from "../contract/schemas.ts";
 import { checkGbnf } from "../engines/llama/gbnf.ts";
-import { compileJsonSchema, jsonObjectGrammar } from "../engines/llama/json_schema_gbnf.ts";
+import {
+  compileJsonSchema,
+  jsonObjectGrammar,
+  type SchemaNote,
+} from "../engines/llama/json_schema_gbnf.ts";
 import type { OpOutcome } from "../ops/dispatcher.ts";
 import type { MicrollmResult } from "../ops/microllm.ts";
 import { type ChatMessage, fallbackPrompt, renderChat } from "../ops/_chat_template.ts";
@@ -169,6 +173,8 @@ interface Mapped {
   stream: boolean;
   includeUsage: boolean;
   constrained?: "json_object" | "json_schema";
+  /** How the schema compiler read some keywords (said in `synapse.schema_notes`). */
+  schemaNotes?: SchemaNote[];
   chat?: RenderedChat;
 }
 
@@ -370,6 +376,7 @@ function mapRequest(backend: CompletionsBackend, door: CompletionsDoor, body: un
   const rf = p.response_format;
   let grammar: string | undefined;
   let constrained: Mapped["constrained"];
+  let schemaNotes: SchemaNote[] | undefined;
   if (rf !== undefined && rf.type !== "text") {
     if (stop.length > 0) {
       throw refusal(
@@ -395,6 +402,7 @@ function mapRequest(backend: CompletionsBackend, door: CompletionsDoor, body: un
       );
     }
     grammar = compiled.gbnf;
+    if (compiled.notes.length > 0) schemaNotes = compiled.notes;
   }
   const stream = p.stream === true;
   const includeUsage = stream && p.stream_options?.include_usage === true;
@@ -436,6 +444,7 @@ function mapRequest(backend: CompletionsBackend, door: CompletionsDoor, body: un
     stream,
     includeUsage,
     ...(constrained === undefined ? {} : { constrained }),
+    ...(schemaNotes === undefined ? {} : { schemaNotes }),
     ...(rendered === undefined ? {} : { chat: rendered }),
   };
 }
@@ -545,6 +554,7 @@ function answerOf(
   if (m.constrained !== undefined) {
     synapse.response_format = m.constrained;
     synapse.json_complete = res.finish_reason === "grammar_complete";
+    if (m.schemaNotes !== undefined) synapse.schema_notes = m.schemaNotes;
     if (!synapse.json_complete) {
       synapse.warning =
         `the generation ended (${res.finish_reason}) before the JSON was complete: the text is not valid JSON; raise max_tokens`;

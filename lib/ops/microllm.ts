@@ -1,6 +1,15 @@
 /**
- * `microllm.oneshot {model?, prompt, max_tokens, grammar?}` (contract.md §1): greedy generation
- * on a GGUF model through its llama worker, in the `decode` queue class of the model's own lane.
+ * `microllm.oneshot {model?, prompt, max_tokens, grammar?, stop?}` (contract.md §1, plus `stop`):
+ * greedy generation on a GGUF model through its llama worker, in the `decode` queue class of the
+ * model's own lane.
+ *
+ * `stop` (1–4 strings): the text ends before the earliest match of any of them (`_stop_strings.ts`)
+ * and `finish_reason` is `stop_string` (`stop_matched` names it). The ids are decoded as the
+ * worker streams them; once the cut is decided the worker is sent CANCEL (the lane's `stop`
+ * signal, not a failure), so it stops within a token and the lane frees; `n_gen` counts what it
+ * generated. The check is here, not in the worker, because the module owns the decoding (the
+ * worker never sees text): the same decoder makes the streamed and the whole text, so they
+ * cannot disagree. `onText` (a door that streams) gets the text as it becomes final.
  *
  * Refusals come before any token is generated: `max_tokens` above `microllm_max_tokens`
  * (`invalid_request`), a grammar while `grammar_enabled` is false (`grammar_disabled`), an
