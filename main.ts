@@ -10,5 +10,20 @@ if (import.meta.main) {
   // `ck-synapse worker llama --socket … --nonce …`: this program as the llama worker process
   // (contract.md §7's fallback when no worker binary is installed beside it).
   if (Deno.args[0] === "worker" && Deno.args[1] === "llama") await import("./workers/llama.ts");
-  else Deno.exit(await main(Deno.args));
+  else Deno.exit(await main(await launcherArgs()));
+}
+
+/**
+ * The command's arguments: `Deno.args`, or, when the launcher moved long ones off the command
+ * line (`SYNAPSE_ARGS_FD`: a pipe carrying them NUL-separated; see `./ck-synapse`), those.
+ */
+async function launcherArgs(): Promise<string[]> {
+  const fd = Deno.env.get("SYNAPSE_ARGS_FD");
+  if (fd === undefined || !/^\d+$/.test(fd)) return Deno.args;
+  Deno.env.delete("SYNAPSE_ARGS_FD");
+  const bytes = await Deno.readFile(`/dev/fd/${fd}`);
+  const text = new TextDecoder().decode(bytes);
+  const args = text.split("\0");
+  args.pop(); // after the last NUL
+  return [...args, ...Deno.args];
 }

@@ -121,6 +121,14 @@ export interface SynapseOptions {
   catalog?: readonly CatalogModel[];
   /** Idle-body timeout of downloads, ms (tests shorten it). @default 60000 */
   downloadIdleTimeoutMs?: number;
+  /**
+   * Load models at all: the config's preloads (or the test models) and the models earlier boots
+   * loaded at run time. `false` is a store-only instance — jobs, the cache and its pins, nothing
+   * loaded and no engine or worker started — for CLI commands that only read or tidy the store
+   * (`job status`, `job pages`, `cache gc`, `cache pin`), which otherwise waited for every
+   * recorded model (F32: 6 s and 14–21 s after one GGUF pull). @default true
+   */
+  loadModels?: boolean;
 }
 
 let llamaSlot = 0;
@@ -153,6 +161,8 @@ export interface SynapseWorkerOptions {
   env?: EnvSource;
   catalog?: readonly CatalogModel[];
   downloadIdleTimeoutMs?: number;
+  /** {@link SynapseOptions.loadModels}. */
+  loadModels?: boolean;
 }
 
 /** A running Synapse instance. */
@@ -302,7 +312,7 @@ export class Synapse implements AsyncDisposable {
     const preloads = sources.map((s) => this.registry.load(s));
     // Models loaded at run time by an earlier boot (model.load, models.download), except ids the
     // config serves: loaded again from the cache.
-    const restored = this.loads.restore();
+    const restored = workerOptions.loadModels === false ? [] : this.loads.restore();
     this.modelsSettled = Promise.all([...preloads, ...restored]).then((ms) => {
       for (const m of ms) {
         if (this.loads.spec(m.modelId) !== undefined) continue;
@@ -587,7 +597,9 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
   }
   const config = options.config ??
     (await loadConfig({ ...(options.env === undefined ? {} : { env: options.env }), cwd })).config;
-  const sources = config.preload_models.length > 0
+  const sources = options.loadModels === false
+    ? []
+    : config.preload_models.length > 0
     ? config.preload_models.map(sourceFromPreload)
     : defaultModelSources();
   // Before any lease or store, each llama model's worker plan: a runtime dir another user could
@@ -663,6 +675,7 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
       ...(options.downloadIdleTimeoutMs === undefined
         ? {}
         : { downloadIdleTimeoutMs: options.downloadIdleTimeoutMs }),
+      ...(options.loadModels === undefined ? {} : { loadModels: options.loadModels }),
     });
   } catch (err) {
     // Nothing may leak from a failed start: the store and both leases go with it.

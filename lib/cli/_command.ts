@@ -100,9 +100,12 @@ export function parseCommandArgs<O extends ArgOptions>(
 export const SUBC_CLIENT_FLAG: { readonly type: "string" } = Object.freeze({ type: "string" });
 
 /**
- * `--subc` without a path (last, or before another flag) becomes `--subc=`: the empty path, which
- * means "find the connection file by the ladder" (`SUBC_CONNECTION_FILE`, …). `node:util`
- * parseArgs has no optional values, so this is done before it runs.
+ * `--subc` without a path becomes `--subc=`: the empty path, which means "find the connection
+ * file by the ladder" (`SUBC_CONNECTION_FILE`, …). The next argument is the connection file only
+ * when it is one: it ends in `.json` or names an existing file; anything else (another flag, a
+ * TEXT, a QUERY) stays a positional, so `embed --subc "some text"` embeds the text over the bus
+ * (F32). `--subc=FILE` gives any other name. `node:util` parseArgs has no optional values, so
+ * this is done before it runs.
  */
 function bareSubc(args: string[]): string[] {
   const out: string[] = [];
@@ -110,9 +113,20 @@ function bareSubc(args: string[]): string[] {
     const a = args[i]!;
     if (a === "--") return [...out, ...args.slice(i)];
     const next = args[i + 1];
-    out.push(a === "--subc" && (next === undefined || next.startsWith("-")) ? "--subc=" : a);
+    out.push(a === "--subc" && (next === undefined || !isConnectionFile(next)) ? "--subc=" : a);
   }
   return out;
+}
+
+/** True when an argument after `--subc` is its connection file (see {@link bareSubc}). */
+function isConnectionFile(arg: string): boolean {
+  if (arg.startsWith("-")) return false;
+  if (arg.endsWith(".json")) return true;
+  try {
+    return Deno.statSync(arg).isFile;
+  } catch {
+    return false;
+  }
 }
 
 /** Flag definitions of {@link parseCommandArgs}. */
@@ -166,7 +180,8 @@ export function serverFlagsUsage(width: number): string {
     `${flag("--subc FILE")}call the synapse module ($SUBC_MODULE_ID) through the subc daemon`,
     `${pad}of this connection file; '--subc' alone: $SUBC_CONNECTION_FILE, else`,
     `${pad}where the daemon publishes it. An unreachable daemon is an error, never`,
-    `${pad}a fallback to another server`,
+    `${pad}a fallback to another server. FILE is the next argument when it ends in`,
+    `${pad}.json or is an existing file (else it is a TEXT); --subc=FILE for any name`,
   ].join("\n");
 }
 
@@ -180,11 +195,18 @@ export function serverFlagsUsage(width: number): string {
  *
  * @param flags `--url` and `--subc`, if given.
  * @param io Supplies the environment, lease location and the embedded instance's options.
+ * @param use `store` for a command that only reads or tidies the store (jobs, the cache): an
+ *   embedded instance then loads no model and starts no engine or worker
+ *   (`SynapseOptions.loadModels: false`). @default "models"
  * @throws {UsageError} for `--url` with `--subc`.
  * @throws {SynapseError} channel `invalid_request` for a URL that is not loopback http (naming
  *   `--url` or `SYNAPSE_URL`); createSynapse's errors for the embedded instance.
  */
-export async function openClient(flags: ServerFlags, io: CliIO): Promise<SynapseClient> {
+export async function openClient(
+  flags: ServerFlags,
+  io: CliIO,
+  use: "models" | "store" = "models",
+): Promise<SynapseClient> {
   if (flags.subc !== undefined) {
     if (flags.url !== undefined) {
       throw new UsageError("Cannot use --url and --subc together: give one server");
@@ -204,7 +226,10 @@ export async function openClient(flags: ServerFlags, io: CliIO): Promise<Synapse
       ...(target.key === undefined ? {} : { key: target.key }),
     });
   }
-  return await InProcessClient.create(io.synapseOptions ?? {});
+  const options = io.synapseOptions ?? {};
+  return await InProcessClient.create(
+    use === "store" ? { ...options, loadModels: false } : options,
+  );
 }
 
 /**

@@ -122,7 +122,7 @@ export class PeerWatch implements Disposable {
       const now = this.#now();
       const due = [...this.#entries].filter((e) => now - e.since >= this.#grace);
       if (due.length === 0) return;
-      const tables = new Map<boolean, SocketRow[]>();
+      const tables = new Map<boolean, Map<string, string>>();
       for (const v6 of new Set(due.map((e) => e.v6))) {
         try {
           tables.set(v6, parseTable(await this.#read(v6 ? TABLES.v6 : TABLES.v4)));
@@ -134,9 +134,9 @@ export class PeerWatch implements Disposable {
       for (const e of due) {
         const rows = tables.get(e.v6);
         if (rows === undefined || !this.#entries.has(e)) continue;
-        const server = rows.find((r) => r.local === e.serverPort && r.remote === e.clientPort);
-        const client = rows.find((r) => r.local === e.clientPort && r.remote === e.serverPort);
-        if (client !== undefined && client.inode !== "0") {
+        const server = rows.get(`${e.serverPort}>${e.clientPort}`);
+        const client = rows.get(`${e.clientPort}>${e.serverPort}`);
+        if (client !== undefined && client !== "0") {
           e.seen = true;
           continue;
         }
@@ -153,29 +153,26 @@ export class PeerWatch implements Disposable {
   }
 }
 
-/** One socket of a table: local and remote port (hex, as printed) and the socket inode. */
-interface SocketRow {
-  local: string;
-  remote: string;
-  inode: string;
-}
-
 function hexPort(port: number): string {
   return port.toString(16).toUpperCase().padStart(4, "0");
 }
 
 /**
- * The rows of `/proc/net/tcp` or `tcp6`: `sl local_address rem_address st tx:rx tr:when retrnsmt
- * uid timeout inode …`, addresses as `HEXADDR:HEXPORT`.
+ * The sockets of `/proc/net/tcp` or `tcp6` (`sl local_address rem_address st tx:rx tr:when
+ * retrnsmt uid timeout inode …`, addresses as `HEXADDR:HEXPORT`), keyed `<local port>><remote
+ * port>` (hex, as printed), each its inode (`0` for an orphan). One pass, so a tick costs the
+ * same for one watched request or thousands.
  */
-function parseTable(text: string): SocketRow[] {
-  const rows: SocketRow[] = [];
+function parseTable(text: string): Map<string, string> {
+  const rows = new Map<string, string>();
   for (const line of text.split("\n").slice(1)) {
     const f = line.trim().split(/\s+/);
     if (f.length < 10) continue;
     const local = f[1]!.slice(f[1]!.lastIndexOf(":") + 1);
     const remote = f[2]!.slice(f[2]!.lastIndexOf(":") + 1);
-    rows.push({ local, remote, inode: f[9]! });
+    const key = `${local}>${remote}`;
+    // A live socket wins over an orphan on the same ports (a reused client port).
+    if (rows.get(key) === undefined || rows.get(key) === "0") rows.set(key, f[9]!);
   }
   return rows;
 }

@@ -400,7 +400,8 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
     ...buildEnvelope({
       fingerprint: params.fingerprint ?? model?.fingerprint ?? "",
       tableEpoch: ctx.tableEpoch(),
-      dims: rerank ? 1 : model?.dims ?? 0,
+      // The model may not be loaded here (a store-only CLI instance): the page's vectors say.
+      dims: rerank ? 1 : model?.dims ?? body.vectors?.[0]?.vector?.length ?? 0,
       engine: model?.identity ?? ORT_ENGINE,
       moduleGeneration: ctx.moduleGeneration,
       modelId: params.model_id ?? "",

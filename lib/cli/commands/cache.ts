@@ -143,7 +143,7 @@ async function runCache(args: string[], io: CliIO): Promise<number> {
     if (values["module-id"] !== undefined) params.module_id = values["module-id"];
     if (values.unpin) params.unpin = true;
   }
-  const client = await openClient(values, io);
+  const client = await openClient(values, io, "store");
   try {
     const outcome = await client.call(method, params);
     if (values.json) return printJsonOutcome(outcome, io);

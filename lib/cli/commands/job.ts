@@ -92,7 +92,7 @@ async function status(
   server: ServerFlags,
   io: CliIO,
 ): Promise<number> {
-  const client = await openClient(server, io);
+  const client = await openClient(server, io, "store");
   try {
     const first = await readPage(client, id, 0);
     if (first.kind !== "page") {
@@ -151,7 +151,7 @@ async function pages(
 ): Promise<number> {
   const sink = await openResultSink(out, io);
   try {
-    const client = await openClient(server, io);
+    const client = await openClient(server, io, "store");
     try {
       let items = 0;
       let refused = 0;
