@@ -30,15 +30,20 @@ export const OPENAI_MAX_INPUTS = 2048;
  * OpenAI embeddings request; unknown fields are refused (field report F16). Caller strings pass
  * the native door's checks: `model` and `user` are well-formed names, and each input text is
  * checked by the embed path itself (empty, lone surrogate …) and refused naming `input[i]`.
- * `user` is accepted and ignored; token-id inputs (`number[]`) are refused naming `input`.
+ * `user` and `metadata` (F24) are accepted and have no effect, named in `synapse.ignored_fields`;
+ * token-id inputs (`number[]`) are refused naming `input`.
  */
 const OpenAiEmbeddingsRequest = z.strictObject({
   input: z.union([z.string(), z.array(z.string())]),
   model: wellFormedName().min(1).optional(),
   encoding_format: z.enum(["float", "base64"]).optional(),
   dimensions: z.number().int().positive().optional(),
-  user: wellFormedName().optional(),
+  user: wellFormedName().nullable().optional(),
+  metadata: z.record(z.string(), z.string()).nullable().optional(),
 });
+
+/** The embeddings fields accepted without effect, in the order `synapse.ignored_fields` names them. */
+const IGNORED_EMBEDDINGS_FIELDS = ["metadata", "user"] as const;
 
 /** An embeddings request mapped onto `embed.batch`. */
 export interface EmbeddingsCall {
@@ -49,6 +54,8 @@ export interface EmbeddingsCall {
   /** `input` was a string (errors name `input`, not `input[0]`). */
   single: boolean;
   format: "float" | "base64";
+  /** The request's fields accepted without effect (`synapse.ignored_fields`). */
+  ignored: string[];
 }
 
 /**
@@ -92,6 +99,7 @@ export function embeddingsCall(body: unknown, signal?: AbortSignal): EmbeddingsC
     },
     single,
     format: p.encoding_format ?? "float",
+    ignored: IGNORED_EMBEDDINGS_FIELDS.filter((name) => p[name] !== undefined && p[name] !== null),
   };
 }
 
@@ -195,6 +203,7 @@ export function embeddingsAnswer(outcome: OpOutcome, call: EmbeddingsCall): Open
   synapse.truncation_disclosures = res.truncation_disclosures;
   synapse.queue_time_ms = res.queue_time_ms;
   synapse.inference_time_ms = res.inference_time_ms;
+  if (call.ignored.length > 0) synapse.ignored_fields = call.ignored;
   const body = {
     object: "list",
     data: res.vectors.map((v) => ({

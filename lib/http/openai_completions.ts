@@ -35,6 +35,12 @@
  *   then `usage` with `stream_options.include_usage`. A failure after the first event is an
  *   `{error}` event and no `[DONE]`. A client that goes away while the generation runs cancels
  *   it (the request's signal, or the body's reader going away, reaches the worker).
+ * - **Fields without effect** (F24) are accepted and named in `synapse.ignored_fields`: `user`,
+ *   `seed`, `stream_options` without `stream: true`, and on chat `metadata`, `store: false`,
+ *   `service_tier`, `tool_choice: "none"`, `tools: []`, `parallel_tool_calls`. What would ask for
+ *   something is refused by name: non-empty `tools`, any other `tool_choice`, an assistant
+ *   message with `tool_calls`, `store: true`. An assistant message's `content: null` (and
+ *   `refusal: null`, as an answer comes back) is empty content.
  * - `finish_reason`: `stop_token`, `grammar_complete` and `stop_string` → `stop`; `max_tokens` and `cancelled`
  *   → `length`; the engine's own reason is in `synapse.finish_reason`.
  *
@@ -107,7 +113,7 @@ const COMMON = {
   stop: nullish(z.union([z.string().min(1), z.array(z.string().min(1)).min(1).max(4)])),
   stream: nullish(z.boolean()),
   stream_options: nullish(z.strictObject({ include_usage: z.boolean().optional() })),
-  user: wellFormedName().optional(),
+  user: nullish(wellFormedName()),
   response_format: ResponseFormat.optional(),
 };
 
@@ -131,13 +137,44 @@ const ChatRequest = z.strictObject({
   ...COMMON,
   messages: z.array(z.strictObject({
     role: z.enum(["system", "developer", "user", "assistant"]),
-    content: z.union([z.string(), z.array(ContentPart)]),
+    // `null` (or absent) is accepted on an assistant message only, as empty content (F24).
+    content: nullish(z.union([z.string(), z.array(ContentPart)])),
     name: wellFormedName().optional(),
+    // An earlier answer sent back as it came (`refusal: null`, no tool calls) is accepted.
+    refusal: z.null().optional(),
+    tool_calls: nullish(z.array(z.unknown())),
   })).min(1),
   max_completion_tokens: nullish(z.number().int().positive()),
   logprobs: nullish(z.boolean()),
   top_logprobs: nullish(z.number().int()),
+  // Fields real clients send that cannot change a token (F24): accepted, without effect, and
+  // named in `synapse.ignored_fields`; the values that would ask for something are refused.
+  metadata: nullish(z.record(z.string(), z.string())),
+  store: nullish(z.boolean()),
+  service_tier: nullish(z.string()),
+  tool_choice: nullish(z.union([z.string(), z.record(z.string(), z.unknown())])),
+  tools: nullish(z.array(z.unknown())),
+  parallel_tool_calls: nullish(z.boolean()),
 });
+
+/**
+ * The fields a door accepts and ignores when present (not `null`), in the order
+ * `synapse.ignored_fields` names them. `stream_options` is ignored only without `stream: true`.
+ */
+const IGNORED_FIELDS: Readonly<Record<CompletionsDoor, readonly string[]>> = {
+  "/v1/completions": ["user", "seed", "stream_options"],
+  "/v1/chat/completions": [
+    "metadata",
+    "store",
+    "service_tier",
+    "tool_choice",
+    "tools",
+    "parallel_tool_calls",
+    "user",
+    "seed",
+    "stream_options",
+  ],
+};
 
 /** What a door needs from the instance: the dispatcher, and the context for the chat template. */
 export interface CompletionsBackend {
@@ -172,6 +209,8 @@ interface Mapped {
   stop: string[];
   stream: boolean;
   includeUsage: boolean;
+  /** The request's fields that were accepted and had no effect (`synapse.ignored_fields`). */
+  ignored: string[];
   constrained?: "json_object" | "json_schema";
   /** How the schema compiler read some keywords (said in `synapse.schema_notes`). */
   schemaNotes?: SchemaNote[];
@@ -348,6 +387,7 @@ function mapRequest(backend: CompletionsBackend, door: CompletionsDoor, body: un
     ? parseParams(door, ChatRequest, body)
     : parseParams(door, CompletionsRequest, body);
   refuseSampling(p as Record<string, unknown>);
+  if (chat) refuseTools(p as z.infer<typeof ChatRequest>);
   const limit = backend.context.config.microllm_max_tokens;
   let maxTokens = p.max_tokens ?? undefined;
   let maxTokensField = "max_tokens";
@@ -410,13 +450,24 @@ function mapRequest(backend: CompletionsBackend, door: CompletionsDoor, body: un
   let rendered: RenderedChat | undefined;
   let model = p.model;
   if (chat) {
-    const messages: ChatMessage[] = (p as z.infer<typeof ChatRequest>).messages.map((msg) => ({
-      role: msg.role,
-      content: typeof msg.content === "string"
-        ? msg.content
-        : msg.content.map((part) => part.text).join(""),
-      ...(msg.name === undefined ? {} : { name: msg.name }),
-    }));
+    const messages: ChatMessage[] = (p as z.infer<typeof ChatRequest>).messages.map((msg, i) => {
+      if (msg.content == null && msg.role !== "assistant") {
+        throw refusal(
+          `messages.${i}.content`,
+          `Cannot render message ${i}: a ${msg.role} message needs content (only an assistant message may have content null)`,
+          { reason: "content_required" },
+        );
+      }
+      return {
+        role: msg.role,
+        content: msg.content == null
+          ? ""
+          : typeof msg.content === "string"
+          ? msg.content
+          : msg.content.map((part) => part.text).join(""),
+        ...(msg.name === undefined ? {} : { name: msg.name }),
+      };
+    });
     if (backend.disposed) {
       // The dispatcher answers the instance's state; no model is read.
       rendered = { prompt: fallbackPrompt(messages), specialSpans: [], template: "fallback" };
@@ -443,6 +494,7 @@ function mapRequest(backend: CompletionsBackend, door: CompletionsDoor, body: un
     stop,
     stream,
     includeUsage,
+    ignored: ignoredFields(door, p as Record<string, unknown>, stream),
     ...(constrained === undefined ? {} : { constrained }),
     ...(schemaNotes === undefined ? {} : { schemaNotes }),
     ...(rendered === undefined ? {} : { chat: rendered }),
@@ -486,6 +538,60 @@ function refuseSampling(p: Record<string, unknown>): void {
       { reason: "sampling_not_supported", value: v },
     );
   }
+}
+
+/**
+ * Refuses what would ask for tool calls (F24): a non-empty `tools`, a `tool_choice` other than
+ * `"none"`, an assistant message with tool calls. `tool_choice: "none"`, `tools: []` and
+ * `parallel_tool_calls` (without tools it has nothing to do) are accepted and ignored; so is
+ * `store: false`, while `store: true` asks for a stored completion Synapse never keeps.
+ *
+ * @throws {SynapseError} channel `invalid_request` `{field, reason}`.
+ */
+function refuseTools(p: z.infer<typeof ChatRequest>): void {
+  if (p.tools != null && p.tools.length > 0) {
+    throw refusal(
+      "tools",
+      "Cannot honour tools: Synapse does not call tools (function calling is not supported); omit tools",
+      { reason: "tools_not_supported" },
+    );
+  }
+  if (p.tool_choice != null && p.tool_choice !== "none") {
+    throw refusal(
+      "tool_choice",
+      `Cannot honour tool_choice ${
+        JSON.stringify(p.tool_choice)
+      }: Synapse does not call tools; omit tool_choice or send "none"`,
+      { reason: "tools_not_supported", value: p.tool_choice },
+    );
+  }
+  p.messages.forEach((msg, i) => {
+    if (msg.tool_calls != null && msg.tool_calls.length > 0) {
+      throw refusal(
+        `messages.${i}.tool_calls`,
+        `Cannot render message ${i}: it carries tool calls, and Synapse does not call tools; send the assistant's text as content`,
+        { reason: "tools_not_supported" },
+      );
+    }
+  });
+  if (p.store === true) {
+    throw refusal(
+      "store",
+      "Cannot honour store true: Synapse does not store completions (nothing is kept for later retrieval, distillation or evals); omit store or send false",
+      { reason: "store_not_supported" },
+    );
+  }
+}
+
+/** The accepted fields of the request that had no effect, in {@link IGNORED_FIELDS} order. */
+function ignoredFields(
+  door: CompletionsDoor,
+  p: Record<string, unknown>,
+  stream: boolean,
+): string[] {
+  return IGNORED_FIELDS[door].filter((name) =>
+    p[name] !== undefined && p[name] !== null && !(name === "stream_options" && stream)
+  );
 }
 
 function refusal(field: string, message: string, more: Record<string, unknown> = {}): SynapseError {
@@ -566,6 +672,7 @@ function answerOf(
   }
   if (res.text_repair !== undefined) synapse.text_repair = res.text_repair;
   if (m.stream) synapse.streamed = "tokens";
+  if (m.ignored.length > 0) synapse.ignored_fields = m.ignored;
   const usage = {
     prompt_tokens: res.n_prompt,
     completion_tokens: res.n_gen,

@@ -76,13 +76,14 @@ export async function embedQuery(
 }
 
 /**
- * `embed.batch {items | texts, request_key?}` → an envelope with one vector per served item, or,
+ * `embed.batch {items | texts, request_key?, input_type?}` → an envelope with one vector per served item, or,
  * over the inline limits (`inline.max_items`, `inline.max_tokens`, `inline.byte_budget`) and with
  * a `request_key`, a durable job `{module_generation, job_id, state, request_key,
  * pages_available}` whose pages `embed.result` reads.
  *
  * @throws {SynapseError} channel `invalid_request` for malformed params, an empty batch or a
- *   duplicate id; semantic `invalid_request` naming the limit for an over-limit batch without a
+ *   duplicate id; semantic `invalid_request` naming `input_type` when one is given (no model has
+ *   a query/document prompt table yet, F35); semantic `invalid_request` naming the limit for an over-limit batch without a
  *   `request_key`; `idempotency_conflict` for a key reused with another request; refusals as
  *   {@link embedQuery}, per item in `item_errors`.
  */
@@ -110,7 +111,37 @@ export async function embedBatch(
   const items: EmbedItem[] = raw.map((it, i) =>
     typeof it === "string" ? { id: String(i), text: it } : { id: it.id, text: it.text }
   );
+  if (p.input_type !== undefined) {
+    refuseInputType(resolveModel(ctx, requestedModel(p), "embed"), p.input_type);
+  }
   return await embedItems(ctx, p, items, options, p.request_key);
+}
+
+/**
+ * Refuses `input_type` (field report F35): applying it needs the model's query/document prompt
+ * table, and no served model has one yet (their profiles carry no `prompt_template` for an
+ * embed model), so every text is embedded as given. Accepting it would embed queries as
+ * documents invisibly; the caller sends the request without `input_type` (the vectors are the
+ * same either way) and prepends a model's own instruction to its texts where it wants one.
+ *
+ * @param model The model the request resolved to.
+ * @param inputType The requested `input_type`.
+ * @throws {SynapseError} semantic `invalid_request` `{field: "input_type", reason:
+ *   "no_prompt_table", input_type, model_id}`.
+ */
+function refuseInputType(model: ReadyModel, inputType: string): never {
+  throw new SynapseError(
+    "invalid_request",
+    `Cannot apply input_type '${inputType}': model '${model.modelId}' has no query/document prompt table in Synapse, so every text is embedded as given, a query exactly like a document; send the request without input_type (the vectors are the same either way), or prepend the model's own query instruction to the texts yourself`,
+    {
+      details: {
+        field: "input_type",
+        reason: "no_prompt_table",
+        input_type: inputType,
+        model_id: model.modelId,
+      },
+    },
+  );
 }
 
 /**
