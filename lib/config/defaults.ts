@@ -39,7 +39,7 @@ export const DEFAULT_CONFIG: Readonly<SynapseConfig> = deepFreeze(
     certify_observation: false,
     sidecar_spec: {},
     remote_providers: [],
-    worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000 },
+    worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000, cancel_grace_ms: 5000 },
     log: { perf_interval_secs: 0, worker_forward_lines_per_sec: 50 },
     inline: {
       max_items: 64,

@@ -101,6 +101,15 @@ export const WorkerConfigSchema = z.strictObject({
    * @default {60000}
    */
   start_timeout_ms: positiveInt,
+  /**
+   * CANCEL grace, in milliseconds: how long a worker has to answer a request after its CANCEL
+   * (a deadline that passed, a caller that hung up). A live worker answers within one token or
+   * item; one that does not (stopped, wedged) is killed then, the request answers its deadline
+   * or cancel, and the model's worker restarts within its crash budget.
+   *
+   * @default {5000}
+   */
+  cancel_grace_ms: positiveInt,
 });
 
 /** `log` section. */

@@ -74,7 +74,7 @@ Deno.test("DEFAULT_CONFIG holds every key of contract §9 with its default", () 
     certify_observation: false,
     sidecar_spec: {},
     remote_providers: [],
-    worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000 },
+    worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000, cancel_grace_ms: 5000 },
     log: { perf_interval_secs: 0, worker_forward_lines_per_sec: 50 },
     inline: {
       max_items: 64,
@@ -275,7 +275,11 @@ Deno.test("loadConfig() reads worker.start_timeout_ms beside worker.load_timeout
   await using f = await fixture();
   await f.write(f.projectFile, `{"worker": {"start_timeout_ms": 120000}}`);
   const { config } = loadConfig({ env: f.env, cwd: f.cwd });
-  assert.deepStrictEqual(config.worker, { load_timeout_ms: 900_000, start_timeout_ms: 120_000 });
+  assert.deepStrictEqual(config.worker, {
+    load_timeout_ms: 900_000,
+    start_timeout_ms: 120_000,
+    cancel_grace_ms: 5000,
+  });
   const layered = loadConfig({
     env: { ...f.env, SYNAPSE_CONFIG_JSON: `{"worker": {"load_timeout_ms": 1000}}` },
     cwd: f.cwd,
@@ -283,6 +287,7 @@ Deno.test("loadConfig() reads worker.start_timeout_ms beside worker.load_timeout
   assert.deepStrictEqual(layered.config.worker, {
     load_timeout_ms: 1000,
     start_timeout_ms: 120_000,
+    cancel_grace_ms: 5000,
   });
 });
 
