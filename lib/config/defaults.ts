@@ -50,7 +50,12 @@ export const DEFAULT_CONFIG: Readonly<SynapseConfig> = deepFreeze(
       estimated_execution_ms: 25,
       max_concurrent_workers: 2,
     },
-    http: { max_body_bytes: 64 * 2 ** 20 },
+    http: {
+      max_body_bytes: 64 * 2 ** 20,
+      header_timeout_ms: 10_000,
+      body_timeout_ms: 30_000,
+      idle_timeout_ms: 30_000,
+    },
     tokenize: { workers: 0, inline_max_chars: 256 },
     jobs: {
       execution_ttl_ms: 86_400_000,

@@ -51,6 +51,10 @@ import { rerankShapesRoute } from "./rerank_shapes.ts";
 import { teiRoute } from "./tei.ts";
 import { ollamaRoute } from "./ollama.ts";
 import { metricsResponse, throughDoor } from "./metrics.ts";
+import { type Front, type FrontTimeouts, startFront } from "./_front.ts";
+import { defaultWorkerRuntimeDir } from "../engines/llama/launch.ts";
+import { prepareRuntimeDir } from "../workers/runtime_dir.ts";
+import { dirname } from "node:path";
 
 export { float32Base64LE } from "./openai.ts";
 
@@ -87,6 +91,14 @@ export interface ServeHttpOptions {
    * @default {the config's `http.max_body_bytes` (67108864)}
    */
   maxBodyBytes?: number;
+  /**
+   * The unix socket `Deno.serve` listens on behind the TCP front (`lib/http/_front.ts`), in the
+   * worker runtime dir (0700): `http-<pid>.sock` for the first server of a process (the path the
+   * `ck-synapse` launcher grants), `http-<pid>-<n>.sock` for later ones.
+   *
+   * @default {`<worker runtime dir>/http-<pid>.sock`}
+   */
+  backendSocket?: string;
   /**
    * Where the request log goes (one line per request, see {@link logRequest}).
    *
@@ -200,14 +212,31 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
     startedSec: Math.floor(Date.now() / 1000),
   };
   const bindHost = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
-  let server: Deno.HttpServer<Deno.NetAddr>;
+  // The TCP front holds the loopback port and enforces the header, body and idle timeouts that
+  // Deno.serve has no setting for (lib/http/_front.ts); Deno.serve listens behind it on a unix
+  // socket in the 0700 worker runtime dir, which no other user can reach.
+  const timeouts: FrontTimeouts = { ...DEFAULT_HTTP_TIMEOUTS };
+  let front: Front;
   try {
+    front = startFront({ hostname: bindHost, port, backend: "", timeouts });
+  } catch (err) {
+    parser.dispose();
+    throw bindError(err, hostname, port);
+  }
+  let backendPath: string;
+  let server: Deno.HttpServer<Deno.UnixAddr>;
+  try {
+    backendPath = options.backendSocket ?? nextBackendSocket();
+    prepareRuntimeDir(dirname(backendPath));
+    try {
+      Deno.removeSync(backendPath);
+    } catch { /* none left by an earlier process with this pid */ }
+    front.setBackend(backendPath);
     server = Deno.serve({
-      hostname: bindHost,
-      port,
+      path: backendPath,
       ...(options.signal ? { signal: options.signal } : {}),
-      onListen: function onListen(addr: Deno.NetAddr): void {
-        options.onListen?.({ hostname: addr.hostname, port: addr.port });
+      onListen: function onListen(): void {
+        options.onListen?.({ hostname: front.addr.hostname, port: front.addr.port });
       },
       onError: function onError(err: unknown): Response {
         return errorResponse(
@@ -220,10 +249,19 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
     });
   } catch (err) {
     parser.dispose();
+    front.close();
     throw bindError(err, hostname, port);
   }
-  server.finished.then(() => parser.dispose(), () => parser.dispose());
-  const addr = server.addr;
+  const ended = (): void => {
+    parser.dispose();
+    front.close();
+    try {
+      Deno.removeSync(backendPath);
+    } catch { /* already gone */ }
+  };
+  server.finished.then(ended, ended);
+  options.signal?.addEventListener("abort", () => front.stopAccepting(), { once: true });
+  const addr = front.addr;
   let shutdown: Promise<void> | undefined;
   return {
     hostname: addr.hostname,
@@ -237,8 +275,13 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
       }
       // Every call through this door is counted with door="http" (synapse_requests_total).
       door.backend = throughDoor(synapse, "http");
+      const http = synapse.context?.config?.http;
+      if (http?.header_timeout_ms !== undefined) timeouts.headerMs = http.header_timeout_ms;
+      if (http?.body_timeout_ms !== undefined) timeouts.bodyMs = http.body_timeout_ms;
+      if (http?.idle_timeout_ms !== undefined) timeouts.idleMs = http.idle_timeout_ms;
     },
     shutdown(): Promise<void> {
+      front.stopAccepting();
       shutdown ??= server.shutdown().then(() => server.finished);
       return shutdown;
     },
@@ -246,6 +289,24 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
       return this.shutdown();
     },
   };
+}
+
+/**
+ * Defaults of the HTTP door's timeouts, ms (config `http.header_timeout_ms`,
+ * `http.body_timeout_ms`, `http.idle_timeout_ms`).
+ */
+export const DEFAULT_HTTP_TIMEOUTS: Readonly<FrontTimeouts> = Object.freeze({
+  headerMs: 10_000,
+  bodyMs: 30_000,
+  idleMs: 30_000,
+});
+
+let backendCount = 0;
+
+/** `<runtime dir>/http-<pid>.sock`, then `http-<pid>-<n>.sock` (see `backendSocket`). */
+function nextBackendSocket(): string {
+  const n = backendCount++;
+  return `${defaultWorkerRuntimeDir()}/http-${Deno.pid}${n === 0 ? "" : `-${n}`}.sock`;
 }
 
 /** The typed refusal of an address that cannot be bound, naming it and what to do. */

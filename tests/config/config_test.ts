@@ -85,7 +85,12 @@ Deno.test("DEFAULT_CONFIG holds every key of contract §9 with its default", () 
       estimated_execution_ms: 25,
       max_concurrent_workers: 2,
     },
-    http: { max_body_bytes: 67_108_864 },
+    http: {
+      max_body_bytes: 67_108_864,
+      header_timeout_ms: 10_000,
+      body_timeout_ms: 30_000,
+      idle_timeout_ms: 30_000,
+    },
     tokenize: { workers: 0, inline_max_chars: 256 },
     jobs: {
       execution_ttl_ms: 86_400_000,
@@ -298,7 +303,12 @@ Deno.test("loadConfig() reads http and tokenize, merging them key by key across 
     env: { ...f.env, SYNAPSE_CONFIG_JSON: `{"tokenize": {"inline_max_chars": 0}}` },
     cwd: f.cwd,
   });
-  assert.deepStrictEqual(config.http, { max_body_bytes: 1_048_576 });
+  assert.deepStrictEqual(config.http, {
+    max_body_bytes: 1_048_576,
+    header_timeout_ms: 10_000,
+    body_timeout_ms: 30_000,
+    idle_timeout_ms: 30_000,
+  });
   assert.deepStrictEqual(config.tokenize, { workers: 2, inline_max_chars: 0 });
   await f.write(f.projectFile, `{"http": {"max_body_size": 1}}`);
   assertRefused(() => loadConfig({ env: f.env, cwd: f.cwd }), {
