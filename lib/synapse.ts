@@ -56,6 +56,7 @@ import { PerfSampler } from "./log/perf_sampler.ts";
 import { Metrics } from "./log/metrics.ts";
 import { type CallScope, runInCallScope } from "./log/call_scope.ts";
 import { prepareRuntimeDir } from "./workers/runtime_dir.ts";
+import { WorkerSlots } from "./workers/worker_slots.ts";
 
 export { SYNAPSE_VERSION } from "./version.ts";
 
@@ -131,16 +132,19 @@ export interface SynapseOptions {
   loadModels?: boolean;
 }
 
-let llamaSlot = 0;
+/** The llama worker slots of this process (shared by every instance in it: one socket namespace). */
+const LLAMA_WORKER_SLOTS = new WorkerSlots();
 
 /**
- * The next llama worker id, `llama-<slot>@<pid>`: slots count up per process and the pid keeps
- * two Synapse processes (or a server and a test run) from sharing a socket path in the common
- * runtime dir. The launcher grants exactly these paths (slots 0–15 of its own pid, which `exec`
- * keeps), because Deno's unix-socket permission names exact paths.
+ * The llama worker id of a slot, `llama-<slot>@<pid>`: the pid keeps two Synapse processes (or a
+ * server and a test run) from sharing a socket path in the common runtime dir. The launcher grants
+ * exactly these paths (slots 0–15 of its own pid, which `exec` keeps), because Deno's unix-socket
+ * permission names exact paths; slots are taken lowest free first and given back when the engine
+ * is disposed (lib/workers/worker_slots.ts), so loads and unloads never run past slot 15 while at
+ * most 16 llama models are loaded at once.
  */
-export function nextLlamaWorkerId(): string {
-  return `llama-${llamaSlot++}@${Deno.pid}`;
+export function llamaWorkerId(slot: number): string {
+  return `llama-${slot}@${Deno.pid}`;
 }
 
 /** Nice value of generation workers (interactive lanes run at 0, the bulk ORT lane at 10). */
@@ -149,8 +153,6 @@ export const DECODE_WORKER_NICE = 5;
 /** Worker options of a {@link Synapse} (from {@link SynapseOptions}). */
 export interface SynapseWorkerOptions {
   log?: LogSink;
-  /** Worker id of each llama model, given at boot (a retried load keeps its model's id). */
-  llamaWorkerIds?: ReadonlyMap<string, string>;
   llamaWorkerArgs?: string[];
   workerHandshakeTimeoutMs?: number;
   workerRequestTimeoutMs?: number;
@@ -246,35 +248,47 @@ export class Synapse implements AsyncDisposable {
       log,
       now,
       onLoadAttempt: (_model, outcome) => this.metrics.modelLoad(outcome),
-      llama: (spec, source) =>
-        new LlamaEngine(spec, {
-          launch: resolveLlamaWorkerLaunch({
-            ...(source.workerBin === undefined ? {} : { workerBin: source.workerBin }),
-            // Generation runs below the interactive lanes (decode class; nice 5, between the
-            // interactive lane's 0 and the bulk lane's 10).
-            extraArgs: [
-              ...(spec.mode === "generate" ? ["--nice", String(DECODE_WORKER_NICE)] : []),
-              ...(workerOptions.llamaWorkerArgs ?? []),
-            ],
-          }),
-          runtimeDir: source.workerRuntimeDir ?? defaultWorkerRuntimeDir(),
-          workerId: workerOptions.llamaWorkerIds?.get(source.modelId) ?? nextLlamaWorkerId(),
-          loadTimeoutMs: config.worker.load_timeout_ms,
-          // A worker may take long to start on a busy machine (F20): worker.start_timeout_ms.
-          acceptTimeoutMs: workerOptions.workerHandshakeTimeoutMs ?? config.worker.start_timeout_ms,
-          helloTimeoutMs: workerOptions.workerHandshakeTimeoutMs ?? config.worker.start_timeout_ms,
-          ...(workerOptions.workerRequestTimeoutMs === undefined
-            ? {}
-            : { requestTimeoutMs: workerOptions.workerRequestTimeoutMs }),
-          ...(workerOptions.workerGenerateTimeoutMs === undefined
-            ? {}
-            : { generateTimeoutMs: workerOptions.workerGenerateTimeoutMs }),
-          // The worker's own lines and its crashes, whatever target the engine uses.
-          log: retarget(log, "synapse.worker", { engine: "llama", model: spec.modelId }),
-          forwardLinesPerSec: config.log.worker_forward_lines_per_sec,
-          onWorkerEvent: (kind, status) =>
-            this.metrics.workerEvent(spec.modelId, kind, status.generation),
-        }),
+      llama: (spec, source) => {
+        const workerSlot = LLAMA_WORKER_SLOTS.take();
+        try {
+          return new LlamaEngine(spec, {
+            launch: resolveLlamaWorkerLaunch({
+              ...(source.workerBin === undefined ? {} : { workerBin: source.workerBin }),
+              // Generation runs below the interactive lanes (decode class; nice 5, between the
+              // interactive lane's 0 and the bulk lane's 10).
+              extraArgs: [
+                ...(spec.mode === "generate" ? ["--nice", String(DECODE_WORKER_NICE)] : []),
+                ...(workerOptions.llamaWorkerArgs ?? []),
+              ],
+            }),
+            runtimeDir: source.workerRuntimeDir ?? defaultWorkerRuntimeDir(),
+            workerId: llamaWorkerId(workerSlot.slot),
+            // Given back once the engine is disposed (unload, failed load, stop).
+            workerSlot,
+            loadTimeoutMs: config.worker.load_timeout_ms,
+            cancelGraceMs: config.worker.cancel_grace_ms,
+            // A worker may take long to start on a busy machine (F20): worker.start_timeout_ms.
+            acceptTimeoutMs: workerOptions.workerHandshakeTimeoutMs ??
+              config.worker.start_timeout_ms,
+            helloTimeoutMs: workerOptions.workerHandshakeTimeoutMs ??
+              config.worker.start_timeout_ms,
+            ...(workerOptions.workerRequestTimeoutMs === undefined
+              ? {}
+              : { requestTimeoutMs: workerOptions.workerRequestTimeoutMs }),
+            ...(workerOptions.workerGenerateTimeoutMs === undefined
+              ? {}
+              : { generateTimeoutMs: workerOptions.workerGenerateTimeoutMs }),
+            // The worker's own lines and its crashes, whatever target the engine uses.
+            log: retarget(log, "synapse.worker", { engine: "llama", model: spec.modelId }),
+            forwardLinesPerSec: config.log.worker_forward_lines_per_sec,
+            onWorkerEvent: (kind, status) =>
+              this.metrics.workerEvent(spec.modelId, kind, status.generation),
+          });
+        } catch (err) {
+          workerSlot.release();
+          throw err;
+        }
+      },
     });
     const storeRef = store;
     this.cache = new ModelCache({
@@ -603,16 +617,16 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
     ? config.preload_models.map(sourceFromPreload)
     : defaultModelSources();
   // Before any lease or store, each llama model's worker plan: a runtime dir another user could
-  // reach, or a socket or program this process may not use, refuses boot (issue 9.6). Worker ids
-  // are given here, in source order, and kept for the model's life (a retried load reuses its
-  // id), so they stay within the slots the launcher grants.
-  const llamaWorkerIds = new Map<string, string>();
+  // reach, or a socket or program this process may not use, refuses boot (issue 9.6). The n-th
+  // llama model is checked against slot n: slots are taken lowest free first, so the preloads
+  // use slots 0…n−1.
+  let llamaSlot = 0;
   for (const source of sources) {
     if (source.engine !== "llama") continue;
     const runtimeDir = source.workerRuntimeDir ?? defaultWorkerRuntimeDir();
     const plan = {
       modelId: source.modelId,
-      workerId: llamaWorkerIds.get(source.modelId) ?? nextLlamaWorkerId(),
+      workerId: llamaWorkerId(llamaSlot++),
       runtimeDir,
       launch: resolveLlamaWorkerLaunch(
         source.workerBin === undefined ? {} : { workerBin: source.workerBin },
@@ -620,7 +634,6 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
       runtimeDirFromEntry: source.workerRuntimeDir !== undefined,
       workerBinFromEntry: source.workerBin !== undefined,
     };
-    llamaWorkerIds.set(source.modelId, plan.workerId);
     prepareRuntimeDir(runtimeDir);
     checkLlamaWorkerPermitted(plan);
   }
@@ -652,7 +665,6 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
   let syn: Synapse;
   try {
     syn = new Synapse(config, store, sources, options.now ?? Date.now, machine, leases, {
-      llamaWorkerIds,
       ...(options.log === undefined ? {} : { log: options.log }),
       ...(options.llamaWorkerArgs === undefined
         ? {}

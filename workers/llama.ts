@@ -17,7 +17,10 @@
  *
  * When the module goes away (EOF on the socket) the worker stops what it runs and SIGKILLs its
  * own process group, itself included, when it leads one (the host spawns it detached), so
- * nothing it started outlives the module.
+ * nothing it started outlives the module. On Linux the worker also arms a parent-death signal
+ * (`prctl(PR_SET_PDEATHSIG, SIGKILL)`, ffi/parent_death.ts) at start: the kernel kills it when
+ * the module's process exits, even mid native call or while stopped (SIGSTOP), where no EOF is
+ * read.
  *
  * It runs in its own process because llama.cpp asserts abort the process; the module survives
  * that and reports `engine_crashed`.
@@ -65,6 +68,7 @@ import { decodeFromModule, decodeI32LE, encodeControl, encodeF32LE } from "../li
 import { WORKER_PROTOCOL_VERSION } from "../lib/workers/handshake.ts";
 import { setProcessGroupNice } from "../ffi/priority.ts";
 import { killOwnProcessGroup } from "../ffi/process_group.ts";
+import { killWithParent } from "../ffi/parent_death.ts";
 import {
   LLAMA_WORKER_ENGINE,
   LLAMA_WORKER_VERSION,
@@ -118,6 +122,25 @@ Deno.env.delete("SYNAPSE_WORKER_NONCE");
 if (flags.socket === undefined || launchNonce === undefined) {
   console.error("llama worker: --socket PATH and the nonce (SYNAPSE_WORKER_NONCE) are required");
   Deno.exit(2);
+}
+
+// Never outlive the module: the kernel SIGKILLs this worker when its parent (the module that
+// spawned it, whose pid the host passes in SYNAPSE_WORKER_PARENT_PID) exits, even in the middle
+// of a native call or while stopped. Off Linux the EOF watch on the socket does it.
+{
+  const parent = Number(Deno.env.get("SYNAPSE_WORKER_PARENT_PID") ?? "");
+  Deno.env.delete("SYNAPSE_WORKER_PARENT_PID");
+  try {
+    if (
+      killWithParent(Number.isSafeInteger(parent) && parent > 0 ? parent : undefined) ===
+        "parent_gone"
+    ) {
+      console.error("llama worker: the module that started it is gone; exiting");
+      Deno.exit(0);
+    }
+  } catch (err) {
+    console.error(`llama worker: ${(err as Error).message}; relying on the socket's EOF`);
+  }
 }
 
 const burst = Number(flags["test-log-burst"] ?? 0);

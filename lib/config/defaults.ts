@@ -39,7 +39,7 @@ export const DEFAULT_CONFIG: Readonly<SynapseConfig> = deepFreeze(
     certify_observation: false,
     sidecar_spec: {},
     remote_providers: [],
-    worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000 },
+    worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000, cancel_grace_ms: 5000 },
     log: { perf_interval_secs: 0, worker_forward_lines_per_sec: 50 },
     inline: {
       max_items: 64,
@@ -50,7 +50,13 @@ export const DEFAULT_CONFIG: Readonly<SynapseConfig> = deepFreeze(
       estimated_execution_ms: 25,
       max_concurrent_workers: 2,
     },
-    http: { max_body_bytes: 64 * 2 ** 20, require_key_for_queries: false },
+    http: {
+      max_body_bytes: 64 * 2 ** 20,
+      header_timeout_ms: 10_000,
+      body_timeout_ms: 30_000,
+      idle_timeout_ms: 30_000,
+      require_key_for_queries: false,
+    },
     tokenize: { workers: 0, inline_max_chars: 256 },
     jobs: {
       execution_ttl_ms: 86_400_000,

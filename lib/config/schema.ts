@@ -101,6 +101,15 @@ export const WorkerConfigSchema = z.strictObject({
    * @default {60000}
    */
   start_timeout_ms: positiveInt,
+  /**
+   * CANCEL grace, in milliseconds: how long a worker has to answer a request after its CANCEL
+   * (a deadline that passed, a caller that hung up). A live worker answers within one token or
+   * item; one that does not (stopped, wedged) is killed then, the request answers its deadline
+   * or cancel, and the model's worker restarts within its crash budget.
+   *
+   * @default {5000}
+   */
+  cancel_grace_ms: positiveInt,
 });
 
 /** `log` section. */
@@ -188,6 +197,28 @@ export const HttpConfigSchema = z.strictObject({
    * @default {false}
    */
   require_key_for_queries: z.boolean(),
+  /**
+   * Longest a request head may take to arrive, in milliseconds, from its first byte (or, for the
+   * first request of a connection, from the connection's start); past it the door answers 408
+   * and closes the connection (a client sending headers a byte a second is dropped).
+   *
+   * @default {10000}
+   */
+  header_timeout_ms: positiveInt,
+  /**
+   * Longest a request body may stall, in milliseconds: the gap between two of its bytes; past it
+   * the connection is closed and the request dropped.
+   *
+   * @default {30000}
+   */
+  body_timeout_ms: positiveInt,
+  /**
+   * Longest a kept-alive connection may sit idle between requests, in milliseconds (every answer
+   * sent, no next request begun); past it the connection is closed.
+   *
+   * @default {30000}
+   */
+  idle_timeout_ms: positiveInt,
 });
 
 /** `tokenize` section: the tokenizer worker pool (lib/tokenize/tokenizer_pool.ts). */

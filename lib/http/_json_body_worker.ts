@@ -21,5 +21,22 @@ self.onmessage = (ev: MessageEvent<{ id: number; bytes: Uint8Array }>): void => 
     reply = { id, ok: false, code: e.code, message: e.message, channel: e.channel };
     if (e.details !== undefined) reply.details = e.details;
   }
-  self.postMessage(reply);
+  try {
+    self.postMessage(reply);
+  } catch (err) {
+    // JSON.parse nests as deep as the text does, the structured clone that carries the value back
+    // does not (`[[[[…]]]]` 100 000 deep overflows its stack): this body is refused, the worker
+    // and every other parse on it go on.
+    if (!(err instanceof RangeError)) throw err;
+    self.postMessage(
+      {
+        id,
+        ok: false,
+        code: "invalid_request",
+        message: "Cannot read body: the JSON nests too deep to be read (flatten it)",
+        details: { field: "body", reason: "nested_too_deep" },
+        channel: true,
+      } satisfies JsonBodyReply,
+    );
+  }
 };

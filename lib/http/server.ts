@@ -59,7 +59,10 @@ import { ollamaRoute } from "./ollama.ts";
 import { metricsResponse, throughDoor } from "./metrics.ts";
 import { OPERATIONS } from "../ops/dispatcher.ts";
 import { keyOfRequest, OWNER_KEY_HEADER, sameKey } from "./owner_key.ts";
-import { PeerWatch, type PeerWatchOptions } from "./_peer_watch.ts";
+import { type Front, type FrontTimeouts, startFront } from "./_front.ts";
+import { defaultWorkerRuntimeDir } from "../engines/llama/launch.ts";
+import { prepareRuntimeDir } from "../workers/runtime_dir.ts";
+import { dirname } from "node:path";
 
 export { float32Base64LE } from "./openai.ts";
 
@@ -112,18 +115,19 @@ export interface ServeHttpOptions {
    */
   maxBodyBytes?: number;
   /**
+   * The unix socket `Deno.serve` listens on behind the TCP front (`lib/http/_front.ts`), in the
+   * worker runtime dir (0700): `http-<pid>.sock` for the first server of a process (the path the
+   * `ck-synapse` launcher grants), `http-<pid>-<n>.sock` for later ones.
+   *
+   * @default {`<worker runtime dir>/http-<pid>.sock`}
+   */
+  backendSocket?: string;
+  /**
    * Where the request log goes (one line per request, see {@link logRequest}).
    *
    * @default {the instance's log (`context.log`); stderr, filtered by CK_LOG, before one is attached}
    */
   log?: LogSink;
-  /**
-   * How the door notices a TCP client that hung up mid-request (lib/http/_peer_watch.ts): every
-   * `intervalMs` (default 250) for requests older than `graceMs` (default 250). A hang-up
-   * aborts the request's signal: the operation stops at its next boundary and is counted
-   * `cancelled`.
-   */
-  peerWatch?: PeerWatchOptions;
 }
 
 /** A running HTTP server. */
@@ -238,65 +242,74 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
     startedSec: Math.floor(Date.now() / 1000),
     ownerKey: options.ownerKey,
     unix: options.path !== undefined,
-    peers: new PeerWatch(options.peerWatch),
-    addr: undefined,
+    front: undefined,
   };
   const bindHost = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
-  let server: Deno.HttpServer<Deno.NetAddr> | Deno.HttpServer<Deno.UnixAddr>;
+  let server: Deno.HttpServer<Deno.UnixAddr>;
   const onError = function onError(err: unknown): Response {
     return errorResponse(
       new SynapseError("encode_failed", `Cannot answer: ${errorMessage(err)}`, { cause: err }),
       door.backend,
     );
   };
-  const handle = function handle(
-    req: Request,
-    info: Deno.ServeHandlerInfo<Deno.Addr>,
-  ): Promise<Response> {
-    return handleLogged(door, req, info.remoteAddr);
+  const handle = function handle(req: Request): Promise<Response> {
+    return handleLogged(door, req);
   };
+  // On TCP, the front holds the loopback port and enforces the header, body and idle timeouts
+  // that Deno.serve has no setting for, and tells the door when a client hung up
+  // (lib/http/_front.ts); Deno.serve listens behind it on a unix socket in the 0700 worker
+  // runtime dir, which no other user can reach. The owner's own unix socket door (0600, no
+  // other user can connect) is served by Deno.serve directly.
+  const timeouts: FrontTimeouts = { ...DEFAULT_HTTP_TIMEOUTS };
+  let front: Front | undefined;
+  let socketPath: string;
   try {
-    server = options.path !== undefined
-      ? Deno.serve({
-        path: options.path,
-        transport: "unix",
-        ...(options.signal ? { signal: options.signal } : {}),
-        onListen: function onListen(): void {
-          // Made with the umask's mode: others cannot connect before this (connecting needs
-          // write permission on the socket, which 0755 does not give them).
-          Deno.chmodSync(options.path!, 0o600);
-          options.onListen?.({ hostname: "unix", port: 0 });
-        },
-        onError,
-      }, handle)
-      : Deno.serve({
-        hostname: bindHost,
-        port,
-        ...(options.signal ? { signal: options.signal } : {}),
-        onListen: function onListen(addr: Deno.NetAddr): void {
-          options.onListen?.({ hostname: addr.hostname, port: addr.port });
-        },
-        onError,
-      }, handle);
+    if (options.path === undefined) {
+      front = startFront({ hostname: bindHost, port, backend: "", timeouts });
+      socketPath = options.backendSocket ?? nextBackendSocket();
+      prepareRuntimeDir(dirname(socketPath));
+      try {
+        Deno.removeSync(socketPath);
+      } catch { /* none left by an earlier process with this pid */ }
+      front.setBackend(socketPath);
+    } else socketPath = options.path;
+    door.front = front;
+    const listening = front;
+    server = Deno.serve({
+      path: socketPath,
+      transport: "unix",
+      ...(options.signal ? { signal: options.signal } : {}),
+      onListen: function onListen(): void {
+        // Made with the umask's mode: others cannot connect before this (connecting needs
+        // write permission on the socket, which 0755 does not give them).
+        Deno.chmodSync(socketPath, 0o600);
+        options.onListen?.(
+          listening === undefined
+            ? { hostname: "unix", port: 0 }
+            : { hostname: listening.addr.hostname, port: listening.addr.port },
+        );
+      },
+      onError,
+    }, handle);
   } catch (err) {
     parser.dispose();
-    door.peers.dispose();
+    front?.close();
     throw bindError(err, options.path === undefined ? hostname : `unix:${options.path}`, port);
   }
-  if (options.path !== undefined) Deno.chmodSync(options.path, 0o600);
+  Deno.chmodSync(socketPath, 0o600);
   const stopped = (): void => {
     parser.dispose();
-    door.peers.dispose();
-    if (options.path !== undefined) {
-      try {
-        Deno.removeSync(options.path);
-      } catch { /* gone already */ }
-    }
+    front?.close();
+    try {
+      Deno.removeSync(socketPath);
+    } catch { /* gone already */ }
   };
   server.finished.then(stopped, stopped);
-  const addr = server.addr;
-  door.addr = addr;
-  const tcp = addr.transport === "tcp" ? addr : undefined;
+  if (front !== undefined) {
+    const f = front;
+    options.signal?.addEventListener("abort", () => f.stopAccepting(), { once: true });
+  }
+  const tcp = front?.addr;
   const host = tcp === undefined ? "unix" : tcp.hostname;
   const url = tcp === undefined
     ? `unix:${options.path}`
@@ -317,8 +330,13 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
       if (attachOptions.ownerKey !== undefined) door.ownerKey = attachOptions.ownerKey;
       // Every call through this door is counted with door="http" (synapse_requests_total).
       door.backend = throughDoor(synapse, "http");
+      const http = synapse.context?.config?.http;
+      if (http?.header_timeout_ms !== undefined) timeouts.headerMs = http.header_timeout_ms;
+      if (http?.body_timeout_ms !== undefined) timeouts.bodyMs = http.body_timeout_ms;
+      if (http?.idle_timeout_ms !== undefined) timeouts.idleMs = http.idle_timeout_ms;
     },
     shutdown(): Promise<void> {
+      front?.stopAccepting();
       shutdown ??= server.shutdown().then(() => server.finished);
       return shutdown;
     },
@@ -410,6 +428,24 @@ function checkPrivateDir(dir: string): void {
   }
 }
 
+/**
+ * Defaults of the HTTP door's timeouts, ms (config `http.header_timeout_ms`,
+ * `http.body_timeout_ms`, `http.idle_timeout_ms`).
+ */
+export const DEFAULT_HTTP_TIMEOUTS: Readonly<FrontTimeouts> = Object.freeze({
+  headerMs: 10_000,
+  bodyMs: 30_000,
+  idleMs: 30_000,
+});
+
+let backendCount = 0;
+
+/** `<runtime dir>/http-<pid>.sock`, then `http-<pid>-<n>.sock` (see `backendSocket`). */
+function nextBackendSocket(): string {
+  const n = backendCount++;
+  return `${defaultWorkerRuntimeDir()}/http-${Deno.pid}${n === 0 ? "" : `-${n}`}.sock`;
+}
+
 /** The typed refusal of an address that cannot be bound, naming it and what to do. */
 function bindError(err: unknown, hostname: string, port: number): SynapseError {
   const address = hostname.startsWith("unix:")
@@ -441,10 +477,11 @@ interface Door {
   ownerKey: string | undefined;
   /** True on a unix socket (0600: only the owner connects, no key asked). */
   unix: boolean;
-  /** Notices TCP clients that hung up (a hang-up Deno.serve's own signal misses). */
-  peers: PeerWatch;
-  /** The bound address, once bound. */
-  addr: Deno.Addr | undefined;
+  /**
+   * The TCP front (lib/http/_front.ts), which also tells when a request's client hung up (a
+   * hang-up Deno.serve's own signal misses); undefined on the owner's unix socket door.
+   */
+  front: Front | undefined;
 }
 
 /** What one request did, for its log line; `route` fills it in. */
@@ -466,7 +503,7 @@ interface RequestRecord {
 /** The status logged for a request whose client hung up before its answer (nginx's 499). */
 const CLIENT_CLOSED_REQUEST = 499;
 
-async function handleLogged(door: Door, req: Request, client: Deno.Addr): Promise<Response> {
+async function handleLogged(door: Door, req: Request): Promise<Response> {
   const started = performance.now();
   const path = new URL(req.url).pathname;
   const log = door.log ?? door.backend?.context?.log ?? stderrLog;
@@ -476,8 +513,8 @@ async function handleLogged(door: Door, req: Request, client: Deno.Addr): Promis
     content_length: req.headers.get("content-length") ?? "-",
   });
   const record: RequestRecord = {};
-  // The request's signal, also aborted when the client's socket is gone (lib/http/_peer_watch.ts).
-  const watched = door.peers.watch(req.signal, door.addr, client);
+  // The request's signal, also aborted when the front saw its client go (lib/http/_front.ts).
+  const watched = door.front?.watch(req) ?? { signal: req.signal, [Symbol.dispose]() {} };
   let res: Response;
   try {
     res = await route(door, req, path, record, watched.signal);

@@ -3,7 +3,8 @@
  * (socket, process group, HELLO), then requests run one at a time (one in flight per
  * connection), each under its own timeout.
  *
- * Any I/O error, EOF, protocol violation or timeout kills the worker and answers
+ * Any I/O error, EOF, protocol violation, timeout or a request not answered within 5 s of its
+ * CANCEL ({@link DEFAULT_CANCEL_GRACE_MS}: a SIGSTOPped or wedged worker) kills the worker and answers
  * `engine_crashed` (transient, retry hint) with the last 8 KiB of the worker's output in
  * `details.log_tail`; a worker `ERR` frame is an answer, not a crash ({@link WorkerErrReply}).
  * When the process is gone, `details` names how it ended: `signal` (`"SIGKILL"`, `"SIGABRT"`, …)
@@ -58,6 +59,13 @@ export type TextPartHandler = (msg: TextPartMessage) => void;
 
 /** Bytes of worker output kept for crash reports (contract.md §7: the last 8 KiB). */
 export const LOG_TAIL_BYTES = 8 * 1024;
+
+/**
+ * ms a worker has to answer a request after its CANCEL was written (it checks between tokens and
+ * items, so a live worker answers within one token); past it the worker is killed, so a stopped
+ * or wedged worker does not hold its model until the request's own timeout (180 s for GENERATE).
+ */
+export const DEFAULT_CANCEL_GRACE_MS = 5_000;
 
 /** Default start and per-request timeouts, ms (contract.md §7; start: F20). */
 export const WORKER_TIMEOUTS = Object.freeze({
@@ -130,6 +138,9 @@ export class WorkerConnection {
   #exit: Promise<Deno.CommandStatus>;
   #exitStatus: Deno.CommandStatus | undefined;
   #onDeath: ((err: SynapseError) => void) | undefined;
+  #cancelGraceMs = DEFAULT_CANCEL_GRACE_MS;
+  /** Kills the worker when the request in flight was cancelled and is not answered in time. */
+  #cancelTimer: ReturnType<typeof setTimeout> | undefined;
   #debug: ((message: string, fields: Record<string, string | number>) => void) | undefined;
 
   private constructor(init: {
@@ -205,6 +216,7 @@ export class WorkerConnection {
     const log = new LogTail(LOG_TAIL_BYTES);
     const spawned = await spawnWorker(options, log);
     const wc = new WorkerConnection({ ...spawned, log, workerId: options.workerId });
+    if (options.cancelGraceMs !== undefined) wc.#cancelGraceMs = options.cancelGraceMs;
     const sink = options.log;
     if (sink !== undefined) {
       wc.#debug = (message, fields) =>
@@ -262,7 +274,10 @@ export class WorkerConnection {
    * sent and gets the same answers at its turn (no tokens, no items); an id that is neither
    * queued nor in flight (already answered, or a request of another type still queued) is
    * ignored, and so is every call once the worker is dead (the request in flight carries the
-   * crash).
+   * crash). A request in flight that is not answered within the CANCEL grace
+   * ({@link DEFAULT_CANCEL_GRACE_MS}, option `cancelGraceMs`) after its CANCEL was written kills
+   * the worker: the request rejects `engine_crashed` `{reason: "cancel_timeout"}`, counted as a
+   * crash (the supervisor restarts the worker on the next call, within its crash budget).
    *
    * @param reqId `req_id` of a request passed to {@link request}.
    * @returns Resolves once the CANCEL is written (or ignored); never rejects.
@@ -279,7 +294,18 @@ export class WorkerConnection {
       await this.#write([encodeControl({ type: "CANCEL", req_id: reqId })]);
     } catch (err) {
       if (this.#dead === undefined) await this.#lost("io_error", `write failed: ${errorText(err)}`);
+      return;
     }
+    if (this.#inFlight !== reqId || this.#cancelTimer !== undefined) return;
+    const graceMs = this.#cancelGraceMs;
+    this.#cancelTimer = setTimeout(() => {
+      this.#cancelTimer = undefined;
+      if (this.#inFlight !== reqId) return;
+      this.#die(
+        "cancel_timeout",
+        `did not answer req_id ${reqId} within ${graceMs} ms of its CANCEL (stopped or wedged); killed`,
+      );
+    }, graceMs);
   }
 
   /**
@@ -334,6 +360,8 @@ export class WorkerConnection {
       return await Promise.race([this.#exchange(msg, tensor, expected, onPart), timedOut]);
     } finally {
       clearTimeout(timer);
+      clearTimeout(this.#cancelTimer);
+      this.#cancelTimer = undefined;
       this.#inFlight = undefined;
     }
   }

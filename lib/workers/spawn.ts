@@ -107,6 +107,12 @@ export interface WorkerStartOptions {
    * @default {DEFAULT_WORKER_START_TIMEOUT_MS}
    */
   helloTimeoutMs?: number;
+  /**
+   * ms a worker has to answer a request it was sent CANCEL for; past it the worker is killed
+   * (`engine_crashed` `{reason: "cancel_timeout"}`, counted as a crash).
+   * @default {DEFAULT_CANCEL_GRACE_MS} (5000)
+   */
+  cancelGraceMs?: number;
   /** Our largest frame in bytes. @default 64 MiB */
   maxFrameBytes?: number;
   /** Each line the worker writes on stdout or stderr, as it arrives. */
@@ -200,6 +206,8 @@ export async function spawnWorker(
           NO_COLOR: "1",
           ...options.launch.env,
           SYNAPSE_WORKER_ID: options.workerId,
+          // The worker arms its parent-death signal against this pid (workers/llama.ts).
+          SYNAPSE_WORKER_PARENT_PID: String(Deno.pid),
           [WORKER_NONCE_ENV]: nonce,
         },
         stdin: "null",

@@ -74,7 +74,7 @@ Deno.test("DEFAULT_CONFIG holds every key of contract §9 with its default", () 
     certify_observation: false,
     sidecar_spec: {},
     remote_providers: [],
-    worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000 },
+    worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000, cancel_grace_ms: 5000 },
     log: { perf_interval_secs: 0, worker_forward_lines_per_sec: 50 },
     inline: {
       max_items: 64,
@@ -85,7 +85,13 @@ Deno.test("DEFAULT_CONFIG holds every key of contract §9 with its default", () 
       estimated_execution_ms: 25,
       max_concurrent_workers: 2,
     },
-    http: { max_body_bytes: 67_108_864, require_key_for_queries: false },
+    http: {
+      max_body_bytes: 67_108_864,
+      header_timeout_ms: 10_000,
+      body_timeout_ms: 30_000,
+      idle_timeout_ms: 30_000,
+      require_key_for_queries: false,
+    },
     tokenize: { workers: 0, inline_max_chars: 256 },
     jobs: {
       execution_ttl_ms: 86_400_000,
@@ -275,7 +281,11 @@ Deno.test("loadConfig() reads worker.start_timeout_ms beside worker.load_timeout
   await using f = await fixture();
   await f.write(f.projectFile, `{"worker": {"start_timeout_ms": 120000}}`);
   const { config } = loadConfig({ env: f.env, cwd: f.cwd });
-  assert.deepStrictEqual(config.worker, { load_timeout_ms: 900_000, start_timeout_ms: 120_000 });
+  assert.deepStrictEqual(config.worker, {
+    load_timeout_ms: 900_000,
+    start_timeout_ms: 120_000,
+    cancel_grace_ms: 5000,
+  });
   const layered = loadConfig({
     env: { ...f.env, SYNAPSE_CONFIG_JSON: `{"worker": {"load_timeout_ms": 1000}}` },
     cwd: f.cwd,
@@ -283,6 +293,7 @@ Deno.test("loadConfig() reads worker.start_timeout_ms beside worker.load_timeout
   assert.deepStrictEqual(layered.config.worker, {
     load_timeout_ms: 1000,
     start_timeout_ms: 120_000,
+    cancel_grace_ms: 5000,
   });
 });
 
@@ -296,6 +307,9 @@ Deno.test("loadConfig() reads http and tokenize, merging them key by key across 
   assert.deepStrictEqual(config.http, {
     max_body_bytes: 1_048_576,
     require_key_for_queries: false,
+    header_timeout_ms: 10_000,
+    body_timeout_ms: 30_000,
+    idle_timeout_ms: 30_000,
   });
   assert.deepStrictEqual(config.tokenize, { workers: 2, inline_max_chars: 0 });
   await f.write(f.projectFile, `{"http": {"max_body_size": 1}}`);

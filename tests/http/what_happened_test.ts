@@ -7,7 +7,6 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "../../lib/config/loader.ts";
 import { serveHttp } from "../../lib/http/server.ts";
-import { PeerWatch } from "../../lib/http/_peer_watch.ts";
 import type { LogFields, LogSink } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import { parkedWorker } from "../_generation.ts";
@@ -248,47 +247,3 @@ for (const stream of [false, true]) {
     );
   });
 }
-
-Deno.test("PeerWatch: an orphaned or vanished client socket aborts; a half-closed one does not", async () => {
-  const header =
-    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
-  const row = (local: number, remote: number, st: string, inode: number) =>
-    `   0: 0100007F:${local.toString(16).toUpperCase().padStart(4, "0")} 0100007F:${
-      remote.toString(16).toUpperCase().padStart(4, "0")
-    } ${st} 00000000:00000000 00:00000000 00000000     0        0 ${inode} 1 0000000000000000 20 4 30 10 -1\n`;
-  let table = header;
-  const watch = new PeerWatch({
-    intervalMs: 10,
-    graceMs: 0,
-    readTable: () => Promise.resolve(table),
-  });
-  const server: Deno.NetAddr = { transport: "tcp", hostname: "127.0.0.1", port: 8080 };
-  const at = (port: number): Deno.NetAddr => ({ transport: "tcp", hostname: "127.0.0.1", port });
-  try {
-    const never = new AbortController().signal;
-    // Half-closed: the client still holds its socket (inode ≠ 0) in FIN_WAIT2.
-    table = header + row(8080, 40001, "08", 11) + row(40001, 8080, "05", 12) +
-      // Closed: an orphan (inode 0).
-      row(8080, 40002, "08", 13) + row(40002, 8080, "05", 0) +
-      // Reset: only the server's end is left.
-      row(8080, 40003, "07", 15) +
-      // Not in this table at all (another namespace): never aborted.
-      "";
-    const half = watch.watch(never, server, at(40001));
-    const closed = watch.watch(never, server, at(40002));
-    const reset = watch.watch(never, server, at(40003));
-    const unknown = watch.watch(never, server, at(40004));
-    await until("the closed client", () => closed.signal.aborted && reset.signal.aborted, 10_000);
-    assert.equal((closed.signal.reason as DOMException).name, "AbortError");
-    await new Promise((r) => setTimeout(r, 50));
-    assert.equal(half.signal.aborted, false);
-    assert.equal(unknown.signal.aborted, false);
-    // A unix-socket door is not watched: the request's own signal is used as is.
-    const own = new AbortController();
-    const unix = watch.watch(own.signal, { transport: "unix", path: "/x" }, at(1));
-    assert.equal(unix.signal, own.signal);
-    for (const w of [half, closed, reset, unknown, unix]) w[Symbol.dispose]();
-  } finally {
-    watch.dispose();
-  }
-});

@@ -20,6 +20,7 @@ const GEN = `${MODELS}/synapse-tiny-llama`;
 async function start(
   workerArgs: string[],
   more: Partial<Parameters<typeof createSynapse>[0]> = {},
+  overrides: Record<string, unknown> = {},
 ): Promise<{ syn: Awaited<ReturnType<typeof createSynapse>>; dir: string }> {
   const dir = await Deno.makeTempDir({ prefix: "synapse-deadline-" });
   const env = {
@@ -27,6 +28,7 @@ async function start(
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
     SYNAPSE_CONFIG_JSON: JSON.stringify({
+      ...overrides,
       preload_models: [{
         engine: "llama",
         model_path: GEN,
@@ -49,9 +51,11 @@ async function start(
 
 Deno.test("microllm.oneshot answers deadline_exceeded at its deadline while a hung worker generates; /health says unresponsive", async () => {
   // LOAD is request 1; the worker hangs on the first GENERATE (and never reads a CANCEL).
+  // The CANCEL grace is long here: this test is about the hung worker while it still holds
+  // the slot (a short grace kills it: tests/workers/worker_lifetime_test.ts).
   const { syn, dir } = await start(["--test-hang-after", "1", "--test-ping-uncounted"], {
     workerRequestTimeoutMs: 1000,
-  });
+  }, { worker: { cancel_grace_ms: 600_000 } });
   const server = serveHttp(syn, { hostname: "127.0.0.1", port: 0 });
   try {
     const before = await (await fetch(`http://127.0.0.1:${server.port}/health`)).json();

@@ -67,6 +67,16 @@ export interface LlamaEngineOptions {
   runtimeDir: string;
   /** Worker id (names the socket, `SYNAPSE_WORKER_ID`). @default `llama:<model id>` */
   workerId?: string;
+  /**
+   * The worker slot `workerId` was named from; disposed (given back) once the engine is disposed
+   * and its worker closed, so the slot's socket path serves the next model. @default none
+   */
+  workerSlot?: Disposable;
+  /**
+   * ms the worker has to answer a request after its CANCEL before it is killed
+   * (`worker.cancel_grace_ms`). @default 5000
+   */
+  cancelGraceMs?: number;
   /** LOAD timeout, ms (`worker.load_timeout_ms`). @default 180000 */
   loadTimeoutMs?: number;
   /** Timeout of other requests, ms. @default 30000 */
@@ -142,6 +152,7 @@ export class LlamaEngine implements Engine {
           ? {}
           : { acceptTimeoutMs: options.acceptTimeoutMs }),
         ...(options.helloTimeoutMs === undefined ? {} : { helloTimeoutMs: options.helloTimeoutMs }),
+        ...(options.cancelGraceMs === undefined ? {} : { cancelGraceMs: options.cancelGraceMs }),
         log,
         onLogLine: (line, stream) => {
           const dropped = limiter.admit();
@@ -417,7 +428,11 @@ export class LlamaEngine implements Engine {
   /** Shuts the worker down. Idempotent. */
   async dispose(): Promise<void> {
     this.#disposed = true;
-    await this.worker.close();
+    try {
+      await this.worker.close();
+    } finally {
+      this.#opts.workerSlot?.[Symbol.dispose]();
+    }
   }
 
   [Symbol.asyncDispose](): Promise<void> {
@@ -493,6 +508,15 @@ export class LlamaEngine implements Engine {
       return await this.worker.call<M>(msg, tensor, timeoutMs, signal, onPart);
     } catch (err) {
       if (err instanceof WorkerErrReply && err.workerCode === "cancelled" && signal?.aborted) {
+        throw signal.reason;
+      }
+      // Killed for not answering its CANCEL in time: the caller hears why it cancelled (its
+      // deadline, or its hang-up), not a crash; the crash is counted and the next call restarts
+      // the worker within the crash budget.
+      if (
+        signal?.aborted && err instanceof SynapseError &&
+        (err.details as Record<string, unknown> | undefined)?.reason === "cancel_timeout"
+      ) {
         throw signal.reason;
       }
       if (err instanceof WorkerErrReply) throw mapWorkerErr(err, this.spec.modelId, msg.type);
