@@ -61,7 +61,7 @@ import { OPERATIONS } from "../ops/dispatcher.ts";
 import { keyOfRequest, OWNER_KEY_HEADER, sameKey } from "./owner_key.ts";
 import { type Front, type FrontTimeouts, startFront } from "./_front.ts";
 import { defaultWorkerRuntimeDir } from "../engines/llama/launch.ts";
-import { prepareRuntimeDir } from "../workers/runtime_dir.ts";
+import { prepareRuntimeDir, privateDirFault } from "../workers/runtime_dir.ts";
 import { dirname } from "node:path";
 
 export { float32Base64LE } from "./openai.ts";
@@ -365,19 +365,20 @@ function prepareSocketPath(path: string): void {
     refuse("not_absolute", "give an absolute path (unix:/run/…/synapse.sock)");
   }
   const dir = path.slice(0, path.lastIndexOf("/")) || "/";
+  let fault;
   try {
-    checkPrivateDir(dir);
+    fault = privateDirFault(dir);
   } catch (err) {
-    if (err instanceof SynapseError) {
-      refuse(
-        String(err.details?.reason ?? "unsafe_dir"),
-        err.message.replace(/^Cannot use [^:]*: /, ""),
-      );
-    }
     if (err instanceof Deno.errors.NotFound) {
       refuse("no_directory", `its directory ${dir} does not exist`);
     }
     throw err;
+  }
+  if (fault !== undefined) {
+    refuse(
+      fault.reason,
+      fault.at === dir ? `its directory ${dir} is unsafe: ${fault.why}` : fault.why,
+    );
   }
   let info: Deno.FileInfo;
   try {
@@ -391,41 +392,6 @@ function prepareSocketPath(path: string): void {
   }
   // A live server on it answers; a dead one's socket is ours to replace.
   Deno.removeSync(path);
-}
-
-/**
- * The worker runtime dir's rules for an existing directory (lib/workers/runtime_dir.ts): a real
- * directory of this user, not group/other-writable, under parents of root or this user that no
- * one else can write without the sticky bit.
- *
- * @throws {SynapseError} `invalid_request` `{reason}` naming what is wrong.
- */
-function checkPrivateDir(dir: string): void {
-  const uid = Deno.uid();
-  const no = (reason: string, why: string): never => {
-    throw new SynapseError("invalid_request", `Cannot use ${dir}: ${why}`, { details: { reason } });
-  };
-  const self = Deno.lstatSync(dir);
-  if (self.isSymlink) no("symlink", `its directory ${dir} is a symbolic link`);
-  if (!self.isDirectory) no("not_directory", `${dir} is not a directory`);
-  if (uid !== null && self.uid !== uid) {
-    no("foreign_owner", `its directory ${dir} belongs to uid ${self.uid}, not to this user`);
-  }
-  if (((self.mode ?? 0) & 0o022) !== 0) {
-    no("writable_by_others", `its directory ${dir} is writable by others`);
-  }
-  let parent = Deno.realPathSync(`${dir}/..`);
-  for (;;) {
-    const st = Deno.statSync(parent);
-    if (st.uid !== 0 && st.uid !== uid) {
-      no("unsafe_parent", `its parent ${parent} belongs to uid ${st.uid}`);
-    }
-    if (((st.mode ?? 0) & 0o022) !== 0 && ((st.mode ?? 0) & 0o1000) === 0) {
-      no("unsafe_parent", `its parent ${parent} lets others replace what is in it`);
-    }
-    if (parent === "/") break;
-    parent = parent.replace(/\/[^/]*$/, "") || "/";
-  }
 }
 
 /**

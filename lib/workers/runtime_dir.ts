@@ -68,41 +68,74 @@ export function prepareRuntimeDir(dir: string): string {
       if (!(err instanceof Deno.errors.AlreadyExists)) throw err;
     }
   }
-  const self = Deno.lstatSync(absolute);
-  if (self.isSymlink) refuse("symlink", dir, "it is a symbolic link");
-  if (!self.isDirectory) refuse("not_directory", dir, "it is not a directory");
+  const fault = privateDirFault(absolute);
+  if (fault !== undefined) refuse(fault.reason, fault.at === absolute ? dir : fault.at, fault.why);
+  // Ours and private to us: tighten a 0750 or 0755 left by an older version.
+  if (((Deno.lstatSync(absolute).mode ?? 0) & 0o777) !== 0o700) Deno.chmodSync(absolute, 0o700);
+  return dir;
+}
+
+/** What makes a directory unsafe for private sockets or files ({@link privateDirFault}). */
+export interface PrivateDirFault {
+  reason: RuntimeDirFault;
+  /** The offending path: the directory itself or one of its parents. */
+  at: string;
+  /** Why, as a clause for an error message ("it is a symbolic link"). */
+  why: string;
+}
+
+/**
+ * Checks an existing directory by the rules of this module's header: a real directory of this
+ * user that no one else can write, under parents of root or this user that no one else can
+ * write without the sticky bit. Shared by the worker runtime dir and the HTTP door's unix
+ * socket. Nothing is created or changed.
+ *
+ * @param dir An absolute path to an existing directory.
+ * @returns The first fault found, or undefined when the directory is private to this user.
+ * @throws what `Deno.lstatSync` throws (`NotFound` for a missing directory).
+ */
+export function privateDirFault(dir: string): PrivateDirFault | undefined {
+  if (Deno.build.os === "windows") return undefined;
+  const uid = Deno.uid();
+  const self = Deno.lstatSync(dir);
+  if (self.isSymlink) return { reason: "symlink", at: dir, why: "it is a symbolic link" };
+  if (!self.isDirectory) return { reason: "not_directory", at: dir, why: "it is not a directory" };
   if (uid !== null && self.uid !== uid) {
-    refuse("foreign_owner", dir, `it belongs to uid ${self.uid}, not to this user (uid ${uid})`);
+    return {
+      reason: "foreign_owner",
+      at: dir,
+      why: `it belongs to uid ${self.uid}, not to this user (uid ${uid})`,
+    };
   }
   if (((self.mode ?? 0) & 0o022) !== 0) {
-    refuse(
-      "writable_by_others",
-      dir,
-      `its mode ${octal(self.mode ?? 0)} lets others write in it`,
-    );
+    return {
+      reason: "writable_by_others",
+      at: dir,
+      why: `it is writable by others (its mode ${octal(self.mode ?? 0)} lets others write in it)`,
+    };
   }
   // Parents, as the kernel resolves them (a symlinked /var/run is fine when root owns it).
-  let parent = Deno.realPathSync(`${absolute}/..`);
+  let parent = Deno.realPathSync(`${dir}/..`);
   for (;;) {
     const st = Deno.statSync(parent);
     const mode = st.mode ?? 0;
-    const owner = st.uid;
-    if (owner !== 0 && owner !== uid) {
-      refuse("unsafe_parent", parent, `its parent '${parent}' belongs to uid ${owner}`);
+    if (st.uid !== 0 && st.uid !== uid) {
+      return {
+        reason: "unsafe_parent",
+        at: parent,
+        why: `its parent '${parent}' belongs to uid ${st.uid}`,
+      };
     }
     if ((mode & 0o022) !== 0 && (mode & 0o1000) === 0) {
-      refuse(
-        "unsafe_parent",
-        parent,
-        `its parent '${parent}' (mode ${octal(mode)}) lets others replace what is in it`,
-      );
+      return {
+        reason: "unsafe_parent",
+        at: parent,
+        why: `its parent '${parent}' (mode ${octal(mode)}) lets others replace what is in it`,
+      };
     }
-    if (parent === "/") break;
+    if (parent === "/") return undefined;
     parent = parent.replace(/\/[^/]*$/, "") || "/";
   }
-  // Ours and private to us: tighten a 0750 or 0755 left by an older version.
-  if (((self.mode ?? 0) & 0o777) !== 0o700) Deno.chmodSync(absolute, 0o700);
-  return dir;
 }
 
 function octal(mode: number): string {
