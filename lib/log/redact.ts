@@ -25,7 +25,8 @@
  *      `job_<32 hex>` id and a content digest written `sha256:<hex>` stay);
  *    - a long base64 secret: a word of 40 or more base64 or base64url characters
  *      (`A-Z a-z 0-9 + / _ -`, then at most two `=`), mixing upper case, lower case and digits,
- *      that does not start with `/` (an absolute path is not a secret).
+ *      that does not start with `/` and is not inside a path (a run starting `/`, `./` or `~/`:
+ *      a path is not a secret).
  *
  * A URL (`scheme://…`) stays readable: its host, port and path are kept as written (only the
  * vendor token shapes apply there: a JWT, `sk-…`, `ghp_…`, `ckh_…`, `AKIA…`; a 64-hex blob digest
@@ -112,10 +113,27 @@ const SHAPES: [RegExp, string | ((...m: string[]) => string)][] = [
   [/(?<![A-Za-z0-9_])(?<!sha256:)[0-9A-Fa-f]{32,}(?![A-Za-z0-9_])/g, REDACTED],
   [
     /(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{40,}={0,2}(?![A-Za-z0-9+/_=-])/g,
-    (m) =>
-      m.startsWith("/") || !/[A-Z]/.test(m) || !/[a-z]/.test(m) || !/[0-9]/.test(m) ? m : REDACTED,
+    // No capture groups: the callback gets (match, offset, whole text).
+    (...a: string[]) => {
+      const m = a[0]!;
+      return m.startsWith("/") || inPath(a[2]!, Number(a[1])) || !/[A-Z]/.test(m) ||
+          !/[a-z]/.test(m) || !/[0-9]/.test(m)
+        ? m
+        : REDACTED;
+    },
   ],
 ];
+
+/**
+ * True when the word at `at` of `text` lies inside a path: the run of characters it belongs to
+ * (up to a space, a quote, `=`, `,` or a bracket) starts with `/`, `./` or `~/`. So
+ * `/tmp/nc2.PA2X/data/cortexkit/synapse/logs` keeps its 40-character tail after the `.`.
+ */
+function inPath(text: string, at: number): boolean {
+  let i = at;
+  while (i > 0 && !/[\s"'=,()<>[\]{}]/.test(text[i - 1]!)) i--;
+  return /^(?:\/|\.\/|~\/)/.test(text.slice(i, at + 1));
+}
 
 /**
  * Redacts secrets by shape (rule 2 of the module doc) in a message or a value.

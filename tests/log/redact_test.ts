@@ -116,3 +116,21 @@ Deno.test("renderLogEvent() redacts before formatting, so a redacted value is qu
     } tokens=12`,
   );
 });
+
+Deno.test("redactText() keeps a path whose segment after a dot looks like base64 (a mktemp data home)", () => {
+  const path = "/tmp/nc2.PA2X/data/cortexkit/synapse/logs/synapse.2026-12-01.log";
+  assert.equal(redactText(`log_file="${path}"`), `log_file="${path}"`);
+  assert.equal(
+    redactText(`open ./nc2.PA2X/data/cortexkit/synapse/logs/x`),
+    `open ./nc2.PA2X/data/cortexkit/synapse/logs/x`,
+  );
+  assert.equal(
+    redactText(`~/nc2.PA2X/data/cortexkit/synapse/logs/x`),
+    `~/nc2.PA2X/data/cortexkit/synapse/logs/x`,
+  );
+  // The same 40 characters outside a path are still a secret by shape.
+  assert.equal(
+    redactText("secret PA2X/data/cortexkit/synapse/logs/synapse"),
+    `secret ${REDACTED}`,
+  );
+});
