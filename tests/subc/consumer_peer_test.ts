@@ -209,13 +209,25 @@ Deno.test("through the peer: a module not registered yet is module_warming, retr
     openRetryMaxMs: 50,
     openDeadlineMs: 120_000,
   });
+  // Handled below; a rejection while startModule runs must not count as unhandled.
+  connecting.catch(() => {});
   // Start the module only once the client has been refused twice.
   await peer.until(() => (peer.stats().routeOpenRefusals.module_warming ?? 0) >= 2);
   await using _m = await startModule(peer);
-  await using bus = await connecting;
-  const refusals = peer.stats().routeOpenRefusals.module_warming!;
-  assert.ok(refusals >= 2);
-  assert.equal(bus.consumer.stats.opensSent, refusals + 1);
+  // A retry that lands after the module registered but before it finished initialising gets
+  // the module's own module_not_initialized, which subc §4 makes final for route.open (on a
+  // busy machine the window is wide): the caller tries again, as connectWhenReady does.
+  let bus: SynapseBusClient;
+  try {
+    bus = await connecting;
+    const refusals = peer.stats().routeOpenRefusals.module_warming!;
+    assert.equal(bus.consumer.stats.opensSent, refusals + 1);
+  } catch (err) {
+    if (!(err instanceof SubcCallError && err.code === "module_not_initialized")) throw err;
+    bus = await connectWhenReady({ connectionFile: peer.connectionFile });
+  }
+  await using _bus = bus;
+  assert.ok(peer.stats().routeOpenRefusals.module_warming! >= 2);
   assert.equal((await bus.modelsList()).models.length, 3);
 });
 
