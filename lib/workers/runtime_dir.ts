@@ -40,7 +40,6 @@ export type RuntimeDirFault =
 export function prepareRuntimeDir(dir: string): string {
   if (Deno.build.os === "windows") return dir;
   const absolute = dir.startsWith("/") ? dir : `${Deno.cwd()}/${dir}`;
-  const uid = Deno.uid();
   const refuse = (reason: RuntimeDirFault, at: string, why: string): never => {
     throw new SynapseError(
       "invalid_request",
