@@ -123,6 +123,62 @@ const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX jobs_by_generation_state ON jobs (module_generation, state);
     `,
   },
+  {
+    // Step 10 (issue 18): certification and performance rows keyed by the machine profile hash
+    // and the lane's numeric profile id (contract.md §5, §8), the knob assignments the probe
+    // measured (read at startup), and the catalog self-checks (contract.md §10).
+    version: 4,
+    sql: `
+      CREATE TABLE cert_rows (
+        machine_profile_hash TEXT NOT NULL,
+        numeric_profile_id TEXT NOT NULL,
+        runtime_config_digest TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        model_id TEXT NOT NULL,
+        lane_id TEXT NOT NULL,
+        class TEXT NOT NULL CHECK (class IN ('embedding', 'rerank', 'generation')),
+        status TEXT NOT NULL CHECK (status IN ('certified', 'uncertified')),
+        os_build TEXT NOT NULL,
+        engine_identities_json TEXT NOT NULL,
+        model_digest TEXT NOT NULL,
+        module_generation INTEGER NOT NULL,
+        probed_at_ms INTEGER NOT NULL,
+        evidence_json TEXT NOT NULL,
+        PRIMARY KEY (machine_profile_hash, numeric_profile_id, runtime_config_digest)
+      );
+      CREATE INDEX cert_rows_by_lane ON cert_rows (lane_id);
+      CREATE TABLE perf_rows (
+        machine_profile_hash TEXT NOT NULL,
+        numeric_profile_id TEXT NOT NULL,
+        knob TEXT NOT NULL,
+        batch_rows INTEGER NOT NULL,
+        tokens_per_second REAL NOT NULL,
+        start_delay_p50_ms REAL NOT NULL,
+        call_ms_p50 REAL NOT NULL,
+        measured_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (machine_profile_hash, numeric_profile_id, knob, batch_rows)
+      );
+      CREATE TABLE knob_assignments (
+        machine_profile_hash TEXT NOT NULL,
+        numeric_profile_id TEXT NOT NULL,
+        knob TEXT NOT NULL,
+        assignment_json TEXT NOT NULL,
+        assigned_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (machine_profile_hash, numeric_profile_id, knob)
+      );
+      CREATE TABLE catalog_self_checks (
+        check_id TEXT PRIMARY KEY,
+        catalog_id TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        manifest_digest TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('passed', 'failed')),
+        failed_input_json TEXT,
+        checked_at_ms INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL
+      );
+    `,
+  },
 ];
 
 /** Highest schema version this binary knows. */

@@ -1,0 +1,168 @@
+/**
+ * The shapes of step 10 (issue 18): probe results, certification rows, performance rows, knob
+ * assignments and catalog self-checks, shared by the probe runner (lib/probe/run_probe.ts), the
+ * certification store (lib/store/certification_store.ts), serving admission
+ * (lib/probe/certification.ts) and the probe operations (lib/ops/probe.ts).
+ *
+ * Contract: §1 probe.*, §4 (numeric profile), §5 (machine profile: certification rows are keyed
+ * by its hash), §8 tables `cert_rows`, `perf_rows`, `knob_assignments`, `catalog_self_checks`,
+ * §10 (self-check), §12 (thresholds).
+ *
+ * @module
+ */
+import type { EngineIdentity } from "../identity/numeric_profile.ts";
+
+/**
+ * Config `certification`: what a lane that needs a certificate and has no passing one for this
+ * machine profile does. `require` (default): it refuses `not_certified`. `warn`: it serves, and
+ * every answer says `provenance.certified: false`.
+ */
+export type CertificationMode = "require" | "warn";
+
+/**
+ * What a lane needs to serve: `reference` (ORT fp32 on the CPU declaring no reference: its
+ * numbers are the reference, no certificate), `certification_required` (every other lane kind:
+ * llama, ORT at another dtype, a lane that declares a `reference_model`, later int8, FFI shims,
+ * remote providers, GPUs).
+ */
+export type LaneCertificationClass = "reference" | "certification_required";
+
+/**
+ * A lane's certification status for the current machine profile and runtime config:
+ * `reference` (needs none), `certified` (a passing row matches), `probe_required` (no row for
+ * this lane at all), `certification_stale` (rows exist for this lane, none for the current
+ * machine profile / numeric profile / runtime config), `certification_failed` (the matching row
+ * failed a check).
+ */
+export type CertificationStatus =
+  | "reference"
+  | "certified"
+  | "probe_required"
+  | "certification_stale"
+  | "certification_failed";
+
+/** Why a lane refuses (`not_certified.details.blocking_reason`). */
+export type BlockingReason = "probe_required" | "certification_stale" | "certification_failed";
+
+/** Row class of `cert_rows` (contract.md §8). */
+export type CertClass = "embedding" | "rerank" | "generation";
+
+/**
+ * One check of a probe, recorded with what was measured and the bar it was held to. A check the
+ * lane could not run (no reference lane: parity) is listed in `checks_lacking` instead.
+ */
+export interface ProbeCheck {
+  /**
+   * Stable id: `query_path_equals_batch_path`, `shape_invariance`, `determinism`,
+   * `reference_parity_mean_cosine`, `reference_parity_min_cosine`,
+   * `reference_parity_worst_decile_overlap`, `norm`, `finite`, `dims`, `max_context`,
+   * `over_max_context_refused`, `rerank_pearson`, `rerank_max_abs_delta`,
+   * `greedy_determinism`, `greedy_serial_vs_concurrent`.
+   */
+  id: string;
+  passed: boolean;
+  /** What was measured (a number, or a short string such as `refused:sequence_too_long`). */
+  value: number | string | boolean | null;
+  /** The bar (a number, or a short string); null where the check is exact. */
+  threshold: number | string | null;
+  /** How `value` is compared with `threshold`: `>=`, `<=`, `==`. */
+  comparison: ">=" | "<=" | "==";
+  /** One line for people when it failed (which input, which batch size …). */
+  detail?: string;
+}
+
+/** One performance row of a lane (contract.md §8 `perf_rows`). */
+export interface PerfRow {
+  /** Knob (thread policy) the lane ran under. */
+  knob: string;
+  /** Rows per engine call measured. */
+  batch_rows: number;
+  /** Throughput, tokens per second (prompt tokens for embed/rerank, generated for generate). */
+  tokens_per_second: number;
+  /** Start delay p50 of the probe's requests on the lane, ms. */
+  start_delay_p50_ms: number;
+  /** Engine time per call p50, ms. */
+  call_ms_p50: number;
+}
+
+/**
+ * What the probe measured for a lane and what the lane then uses (read at startup; a change
+ * takes effect after a restart): the batch shape clients should send (`models.list`
+ * `recommended_batch`) and the execution estimate admission starts from. Neither changes a
+ * number a lane computes, so neither is part of the numeric profile.
+ */
+export interface KnobAssignment {
+  knob: string;
+  recommended_batch: { rows: number; token_budget: number };
+  /** Engine time of one call of `recommended_batch`, ms. */
+  estimated_execution_ms: number;
+  tokens_per_second: number;
+}
+
+/** What the probe found for one lane. */
+export interface ProbeLaneResult {
+  model_id: string;
+  /** `<catalog_id>-<backend>` for catalog models, else the model id. */
+  lane_id: string;
+  task: "embed" | "rerank" | "generate";
+  cert_class: CertClass;
+  numeric_profile_id: string;
+  fingerprint: string;
+  /** The reference lane the parity checks ran against; null when there was none. */
+  reference_model_id: string | null;
+  /** Every check passed. */
+  passed: boolean;
+  checks: ProbeCheck[];
+  /** Checks that could not run on this lane and why, e.g. `reference_parity: no_reference_lane`. */
+  checks_lacking: { id: string; reason: string }[];
+  /**
+   * `disabled` when the query path (one row on the interactive lane) did not match the batch
+   * path: embed.query is then served by the batch path, so the space never forks.
+   */
+  query_path: "enabled" | "disabled";
+  perf: PerfRow[];
+  knob_assignment: KnobAssignment;
+  duration_ms: number;
+}
+
+/** A row of `cert_rows`, keyed by (machine_profile_hash, numeric_profile_id, runtime_config_digest). */
+export interface CertRow {
+  machine_profile_hash: string;
+  numeric_profile_id: string;
+  /** sha256 (JCS) of the runtime settings outside the numeric profile that shape numbers. */
+  runtime_config_digest: string;
+  fingerprint: string;
+  model_id: string;
+  lane_id: string;
+  cert_class: CertClass;
+  status: "certified" | "uncertified";
+  os_build: string;
+  engine_identities: EngineIdentity[];
+  model_digest: string;
+  module_generation: number;
+  probed_at_ms: number;
+  /** The probe's findings: checks, checks_lacking, reference_model_id, query_path. */
+  evidence: {
+    checks: ProbeCheck[];
+    checks_lacking: { id: string; reason: string }[];
+    reference_model_id: string | null;
+    query_path: "enabled" | "disabled";
+    probe_job_id: string | null;
+    duration_ms: number;
+  };
+}
+
+/** A row of `catalog_self_checks` (contract.md §10). */
+export interface SelfCheckRow {
+  /** sha256 (JCS) of {catalog_id, manifest_digest, backend, fingerprint, engine, os_build, fixture_revision}. */
+  check_id: string;
+  catalog_id: string;
+  backend: string;
+  manifest_digest: string;
+  fingerprint: string;
+  state: "passed" | "failed";
+  /** The input that failed and why, when failed. */
+  failed_input?: { index: number; reason: string };
+  checked_at_ms: number;
+  duration_ms: number;
+}
