@@ -135,7 +135,7 @@ export function runtimeConfigDigest(
  * @returns 64 hex chars.
  */
 export function runtimeConfigDigestOf(
-  ctx: Pick<CertificationContext, "config">,
+  ctx: { readonly config: { readonly knob: string } },
   model: Pick<ReadyModel, "engineKind">,
 ): string {
   return runtimeConfigDigest({
@@ -155,10 +155,9 @@ export function runtimeConfigDigestOf(
  * @returns The facts.
  */
 export function probeFactsOf(
-  ctx: Pick<
-    CertificationContext,
-    "config" | "machineProfile" | "machineProfileHash" | "moduleGeneration"
-  >,
+  ctx:
+    & { readonly config: { readonly knob: string } }
+    & Pick<CertificationContext, "machineProfile" | "machineProfileHash" | "moduleGeneration">,
   model: Pick<ReadyModel, "engineKind" | "identity" | "profile">,
   job: { probe_job_id: string | null; now_ms: number },
 ): ProbeFacts {
@@ -373,7 +372,9 @@ export function readStartupKnobAssignments(
  * @returns The assignment, or undefined.
  */
 export function startupKnobAssignment(
-  ctx: Pick<CertificationContext, "startupKnobAssignments" | "config">,
+  ctx:
+    & Pick<CertificationContext, "startupKnobAssignments">
+    & { readonly config: { readonly knob: string } },
   model: Pick<ReadyModel, "numericProfileId">,
 ): KnobAssignment | undefined {
   return ctx.startupKnobAssignments.get(knobAssignmentKey(model.numericProfileId, ctx.config.knob));
