@@ -13,6 +13,7 @@ import type { ModelTask, ReadyModel } from "../models/model.ts";
 import type { OpContext } from "./context.ts";
 import { catalogLaneId } from "../models/catalog.ts";
 import { defaultModelOf } from "../models/model_registry.ts";
+import { refuseFailedSelfCheck } from "../probe/self_check.ts";
 
 /** A `preload_models[]` entry to copy, per task (paths to edit). */
 export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string, string>>>> =
@@ -47,7 +48,8 @@ export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string
  * @param modelId The requested model id, if any.
  * @param task The operation's task.
  * @throws {SynapseError} as `ModelRegistry.resolve`; `unknown_model {model_id: null, task,
- *   serving, test_models, example}` when no model serves the task.
+ *   serving, test_models, example}` when no model serves the task; `self_check_failed
+ *   {model_id, backend, check_id, reason}` for a catalog model that failed its self-check.
  */
 export function resolveModel(
   ctx: Pick<OpContext, "registry" | "config" | "loads">,
@@ -55,7 +57,7 @@ export function resolveModel(
   task: ModelTask,
 ): ReadyModel {
   try {
-    return ctx.registry.resolve(modelId, task);
+    return refuseFailedSelfCheck(ctx.registry.resolve(modelId, task));
   } catch (err) {
     const cat = modelId === undefined
       ? undefined

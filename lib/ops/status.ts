@@ -12,6 +12,7 @@
  * | `ready` | served | — |
  * | `loading` | `model_loading` (transient) | `loading`, or `retrying_after_failure` while a failed load waits for its background retry |
  * | `failed` | the load error (permanent) | `load_failed` |
+ * | `failed` | `self_check_failed` (permanent): a catalog model failed its self-check (lib/probe/self_check.ts) | `self_check_failed` |
  * | `quarantined` | `probe_required` (permanent): its worker broke the crash budget | `worker_quarantined` |
  * | `unresponsive` | queued behind work that has run past the request timeout without a pause: likely hung (the timeout will restart the worker) | `worker_busy` |
  *
@@ -19,17 +20,22 @@
  */
 import type { ErrorCode } from "../contract/errors.ts";
 import type { ModelEntry, ModelTask } from "../models/model.ts";
+import { selfCheckRefusal } from "../probe/self_check.ts";
 
 /** What a request for a model gets now (see the module table). */
 export type ModelServingState = "loading" | "ready" | "failed" | "quarantined" | "unresponsive";
 
 /** Why a model is not `ready`. */
 export interface StateReason {
-  /** One word: `loading`, `retrying_after_failure`, `load_failed`, `worker_quarantined`, `worker_busy`. */
+  /**
+   * One word: `loading`, `retrying_after_failure`, `load_failed`, `self_check_failed`,
+   * `worker_quarantined`, `worker_busy`.
+   */
   reason:
     | "loading"
     | "retrying_after_failure"
     | "load_failed"
+    | "self_check_failed"
     | "worker_quarantined"
     | "worker_busy";
   /** The stable code a request for the model is refused with now; absent when it is queued. */
@@ -118,6 +124,18 @@ export function modelStatus(m: ModelEntry, now: number = Date.now()): ModelStatu
       ...(e ? { code: e.code } : {}),
       message: e?.message ?? `Model '${m.modelId}' failed to load`,
       ...(e?.details === undefined ? {} : { details: { ...e.details } }),
+    };
+    return status;
+  }
+  const refusal = selfCheckRefusal(m.ready);
+  if (refusal !== undefined) {
+    // Loaded, but its numbers failed the catalog self-check: refused for good.
+    status.state = "failed";
+    status.state_reason = {
+      reason: "self_check_failed",
+      code: refusal.code,
+      message: refusal.message,
+      ...(refusal.details === undefined ? {} : { details: { ...refusal.details } }),
     };
     return status;
   }
