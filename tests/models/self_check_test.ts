@@ -410,6 +410,52 @@ Deno.test("self-check: a rerank lane passes (finite scores, alone and batched in
   }
 });
 
+Deno.test("self-check: a llama generation lane passes (a greedy generation, non-empty and the same twice)", async () => {
+  const dir = `${MODELS}/synapse-tiny-llama`;
+  await using srv = serveRepos({ "synapse/tiny-llama": dir });
+  await using h = await home(srv.base);
+  const gguf = {
+    hf_repo: "synapse/tiny-llama",
+    revision: REV,
+    path: "model.gguf",
+    sha256: sha256(`${dir}/model.gguf`),
+    size: Deno.statSync(`${dir}/model.gguf`).size,
+    digest_source: "tests/models/self_check_test.ts",
+  };
+  const log = probeLog();
+  const syn = await h.start([{
+    id: "tiny-gen",
+    task: "generate",
+    name: "tiny-gen",
+    description: "test",
+    default_for_task: false,
+    upstream: { hf_repo: "synapse/tiny-llama", revision: REV },
+    dims: 0,
+    backends: [{
+      backend: "llama",
+      files: { model: gguf },
+      pooling: "last_token",
+      normalize: false,
+      max_tokens: 512,
+    }],
+  }], {
+    // A generation on this machine's shared cores can take seconds: the test holds the lane to
+    // what it checks, not to the 2000 ms ceiling (the timeout test below covers that).
+    options: { log: log.sink, selfCheckCeilingMs: 600_000 },
+  });
+  try {
+    await install(syn, "tiny-gen");
+    const sc = await selfCheckOf(syn, "tiny-gen");
+    assert.equal(sc.state, "passed", JSON.stringify(sc) + log.lines.join("\n"));
+    assert.deepEqual(log.lines, ["self-check of 'tiny-gen-llama' passed"]);
+    resultOf(
+      await syn.call("microllm.oneshot", { model: "tiny-gen", prompt: "hi", max_tokens: 2 }),
+    );
+  } finally {
+    await syn.dispose();
+  }
+});
+
 Deno.test("self-check: while it runs, models.remove is refused with a holder of kind self_check; then it passes", async () => {
   await using srv = serveRepos(REPOS);
   await using h = await home(srv.base);
@@ -452,23 +498,42 @@ Deno.test("self-check: while it runs, models.remove is refused with a holder of 
   }
 });
 
-Deno.test("self-check: a check past its ceiling fails timeout", async () => {
+Deno.test("self-check: a check past its ceiling (twice) fails timeout; the next boot runs it again", async () => {
   await using srv = serveRepos(REPOS);
   await using h = await home(srv.base);
-  // A ceiling no engine work fits in (tests only): the first piece of work passes it.
-  const syn = await h.start([entry("tiny-embed", "synapse/tiny-embed")], {
-    options: { selfCheckCeilingMs: 0 },
-  });
+  const catalog = [entry("tiny-embed", "synapse/tiny-embed")];
+  let checkId: string;
+  {
+    // A ceiling no engine work fits in (tests only): the first piece of work passes it.
+    const log = probeLog();
+    const syn = await h.start(catalog, { options: { selfCheckCeilingMs: 0, log: log.sink } });
+    try {
+      await install(syn, "tiny-embed");
+      const sc = await selfCheckOf(syn, "tiny-embed");
+      assert.equal(sc.state, "failed");
+      assert.deepEqual([sc.failed_input.index, sc.failed_input.reason], [0, "timeout"]);
+      checkId = sc.check_id;
+      assert.deepEqual(log.lines, [
+        "the self-check of 'tiny-embed-ort' ran out of time; once more",
+        "self-check of 'tiny-embed-ort' failed on input 0 (timeout)",
+      ]);
+      assert.equal(
+        semanticError(await syn.call("embed.query", { text: "x", model: "tiny-embed" })).details
+          .reason,
+        "timeout",
+      );
+    } finally {
+      await syn.dispose();
+    }
+  }
+  // A timeout is no fault of the numbers: its row is not reused, the check runs at this boot.
+  const syn = await h.start(catalog);
   try {
-    await install(syn, "tiny-embed");
     const sc = await selfCheckOf(syn, "tiny-embed");
-    assert.equal(sc.state, "failed");
-    assert.deepEqual([sc.failed_input.index, sc.failed_input.reason], [0, "timeout"]);
-    assert.equal(
-      semanticError(await syn.call("embed.query", { text: "x", model: "tiny-embed" })).details
-        .reason,
-      "timeout",
-    );
+    assert.equal(sc.state, "passed", JSON.stringify(sc));
+    assert.equal(sc.check_id, checkId, "the same key");
+    assert.deepEqual(storeRows(syn, "tiny-embed").map((r) => r.state), ["passed"]);
+    resultOf(await syn.call("embed.query", { text: "x", model: "tiny-embed" }));
   } finally {
     await syn.dispose();
   }
