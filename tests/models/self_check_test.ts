@@ -18,14 +18,14 @@ import {
   manifestDigest,
   type SelfCheckExpected,
 } from "../../lib/models/catalog.ts";
-import type { LogSink } from "../../lib/log/log.ts";
+import { type LogSink, nullLog } from "../../lib/log/log.ts";
 import {
   SELF_CHECK_FIXTURE_REVISION,
   SELF_CHECK_INPUTS,
   selfCheckId,
 } from "../../lib/probe/self_check.ts";
 import { SelfCheckStore } from "../../lib/probe/self_check_store.ts";
-import { serviceStatus } from "../../lib/ops/status.ts";
+import { serveHttp } from "../../lib/http/server.ts";
 import { MODELS, resultOf, semanticError } from "../_helpers.ts";
 
 const REV = "0123456789abcdef0123456789abcdef01234567";
@@ -300,14 +300,34 @@ Deno.test("self-check: pinned expected values that match pass; wrong ones fail n
     );
     assert.equal(batch.code, "self_check_failed");
 
-    // /health and models.list say so; the rest of the service serves on (degraded).
-    const health = serviceStatus(syn.registry.list());
-    assert.equal(health.status, "degraded");
-    const row = health.models.find((m) => m.model_id === "pinned-wrong")!;
-    assert.equal(row.state, "failed");
-    assert.equal(row.state_reason?.reason, "self_check_failed");
-    assert.equal(row.state_reason?.code, "self_check_failed");
-    assert.match(health.reason!, /'pinned-wrong' failed \(self_check_failed\)/);
+    // GET /health and models.list say so; the rest of the service serves on (degraded).
+    const server = serveHttp(syn, { log: nullLog });
+    try {
+      const res = await fetch(`http://127.0.0.1:${server.port}/health`);
+      const health = await res.json();
+      assert.equal(res.status, 200);
+      assert.equal(health.status, "degraded");
+      assert.match(health.reason, /'pinned-wrong' failed \(self_check_failed\)/);
+      const row = health.models.find((m: { model_id: string }) => m.model_id === "pinned-wrong");
+      assert.equal(row.state, "failed");
+      assert.equal(row.state_reason.reason, "self_check_failed");
+      assert.equal(row.state_reason.code, "self_check_failed");
+      assert.equal(row.state_reason.details.check_id, failed.check_id);
+      assert.equal(
+        health.models.find((m: { model_id: string }) => m.model_id === "pinned-good").state,
+        "ready",
+      );
+      // The HTTP door answers the refusal 424 (status table).
+      const http = await fetch(`http://127.0.0.1:${server.port}/v1/ops/embed.query`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ text: "bad", model: "pinned-wrong" }),
+      });
+      assert.equal(http.status, 424);
+      assert.equal((await http.json()).result.error.code, "self_check_failed");
+    } finally {
+      await server.shutdown();
+    }
     const listed = resultOf(await syn.call("models.list", {})).models.find((
       m: { model_id: string },
     ) => m.model_id === "pinned-wrong");
