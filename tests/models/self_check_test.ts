@@ -468,9 +468,7 @@ Deno.test("self-check: a llama generation lane passes (a greedy generation, non-
     const sc = await selfCheckOf(syn, "tiny-gen");
     assert.equal(sc.state, "passed", JSON.stringify(sc) + log.lines.join("\n"));
     assert.deepEqual(log.lines, ["self-check of 'tiny-gen-llama' passed"]);
-    resultOf(
-      await syn.call("microllm.oneshot", { model: "tiny-gen", prompt: "hi", max_tokens: 2 }),
-    );
+    // (Serving it is the certification gate's business: a llama lane needs a certificate.)
   } finally {
     await syn.dispose();
   }
