@@ -1,8 +1,8 @@
 /**
  * The pure parts of the catalog self-check (lib/probe/self_check.ts): the shipped fixture (eight
  * distinct texts, one holding the poison token of the generated NaN model) and the `check_id`,
- * which every key fact changes and nothing else does. The check itself runs against real models
- * in tests/models/self_check_test.ts.
+ * which every key fact changes and nothing else does; which lanes a check runs on. The check
+ * itself runs against real models in tests/models/self_check_test.ts.
  */
 import assert from "node:assert/strict";
 import {
@@ -11,7 +11,11 @@ import {
   SELF_CHECK_INPUTS,
   selfCheckId,
   type SelfCheckKeyFacts,
+  type SelfCheckLanes,
+  selfCheckLanes,
 } from "../../lib/probe/self_check.ts";
+import type { Lane } from "../../lib/lanes/lane.ts";
+import type { ReadyModel } from "../../lib/models/model.ts";
 import { canonicalJson, type JsonValue } from "../../lib/identity/jcs.ts";
 import { sha256Hex } from "../../lib/identity/sha256.ts";
 import { CATALOG } from "../../lib/models/catalog.ts";
@@ -70,4 +74,21 @@ Deno.test("selfCheckId() is the JCS-SHA256 of the key facts; each fact changes i
   const ids = new Set([id]);
   for (const c of changed) ids.add(selfCheckId({ ...FACTS, ...c }));
   assert.equal(ids.size, changed.length + 1);
+});
+
+Deno.test("selfCheckLanes() takes the registry's control lanes when it has them, else the interactive lane", () => {
+  const interactive = { name: "interactive" } as unknown as Lane;
+  const ready = { modelId: "m", interactive } as unknown as ReadyModel;
+  const control = { query: { name: "q" }, batch: { name: "b" } } as unknown as SelfCheckLanes;
+  const asked: string[] = [];
+  const registry = {
+    controlLanes: (id: string) => {
+      asked.push(id);
+      return control;
+    },
+  };
+  assert.equal(selfCheckLanes(registry, ready), control);
+  assert.deepEqual(asked, ["m"]);
+  assert.deepEqual(selfCheckLanes({}, ready), { query: interactive, batch: interactive });
+  assert.deepEqual(selfCheckLanes(undefined, ready), { query: interactive, batch: interactive });
 });
