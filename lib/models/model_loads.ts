@@ -444,12 +444,19 @@ export class ModelLoads {
     if (model === undefined || backend === undefined) return entry;
     await this.registry.ready(entry.modelId).catch(() => {});
     if (entry.state !== "ready") return entry;
-    await this.selfCheck.ensure(
-      entry,
-      model,
-      backend,
-      spec.manifest_digest ?? manifestDigest(model),
-    );
+    try {
+      await this.selfCheck.ensure(
+        entry,
+        model,
+        backend,
+        spec.manifest_digest ?? manifestDigest(model),
+      );
+    } catch (err) {
+      // Never the load's failure: the model stays `pending`, checked again at its next load.
+      this.#log("warn", "synapse.models", `cannot run the self-check of '${entry.modelId}'`, {
+        message: (err as Error).message,
+      });
+    }
     return entry;
   }
 

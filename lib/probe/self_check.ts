@@ -580,17 +580,18 @@ export class SelfChecks implements CatalogSelfCheck {
     checkId: string,
   ): Promise<SelfCheckView> {
     let outcome: SelfCheckOutcome;
-    const target: SelfCheckTarget = {
-      ready,
-      lanes: selfCheckLanes(this.#registry, ready),
-      dims: model.dims,
-      normalize: backend.normalize,
-      ...(backend.self_check_expected === undefined
-        ? {}
-        : { expected: backend.self_check_expected }),
-    };
     const signal = AbortSignal.timeout(SELF_CHECK_ABANDON_MS);
     try {
+      const target: SelfCheckTarget = {
+        ready,
+        // Asked here, inside the try: a model unloaded meanwhile leaves the check pending.
+        lanes: selfCheckLanes(this.#registry, ready),
+        dims: model.dims,
+        normalize: backend.normalize,
+        ...(backend.self_check_expected === undefined
+          ? {}
+          : { expected: backend.self_check_expected }),
+      };
       outcome = await runSelfCheck(target, { ceilingMs: this.#ceilingMs, signal });
       if (outcome.failed_input?.reason === "timeout") {
         // Once more before it counts: the cores may have been busy with other work.
