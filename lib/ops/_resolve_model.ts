@@ -9,11 +9,11 @@
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
+import { refuseFailedSelfCheck } from "../probe/self_check.ts";
 import type { ModelTask, ReadyModel } from "../models/model.ts";
 import type { OpContext } from "./context.ts";
 import { catalogLaneId } from "../models/catalog.ts";
 import { defaultModelOf } from "../models/model_registry.ts";
-import { refuseFailedSelfCheck } from "../probe/self_check.ts";
 
 /** A `preload_models[]` entry to copy, per task (paths to edit). */
 export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string, string>>>> =
@@ -47,9 +47,10 @@ export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string
  * @param ctx Module context (registry and config).
  * @param modelId The requested model id, if any.
  * @param task The operation's task.
+ * @throws {SynapseError} `self_check_failed {model_id, backend, check_id, reason}` (permanent)
+ *   for a catalog model that failed its self-check (lib/probe/self_check.ts).
  * @throws {SynapseError} as `ModelRegistry.resolve`; `unknown_model {model_id: null, task,
- *   serving, test_models, example}` when no model serves the task; `self_check_failed
- *   {model_id, backend, check_id, reason}` for a catalog model that failed its self-check.
+ *   serving, test_models, example}` when no model serves the task.
  */
 export function resolveModel(
   ctx: Pick<OpContext, "registry" | "config" | "loads">,

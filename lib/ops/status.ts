@@ -18,23 +18,21 @@
  *
  * @module
  */
+import { selfCheckRefusal } from "../probe/self_check.ts";
 import type { ErrorCode } from "../contract/errors.ts";
 import type { ModelEntry, ModelTask } from "../models/model.ts";
-import { selfCheckRefusal } from "../probe/self_check.ts";
 
 /** What a request for a model gets now (see the module table). */
 export type ModelServingState = "loading" | "ready" | "failed" | "quarantined" | "unresponsive";
 
 /** Why a model is not `ready`. */
 export interface StateReason {
-  /**
-   * One word: `loading`, `retrying_after_failure`, `load_failed`, `self_check_failed`,
-   * `worker_quarantined`, `worker_busy`.
-   */
+  /** One word: `loading`, `retrying_after_failure`, `load_failed`, `worker_quarantined`, `worker_busy`. */
   reason:
     | "loading"
     | "retrying_after_failure"
     | "load_failed"
+    // A catalog model that failed its self-check (lib/probe/self_check.ts).
     | "self_check_failed"
     | "worker_quarantined"
     | "worker_busy";
