@@ -140,6 +140,8 @@ export interface CatalogSelfCheck {
   holders(modelId: string): { kind: "self_check"; check_id: string }[];
   /** The state of a catalog lane (`<catalog_id>-<backend>`). */
   view(laneId: string): SelfCheckView;
+  /** The model was unloaded: its lane is `pending` again until it loads (its rows stay). */
+  forget(modelId: string): void;
 }
 
 /** Options of {@link ModelLoads}. */
@@ -313,6 +315,7 @@ export class ModelLoads {
       ...extraHolders,
       ...(this.selfCheck?.holders(modelId) ?? []),
     ]);
+    this.selfCheck?.forget(modelId);
     const spec = this.#specs.get(modelId);
     this.#specs.delete(modelId);
     if (spec !== undefined) {

@@ -480,6 +480,8 @@ export class SelfChecks implements CatalogSelfCheck {
   #log: LogSink;
   /** By lane id (`<catalog_id>-<backend>`). */
   #current = new Map<string, Current>();
+  /** By model id: its catalog lane id. */
+  #laneOf = new Map<string, string>();
   /** By model id: the check running now. */
   #running = new Map<string, { check_id: string; done: Promise<SelfCheckView> }>();
 
@@ -509,6 +511,7 @@ export class SelfChecks implements CatalogSelfCheck {
     const ready = entry.ready;
     const laneId = catalogLaneId(model, backend.backend);
     if (entry.state !== "ready" || ready === undefined) return Promise.resolve(this.view(laneId));
+    this.#laneOf.set(entry.modelId, laneId);
     const running = this.#running.get(entry.modelId);
     if (running !== undefined) return running.done;
     const checkId = selfCheckId({
@@ -545,6 +548,17 @@ export class SelfChecks implements CatalogSelfCheck {
   holders(modelId: string): { kind: "self_check"; check_id: string }[] {
     const r = this.#running.get(modelId);
     return r === undefined ? [] : [{ kind: "self_check", check_id: r.check_id }];
+  }
+
+  /**
+   * Forgets the state of an unloaded model's lane (`pending` until it loads again, when the row
+   * of its key is read again); a running check is left to end.
+   */
+  forget(modelId: string): void {
+    const laneId = this.#laneOf.get(modelId);
+    if (laneId === undefined || this.#running.has(modelId)) return;
+    this.#laneOf.delete(modelId);
+    this.#current.delete(laneId);
   }
 
   /** True while a check of the model runs. */

@@ -511,6 +511,8 @@ Deno.test("self-check: while it runs, models.remove is refused with a holder of 
     assert.equal((await selfCheckOf(syn, "tiny-embed")).state, "passed");
     assert.deepEqual(selfCheck.holders("tiny-embed"), []);
     resultOf(await syn.call("models.remove", { catalog_id: "tiny-embed" }));
+    // Removed: nothing is loaded, so nothing is known of its lane here.
+    assert.deepEqual(await selfCheckOfCatalog(syn, "tiny-embed"), { state: "pending" });
   } finally {
     await syn.dispose();
   }
