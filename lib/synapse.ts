@@ -33,6 +33,8 @@ import { ModelCache, modelCacheRoot } from "./cache/model_cache.ts";
 import { ModelLoads } from "./models/model_loads.ts";
 import type { CatalogModel } from "./models/catalog.ts";
 import { Store } from "./store/store.ts";
+import { SelfChecks } from "./probe/self_check.ts";
+import { SelfCheckStore } from "./probe/self_check_store.ts";
 import { storePath } from "./paths.ts";
 import { machineProfileHash, probeMachineProfile } from "./identity/machine_profile.ts";
 import type { MachineProfile } from "./identity/machine_profile.ts";
@@ -125,6 +127,11 @@ export interface SynapseOptions {
   /** Idle-body timeout of downloads, ms (tests shorten it). @default 60000 */
   downloadIdleTimeoutMs?: number;
   /**
+   * Ceiling of one catalog self-check, ms of engine work (lib/probe/self_check.ts). Tests only.
+   * @default SELF_CHECK_CEILING_MS (2000)
+   */
+  selfCheckCeilingMs?: number;
+  /**
    * Load models at all: the config's preloads (or the test models) and the models earlier boots
    * loaded at run time. `false` is a store-only instance — jobs, the cache and its pins, nothing
    * loaded and no engine or worker started — for CLI commands that only read or tidy the store
@@ -165,6 +172,8 @@ export interface SynapseWorkerOptions {
   env?: EnvSource;
   catalog?: readonly CatalogModel[];
   downloadIdleTimeoutMs?: number;
+  /** {@link SynapseOptions.selfCheckCeilingMs}. */
+  selfCheckCeilingMs?: number;
   /** {@link SynapseOptions.loadModels}. */
   loadModels?: boolean;
 }
@@ -316,6 +325,18 @@ export class Synapse implements AsyncDisposable {
       moduleId: "synapse",
       ...(config.hf_endpoint === undefined ? {} : { hfEndpoint: config.hf_endpoint }),
       ...(workerOptions.catalog === undefined ? {} : { catalog: workerOptions.catalog }),
+      // The catalog self-check of each catalog model loaded (contract.md §10), keyed by this
+      // machine's OS build, its rows in the store.
+      selfCheck: new SelfChecks({
+        store: new SelfCheckStore(store),
+        osBuild: machine.os_build,
+        registry: this.registry,
+        ...(workerOptions.selfCheckCeilingMs === undefined
+          ? {}
+          : { ceilingMs: workerOptions.selfCheckCeilingMs }),
+        now,
+        log,
+      }),
       now,
       log,
     });
@@ -700,6 +721,9 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
         ? {}
         : { downloadIdleTimeoutMs: options.downloadIdleTimeoutMs }),
       ...(options.loadModels === undefined ? {} : { loadModels: options.loadModels }),
+      ...(options.selfCheckCeilingMs === undefined
+        ? {}
+        : { selfCheckCeilingMs: options.selfCheckCeilingMs }),
     });
   } catch (err) {
     // Nothing may leak from a failed start: the store and both leases go with it.

@@ -14,6 +14,7 @@ const LAYERS: string[][] = [
   ["engines", "cache"],
   ["lanes"],
   ["models"],
+  ["probe"],
   ["ops"],
   ["synapse.ts"],
   ["http", "client"],

@@ -39,6 +39,26 @@ export interface CatalogFile {
   digest_source: string | null;
 }
 
+/**
+ * Values a backend's catalog self-check must reproduce (lib/probe/self_check.ts): the first
+ * values of the outputs of some of the fixture's inputs, as the reference measured them. None of
+ * the shipped models pins any yet.
+ */
+export interface SelfCheckExpected {
+  /**
+   * The fixture revision (`SELF_CHECK_FIXTURE_REVISION`) the values were measured on; under
+   * another revision the check fails `expected_values_stale` rather than compare other inputs.
+   */
+  fixture_revision: number;
+  /** Largest \|Δ\| per value. */
+  tolerance: number;
+  /**
+   * Per input: its index in the fixture and the first values of its output (embed: the vector's
+   * first values; rerank: `[score]`).
+   */
+  inputs: { index: number; first_values: number[] }[];
+}
+
 /** One backend lane of a catalog model. */
 export interface CatalogBackend {
   /** Backend name: `ort` (onnxruntime, CPU) or `llama` (llama.cpp). */
@@ -48,6 +68,8 @@ export interface CatalogBackend {
   normalize: boolean;
   /** Longest input in tokens (contract §10: 8192 for the reference's catalog models). */
   max_tokens: number;
+  /** Pinned values of the catalog self-check, where the catalog has them. */
+  self_check_expected?: SelfCheckExpected;
 }
 
 /** One catalog model. */

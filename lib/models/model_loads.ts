@@ -39,6 +39,7 @@ import {
   backendFiles,
   backendUnrunnableReason,
   CATALOG,
+  type CatalogBackend,
   catalogLaneId,
   type CatalogModel,
   fileUrl,
@@ -106,6 +107,43 @@ export interface LoadStore {
   listModels(): { model_id: string; config_json: string; updated_ms: number }[];
 }
 
+/**
+ * A catalog lane's self-check state (`models.catalog` `backends[].self_check`, `models.list`
+ * rows of catalog models; contract.md §1, §10).
+ */
+export interface SelfCheckView {
+  state: "pending" | "passed" | "failed";
+  /** The key of the lane's current check (once loaded). */
+  check_id?: string;
+  /** When the check ended, ms since the epoch. */
+  checked_at_ms?: number;
+  /** ms of engine work it took. */
+  duration_ms?: number;
+  /** The input that failed and why (`failed`). */
+  failed_input?: { index: number; reason: string; detail?: string };
+}
+
+/**
+ * The catalog self-check as loads run it (lib/probe/self_check.ts `SelfChecks`): after a catalog
+ * model loads — installed by `models.download`, or at boot — its check runs, or the row of its
+ * key is reused.
+ */
+export interface CatalogSelfCheck {
+  /** Runs or reuses the check of a loaded catalog model; resolves once it has ended; never rejects. */
+  ensure(
+    entry: ModelEntry,
+    model: CatalogModel,
+    backend: CatalogBackend,
+    manifestDigest: string,
+  ): Promise<SelfCheckView>;
+  /** `model_in_use` holders of kind `self_check` while a check of the model runs. */
+  holders(modelId: string): { kind: "self_check"; check_id: string }[];
+  /** The state of a catalog lane (`<catalog_id>-<backend>`). */
+  view(laneId: string): SelfCheckView;
+  /** The model was unloaded: its lane is `pending` again until it loads (its rows stay). */
+  forget(modelId: string): void;
+}
+
 /** Options of {@link ModelLoads}. */
 export interface ModelLoadsOptions {
   cache: LoadCache;
@@ -119,6 +157,8 @@ export interface ModelLoadsOptions {
   catalog?: readonly CatalogModel[];
   /** Whether a llama worker can run here (catalog `runnable`). @default true */
   llamaAvailable?: boolean;
+  /** Runs the catalog self-check of each catalog model loaded; without it none runs. */
+  selfCheck?: CatalogSelfCheck;
   now?: () => number;
   log?: LogSink;
 }
@@ -129,6 +169,8 @@ export class ModelLoads {
   readonly registry: ModelRegistry;
   readonly catalog: readonly CatalogModel[];
   readonly llamaAvailable: boolean;
+  /** The catalog self-check, when this instance runs it. */
+  readonly selfCheck: CatalogSelfCheck | undefined;
   #store: LoadStore | undefined;
   #moduleId: string;
   #hfEndpoint: string;
@@ -145,6 +187,7 @@ export class ModelLoads {
     this.#hfEndpoint = options.hfEndpoint ?? "https://huggingface.co";
     this.catalog = options.catalog ?? CATALOG;
     this.llamaAvailable = options.llamaAvailable ?? true;
+    this.selfCheck = options.selfCheck;
     this.#now = options.now ?? Date.now;
     this.#log = options.log ?? nullLog;
     this.#jobs = new ModelJobTable(this.#now);
@@ -266,9 +309,13 @@ export class ModelLoads {
    */
   async unload(
     modelId: string,
-    extraHolders: { kind: string; job_id?: string }[] = [],
+    extraHolders: { kind: string; job_id?: string; check_id?: string }[] = [],
   ): Promise<ModelEntry> {
-    const entry = await this.registry.unload(modelId, extraHolders);
+    const entry = await this.registry.unload(modelId, [
+      ...extraHolders,
+      ...(this.selfCheck?.holders(modelId) ?? []),
+    ]);
+    this.selfCheck?.forget(modelId);
     const spec = this.#specs.get(modelId);
     this.#specs.delete(modelId);
     if (spec !== undefined) {
@@ -379,9 +426,41 @@ export class ModelLoads {
         continue;
       }
       this.#specs.set(spec.model_id, spec);
-      started.push(this.registry.load(this.#source(spec)));
+      const loading = this.registry.load(this.#source(spec));
+      // A catalog model runs its self-check once loaded (or reuses the row of its key).
+      started.push(
+        spec.origin === "catalog" ? loading.then((e) => this.#selfCheck(e, spec)) : loading,
+      );
     }
     return started;
+  }
+
+  /**
+   * Runs the self-check of a catalog model once it is ready (through any background retries of
+   * its load); resolves with the entry. A model whose catalog entry or backend is gone is left
+   * unchecked (`pending`).
+   */
+  async #selfCheck(entry: ModelEntry, spec: LoadSpec): Promise<ModelEntry> {
+    if (this.selfCheck === undefined || spec.catalog_id === undefined) return entry;
+    const model = this.catalog.find((m) => m.id === spec.catalog_id);
+    const backend = model?.backends.find((b) => b.backend === spec.engine);
+    if (model === undefined || backend === undefined) return entry;
+    await this.registry.ready(entry.modelId).catch(() => {});
+    if (entry.state !== "ready") return entry;
+    try {
+      await this.selfCheck.ensure(
+        entry,
+        model,
+        backend,
+        spec.manifest_digest ?? manifestDigest(model),
+      );
+    } catch (err) {
+      // Never the load's failure: the model stays `pending`, checked again at its next load.
+      this.#log("warn", "synapse.models", `cannot run the self-check of '${entry.modelId}'`, {
+        message: (err as Error).message,
+      });
+    }
+    return entry;
   }
 
   /** Whether a catalog model's backend files are all in the cache. */
@@ -763,6 +842,8 @@ export class ModelLoads {
         const entry = await this.registry.load(this.#source(spec, job));
         this.record(entry, spec);
         if (entry.state === "ready") this.#noteDefault(job, spec, before);
+        // Installed: the catalog self-check runs as part of the job (it ends once the check has).
+        await this.#selfCheck(entry, spec);
       }
     } catch (err) {
       this.#fail(job, err);

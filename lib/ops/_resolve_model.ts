@@ -9,6 +9,7 @@
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
+import { refuseFailedSelfCheck } from "../probe/self_check.ts";
 import type { ModelTask, ReadyModel } from "../models/model.ts";
 import type { OpContext } from "./context.ts";
 import { catalogLaneId } from "../models/catalog.ts";
@@ -65,6 +66,8 @@ export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string
  * @param ctx Module context (registry, config, certification rows).
  * @param modelId The requested model id, if any.
  * @param task The operation's task.
+ * @throws {SynapseError} `self_check_failed {model_id, backend, check_id, reason}` (permanent)
+ *   for a catalog model that failed its self-check (lib/probe/self_check.ts).
  * @throws {SynapseError} as `ModelRegistry.resolve`; `unknown_model {model_id: null, task,
  *   serving, test_models, example}` when no model serves the task; `not_certified {model_id,
  *   lane_id, blocking_reason, probe_command, probe_op, stale_facts?}` (permanent) in `require`
@@ -86,7 +89,7 @@ function resolveLoaded(
   task: ModelTask,
 ): ReadyModel {
   try {
-    return ctx.registry.resolve(modelId, task);
+    return refuseFailedSelfCheck(ctx.registry.resolve(modelId, task));
   } catch (err) {
     const cat = modelId === undefined
       ? undefined

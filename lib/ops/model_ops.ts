@@ -27,7 +27,7 @@ import {
   type CatalogModel,
   manifestDigest,
 } from "../models/catalog.ts";
-import type { ModelJobView } from "../models/model_loads.ts";
+import type { ModelJobView, SelfCheckView } from "../models/model_loads.ts";
 import type { OpContext } from "./context.ts";
 import { modelStatus } from "./status.ts";
 
@@ -176,7 +176,8 @@ export interface CatalogRow {
     runnable: boolean;
     reason: string | null;
     installed: boolean;
-    self_check: { state: "pending" };
+    /** The lane's catalog self-check (lib/probe/self_check.ts). */
+    self_check: SelfCheckView;
     files: {
       role: string;
       hf_repo: string;
@@ -233,7 +234,7 @@ async function catalogRow(ctx: OpContext, m: CatalogModel): Promise<CatalogRow> 
       runnable: reason === null,
       reason,
       installed: installed[i]?.installed ?? false,
-      self_check: { state: "pending" as const },
+      self_check: l.selfCheck?.view(catalogLaneId(m, b.backend)) ?? { state: "pending" as const },
       files: [
         ["model", b.files.model] as const,
         ...(b.files.tokenizer ? [["tokenizer", b.files.tokenizer] as const] : []),

@@ -8,6 +8,7 @@
 import { AdmissionStatusParams, ModelsListParams, parseParams } from "../contract/schemas.ts";
 import type { ModelEntry } from "../models/model.ts";
 import type { LaneStatusRow } from "../models/lane_status.ts";
+import type { SelfCheckView } from "../models/model_loads.ts";
 import type { OpContext } from "./context.ts";
 import { servedByTask } from "./_resolve_model.ts";
 import type { InlineConfig } from "../config/types.ts";
@@ -93,6 +94,8 @@ export interface ModelRow {
   /** Catalog models: the catalog id and the lane (`<catalog_id>-<backend>`, contract §1). */
   catalog_id?: string;
   lane_id?: string;
+  /** Catalog models: the lane's catalog self-check (contract §1, §10). */
+  self_check?: SelfCheckView;
   /** Bytes of the model file on disk (what `ck-synapse ps` prints as SIZE). */
   artifact_bytes?: number;
   /** Resident memory of the model's worker process, bytes (worker-backed models, Linux). */
@@ -244,6 +247,9 @@ export async function modelsList(
       const row = modelRow(m, ctx.now(), spec?.origin ?? "config", ctx);
       if (spec?.catalog_id !== undefined) row.catalog_id = spec.catalog_id;
       if (spec?.lane_id !== undefined) row.lane_id = spec.lane_id;
+      if (spec?.lane_id !== undefined && ctx.loads?.selfCheck !== undefined) {
+        row.self_check = ctx.loads.selfCheck.view(spec.lane_id);
+      }
       if (rss[i] !== undefined) row.worker_rss_bytes = rss[i];
       return row;
     }),

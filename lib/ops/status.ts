@@ -12,6 +12,7 @@
  * | `ready` | served | — |
  * | `loading` | `model_loading` (transient) | `loading`, or `retrying_after_failure` while a failed load waits for its background retry |
  * | `failed` | the load error (permanent) | `load_failed` |
+ * | `failed` | `self_check_failed` (permanent): a catalog model failed its self-check (lib/probe/self_check.ts) | `self_check_failed` |
  * | `quarantined` | `probe_required` (permanent): its worker broke the crash budget | `worker_quarantined` |
  * | `unresponsive` | queued behind work that has run past the request timeout without a pause: likely hung (the timeout will restart the worker) | `worker_busy` |
  * | `not_certified` | `not_certified` (permanent): config `certification: "require"` and the lane needs a certificate it lacks for this machine (lib/probe/certification.ts) | `probe_required`, `certification_stale`, `certification_failed` |
@@ -22,6 +23,7 @@
  *
  * @module
  */
+import { selfCheckRefusal } from "../probe/self_check.ts";
 import type { ErrorCode } from "../contract/errors.ts";
 import type { ModelEntry, ModelTask } from "../models/model.ts";
 import {
@@ -52,6 +54,8 @@ export interface StateReason {
     | "loading"
     | "retrying_after_failure"
     | "load_failed"
+    // A catalog model that failed its self-check (lib/probe/self_check.ts).
+    | "self_check_failed"
     | "worker_quarantined"
     | "worker_busy"
     | BlockingReason;
@@ -150,6 +154,18 @@ export function modelStatus(
       ...(e ? { code: e.code } : {}),
       message: e?.message ?? `Model '${m.modelId}' failed to load`,
       ...(e?.details === undefined ? {} : { details: { ...e.details } }),
+    };
+    return status;
+  }
+  const refusal = selfCheckRefusal(m.ready);
+  if (refusal !== undefined) {
+    // Loaded, but its numbers failed the catalog self-check: refused for good.
+    status.state = "failed";
+    status.state_reason = {
+      reason: "self_check_failed",
+      code: refusal.code,
+      message: refusal.message,
+      ...(refusal.details === undefined ? {} : { details: { ...refusal.details } }),
     };
     return status;
   }

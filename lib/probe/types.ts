@@ -161,8 +161,13 @@ export interface SelfCheckRow {
   manifest_digest: string;
   fingerprint: string;
   state: "passed" | "failed";
-  /** The input that failed and why, when failed. */
-  failed_input?: { index: number; reason: string };
+  /**
+   * The input that failed and why, when failed: `index` into the fixture's inputs, `reason` a
+   * stable word (`dims_mismatch`, `non_finite`, `norm_out_of_range`, `query_batch_mismatch`,
+   * `score_order_mismatch`, `expected_values_mismatch`, `empty_generation`,
+   * `generation_nondeterministic`, `timeout`, or a row's error code), `detail` one line for people.
+   */
+  failed_input?: { index: number; reason: string; detail?: string };
   checked_at_ms: number;
   duration_ms: number;
 }
