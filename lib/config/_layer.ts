@@ -12,6 +12,7 @@ import { SynapseError } from "../contract/errors.ts";
 import { CATALOG_RESERVED_MODEL_IDS, DEFAULT_CONFIG, normalizeEngineName } from "./defaults.ts";
 import { type LayerInput, LayerSchema, type PreloadEntryInput } from "./schema.ts";
 import type { PreloadModelConfig, SynapseConfig } from "./types.ts";
+import { firstUnservedValue } from "./unserved.ts";
 
 /** Keys of {@link SynapseConfig} that are sections (objects merged key by key across layers). */
 type SectionKey = "worker" | "log" | "inline" | "http" | "tokenize" | "jobs" | "probe";
@@ -43,7 +44,8 @@ const USER_ONLY_KEYS = ["decode_chain_k"] as const;
  * @param options Whether user-only keys are allowed here.
  * @returns The layer in canonical form.
  * @throws {SynapseError} `invalid_request`: a syntax error, a top level that is not an object, a
- * user-only key where it is not allowed, an unknown or mistyped key, or a reserved `model_id`.
+ * user-only key where it is not allowed, an unknown or mistyped key, a reserved `model_id`, or a
+ * key this build accepts only at its default set to another value (`unserved.ts`).
  */
 export function parseLayer(text: string, source: string, options: ParseLayerOptions): ConfigLayer {
   const value = parseJsoncText(text, source);
@@ -147,9 +149,22 @@ export function validateLayer(value: unknown, source: string): LayerInput {
  * @returns The canonical layer (keys left unset stay absent).
  * @throws {SynapseError} `invalid_request` when a preload entry uses a catalog-reserved
  * `model_id` (details `{file, key, model_id}`) or lacks `tokenizer_path` for an engine other than
- * `llama` (details `{file, key}`).
+ * `llama` (details `{file, key}`), or sets a key this build accepts only at its default to
+ * another value (`unserved.ts`; details `{file, key, value, accepted}`).
  */
 export function canonicalLayer(input: LayerInput, source: string): ConfigLayer {
+  const unserved = firstUnservedValue(input);
+  if (unserved !== undefined) {
+    const { entry, value } = unserved;
+    throw configError(
+      source,
+      entry.key,
+      `'${entry.key}' is ${
+        JSON.stringify(value)
+      }, which this build does not honour: ${entry.reason}`,
+      { value, accepted: entry.accepted },
+    );
+  }
   const { dev_alias_admin, dev, jobs, preload_models, ...rest } = input;
   const layer: ConfigLayer = dropUndefined(rest);
   const aliasAdmin = rest.alias_admin_enabled ?? dev?.alias_admin_enabled ?? dev_alias_admin;

@@ -13,7 +13,8 @@
  * 3. `SYNAPSE_PRELOAD_MODELS` (legacy): a JSON array that replaces `preload_models`.
  *
  * Every layer is validated strictly (`schema.ts`): a JSONC syntax error, an unknown key or a
- * mistyped value refuses boot with `invalid_request` naming the source and the key path.
+ * mistyped value refuses boot with `invalid_request` naming the source and the key path, and so
+ * does a key this build accepts only at its default set to another value (`unserved.ts`).
  *
  * @module
  */
@@ -86,7 +87,10 @@ const ENV_PRELOAD_MODELS = "env:SYNAPSE_PRELOAD_MODELS";
  * `SYNAPSE_CONFIG_PATH`/`SYNAPSE_CONFIG` is missing or unreadable, a JSONC syntax error (details
  * `{file, line, column, offset}`), an unknown or mistyped key (details `{file, key}` with a key
  * path such as `inline.max_items` or `preload_models[0].engine`), `decode_chain_k` in a project
- * file, or a catalog-reserved `model_id` in `preload_models`.
+ * file, a catalog-reserved `model_id` in `preload_models`, or a key this build accepts only at
+ * its default (`unserved.ts`: `decode_chain_k`, `alias_admin_enabled`, `certify_observation`,
+ * `sidecar_spec`, `remote_providers`, `probe.ane_placement_threshold`) set to another value
+ * (details `{file, key, value, accepted}`).
  *
  * @example Defaults when nothing is configured
  * ```ts

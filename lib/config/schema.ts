@@ -290,7 +290,8 @@ export const ProbeConfigSchema = z.strictObject({
    */
   worst_decile_rank_overlap_threshold: unitInterval,
   /**
-   * Least ANE placement share.
+   * Least ANE placement share. macOS only; this build places no work on an ANE, so only the
+   * default is accepted (`unserved.ts`).
    *
    * @default {0.9}
    */
@@ -318,7 +319,8 @@ export const SynapseConfigSchema = z.strictObject({
    */
   grammar_enabled: z.boolean(),
   /**
-   * Decode chain length, 1..16; honoured only from the user config.
+   * Decode chain length, 1..16; honoured only from the user config. It chains the owned Metal
+   * decoder, not in this build: only the default is accepted (`unserved.ts`).
    *
    * @default {1}
    */
@@ -330,13 +332,15 @@ export const SynapseConfigSchema = z.strictObject({
    */
   cache_max_bytes: nonNegativeInt,
   /**
-   * Allow `alias.declare` / `alias.retract`.
+   * Allow `alias.declare` / `alias.retract` (not served yet: only the default is accepted,
+   * `unserved.ts`).
    *
    * @default {false}
    */
   alias_admin_enabled: z.boolean(),
   /**
-   * Serve `certify.observations`.
+   * Serve `certify.observations` (not in this build: only the default is accepted,
+   * `unserved.ts`).
    *
    * @default {false}
    */
@@ -352,13 +356,15 @@ export const SynapseConfigSchema = z.strictObject({
   /** Hugging Face endpoint override (absent: the public hub). */
   hf_endpoint: nonEmpty.optional(),
   /**
-   * Sidecar specification, passed through unchecked.
+   * Sidecar specification (no sidecar in this build: only the default is accepted,
+   * `unserved.ts`).
    *
    * @default {{}}
    */
   sidecar_spec: z.record(z.string(), z.unknown()),
   /**
-   * Remote providers (from the user config when a project config also exists).
+   * Remote providers (from the user config when a project config also exists). No remote lane
+   * yet: only the default is accepted (`unserved.ts`).
    *
    * @default {[]}
    */

@@ -131,7 +131,7 @@ Deno.test("loadConfig() reads the project file with comments and trailing commas
       "knob": "quiet", /* block comment */
       "inline": { "max_items": 10, },
       "hf_endpoint": "https://hf.example",
-      "sidecar_spec": { "anything": [1, 2] },
+      "sidecar_spec": {},
     }`,
   );
   const { config, sources } = loadConfig({ env: f.env, cwd: f.cwd });
@@ -139,16 +139,16 @@ Deno.test("loadConfig() reads the project file with comments and trailing commas
   assert.strictEqual(config.inline.max_items, 10);
   assert.strictEqual(config.inline.max_tokens, 8192);
   assert.strictEqual(config.hf_endpoint, "https://hf.example");
-  assert.deepStrictEqual(config.sidecar_spec, { anything: [1, 2] });
+  assert.deepStrictEqual(config.sidecar_spec, {});
   assert.deepStrictEqual(sources, [f.projectFile]);
 });
 
 Deno.test("loadConfig() reads the user file under XDG_CONFIG_HOME or ~/.config", async () => {
   await using f = await fixture();
-  await f.write(f.userFile, `{"knob": "performance", "decode_chain_k": 4}`);
+  await f.write(f.userFile, `{"knob": "performance", "decode_chain_k": 1}`);
   const viaXdg = loadConfig({ env: f.env, cwd: f.cwd });
   assert.strictEqual(viaXdg.config.knob, "performance");
-  assert.strictEqual(viaXdg.config.decode_chain_k, 4);
+  assert.strictEqual(viaXdg.config.decode_chain_k, 1);
   assert.deepStrictEqual(viaXdg.sources, [f.userFile]);
 
   const home = join(f.cwd, "..", "home");
@@ -157,32 +157,36 @@ Deno.test("loadConfig() reads the user file under XDG_CONFIG_HOME or ~/.config",
   assert.strictEqual(viaHome.config.knob, "quiet");
 });
 
-Deno.test("loadConfig() lets the project file win but takes remote_providers from the user file", async () => {
+Deno.test("loadConfig() lets the project file win as a whole over the user file", async () => {
   await using f = await fixture();
   await f.write(
     f.userFile,
-    `{"knob": "performance", "grammar_enabled": true, "remote_providers": [{"name": "user"}]}`,
+    `{"knob": "performance", "grammar_enabled": true, "remote_providers": []}`,
   );
-  await f.write(f.projectFile, `{"knob": "quiet", "remote_providers": [{"name": "project"}]}`);
+  await f.write(f.projectFile, `{"knob": "quiet", "remote_providers": []}`);
   const { config, sources } = loadConfig({ env: f.env, cwd: f.cwd });
   assert.strictEqual(config.knob, "quiet");
   assert.strictEqual(config.grammar_enabled, false, "the project file wins as a whole");
-  assert.deepStrictEqual(config.remote_providers, [{ name: "user" }]);
+  assert.deepStrictEqual(config.remote_providers, []);
   assert.deepStrictEqual(sources, [f.userFile, f.projectFile]);
 });
 
-Deno.test("loadConfig() drops project remote_providers when the user file has none", async () => {
+Deno.test("loadConfig() refuses a non-empty remote_providers in the project or the user file (no remote lane yet)", async () => {
   await using f = await fixture();
   await f.write(f.userFile, `{}`);
   await f.write(f.projectFile, `{"remote_providers": [{"name": "project"}]}`);
-  assert.deepStrictEqual(loadConfig({ env: f.env, cwd: f.cwd }).config.remote_providers, []);
-});
-
-Deno.test("loadConfig() honours project remote_providers when no user file exists", async () => {
-  await using f = await fixture();
-  await f.write(f.projectFile, `{"remote_providers": [{"name": "project"}]}`);
-  const { config } = loadConfig({ env: f.env, cwd: f.cwd });
-  assert.deepStrictEqual(config.remote_providers, [{ name: "project" }]);
+  assertRefused(() => loadConfig({ env: f.env, cwd: f.cwd }), {
+    message: /'remote_providers' is \[\{"name":"project"\}\].*no remote lane yet \(step 16\)/,
+    file: f.projectFile,
+    key: "remote_providers",
+  });
+  await f.write(f.projectFile, `{}`);
+  await f.write(f.userFile, `{"remote_providers": [{"name": "user"}]}`);
+  assertRefused(() => loadConfig({ env: f.env, cwd: f.cwd }), {
+    message: /no remote lane yet/,
+    file: f.userFile,
+    key: "remote_providers",
+  });
 });
 
 Deno.test("loadConfig() refuses decode_chain_k in a project file", async () => {
@@ -199,10 +203,10 @@ Deno.test("loadConfig() refuses decode_chain_k in a project file", async () => {
 
 Deno.test("loadConfig() takes decode_chain_k from the user file when the project file wins", async () => {
   await using f = await fixture();
-  await f.write(f.userFile, `{"decode_chain_k": 8}`);
+  await f.write(f.userFile, `{"decode_chain_k": 1}`);
   await f.write(f.projectFile, `{"knob": "quiet"}`);
   const { config } = loadConfig({ env: f.env, cwd: f.cwd });
-  assert.strictEqual(config.decode_chain_k, 8);
+  assert.strictEqual(config.decode_chain_k, 1);
   assert.strictEqual(config.knob, "quiet");
 });
 
@@ -211,11 +215,11 @@ Deno.test("loadConfig() uses only SYNAPSE_CONFIG_PATH when it is set", async () 
   await f.write(f.userFile, `{"knob": "performance"}`);
   await f.write(f.projectFile, `{"knob": "quiet"}`);
   const explicit = join(f.cwd, "custom.jsonc");
-  await f.write(explicit, `{"microllm_max_tokens": 100, "decode_chain_k": 16}`);
+  await f.write(explicit, `{"microllm_max_tokens": 100, "decode_chain_k": 1}`);
   const abs = loadConfig({ env: { ...f.env, SYNAPSE_CONFIG_PATH: explicit }, cwd: f.cwd });
   assert.strictEqual(abs.config.knob, "balanced");
   assert.strictEqual(abs.config.microllm_max_tokens, 100);
-  assert.strictEqual(abs.config.decode_chain_k, 16);
+  assert.strictEqual(abs.config.decode_chain_k, 1);
   assert.deepStrictEqual(abs.sources, [explicit]);
   const rel = loadConfig({ env: { ...f.env, SYNAPSE_CONFIG_PATH: "custom.jsonc" }, cwd: f.cwd });
   assert.deepStrictEqual(rel.sources, [explicit]);
@@ -266,7 +270,7 @@ Deno.test("loadConfig() layers SYNAPSE_CONFIG_JSON on top of the file", async ()
     env: {
       ...f.env,
       SYNAPSE_CONFIG_JSON:
-        `{"knob": "performance", "inline": {"deadline_ms": 1000}, "decode_chain_k": 2}`,
+        `{"knob": "performance", "inline": {"deadline_ms": 1000}, "decode_chain_k": 1}`,
     },
     cwd: f.cwd,
   });
@@ -274,7 +278,7 @@ Deno.test("loadConfig() layers SYNAPSE_CONFIG_JSON on top of the file", async ()
   assert.strictEqual(config.inline.max_items, 10);
   assert.strictEqual(config.inline.deadline_ms, 1000);
   assert.strictEqual(config.grammar_enabled, true);
-  assert.strictEqual(config.decode_chain_k, 2);
+  assert.strictEqual(config.decode_chain_k, 1);
   assert.deepStrictEqual(sources, [f.projectFile, "env:SYNAPSE_CONFIG_JSON"]);
 });
 
@@ -486,15 +490,28 @@ Deno.test("loadConfig() refuses a mistyped or out-of-range value naming the key"
   });
 });
 
-Deno.test("loadConfig() maps dev_alias_admin and dev.alias_admin_enabled to alias_admin_enabled", () => {
+Deno.test("loadConfig() accepts dev_alias_admin and dev.alias_admin_enabled at false and refuses true under the name written", () => {
   const load = (text: string): boolean =>
     loadConfig({ env: { SYNAPSE_CONFIG_JSON: text }, cwd: "/nowhere", readFile: () => undefined })
       .config.alias_admin_enabled;
-  assert.strictEqual(load(`{"dev_alias_admin": true}`), true);
-  assert.strictEqual(load(`{"dev": {"alias_admin_enabled": true}}`), true);
-  assert.strictEqual(load(`{"alias_admin_enabled": true}`), true);
-  assert.strictEqual(load(`{"alias_admin_enabled": false, "dev_alias_admin": true}`), false);
+  assert.strictEqual(load(`{"dev_alias_admin": false}`), false);
+  assert.strictEqual(load(`{"dev": {"alias_admin_enabled": false}}`), false);
+  assert.strictEqual(load(`{"alias_admin_enabled": false}`), false);
   assert.strictEqual(load(`{}`), false);
+  for (
+    const [text, key] of [
+      [`{"dev_alias_admin": true}`, "dev_alias_admin"],
+      [`{"dev": {"alias_admin_enabled": true}}`, "dev.alias_admin_enabled"],
+      [`{"alias_admin_enabled": true}`, "alias_admin_enabled"],
+      [`{"alias_admin_enabled": false, "dev_alias_admin": true}`, "dev_alias_admin"],
+    ]
+  ) {
+    assertRefused(() => load(text as string), {
+      message: /alias\.declare \/ alias\.retract.*step 11/,
+      file: "env:SYNAPSE_CONFIG_JSON",
+      key: key as string,
+    });
+  }
 });
 
 Deno.test("loadConfig() maps the older jobs.ttl_ms onto the three TTLs", () => {
@@ -612,7 +629,7 @@ Deno.test("loadConfig() refuses catalog-reserved preload model ids", () => {
 Deno.test("loadConfig() reads through an injected readFile", () => {
   const files: Record<string, string> = {
     "/proj/.cortexkit/synapse.jsonc": `{"knob": "quiet"}`,
-    "/cfg/cortexkit/synapse.jsonc": `{"remote_providers": [{"id": 1}]}`,
+    "/cfg/cortexkit/synapse.jsonc": `{"knob": "performance", "remote_providers": []}`,
   };
   const { config, sources } = loadConfig({
     env: { XDG_CONFIG_HOME: "/cfg" },
@@ -620,7 +637,7 @@ Deno.test("loadConfig() reads through an injected readFile", () => {
     readFile: (path) => files[path],
   });
   assert.strictEqual(config.knob, "quiet");
-  assert.deepStrictEqual(config.remote_providers, [{ id: 1 }]);
+  assert.deepStrictEqual(config.remote_providers, []);
   assert.deepStrictEqual(sources, [
     "/cfg/cortexkit/synapse.jsonc",
     "/proj/.cortexkit/synapse.jsonc",

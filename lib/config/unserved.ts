@@ -1,0 +1,99 @@
+/**
+ * Config keys this build accepts only at their default (contract.md §9 lists them; issue 18 item
+ * 9: no key is accepted and read nowhere). Each serves an operation, a lane or a platform this
+ * build does not have, so a value other than the default would be accepted and not honoured: a
+ * layer that sets one refuses boot with `invalid_request` naming the key, the file and why
+ * (`_layer.ts`). The default itself stays accepted, so a config written out in full still loads.
+ *
+ * @module
+ */
+
+/** One key accepted only at its default. */
+export interface UnservedKey {
+  /** Key path as written, e.g. `probe.ane_placement_threshold`. */
+  key: string;
+  /** The only value accepted (compared as JSON). */
+  accepted: unknown;
+  /** Why another value is refused: what the key serves and why this build has none. */
+  reason: string;
+}
+
+/**
+ * The keys this build accepts only at their default, in schema order. `dev_alias_admin` and
+ * `dev.alias_admin_enabled` (aliases of `alias_admin_enabled`) are refused under their own name.
+ */
+export const UNSERVED_KEYS: readonly UnservedKey[] = Object.freeze(
+  [
+    {
+      key: "decode_chain_k",
+      accepted: 1,
+      reason:
+        "it chains the reference's own Metal decoder (owned_decode.*), which is not in this build (design.md 'operations in scope'); only 1 is accepted",
+    },
+    {
+      key: "alias_admin_enabled",
+      accepted: false,
+      reason:
+        "it allows alias.declare / alias.retract, which this build does not serve yet (step 11); only false is accepted",
+    },
+    {
+      key: "dev_alias_admin",
+      accepted: false,
+      reason:
+        "it is an older name of alias_admin_enabled, which allows alias.declare / alias.retract, not served by this build yet (step 11); only false is accepted",
+    },
+    {
+      key: "dev.alias_admin_enabled",
+      accepted: false,
+      reason:
+        "it is an older name of alias_admin_enabled, which allows alias.declare / alias.retract, not served by this build yet (step 11); only false is accepted",
+    },
+    {
+      key: "certify_observation",
+      accepted: false,
+      reason:
+        "it serves certify.observations, an operation of the reference's own Metal decoder that is not in this build (design.md 'operations in scope'); only false is accepted",
+    },
+    {
+      key: "sidecar_spec",
+      accepted: {},
+      reason:
+        "this build runs no sidecar (its lanes are ort and llama workers it starts itself); only {} is accepted",
+    },
+    {
+      key: "remote_providers",
+      accepted: [],
+      reason: "this build has no remote lane yet (step 16); only [] is accepted",
+    },
+    {
+      key: "probe.ane_placement_threshold",
+      accepted: 0.9,
+      reason:
+        "the Apple Neural Engine exists only on macOS and this build places no work on an ANE (macOS only, not in this build); only 0.9 is accepted",
+    },
+  ] satisfies UnservedKey[],
+);
+
+/**
+ * The first unserved key a layer sets to a value other than its default.
+ *
+ * @param layer A layer as written and validated (aliases not yet resolved).
+ * @returns The key, with the value written, or `undefined` when every unserved key is absent or
+ * at its default.
+ */
+export function firstUnservedValue(
+  layer: Readonly<Record<string, unknown>>,
+): { entry: UnservedKey; value: unknown } | undefined {
+  for (const entry of UNSERVED_KEYS) {
+    let value: unknown = layer;
+    for (const part of entry.key.split(".")) {
+      value = typeof value === "object" && value !== null && !Array.isArray(value)
+        ? (value as Record<string, unknown>)[part]
+        : undefined;
+    }
+    if (value !== undefined && JSON.stringify(value) !== JSON.stringify(entry.accepted)) {
+      return { entry, value };
+    }
+  }
+  return undefined;
+}
