@@ -81,6 +81,8 @@ export interface ModelSource {
   workerBin?: string;
   /** llama: socket directory (`worker_runtime_dir`). */
   workerRuntimeDir?: string;
+  /** model id of the reference lane with the same weights */
+  referenceModel?: string;
 }
 
 /** Largest context a llama lane sets up when the source names none (contract.md §3: 8192). */

@@ -12,7 +12,7 @@
  * @module
  */
 import { SynapseError, toSynapseError } from "../contract/errors.ts";
-import type { ThreadPolicy } from "../identity/numeric_profile.ts";
+import { numericProfileId, type ThreadPolicy } from "../identity/numeric_profile.ts";
 import type { OrtLane } from "../engines/ort/ort_lane.ts";
 import { createOrtLanes } from "../engines/ort/ort_lanes.ts";
 import type { Engine } from "../engines/engine.ts";
@@ -62,6 +62,12 @@ export interface ModelRegistryOptions {
    * due) or `failed` (for good); for the instance's metrics. A throw is ignored.
    */
   onLoadAttempt?: (modelId: string, outcome: "ok" | "retry" | "failed") => void;
+  /**
+   * The execution estimate, ms, a model's own scheduler (a llama lane) starts from before it has
+   * measured a run: the probe's knob assignment for (this machine, the model's numeric profile,
+   * the knob), read at startup (design rule 8). Undefined: `estimatedExecutionMs`.
+   */
+  initialRunMs?: (modelId: string, numericProfileId: string) => number | undefined;
 }
 
 /**
@@ -109,6 +115,7 @@ export class ModelRegistry implements AsyncDisposable {
   #log: LogSink;
   #now: () => number;
   #onLoadAttempt: ModelRegistryOptions["onLoadAttempt"];
+  #initialRunMs: ModelRegistryOptions["initialRunMs"];
   #disposed = false;
 
   constructor(options: ModelRegistryOptions) {
@@ -139,6 +146,7 @@ export class ModelRegistry implements AsyncDisposable {
     this.#log = options.log ?? nullLog;
     this.#now = options.now ?? Date.now;
     this.#onLoadAttempt = options.onLoadAttempt;
+    this.#initialRunMs = options.initialRunMs;
   }
 
   /** All models, in load order. */
@@ -523,7 +531,11 @@ export class ModelRegistry implements AsyncDisposable {
         await l.engine.dispose();
         throw new SynapseError("disposed", "Cannot load model: the registry was disposed");
       }
-      const scheduler = new LaneScheduler({ permits: 1 });
+      const runMs = this.#initialRunMs?.(entry.modelId, numericProfileId(l.profile));
+      const scheduler = new LaneScheduler({
+        permits: 1,
+        ...(runMs === undefined || !(runMs >= 0) ? {} : { defaultRunMs: runMs }),
+      });
       this.#own.set(entry.modelId, { engine: l.engine, scheduler });
       entry.testModel = l.testModel;
       entry.coldLoadMs = l.coldLoadMs;
