@@ -90,3 +90,57 @@ Deno.test("probe run --json certifies the tiny llama lane; probe report and prob
     await Deno.remove(home.dir, { recursive: true });
   }
 });
+
+Deno.test("pull of a local GGUF says it refuses until probed; pull --probe certifies it and says how long the probe took", async () => {
+  const home = await isolatedEnv();
+  home.env.CORTEXKIT_MODEL_CACHE = `${home.dir}/model-cache`;
+  try {
+    await using _server = await serve(home);
+    const plain = await cliIn(home, [
+      "pull",
+      LLAMA,
+      "--task",
+      "embed",
+      "--model-id",
+      "gguf-plain",
+    ]);
+    assert.equal(plain.code, 0, plain.stderr);
+    assert.match(plain.stdout, /^ready: gguf-plain {2}[0-9a-f]{64}\n$/);
+    assert.match(
+      plain.stderr,
+      /\nnote: gguf-plain needs a certificate on this machine \(probe_required\): it refuses requests \(not_certified\) until 'ck-synapse probe run --model gguf-plain' \(or set certification: "warn"\)/,
+    );
+    const refused = await cliIn(home, ["embed", "--model", "gguf-plain", "hello"]);
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /not_certified/);
+
+    const probed = await cliIn(home, [
+      "pull",
+      LLAMA,
+      "--task",
+      "embed",
+      "--model-id",
+      "gguf-probed",
+      "--probe",
+    ]);
+    assert.equal(probed.code, 0, probed.stdout + probed.stderr);
+    assert.match(probed.stdout, /^ready: gguf-probed {2}[0-9a-f]{64}\n/);
+    assert.match(probed.stdout, /\npassed {2}gguf-probed {2}\d+\.\ds\n/);
+    assert.match(probed.stderr, /\nprobe: gguf-probed certified; the probe took \d+\.\ds\n/);
+    const served = await cliIn(home, ["embed", "--json", "--model", "gguf-probed", "hello"]);
+    assert.equal(served.code, 0, served.stderr);
+    assert.equal(JSON.parse(served.stdout).provenance.certified, true);
+    // The reference lane needs none, and says so.
+    const ref = await cliIn(home, [
+      "pull",
+      `${MODELS}/synapse-tiny-embed`,
+      "--model-id",
+      "ort-ref",
+      "--probe",
+    ]);
+    assert.equal(ref.code, 0, ref.stderr);
+    assert.match(ref.stderr, /\nprobe: ort-ref needs no probe \(its lane is the reference/);
+  } finally {
+    await Deno.remove(home.dir, { recursive: true });
+  }
+});
