@@ -213,7 +213,10 @@ Deno.test("pull URL --sha256 downloads with progress lines on a non-terminal std
     // Under the default certification: "require" the GGUF loads and refuses until probed: the
     // pull ends (never waits for a `ready` that cannot come) and names the probe to run.
     assert.match(r.stdout, /^loaded: tiny-gguf {2}[0-9a-f]{64} {2}\(not certified\)\n$/);
-    assert.match(r.stderr, /\nnot certified: .*'ck-synapse probe run --model tiny-gguf'/);
+    assert.match(
+      r.stderr,
+      /\nnote: tiny-gguf needs a certificate on this machine \(probe_required\): .*'ck-synapse probe run --model tiny-gguf'/,
+    );
     assert.match(r.stderr, /\ntask: generate \(asked\)\n/);
     assert.match(r.stderr, new RegExp(`downloading ${files.base}/model\\.gguf…\\n`));
     assert.match(
