@@ -20,6 +20,7 @@ import {
 import type { FileLock } from "../ffi/flock.ts";
 import { ModelRegistry } from "./models/model_registry.ts";
 import type { ModelEntry, ModelSource } from "./models/model.ts";
+import type { RegistryTestHooks } from "./models/_test_hooks.ts";
 import { defaultModelSources, sourceFromPreload } from "./models/sources.ts";
 import { dispatch, OPERATIONS } from "./ops/dispatcher.ts";
 import { factsOptions, requestFacts } from "./ops/request_facts.ts";
@@ -130,6 +131,12 @@ export interface SynapseOptions {
    * recorded model (F32: 6 s and 14–21 s after one GGUF pull). @default true
    */
   loadModels?: boolean;
+  /**
+   * **Test hooks** of the model registry (`RegistryTestHooks`: e.g. `skewQueryPath`, model ids
+   * whose query path is made to differ from their batch path). For tests only: no config key,
+   * environment variable or op reaches them. @default none
+   */
+  testHooks?: RegistryTestHooks;
 }
 
 /** The llama worker slots of this process (shared by every instance in it: one socket namespace). */
@@ -165,6 +172,8 @@ export interface SynapseWorkerOptions {
   downloadIdleTimeoutMs?: number;
   /** {@link SynapseOptions.loadModels}. */
   loadModels?: boolean;
+  /** {@link SynapseOptions.testHooks}. */
+  testHooks?: RegistryTestHooks;
 }
 
 /** A running Synapse instance. */
@@ -248,6 +257,7 @@ export class Synapse implements AsyncDisposable {
       log,
       now,
       onLoadAttempt: (_model, outcome) => this.metrics.modelLoad(outcome),
+      ...(workerOptions.testHooks === undefined ? {} : { testHooks: workerOptions.testHooks }),
       llama: (spec, source) => {
         const workerSlot = LLAMA_WORKER_SLOTS.take();
         try {
@@ -688,6 +698,7 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
         ? {}
         : { downloadIdleTimeoutMs: options.downloadIdleTimeoutMs }),
       ...(options.loadModels === undefined ? {} : { loadModels: options.loadModels }),
+      ...(options.testHooks === undefined ? {} : { testHooks: options.testHooks }),
     });
   } catch (err) {
     // Nothing may leak from a failed start: the store and both leases go with it.
