@@ -28,6 +28,8 @@ import type { OpOutcome } from "./ops/dispatcher.ts";
 import type { CallOptions, OpContext } from "./ops/context.ts";
 import { Admission } from "./sched/admission.ts";
 import { JobStore } from "./store/job_store.ts";
+import { CertificationStore } from "./store/certification_store.ts";
+import { knobAssignmentKey, readStartupKnobAssignments } from "./probe/certification.ts";
 import { ModelCache, modelCacheRoot } from "./cache/model_cache.ts";
 import { ModelLoads } from "./models/model_loads.ts";
 import type { CatalogModel } from "./models/catalog.ts";
@@ -206,6 +208,8 @@ export class Synapse implements AsyncDisposable {
   readonly metrics: Metrics = new Metrics();
   /** `sha256` of the machine profile; keys certification rows. */
   readonly machineProfileHash: string;
+  /** Certification, performance and knob-assignment rows (issue 18). */
+  readonly certifications: CertificationStore;
   #sweeper: ReturnType<typeof setInterval> | undefined;
   #perf: PerfSampler | undefined;
   #log: LogSink;
@@ -236,6 +240,9 @@ export class Synapse implements AsyncDisposable {
       maxConcurrentWorkers: config.inline.max_concurrent_workers,
     }, { now });
     this.jobStore = new JobStore(store, { clock: now });
+    this.certifications = new CertificationStore(store);
+    // Knob assignments apply from startup: a row the probe writes later applies after a restart.
+    const knobs = readStartupKnobAssignments(this.certifications, this.machineProfileHash);
     // Jobs of an earlier generation that were queued or running died with that process.
     this.inheritedJobs = this.jobStore.inheritEarlierGenerations(store.moduleGeneration);
     const running = new Map<string, Promise<void>>();
@@ -258,6 +265,8 @@ export class Synapse implements AsyncDisposable {
       now,
       onLoadAttempt: (_model, outcome) => this.metrics.modelLoad(outcome),
       ...(workerOptions.testHooks === undefined ? {} : { testHooks: workerOptions.testHooks }),
+      initialRunMs: (_model, npid) =>
+        knobs.get(knobAssignmentKey(npid, config.knob))?.estimated_execution_ms,
       llama: (spec, source) => {
         const workerSlot = LLAMA_WORKER_SLOTS.take();
         try {
@@ -330,6 +339,9 @@ export class Synapse implements AsyncDisposable {
       tableEpoch: () => storeRef.tableEpoch,
       now,
       machineProfileHash: this.machineProfileHash,
+      machineProfile: machine,
+      certifications: this.certifications,
+      startupKnobAssignments: knobs,
       log,
       tokenizers: this.tokenizers,
     };

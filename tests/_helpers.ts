@@ -34,7 +34,9 @@ export async function startSynapse(
     XDG_DATA_HOME: `${dir}/data`,
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
-    SYNAPSE_CONFIG_JSON: JSON.stringify(overrides),
+    // Serving admission defaults to `warn` here (a test that is not about certification serves
+    // its llama models uncertified); a test about certification sets `certification` itself.
+    SYNAPSE_CONFIG_JSON: JSON.stringify({ certification: "warn", ...overrides }),
   };
   const { config } = loadConfig({ env, cwd: dir });
   const syn = await createSynapse({

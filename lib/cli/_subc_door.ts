@@ -391,7 +391,10 @@ function synapseService(synapse: Synapse, log: LogSink): ModuleService {
       return reply;
     },
     health(): ModuleHealth {
-      const s = serviceStatus(synapse.registry.list(), { disposed: synapse.disposed });
+      const s = serviceStatus(synapse.registry.list(), {
+        disposed: synapse.disposed,
+        certification: synapse.context,
+      });
       const ready = s.models.filter((m) => m.state === "ready").length;
       return {
         // loading is not failing: the daemon must not restart a module for warming up.

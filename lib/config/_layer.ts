@@ -241,6 +241,7 @@ export function resolveConfig(layer: ConfigLayer): SynapseConfig {
     cache_max_bytes: layer.cache_max_bytes ?? d.cache_max_bytes,
     alias_admin_enabled: layer.alias_admin_enabled ?? d.alias_admin_enabled,
     certify_observation: layer.certify_observation ?? d.certify_observation,
+    certification: layer.certification ?? d.certification,
     sidecar_spec: structuredClone(layer.sidecar_spec ?? {}),
     remote_providers: structuredClone(layer.remote_providers ?? []),
     worker: { ...d.worker, ...layer.worker },

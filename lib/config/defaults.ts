@@ -37,6 +37,7 @@ export const DEFAULT_CONFIG: Readonly<SynapseConfig> = deepFreeze(
     cache_max_bytes: 32 * 2 ** 30,
     alias_admin_enabled: false,
     certify_observation: false,
+    certification: "require",
     sidecar_spec: {},
     remote_providers: [],
     worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000, cancel_grace_ms: 5000 },

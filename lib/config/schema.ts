@@ -20,6 +20,9 @@ const nonEmpty = z.string().min(1);
 /** Scheduler knob: how much of the machine Synapse may use. */
 export const KnobSchema = z.enum(["performance", "balanced", "quiet"]);
 
+/** Config `certification`: serving admission of lanes without a certificate. */
+export const CertificationModeSchema = z.enum(["require", "warn"]);
+
 /** Task of a preloaded model. */
 export const PreloadTaskSchema = z.enum(["embed", "rerank", "generate"]);
 
@@ -346,6 +349,14 @@ export const SynapseConfigSchema = z.strictObject({
    * @default {false}
    */
   certify_observation: z.boolean(),
+  /**
+   * Serving admission of lanes that need a certificate (design rule 5): `require` refuses
+   * `not_certified` until `ck-synapse probe run` certified the lane on this machine profile;
+   * `warn` serves, and every answer says `provenance.certified: false`.
+   *
+   * @default {"require"}
+   */
+  certification: CertificationModeSchema,
   /** Hugging Face endpoint override (absent: the public hub). */
   hf_endpoint: nonEmpty.optional(),
   /**

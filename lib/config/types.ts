@@ -7,6 +7,7 @@
 
 import type { z } from "zod";
 import type {
+  CertificationModeSchema,
   HttpConfigSchema,
   InlineConfigSchema,
   JobsConfigSchema,
@@ -23,6 +24,9 @@ import type {
 
 /** Scheduler knob: how much of the machine Synapse may use. */
 export type Knob = z.infer<typeof KnobSchema>;
+
+/** Config `certification`: `require` (default) refuses uncertified lanes, `warn` serves them. */
+export type CertificationConfig = z.infer<typeof CertificationModeSchema>;
 
 /** Task of a preloaded model. */
 export type PreloadTask = z.infer<typeof PreloadTaskSchema>;

@@ -13,7 +13,12 @@ export interface Envelope {
   table_epoch: number;
   /** Vector width; 0 for generation, 1 for rerank scores. */
   dims: number;
-  provenance: { engine: EngineIdentity };
+  /**
+   * `engine`: who computed the answer. `certified`: true when the lane is a reference lane or
+   * holds a passing certificate for this machine profile and runtime config; false when it was
+   * served uncertified (config `certification: "warn"`).
+   */
+  provenance: { engine: EngineIdentity; certified: boolean };
   /** Incremented on every boot of the module. */
   module_generation: number;
   /** Fingerprints declared equivalent by live aliases. */
@@ -34,6 +39,8 @@ export interface EnvelopeFacts {
   equivalentTo?: string[];
   modelId: string;
   testModel: boolean;
+  /** `provenance.certified` (lib/probe/certification.ts `servedCertified`). */
+  certified: boolean;
 }
 
 /**
@@ -50,7 +57,7 @@ export function buildEnvelope(f: EnvelopeFacts): Envelope {
     fingerprint: f.fingerprint,
     table_epoch: f.tableEpoch,
     dims: f.dims,
-    provenance: { engine },
+    provenance: { engine, certified: f.certified },
     module_generation: f.moduleGeneration,
     equivalent_to: f.equivalentTo ?? [],
     model_id: f.modelId,

@@ -18,6 +18,7 @@ import type { Metrics } from "../log/metrics.ts";
 import type { Synapse } from "../synapse.ts";
 import { SYNAPSE_VERSION } from "../version.ts";
 import { modelStatus } from "../ops/status.ts";
+import { certificationOf, isCertified, laneIdOf } from "../probe/certification.ts";
 import type { ModelServingState } from "../ops/status.ts";
 import type { CallDoor } from "../log/metrics.ts";
 import type { CallOptions } from "../ops/context.ts";
@@ -36,6 +37,7 @@ const MODEL_STATES: readonly ModelServingState[] = [
   "failed",
   "quarantined",
   "unresponsive",
+  "not_certified",
 ];
 
 /** Queue classes of a lane's scheduler. */
@@ -237,7 +239,7 @@ export async function renderMetrics(source: MetricsSource): Promise<string> {
     "1 for the state a request for the model gets now (loading, ready, failed, quarantined, unresponsive), 0 for the others.",
   );
   for (const e of entries) {
-    const state = modelStatus(e, now).state;
+    const state = modelStatus(e, now, ctx).state;
     for (const s of MODEL_STATES) {
       out.sample(
         "synapse_model_state",
@@ -245,6 +247,25 @@ export async function renderMetrics(source: MetricsSource): Promise<string> {
         s === state ? 1 : 0,
       );
     }
+  }
+  out.family(
+    "synapse_lane_certified",
+    "gauge",
+    "1 while a ready model's lane serves certified (a reference lane, or a passing certificate for this machine profile), 0 while it lacks one.",
+  );
+  for (const e of entries) {
+    if (e.ready === undefined) continue;
+    let certified: boolean;
+    try {
+      certified = isCertified(certificationOf(ctx, e.ready).status);
+    } catch {
+      continue; // the store cannot be read now: no sample rather than a wrong one
+    }
+    out.sample(
+      "synapse_lane_certified",
+      { model: e.modelId, lane_id: laneIdOf(ctx, e.modelId) },
+      certified ? 1 : 0,
+    );
   }
   out.counter(
     "synapse_model_loads_total",

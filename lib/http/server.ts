@@ -864,7 +864,10 @@ function health(synapse: HttpBackend | undefined): Response {
       models: [],
     });
   }
-  const s = serviceStatus(synapse.registry.list(), { disposed: synapse.disposed });
+  const s = serviceStatus(synapse.registry.list(), {
+    disposed: synapse.disposed,
+    certification: synapse.context,
+  });
   const body = {
     status: s.status,
     ...(s.reason === undefined ? {} : { reason: s.reason }),

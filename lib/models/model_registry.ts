@@ -12,7 +12,7 @@
  * @module
  */
 import { SynapseError, toSynapseError } from "../contract/errors.ts";
-import type { ThreadPolicy } from "../identity/numeric_profile.ts";
+import { numericProfileId, type ThreadPolicy } from "../identity/numeric_profile.ts";
 import type { OrtLane } from "../engines/ort/ort_lane.ts";
 import { createOrtLanes } from "../engines/ort/ort_lanes.ts";
 import type { Engine } from "../engines/engine.ts";
@@ -68,6 +68,12 @@ export interface ModelRegistryOptions {
    * gate can be seen to fail. Never set from the config or the wire. @default none
    */
   testHooks?: RegistryTestHooks;
+  /**
+   * The execution estimate, ms, a model's own scheduler (a llama lane) starts from before it has
+   * measured a run: the probe's knob assignment for (this machine, the model's numeric profile,
+   * the knob), read at startup (design rule 8). Undefined: `estimatedExecutionMs`.
+   */
+  initialRunMs?: (modelId: string, numericProfileId: string) => number | undefined;
 }
 
 /**
@@ -121,6 +127,7 @@ export class ModelRegistry implements AsyncDisposable {
    * over the bulk runtime that serves their interactive work instead (`bulkPath`).
    */
   #hotLanes = new Map<string, { hot: Lane; bulkPath: Lane }>();
+  #initialRunMs: ModelRegistryOptions["initialRunMs"];
   #disposed = false;
 
   constructor(options: ModelRegistryOptions) {
@@ -152,6 +159,7 @@ export class ModelRegistry implements AsyncDisposable {
     this.#now = options.now ?? Date.now;
     this.#onLoadAttempt = options.onLoadAttempt;
     this.#skewQueryPath = new Set(options.testHooks?.skewQueryPath ?? []);
+    this.#initialRunMs = options.initialRunMs;
   }
 
   /** All models, in load order. */
@@ -539,7 +547,11 @@ export class ModelRegistry implements AsyncDisposable {
         await l.engine.dispose();
         throw new SynapseError("disposed", "Cannot load model: the registry was disposed");
       }
-      const scheduler = new LaneScheduler({ permits: 1 });
+      const runMs = this.#initialRunMs?.(entry.modelId, numericProfileId(l.profile));
+      const scheduler = new LaneScheduler({
+        permits: 1,
+        ...(runMs === undefined || !(runMs >= 0) ? {} : { defaultRunMs: runMs }),
+      });
       this.#own.set(entry.modelId, { engine: l.engine, scheduler });
       entry.testModel = l.testModel;
       entry.coldLoadMs = l.coldLoadMs;

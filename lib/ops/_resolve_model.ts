@@ -13,6 +13,20 @@ import type { ModelTask, ReadyModel } from "../models/model.ts";
 import type { OpContext } from "./context.ts";
 import { catalogLaneId } from "../models/catalog.ts";
 import { defaultModelOf } from "../models/model_registry.ts";
+import { admitCertified } from "../probe/certification.ts";
+
+/** What {@link resolveModel} reads from the module context. */
+export type ResolveContext = Pick<
+  OpContext,
+  | "registry"
+  | "config"
+  | "loads"
+  | "certifications"
+  | "machineProfile"
+  | "machineProfileHash"
+  | "startupKnobAssignments"
+  | "moduleGeneration"
+>;
 
 /** A `preload_models[]` entry to copy, per task (paths to edit). */
 export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string, string>>>> =
@@ -43,14 +57,31 @@ export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string
  * the test models are off because `preload_models` lists models, or the test models do not serve
  * this task — and which `preload_models` entry to add (`details.example`).
  *
- * @param ctx Module context (registry and config).
+ * Then the serving gate (issue 18, design rule 5; lib/probe/certification.ts `admitCertified`):
+ * in config `certification: "require"` a lane that needs a certificate and has none for this
+ * machine refuses `not_certified`. Every inference op and the completions doors resolve here; the
+ * probe uses lanes directly and never passes this gate.
+ *
+ * @param ctx Module context (registry, config, certification rows).
  * @param modelId The requested model id, if any.
  * @param task The operation's task.
  * @throws {SynapseError} as `ModelRegistry.resolve`; `unknown_model {model_id: null, task,
- *   serving, test_models, example}` when no model serves the task.
+ *   serving, test_models, example}` when no model serves the task; `not_certified {model_id,
+ *   lane_id, blocking_reason, probe_command, probe_op, stale_facts?}` (permanent) in `require`
+ *   mode for an uncertified lane; `store_failure` when the certification rows cannot be read.
  */
 export function resolveModel(
-  ctx: Pick<OpContext, "registry" | "config" | "loads">,
+  ctx: ResolveContext,
+  modelId: string | undefined,
+  task: ModelTask,
+): ReadyModel {
+  const model = resolveLoaded(ctx, modelId, task);
+  admitCertified(ctx, model);
+  return model;
+}
+
+function resolveLoaded(
+  ctx: ResolveContext,
   modelId: string | undefined,
   task: ModelTask,
 ): ReadyModel {

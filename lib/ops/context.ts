@@ -14,6 +14,9 @@ import type { LogSink } from "../log/log.ts";
 import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
 import type { SpecialSpan } from "../tokenize/tokenizer.ts";
 import type { CallDoor } from "../log/metrics.ts";
+import type { CertificationStore } from "../store/certification_store.ts";
+import type { MachineProfile } from "../identity/machine_profile.ts";
+import type { KnobAssignment } from "../probe/types.ts";
 
 /** Durable jobs: their store and the runs in flight. */
 export interface JobsContext {
@@ -44,6 +47,16 @@ export interface OpContext {
   now(): number;
   /** Hash of the machine profile this instance runs on (contract.md §5). */
   readonly machineProfileHash: string;
+  /** The machine profile itself (`os_build`, engine identities …), which keys certification rows. */
+  readonly machineProfile: MachineProfile;
+  /** Certification, performance and knob-assignment rows (lib/probe/certification.ts reads them). */
+  readonly certifications: CertificationStore;
+  /**
+   * This machine profile's knob assignments as the store held them at startup, keyed by
+   * `knobAssignmentKey(numeric_profile_id, knob)` (lib/probe/certification.ts): a row written
+   * later applies after a restart.
+   */
+  readonly startupKnobAssignments: ReadonlyMap<string, KnobAssignment>;
   /** Module log (bugs are logged here with their stack). */
   readonly log: LogSink;
   /** Tokenizes off the event loop (every op tokenizes through it). */

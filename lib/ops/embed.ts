@@ -9,6 +9,7 @@
  */
 import { SynapseError } from "../contract/errors.ts";
 import { buildEnvelope } from "../contract/envelope.ts";
+import { servedCertified } from "../probe/certification.ts";
 import type { Envelope } from "../contract/envelope.ts";
 import {
   EmbedBatchParams,
@@ -326,6 +327,7 @@ function buildResult(
       moduleGeneration: ctx.moduleGeneration,
       modelId: model.modelId,
       testModel: model.testModel,
+      certified: servedCertified(ctx, model),
     }),
     vectors: served.vectors,
     real_token_counts: served.counts,

@@ -10,6 +10,7 @@
 import { SynapseError, toSynapseError } from "../contract/errors.ts";
 import type { WireError } from "../contract/errors.ts";
 import { buildEnvelope } from "../contract/envelope.ts";
+import { servedCertified } from "../probe/certification.ts";
 import type { Envelope } from "../contract/envelope.ts";
 import { EmbedResultParams, parseParams } from "../contract/schemas.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
@@ -406,6 +407,7 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
       moduleGeneration: ctx.moduleGeneration,
       modelId: params.model_id ?? "",
       testModel: model?.testModel ?? false,
+      certified: servedCertified(ctx, model),
     }),
     job_id: job.jobId,
     state: job.state,

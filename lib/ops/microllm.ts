@@ -33,6 +33,7 @@
 import { z } from "zod";
 import { SynapseError } from "../contract/errors.ts";
 import { buildEnvelope } from "../contract/envelope.ts";
+import { servedCertified } from "../probe/certification.ts";
 import type { Envelope } from "../contract/envelope.ts";
 import {
   COMMON_PARAMS,
@@ -241,6 +242,7 @@ export async function microllmOneshot(
       moduleGeneration: ctx.moduleGeneration,
       modelId: model.modelId,
       testModel: model.testModel,
+      certified: servedCertified(ctx, model),
     }),
     text,
     finish_reason: finishReason,

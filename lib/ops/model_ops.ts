@@ -103,7 +103,7 @@ export function modelStatusOp(
       details: { model_id: p.model_id, known: ctx.registry.list().map((m) => m.modelId) },
     });
   }
-  const s = modelStatus(entry, ctx.now());
+  const s = modelStatus(entry, ctx.now(), ctx);
   return {
     module_generation: ctx.moduleGeneration,
     model_id: entry.modelId,
@@ -259,7 +259,7 @@ async function catalogRow(ctx: OpContext, m: CatalogModel): Promise<CatalogRow> 
     download_bytes: bytes,
     download_bytes_exact: bytes !== null && exact,
     install_state: backends.some((b) => b.installed) ? "installed" : "not_installed",
-    loaded_state: entry === undefined ? null : modelStatus(entry, ctx.now()).state,
+    loaded_state: entry === undefined ? null : modelStatus(entry, ctx.now(), ctx).state,
     dims: m.dims,
     backends,
     ...(m.no_backend_reason === undefined ? {} : { no_backend_reason: m.no_backend_reason }),

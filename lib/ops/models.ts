@@ -12,6 +12,39 @@ import type { OpContext } from "./context.ts";
 import { servedByTask } from "./_resolve_model.ts";
 import type { InlineConfig } from "../config/types.ts";
 import { modelStatus } from "./status.ts";
+import {
+  blockingReasonOf,
+  type CertificationContext,
+  certificationOf,
+  type CertificationView,
+  isCertified,
+  laneCertificationClass,
+  laneIdOf,
+  startupKnobAssignment,
+} from "../probe/certification.ts";
+import type { BlockingReason, CertificationStatus, ProbeCheck } from "../probe/types.ts";
+
+/** `models.list` row `certification`: what serving admission says of the model's lane. */
+export interface ModelCertification {
+  /** `reference`, `certified`, `probe_required`, `certification_stale`, `certification_failed`. */
+  status: CertificationStatus;
+  /** The lane needs a certificate to serve in `certification: "require"` mode. */
+  required: boolean;
+  /** The machine profile the status is judged for (this instance's). */
+  machine_profile_hash: string;
+  /** When the row the status rests on was probed, unix ms; null without one. */
+  probed_at_ms: number | null;
+  /** The checks of that row. */
+  checks: ProbeCheck[];
+  /** Checks the probe could not run, and why (e.g. `reference_parity: no_reference_lane`). */
+  checks_lacking: { id: string; reason: string }[];
+  /** `disabled` when the probe found the query path off the batch path. */
+  query_path: "enabled" | "disabled";
+  /** Why the lane refuses (or would, in `require` mode); absent when it serves certified. */
+  blocking_reason?: BlockingReason;
+  /** `certification_stale`: which facts changed. */
+  stale_facts?: string[];
+}
 import type { ModelServingState, StateReason } from "./status.ts";
 
 /** One row of `models.list`. */
@@ -31,7 +64,10 @@ export interface ModelRow {
   dims?: number;
   dtype: string;
   device_class: "cpu" | "cuda" | "metal" | "vulkan";
-  certified: false;
+  /** Answers are `provenance.certified: true` (reference or certified lane); false while not loaded. */
+  certified: boolean;
+  /** Serving admission of the lane (ready models). */
+  certification?: ModelCertification;
   /**
    * `quarantined` when the model's worker broke its crash budget, `unresponsive` when it is busy
    * past its request timeout; `serving` otherwise (worker-backed models).
@@ -90,15 +126,21 @@ export interface ModelsListResult {
 /**
  * Builds one row.
  *
+ * `recommended_batch` is the probe's knob assignment for this machine, numeric profile and knob
+ * when the store held one at startup, else what one engine call of the model holds.
+ *
  * @param origin Where the model comes from (the ops layer knows run-time loads). @default "config"
+ * @param certification Module context of serving admission: fills `certified`,
+ *   `certification` and the knob assignment's `recommended_batch`.
  */
 export function modelRow(
   m: ModelEntry,
   now: number = Date.now(),
   origin: ModelRow["origin"] = "config",
+  certification?: CertificationContext,
 ): ModelRow {
   const r = m.ready;
-  const status = modelStatus(m, now);
+  const status = modelStatus(m, now, certification);
   const used = [r?.interactive.lastUsedMs, r?.bulk.lastUsedMs].filter((t) => t !== undefined);
   const row: ModelRow = {
     model_id: m.modelId,
@@ -136,6 +178,13 @@ export function modelRow(
   if (status.serving_admission_reason !== undefined) {
     row.serving_admission_reason = status.serving_admission_reason;
   }
+  if (r && certification !== undefined) {
+    const view = certificationOf(certification, r);
+    row.certified = isCertified(view.status);
+    row.certification = certificationRow(certification, m, view);
+    const knob = startupKnobAssignment(certification, r);
+    if (knob !== undefined) row.recommended_batch = { ...knob.recommended_batch };
+  }
   if (r) row.numeric_profile_id = r.numericProfileId;
   if (r) row.dims = r.dims;
   if (m.task === "embed") {
@@ -154,6 +203,27 @@ export function modelRow(
     };
   }
   return row;
+}
+
+function certificationRow(
+  ctx: CertificationContext,
+  m: ModelEntry,
+  view: CertificationView,
+): ModelCertification {
+  const ev = view.row?.evidence;
+  const out: ModelCertification = {
+    status: view.status,
+    required: laneCertificationClass(m) === "certification_required",
+    machine_profile_hash: ctx.machineProfileHash,
+    probed_at_ms: view.row?.probed_at_ms ?? null,
+    checks: ev?.checks.map((c) => ({ ...c })) ?? [],
+    checks_lacking: ev?.checks_lacking.map((c) => ({ ...c })) ?? [],
+    query_path: ev?.query_path ?? "enabled",
+  };
+  const blocking = blockingReasonOf(view);
+  if (blocking !== undefined) out.blocking_reason = blocking;
+  if (view.stale_facts !== undefined) out.stale_facts = [...view.stale_facts];
+  return out;
 }
 
 function deviceClass(m: ModelEntry): ModelRow["device_class"] {
@@ -180,7 +250,7 @@ export async function modelsList(
     table_epoch: ctx.tableEpoch(),
     models: entries.map((m, i) => {
       const spec = ctx.loads?.spec(m.modelId);
-      const row = modelRow(m, ctx.now(), spec?.origin ?? "config");
+      const row = modelRow(m, ctx.now(), spec?.origin ?? "config", ctx);
       if (spec?.catalog_id !== undefined) row.catalog_id = spec.catalog_id;
       if (spec?.lane_id !== undefined) row.lane_id = spec.lane_id;
       if (rss[i] !== undefined) row.worker_rss_bytes = rss[i];
@@ -214,7 +284,74 @@ export interface AdmissionStatusResult {
   jobs_inherited: number;
   jobs_open: number;
   jobs: Record<string, number>;
+  /** Lane ids (`<catalog_id>-<backend>`, else the model id) of every ready model. */
+  catalog_lanes: string[];
+  /** Of those, the lanes that serve certified (reference lanes and lanes holding a passing row). */
+  certified_lanes: string[];
+  /** Lanes that need a certificate whose rows are for another machine, numeric profile or runtime config. */
+  certification_stale: string[];
+  /**
+   * Lanes whose knob assignment (recommended batch, execution estimate) for this machine
+   * profile, numeric profile and knob is missing: lanes that need a certificate, and reference
+   * lanes probed on another machine.
+   */
+  performance_stale: string[];
+  /**
+   * Scheduler rows; each has `certification[]` `{model_id, lane_id, status, certified, required,
+   * blocking_reason?}` for its ready models, and a row serving one model also `lane_id`,
+   * `certification_status` and `certified`.
+   */
   lanes: Record<string, unknown>[];
+}
+
+/** One model's certification in `admission.status` `lanes[].certification[]`. */
+interface LaneCertification {
+  model_id: string;
+  lane_id: string;
+  status: CertificationStatus;
+  certified: boolean;
+  required: boolean;
+  blocking_reason?: BlockingReason;
+}
+
+function laneCertifications(ctx: OpContext): Map<string, LaneCertification> {
+  const out = new Map<string, LaneCertification>();
+  for (const m of ctx.registry.list()) {
+    if (m.ready === undefined) continue;
+    let view: CertificationView;
+    try {
+      view = certificationOf(ctx, m.ready);
+    } catch {
+      continue; // unreadable rows: the store's own error answers the requests
+    }
+    const blocking = blockingReasonOf(view);
+    out.set(m.modelId, {
+      model_id: m.modelId,
+      lane_id: laneIdOf(ctx, m.modelId),
+      status: view.status,
+      certified: isCertified(view.status),
+      required: laneCertificationClass(m) === "certification_required",
+      ...(blocking === undefined ? {} : { blocking_reason: blocking }),
+    });
+  }
+  return out;
+}
+
+function performanceStale(ctx: OpContext, certs: Map<string, LaneCertification>): string[] {
+  const out: string[] = [];
+  for (const m of ctx.registry.list()) {
+    const c = certs.get(m.modelId);
+    if (m.ready === undefined || c === undefined) continue;
+    if (startupKnobAssignment(ctx, m.ready) !== undefined) continue;
+    let probed = c.required;
+    if (!probed) {
+      try {
+        probed = ctx.certifications.rowsForLane(c.lane_id).length > 0;
+      } catch { /* unreadable: not judged */ }
+    }
+    if (probed) out.push(c.lane_id);
+  }
+  return out;
 }
 
 /** `admission.status {}`. @throws {SynapseError} channel `invalid_request` for any param. */
@@ -236,6 +373,17 @@ export function admissionStatus(ctx: OpContext, rawParams: unknown): AdmissionSt
       row.serving_admission_reason = status.serving_admission_reason;
     }
   }
+  const certs = laneCertifications(ctx);
+  for (const row of lanes as (LaneStatusRow & Record<string, unknown>)[]) {
+    const mine = row.models.map((id) => certs.get(id)).filter((c) => c !== undefined);
+    row.certification = mine;
+    if (row.models.length === 1 && mine.length === 1) {
+      row.lane_id = mine[0]!.lane_id;
+      row.certification_status = mine[0]!.status;
+      row.certified = mine[0]!.certified;
+    }
+  }
+  const all = [...certs.values()];
   const counters = ctx.jobs.store.counters();
   const depth = (cls: "interactive" | "bulk" | "control"): number =>
     lanes.reduce((n, l) => n + l.depths[cls], 0);
@@ -265,6 +413,12 @@ export function admissionStatus(ctx: OpContext, rawParams: unknown): AdmissionSt
     jobs_inherited: counters.inherited,
     jobs_open: counters.open,
     jobs: { ...ctx.config.jobs },
+    catalog_lanes: all.map((c) => c.lane_id),
+    certified_lanes: all.filter((c) => c.certified).map((c) => c.lane_id),
+    certification_stale: all.filter((c) => c.status === "certification_stale").map((c) =>
+      c.lane_id
+    ),
+    performance_stale: performanceStale(ctx, certs),
     lanes: lanes.map((l) => ({ ...l })),
   };
 }

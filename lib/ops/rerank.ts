@@ -8,6 +8,7 @@
  */
 import { SynapseError } from "../contract/errors.ts";
 import { buildEnvelope } from "../contract/envelope.ts";
+import { servedCertified } from "../probe/certification.ts";
 import type { Envelope } from "../contract/envelope.ts";
 import { parseParams, requestedModel, RerankScoreParams } from "../contract/schemas.ts";
 import type { EncodedSequence } from "../tokenize/tokenizer.ts";
@@ -198,6 +199,7 @@ export async function rerankScore(
       moduleGeneration: ctx.moduleGeneration,
       modelId: model.modelId,
       testModel: model.testModel,
+      certified: servedCertified(ctx, model),
     }),
     scores,
     score_kind: "raw_logit",

@@ -14,24 +14,47 @@
  * | `failed` | the load error (permanent) | `load_failed` |
  * | `quarantined` | `probe_required` (permanent): its worker broke the crash budget | `worker_quarantined` |
  * | `unresponsive` | queued behind work that has run past the request timeout without a pause: likely hung (the timeout will restart the worker) | `worker_busy` |
+ * | `not_certified` | `not_certified` (permanent): config `certification: "require"` and the lane needs a certificate it lacks for this machine (lib/probe/certification.ts) | `probe_required`, `certification_stale`, `certification_failed` |
+ *
+ * In `certification: "warn"` mode such a model stays `ready` (it serves, each answer says
+ * `provenance.certified: false`); a stale certificate is then one of the service's degraded
+ * reasons (`/health`), so the operator still hears of it.
  *
  * @module
  */
 import type { ErrorCode } from "../contract/errors.ts";
 import type { ModelEntry, ModelTask } from "../models/model.ts";
+import {
+  blockingReasonOf,
+  type CertificationContext,
+  certificationOf,
+  notCertifiedError,
+} from "../probe/certification.ts";
+import type { BlockingReason } from "../probe/types.ts";
 
 /** What a request for a model gets now (see the module table). */
-export type ModelServingState = "loading" | "ready" | "failed" | "quarantined" | "unresponsive";
+export type ModelServingState =
+  | "loading"
+  | "ready"
+  | "failed"
+  | "quarantined"
+  | "unresponsive"
+  | "not_certified";
 
 /** Why a model is not `ready`. */
 export interface StateReason {
-  /** One word: `loading`, `retrying_after_failure`, `load_failed`, `worker_quarantined`, `worker_busy`. */
+  /**
+   * One word: `loading`, `retrying_after_failure`, `load_failed`, `worker_quarantined`,
+   * `worker_busy`, or the blocking reason of a `not_certified` model (`probe_required`,
+   * `certification_stale`, `certification_failed`).
+   */
   reason:
     | "loading"
     | "retrying_after_failure"
     | "load_failed"
     | "worker_quarantined"
-    | "worker_busy";
+    | "worker_busy"
+    | BlockingReason;
   /** The stable code a request for the model is refused with now; absent when it is queued. */
   code?: ErrorCode;
   /** One line for people, naming the model. */
@@ -66,7 +89,9 @@ export type ServiceState = "ok" | "degraded" | "loading" | "unavailable";
 export interface ServiceStatus {
   /**
    * `ok`: every model is ready. `degraded`: one is ready, another is not (failed, loading,
-   * quarantined, unresponsive). `loading`: none is ready and one is loading. `unavailable`:
+   * quarantined, unresponsive, not_certified); or every model that is not ready is
+   * `not_certified` (the probe makes it serve); or, in `warn` mode, a ready model serves on a
+   * stale certificate. `loading`: none is ready and one is loading. `unavailable`:
    * none is ready or loading, or the instance is shutting down.
    */
   status: ServiceState;
@@ -76,13 +101,20 @@ export interface ServiceStatus {
 }
 
 /**
- * The status of one model: its registry state, refined by its engine's cached health.
+ * The status of one model: its registry state, refined by its engine's cached health and, given
+ * the certification context, by serving admission (`not_certified`).
  *
  * @param m The registry entry.
  * @param now Wall clock in ms (for `retry_in_ms`). @default Date.now()
+ * @param certification Module context of serving admission; without it certification is not
+ *   judged (a ready model stays `ready`).
  * @returns State, reason and the worker's admission.
  */
-export function modelStatus(m: ModelEntry, now: number = Date.now()): ModelStatus {
+export function modelStatus(
+  m: ModelEntry,
+  now: number = Date.now(),
+  certification?: CertificationContext,
+): ModelStatus {
   const status: ModelStatus = { model_id: m.modelId, task: m.task, state: m.state };
   if (m.testModel) status.test_model = true;
   if (m.state === "loading") {
@@ -157,24 +189,83 @@ export function modelStatus(m: ModelEntry, now: number = Date.now()): ModelStatu
     return status;
   }
   if (h.worker !== undefined) status.serving_admission = "serving";
+  if (certification !== undefined && m.ready !== undefined) {
+    refuseUncertified(status, m, certification);
+  }
   return status;
+}
+
+/** Sets `not_certified` on a ready model that refuses for want of a certificate (require mode). */
+function refuseUncertified(status: ModelStatus, m: ModelEntry, ctx: CertificationContext): void {
+  if (ctx.config.certification !== "require") return;
+  let view;
+  try {
+    view = certificationOf(ctx, m.ready!);
+  } catch {
+    return; // the rows cannot be read now: a request says so itself (store_failure)
+  }
+  const reason = blockingReasonOf(view);
+  if (reason === undefined) return;
+  const refusal = notCertifiedError(ctx, m.modelId, view);
+  status.state = "not_certified";
+  status.state_reason = {
+    reason,
+    code: "not_certified",
+    message: refusal.message,
+    ...(refusal.details === undefined ? {} : { details: { ...refusal.details } }),
+  };
+}
+
+/**
+ * In `warn` mode: the ready models whose certificate is stale (they serve uncertified), for the
+ * service's degraded reasons.
+ */
+function staleWhileServing(
+  models: readonly ModelEntry[],
+  ctx: CertificationContext | undefined,
+): string[] {
+  if (ctx === undefined || ctx.config.certification !== "warn") return [];
+  const out: string[] = [];
+  for (const m of models) {
+    if (m.state !== "ready" || m.ready === undefined) continue;
+    try {
+      const view = certificationOf(ctx, m.ready);
+      if (view.status !== "certification_stale") continue;
+      out.push(
+        `'${m.modelId}' certification_stale (${
+          (view.stale_facts ?? []).join(", ") || "changed"
+        }; serving uncertified)`,
+      );
+    } catch { /* unreadable rows: nothing to add */ }
+  }
+  return out;
 }
 
 /**
  * The status of the service: each model's {@link modelStatus} and the overall state.
  *
+ * A model refused `not_certified` is not ready (so the service is `degraded`); in `warn` mode a
+ * model serving on a stale certificate is a degraded reason while it stays `ready`.
+ *
  * @param models The registry's entries, in load order.
- * @param options `disposed`: the instance is shutting down; `now`: wall clock in ms.
+ * @param options `disposed`: the instance is shutting down; `now`: wall clock in ms;
+ *   `certification`: module context of serving admission (absent: not judged).
  * @returns The overall state, why it is not `ok`, and every model's status.
  */
 export function serviceStatus(
   models: readonly ModelEntry[],
-  options: { disposed?: boolean; now?: number } = {},
+  options: { disposed?: boolean; now?: number; certification?: CertificationContext } = {},
 ): ServiceStatus {
   const now = options.now ?? Date.now();
-  const rows = models.map((m) => modelStatus(m, now));
+  const rows = models.map((m) => modelStatus(m, now, options.certification));
+  const stale = staleWhileServing(models, options.certification);
   const notReady = rows.filter((r) => r.state !== "ready");
   const why = notReady.map((r) => {
+    if (r.state === "not_certified") {
+      return `'${r.model_id}' not_certified (${r.state_reason?.reason}; run '${
+        String(r.state_reason?.details?.probe_command ?? "ck-synapse probe run")
+      }')`;
+    }
     const code = r.state_reason?.code;
     return `'${r.model_id}' ${r.state}${code === undefined ? "" : ` (${code})`}`;
   });
@@ -186,11 +277,20 @@ export function serviceStatus(
   } else if (rows.length === 0) {
     status = "unavailable";
     reason = "no model is configured";
-  } else if (notReady.length === 0) {
+  } else if (notReady.length === 0 && stale.length === 0) {
     status = "ok";
+  } else if (notReady.length === 0) {
+    status = "degraded";
+    reason = `${stale.length} of ${rows.length} models serve uncertified: ${stale.join(", ")}`;
   } else if (notReady.length < rows.length) {
     status = "degraded";
-    reason = `${notReady.length} of ${rows.length} models not ready: ${why.join(", ")}`;
+    reason = `${notReady.length} of ${rows.length} models not ready: ${
+      [...why, ...stale].join(", ")
+    }`;
+  } else if (notReady.every((r) => r.state === "not_certified")) {
+    // Up and answering; one command (the probe) makes it serve: not a reason to restart it.
+    status = "degraded";
+    reason = `no model is ready: ${why.join(", ")}`;
   } else {
     status = rows.some((r) => r.state === "loading") ? "loading" : "unavailable";
     reason = `no model is ready: ${why.join(", ")}`;

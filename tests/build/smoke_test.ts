@@ -73,6 +73,8 @@ async function makeSandbox(artifact: string): Promise<Sandbox> {
       XDG_CONFIG_HOME: `${dir}/config`,
       XDG_CACHE_HOME: `${dir}/cache`,
       TMPDIR: `${dir}/tmp`,
+      // The pulled GGUF serves uncertified (the smoke is not about the probe); answers say so.
+      SYNAPSE_CONFIG_JSON: JSON.stringify({ certification: "warn" }),
     },
   };
 }
@@ -258,6 +260,7 @@ async function smoke(t: Deno.TestContext, record: BuildRecord, box: Sandbox): Pr
         const embedOut = JSON.parse(embed.stdout);
         assert.equal(embedOut.model_id, "smoke-embed");
         assert.equal(embedOut.provenance.engine.engine, "ort");
+        assert.equal(embedOut.provenance.certified, true);
         assert.equal(embedOut.vectors[0].vector.length, 32);
 
         const pullGen = await runIn(box, [
@@ -285,6 +288,7 @@ async function smoke(t: Deno.TestContext, record: BuildRecord, box: Sandbox): Pr
         const genOut = JSON.parse(gen.stdout);
         assert.equal(genOut.model_id, "smoke-qwen");
         assert.equal(genOut.provenance.engine.engine, "llama.cpp-worker");
+        assert.equal(genOut.provenance.certified, false);
         assert.equal(genOut.n_gen, 4);
         assert.equal(genOut.generated_token_ids.length, 4);
         // The worker is the program the artifact unpacked, not anything on PATH or in the checkout.

@@ -67,6 +67,8 @@ Deno.test("F32: after a GGUF is recorded, job status and cache gc (embedded) loa
   );
   await Deno.chmod(wrapper, 0o755);
   home.env.SYNAPSE_LLAMA_WORKER_BIN = wrapper;
+  // Not about certification: the GGUF serves uncertified (it is `ready`, not `not_certified`).
+  home.env.SYNAPSE_CONFIG_JSON = JSON.stringify({ certification: "warn" });
   const starts = async (): Promise<number> => {
     try {
       return (await Deno.readTextFile(count)).split("\n").filter((l) => l === "start").length;

@@ -182,6 +182,8 @@ Deno.test("pull URL --sha256 downloads with progress lines on a non-terminal std
     "tokenizer.json": { bytes: tokenizer },
   });
   const home = await cacheHome();
+  // Not about certification: the GGUF serves uncertified.
+  home.env.SYNAPSE_CONFIG_JSON = JSON.stringify({ certification: "warn" });
   try {
     const wrong = await cliIn(home, [
       "pull",

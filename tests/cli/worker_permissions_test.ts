@@ -13,6 +13,7 @@ const GEN = `${MODELS}/synapse-tiny-llama`;
 
 function genConfig(extra: Record<string, unknown> = {}): string {
   return JSON.stringify({
+    certification: "warn",
     preload_models: [{
       engine: "llama",
       model_path: GEN,

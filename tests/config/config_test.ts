@@ -72,6 +72,7 @@ Deno.test("DEFAULT_CONFIG holds every key of contract §9 with its default", () 
     cache_max_bytes: 34_359_738_368,
     alias_admin_enabled: false,
     certify_observation: false,
+    certification: "require",
     sidecar_spec: {},
     remote_providers: [],
     worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000, cancel_grace_ms: 5000 },
@@ -643,4 +644,23 @@ Deno.test("loadConfig() refuses a file it cannot read", () => {
       file: "/proj/.cortexkit/synapse.jsonc",
     },
   );
+});
+
+Deno.test("loadConfig() reads certification (require by default, warn when set) and refuses another value", async () => {
+  await using f = await fixture();
+  assert.strictEqual(loadConfig({ env: f.env, cwd: f.cwd }).config.certification, "require");
+  await f.write(f.projectFile, `{"certification": "warn"}`);
+  assert.strictEqual(loadConfig({ env: f.env, cwd: f.cwd }).config.certification, "warn");
+  const env = { ...f.env, SYNAPSE_CONFIG_JSON: `{"certification": "require"}` };
+  assert.strictEqual(loadConfig({ env, cwd: f.cwd }).config.certification, "require");
+  const caught = assertRefused(
+    () =>
+      loadConfig({
+        env: { SYNAPSE_CONFIG_JSON: `{"certification": "off"}` },
+        cwd: "/nowhere",
+        readFile: () => undefined,
+      }),
+    { message: /certification/, file: "env:SYNAPSE_CONFIG_JSON", key: "certification" },
+  );
+  assert.match(caught.message, /require|warn/);
 });

@@ -49,7 +49,11 @@ async function door(
     XDG_DATA_HOME: `${dir}/data`,
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
-    SYNAPSE_CONFIG_JSON: JSON.stringify({ preload_models: [genEntry("gen")], ...overrides }),
+    SYNAPSE_CONFIG_JSON: JSON.stringify({
+      certification: "warn",
+      preload_models: [genEntry("gen")],
+      ...overrides,
+    }),
   };
   const { config } = loadConfig({ env, cwd: dir });
   const syn = await createSynapse({

@@ -41,6 +41,7 @@ async function door(): Promise<Door> {
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
     SYNAPSE_CONFIG_JSON: JSON.stringify({
+      certification: "warn",
       preload_models: [
         preload(`${MODELS}/synapse-tiny-embed`, "synapse-tiny-embed"),
         preload(`${MODELS}/synapse-tiny-rerank`, "synapse-tiny-rerank", {

@@ -350,6 +350,7 @@ Deno.test("a llama worker's crash and restart are counted, and its state and mem
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
     SYNAPSE_CONFIG_JSON: JSON.stringify({
+      certification: "warn",
       preload_models: [{
         engine: "llama",
         model_path: gguf,

@@ -25,6 +25,7 @@ async function served() {
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
     SYNAPSE_CONFIG_JSON: JSON.stringify({
+      certification: "warn",
       grammar_enabled: true,
       preload_models: [{
         engine: "llama",

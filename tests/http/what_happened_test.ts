@@ -169,6 +169,7 @@ async function parkedDoor(rec: ReturnType<typeof recorder>) {
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
     SYNAPSE_CONFIG_JSON: JSON.stringify({
+      certification: "warn",
       preload_models: [{
         engine: "llama",
         model_path: GEN,

@@ -20,6 +20,7 @@ Deno.test("a llama worker's own lines are logged under synapse.worker with engin
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
     SYNAPSE_CONFIG_JSON: JSON.stringify({
+      certification: "warn",
       preload_models: [{
         engine: "llama",
         model_path: GEN,

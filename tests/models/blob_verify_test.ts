@@ -52,7 +52,10 @@ async function home() {
     blob: (hex: string) => `${cacheRoot}/blobs/${hex}`,
     tmpEntries: () => [...Deno.readDirSync(`${cacheRoot}/tmp`)].map((e) => e.name),
     async start(lines: LogLine[] = []): Promise<Synapse> {
-      const { config } = loadConfig({ env: { ...env, SYNAPSE_CONFIG_JSON: "{}" }, cwd: dir });
+      const { config } = loadConfig({
+        env: { ...env, SYNAPSE_CONFIG_JSON: JSON.stringify({ certification: "warn" }) },
+        cwd: dir,
+      });
       const log: LogSink = (level, _target, message, fields) =>
         void lines.push({ level, message, fields: { ...(fields ?? {}) } });
       return await createSynapse({ config, env, log });

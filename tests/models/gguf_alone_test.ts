@@ -31,7 +31,10 @@ async function start(preload: Record<string, unknown>[]): Promise<TestSynapse> {
     XDG_DATA_HOME: `${dir}/data`,
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
-    SYNAPSE_CONFIG_JSON: JSON.stringify({ preload_models: preload }),
+    SYNAPSE_CONFIG_JSON: JSON.stringify({
+      certification: "warn",
+      preload_models: preload,
+    }),
   };
   const { config } = loadConfig({ env, cwd: dir });
   const syn = await createSynapse({ config, env, log: nullLog });

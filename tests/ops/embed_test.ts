@@ -32,6 +32,7 @@ Deno.test("embed.query answers the envelope with a 64-hex fingerprint and per-it
   assert.equal(r.test_model, true);
   assert.deepEqual(r.provenance, {
     engine: { engine: "ort", version: "1.30.0", build_flags: { ep: "cpu" } },
+    certified: true,
   });
   assert.equal(r.module_generation, t.syn.moduleGeneration);
   assert.equal(r.table_epoch, 0);

@@ -28,6 +28,7 @@ async function start(
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
     SYNAPSE_CONFIG_JSON: JSON.stringify({
+      certification: "warn",
       ...overrides,
       preload_models: [{
         engine: "llama",

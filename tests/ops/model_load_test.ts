@@ -47,7 +47,10 @@ async function home(): Promise<Home> {
     env,
     async start(extra = {}) {
       const { config } = loadConfig({
-        env: { ...env, SYNAPSE_CONFIG_JSON: JSON.stringify(extra.config ?? {}) },
+        env: {
+          ...env,
+          SYNAPSE_CONFIG_JSON: JSON.stringify({ certification: "warn", ...extra.config }),
+        },
         cwd: dir,
       });
       return await createSynapse({

@@ -23,7 +23,10 @@ async function start(
     XDG_DATA_HOME: `${dir}/data`,
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
-    SYNAPSE_CONFIG_JSON: JSON.stringify({ preload_models: preloads }),
+    SYNAPSE_CONFIG_JSON: JSON.stringify({
+      certification: "warn",
+      preload_models: preloads,
+    }),
   };
   // The config is layered from SYNAPSE_CONFIG_JSON, as an operator's would be.
   const syn = await createSynapse({ env, cwd: dir, log: nullLog, llamaWorkerArgs });

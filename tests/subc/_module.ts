@@ -53,7 +53,7 @@ export async function startModule(options: StartModuleOptions = {}): Promise<Tes
     XDG_DATA_HOME: `${dir}/data`,
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
-    SYNAPSE_CONFIG_JSON: JSON.stringify(options.config ?? {}),
+    SYNAPSE_CONFIG_JSON: JSON.stringify({ certification: "warn", ...options.config }),
     ...options.env,
   };
   const { config } = loadConfig({ env, cwd: dir });

@@ -23,6 +23,7 @@ import type { Peer } from "./_peer.ts";
 const GEN = `${MODELS}/synapse-tiny-llama`;
 /** Embed, rerank and generate, with small inline limits so that a 5-item batch is a job. */
 const CONFIG = {
+  certification: "warn",
   preload_models: [
     preload(`${MODELS}/synapse-tiny-embed`, "embed"),
     preload(`${MODELS}/synapse-tiny-rerank`, "rerank", { task: "rerank" }),

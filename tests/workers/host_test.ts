@@ -565,6 +565,7 @@ Deno.test("F13: an aborting llama model costs engine_crashed per call, then quar
   ];
   const config: SynapseConfig = {
     ...structuredClone(DEFAULT_CONFIG),
+    certification: "warn",
     preload_models: entries.map((e) => ({
       pooling: "mean",
       normalize: true,

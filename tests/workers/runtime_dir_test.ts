@@ -106,6 +106,7 @@ Deno.test("boot refuses an unsafe worker_runtime_dir before it takes a lease or 
   const { config } = loadConfig({
     env: {
       SYNAPSE_CONFIG_JSON: JSON.stringify({
+        certification: "warn",
         preload_models: [{
           engine: "llama",
           model_path: `${MODELS}/synapse-tiny-llama`,

@@ -116,6 +116,7 @@ Deno.test("microllm.oneshot on a SIGSTOPped worker answers deadline_exceeded onc
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
     SYNAPSE_CONFIG_JSON: JSON.stringify({
+      certification: "warn",
       preload_models: [{
         engine: "llama",
         model_path: GEN,
@@ -181,6 +182,7 @@ async function serve(dir: string): Promise<Server> {
       XDG_CONFIG_HOME: `${dir}/config`,
       TMPDIR: "/tmp",
       SYNAPSE_CONFIG_JSON: JSON.stringify({
+        certification: "warn",
         preload_models: [{
           engine: "ort",
           model_path: `${MODELS}/synapse-tiny-embed/model.onnx`,

@@ -1,0 +1,393 @@
+/**
+ * Serving admission by certification (issue 18, design rules 1, 3, 4, 5, 8).
+ *
+ * - **Who needs a certificate** ({@link laneCertificationClass}): a lane is `reference` when its
+ *   engine is `ort`, its profile dtype is `f32`, it runs on the CPU and its source declares no
+ *   reference model; every other lane is `certification_required`.
+ * - **Lane id** ({@link laneIdOf}): the catalog lane id `<catalog_id>-<backend>` for catalog
+ *   models, else the model id.
+ * - **Keys and staleness** ({@link certificationOf}): a row of `cert_rows` is keyed by
+ *   (machine_profile_hash, numeric_profile_id, runtime_config_digest). A matching row gives
+ *   `certified` (or `certification_failed` when it is `uncertified`); no matching row but rows
+ *   for the same lane give `certification_stale`, naming the facts that changed (`os_build`,
+ *   `machine_profile`, `numeric_profile`, `runtime_config`); no row at all gives
+ *   `probe_required`.
+ * - **The gate** ({@link admitCertified}): in config `certification: "require"` (the default) a
+ *   lane that needs a certificate and has none refuses `not_certified` (permanent) naming the
+ *   probe to run; in `warn` it serves and every answer says `provenance.certified: false`.
+ * - **Knob assignments** ({@link startupKnobAssignment}): read once when the instance starts; a
+ *   row written later applies after a restart.
+ *
+ * The status of a model is cached per loaded model and recomputed only when the
+ * {@link CertificationStore}'s change counter moves (a probe recorded a row), so a request pays
+ * no SQL.
+ *
+ * @module
+ */
+
+import { SynapseError } from "../contract/errors.ts";
+import { jcsSha256 } from "../identity/jcs.ts";
+import type { MachineProfile } from "../identity/machine_profile.ts";
+import type { ModelEngine, ModelEntry, ModelSource, ReadyModel } from "../models/model.ts";
+import { threadsForKnob } from "../models/model_registry.ts";
+import type { CertificationStore, ProbeFacts } from "../store/certification_store.ts";
+import type {
+  BlockingReason,
+  CertificationStatus,
+  CertRow,
+  KnobAssignment,
+  LaneCertificationClass,
+} from "./types.ts";
+
+/** A fact whose change makes a lane's certification stale. */
+export type StaleFact = "os_build" | "machine_profile" | "numeric_profile" | "runtime_config";
+
+/** What the certification functions read from the module context (a slice of `OpContext`). */
+export interface CertificationContext {
+  readonly config: { readonly knob: string; readonly certification: "require" | "warn" };
+  readonly registry: { list(): ModelEntry[] };
+  readonly loads?: { spec(modelId: string): { lane_id?: string } | undefined };
+  /** The certification, performance and knob-assignment rows of the store. */
+  readonly certifications: CertificationStore;
+  /** The machine this instance runs on (contract.md §5). */
+  readonly machineProfile: MachineProfile;
+  /** sha256 of {@link CertificationContext.machineProfile}. */
+  readonly machineProfileHash: string;
+  /**
+   * This machine profile's knob assignments as the store held them when the instance started,
+   * keyed by {@link knobAssignmentKey}.
+   */
+  readonly startupKnobAssignments: ReadonlyMap<string, KnobAssignment>;
+  readonly moduleGeneration: number;
+}
+
+/** A lane's certification, as serving admission and every status door print it. */
+export interface CertificationView {
+  status: CertificationStatus;
+  /** The matching row (certified / certification_failed), or the newest row of the lane (stale). */
+  row?: CertRow;
+  /** `certification_stale`: which facts differ from the newest row of the lane. */
+  stale_facts?: StaleFact[];
+}
+
+/** Anything that says what a model is: a registry entry, or a ready model with its source. */
+export type CertifiableModel =
+  | Pick<ModelEntry, "engine" | "source" | "ready">
+  | (Pick<ReadyModel, "engineKind" | "profile"> & { source?: Pick<ModelSource, "referenceModel"> });
+
+/**
+ * Design rule 1: `reference` for an ORT lane computing in `f32` on the CPU whose source declares
+ * no reference model (`source.referenceModel`); `certification_required` for every other lane.
+ *
+ * @param model A registry entry (its ready model's profile is read when loaded), or a ready model
+ *   with an optional source.
+ * @returns The lane's class. An entry not yet loaded is judged by its engine only (an ORT model's
+ *   dtype is known once loaded; until then it counts as `reference` when it declares no
+ *   reference model).
+ */
+export function laneCertificationClass(model: CertifiableModel): LaneCertificationClass {
+  const engine: ModelEngine = "engineKind" in model ? model.engineKind : model.engine;
+  const profile = "engineKind" in model ? model.profile : model.ready?.profile;
+  if (engine !== "ort") return "certification_required";
+  if (model.source?.referenceModel !== undefined) return "certification_required";
+  if (profile !== undefined && profile.dtype !== "f32") return "certification_required";
+  // ORT runs on the CPU here; a GPU build would say so in its build flags.
+  const backend = profile?.engine.build_flags?.backend;
+  if (backend !== undefined && backend !== "cpu") return "certification_required";
+  return "reference";
+}
+
+/**
+ * Design rule 3: the lane id of a model: the catalog lane id (`<catalog_id>-<backend>`) of a
+ * catalog model, else the model id.
+ *
+ * @param ctx Module context (`loads`, when there is one).
+ * @param modelId The model id.
+ * @returns The lane id.
+ */
+export function laneIdOf(ctx: Pick<CertificationContext, "loads">, modelId: string): string {
+  return ctx.loads?.spec(modelId)?.lane_id ?? modelId;
+}
+
+/**
+ * Design rule 4: sha256 (JCS) of the settings outside the numeric profile that can shape a
+ * lane's numbers: its engine, the intra-op threads of that engine and the knob.
+ *
+ * @param facts `engine` (`ort`, `llama`), `intra_op_threads` (≥ 1), `knob`.
+ * @returns 64 hex chars.
+ */
+export function runtimeConfigDigest(
+  facts: { engine: string; intra_op_threads: number; knob: string },
+): string {
+  return jcsSha256({
+    engine: facts.engine,
+    intra_op_threads: facts.intra_op_threads,
+    knob: facts.knob,
+  });
+}
+
+/**
+ * The runtime config digest of a loaded model in this instance: its engine, the threads the
+ * registry gives that engine for the config knob, and the knob.
+ *
+ * @param ctx Module context (`config.knob`).
+ * @param model The ready model.
+ * @returns 64 hex chars.
+ */
+export function runtimeConfigDigestOf(
+  ctx: { readonly config: { readonly knob: string } },
+  model: Pick<ReadyModel, "engineKind">,
+): string {
+  return runtimeConfigDigest({
+    engine: model.engineKind,
+    intra_op_threads: threadsForKnob(ctx.config.knob),
+    knob: ctx.config.knob,
+  });
+}
+
+/**
+ * The facts a probe result of `model` is recorded under ({@link CertificationStore.putProbeResult}):
+ * the same keys {@link certificationOf} looks up, so writer and reader cannot disagree.
+ *
+ * @param ctx Module context.
+ * @param model The ready model probed.
+ * @param job `probe_job_id` (null outside a job) and `now_ms` (unix ms).
+ * @returns The facts.
+ */
+export function probeFactsOf(
+  ctx:
+    & { readonly config: { readonly knob: string } }
+    & Pick<CertificationContext, "machineProfile" | "machineProfileHash" | "moduleGeneration">,
+  model: Pick<ReadyModel, "engineKind" | "identity" | "profile">,
+  job: { probe_job_id: string | null; now_ms: number },
+): ProbeFacts {
+  return {
+    machine_profile_hash: ctx.machineProfileHash,
+    runtime_config_digest: runtimeConfigDigestOf(ctx, model),
+    os_build: ctx.machineProfile.os_build,
+    engine_identities: [structuredClone(model.identity)],
+    model_digest: model.profile.model_digest,
+    module_generation: ctx.moduleGeneration,
+    probe_job_id: job.probe_job_id,
+    now_ms: job.now_ms,
+  };
+}
+
+interface Cached {
+  store: CertificationStore;
+  changes: number;
+  machineHash: string;
+  view: CertificationView;
+}
+
+const CACHE = new WeakMap<ReadyModel, Cached>();
+
+/**
+ * Design rule 4: the certification of a ready model on this machine profile and runtime config.
+ * Cached per ready model until the store's change counter moves.
+ *
+ * @param ctx Module context.
+ * @param model The ready model.
+ * @returns `{status, row?, stale_facts?}`.
+ * @throws {SynapseError} `store_failure` or `internal_error` `{reason: "store_corrupt"}` when the
+ *   rows cannot be read.
+ */
+export function certificationOf(ctx: CertificationContext, model: ReadyModel): CertificationView {
+  const store = ctx.certifications;
+  const hit = CACHE.get(model);
+  if (
+    hit !== undefined && hit.store === store && hit.changes === store.changeCount &&
+    hit.machineHash === ctx.machineProfileHash
+  ) {
+    return hit.view;
+  }
+  const changes = store.changeCount;
+  const view = computeCertification(ctx, model);
+  CACHE.set(model, { store, changes, machineHash: ctx.machineProfileHash, view });
+  return view;
+}
+
+function computeCertification(ctx: CertificationContext, model: ReadyModel): CertificationView {
+  const entry = ctx.registry.list().find((e) => e.ready === model || e.modelId === model.modelId);
+  const cls = laneCertificationClass({ ...model, source: entry?.source ?? {} });
+  const store = ctx.certifications;
+  const digest = runtimeConfigDigestOf(ctx, model);
+  const row = store.row(ctx.machineProfileHash, model.numericProfileId, digest);
+  if (cls === "reference") {
+    return row === undefined ? { status: "reference" } : { status: "reference", row };
+  }
+  if (row !== undefined) {
+    return { status: row.status === "certified" ? "certified" : "certification_failed", row };
+  }
+  const rows = store.rowsForLane(laneIdOf(ctx, model.modelId));
+  const newest = rows[0];
+  if (newest === undefined) return { status: "probe_required" };
+  const stale: StaleFact[] = [];
+  if (newest.os_build !== ctx.machineProfile.os_build) stale.push("os_build");
+  if (newest.machine_profile_hash !== ctx.machineProfileHash) stale.push("machine_profile");
+  if (newest.numeric_profile_id !== model.numericProfileId) stale.push("numeric_profile");
+  if (newest.runtime_config_digest !== digest) stale.push("runtime_config");
+  return { status: "certification_stale", row: newest, stale_facts: stale };
+}
+
+/** True for a status that serves with `provenance.certified: true`. */
+export function isCertified(status: CertificationStatus): boolean {
+  return status === "reference" || status === "certified";
+}
+
+/**
+ * What `ck-synapse probe run` and `probe.start` need to certify `modelId`.
+ *
+ * @param modelId The model id.
+ * @returns `{probe_command, probe_op}`.
+ */
+export function probeAdvice(modelId: string): {
+  probe_command: string;
+  probe_op: { method: "probe.start"; params: { models: string[] } };
+} {
+  return {
+    probe_command: `ck-synapse probe run --model ${modelId}`,
+    probe_op: { method: "probe.start", params: { models: [modelId] } },
+  };
+}
+
+/**
+ * Why a model refuses in `require` mode, or undefined when it serves (reference, certified).
+ * Whatever the mode: `warn` serves with the same view, so callers decide.
+ *
+ * @param view The model's certification.
+ * @returns The blocking reason, or undefined.
+ */
+export function blockingReasonOf(view: CertificationView): BlockingReason | undefined {
+  switch (view.status) {
+    case "probe_required":
+    case "certification_stale":
+    case "certification_failed":
+      return view.status;
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * The `not_certified` refusal of a model (design rule 5).
+ *
+ * @param ctx Module context (lane id).
+ * @param modelId The model id.
+ * @param view Its certification (not reference, not certified).
+ * @returns `not_certified` (permanent) `{model_id, lane_id, blocking_reason, probe_command,
+ *   probe_op, stale_facts?}`.
+ */
+export function notCertifiedError(
+  ctx: Pick<CertificationContext, "loads">,
+  modelId: string,
+  view: CertificationView,
+): SynapseError {
+  const laneId = laneIdOf(ctx, modelId);
+  const reason = blockingReasonOf(view) ?? "probe_required";
+  const advice = probeAdvice(modelId);
+  const why = reason === "probe_required"
+    ? "it has never been probed"
+    : reason === "certification_failed"
+    ? `its probe on this machine failed (${
+      (view.row?.evidence.checks ?? []).filter((c) => !c.passed).map((c) => c.id).join(", ") ||
+      "a check"
+    })`
+    : `its certificate is stale (changed: ${(view.stale_facts ?? []).join(", ") || "unknown"})`;
+  return new SynapseError(
+    "not_certified",
+    `Cannot serve model '${modelId}' (lane '${laneId}'): it needs a certificate for this machine and ${why}; ` +
+      `run '${advice.probe_command}' (under a minute), or set config certification: "warn" to serve it uncertified`,
+    {
+      details: {
+        model_id: modelId,
+        lane_id: laneId,
+        blocking_reason: reason,
+        ...advice,
+        ...(view.stale_facts === undefined ? {} : { stale_facts: [...view.stale_facts] }),
+      },
+    },
+  );
+}
+
+/**
+ * The serving gate (design rule 5), called where every inference request resolves its model
+ * (lib/ops/_resolve_model.ts).
+ *
+ * @param ctx Module context.
+ * @param model The ready model of the request.
+ * @returns `{certified}`: true for reference and certified lanes; false for a lane served
+ *   uncertified in `warn` mode.
+ * @throws {SynapseError} `not_certified` (see {@link notCertifiedError}) in `require` mode for a
+ *   lane that needs a certificate and has none for this machine; `store_failure` when the rows
+ *   cannot be read.
+ */
+export function admitCertified(
+  ctx: CertificationContext,
+  model: ReadyModel,
+): { certified: boolean } {
+  const view = certificationOf(ctx, model);
+  if (isCertified(view.status)) return { certified: true };
+  if (ctx.config.certification === "warn") return { certified: false };
+  throw notCertifiedError(ctx, model.modelId, view);
+}
+
+/**
+ * Key of {@link CertificationContext.startupKnobAssignments}.
+ *
+ * @param numericProfileId Numeric profile id.
+ * @param knob Config knob.
+ * @returns The key.
+ */
+export function knobAssignmentKey(numericProfileId: string, knob: string): string {
+  return `${numericProfileId}\u0000${knob}`;
+}
+
+/**
+ * This machine profile's knob assignments as the store holds them now (read once at startup).
+ *
+ * @param store The certification store.
+ * @param machineProfileHash This machine's profile hash.
+ * @returns Assignments keyed by {@link knobAssignmentKey}.
+ * @throws {SynapseError} `store_failure`, `internal_error` `{reason: "store_corrupt"}`.
+ */
+export function readStartupKnobAssignments(
+  store: CertificationStore,
+  machineProfileHash: string,
+): Map<string, KnobAssignment> {
+  const out = new Map<string, KnobAssignment>();
+  for (const a of store.allKnobAssignments()) {
+    if (a.machine_profile_hash !== machineProfileHash) continue;
+    out.set(knobAssignmentKey(a.numeric_profile_id, a.knob), a.assignment);
+  }
+  return out;
+}
+
+/**
+ * The knob assignment a model started with (design rule 8): this machine profile's row for its
+ * numeric profile and the config knob, as read at startup; undefined when there was none.
+ *
+ * @param ctx Module context.
+ * @param model The ready model (its numeric profile id).
+ * @returns The assignment, or undefined.
+ */
+export function startupKnobAssignment(
+  ctx:
+    & Pick<CertificationContext, "startupKnobAssignments">
+    & { readonly config: { readonly knob: string } },
+  model: Pick<ReadyModel, "numericProfileId">,
+): KnobAssignment | undefined {
+  return ctx.startupKnobAssignments.get(knobAssignmentKey(model.numericProfileId, ctx.config.knob));
+}
+
+/**
+ * `provenance.certified` of an answer served by `model`: true for reference and certified lanes.
+ *
+ * @param ctx Module context.
+ * @param model The model that served, or undefined when it is not loaded here (false).
+ * @returns Whether the answer is certified.
+ * @throws {SynapseError} `store_failure` when the rows cannot be read.
+ */
+export function servedCertified(ctx: CertificationContext, model: ReadyModel | undefined): boolean {
+  return model !== undefined && isCertified(certificationOf(ctx, model).status);
+}
