@@ -399,6 +399,51 @@ export class ModelRegistry implements AsyncDisposable {
     return this.#hotLanes.get(modelId)?.hot ?? this.resolve(modelId, entry.task).interactive;
   }
 
+  /**
+   * Control-class lanes over a ready model's own engines and schedulers, for the probe (issue
+   * 18): `query` runs on the model's interactive runtime (ORT: the interactive thread, with the
+   * interactive lane's quiet policy; llama: its worker), `batch` on its bulk runtime (ORT: the
+   * bulk thread, which loads the model on first use as a job would; llama: the same worker).
+   * Work on them is queued under the runtime's scheduler in the `control` class (picked first),
+   * beside the model's other work, never beside the scheduler.
+   *
+   * @returns Fresh lanes (cheap; nothing to dispose).
+   * @throws {SynapseError} `unknown_model`; `model_loading` while it loads; its load error when
+   *   it failed; `disposed`.
+   */
+  controlLanes(modelId: string): { query: Lane; batch: Lane } {
+    this.#ensureNotDisposed();
+    const entry = this.#entries.get(modelId);
+    if (entry === undefined) throw unknownModel(modelId, undefined, [...this.#entries.keys()]);
+    const ready = this.resolve(modelId, entry.task);
+    // The query path is the interactive runtime even while the hot path is disabled.
+    const hot = this.hotLane(modelId);
+    const own = this.#own.get(modelId);
+    const common = { cls: "control" as const, admission: this.#admission, now: this.#now };
+    if (own !== undefined) {
+      const name = `llama-${modelId}`;
+      return {
+        query: new Lane({ ...common, name, engine: hot.engine, scheduler: own.scheduler }),
+        batch: new Lane({ ...common, name, engine: own.engine, scheduler: own.scheduler }),
+      };
+    }
+    return {
+      query: new Lane({
+        ...common,
+        name: "ort-interactive",
+        engine: hot.engine,
+        scheduler: this.#ortInteractiveSched,
+        quiet: () => this.otherEnginesBusy(),
+      }),
+      batch: new Lane({
+        ...common,
+        name: "ort-bulk",
+        engine: ready.bulk.engine,
+        scheduler: this.#ortBulkSched,
+      }),
+    };
+  }
+
   /** Status rows of every scheduler and the models on it (`admission.status.lanes`). */
   laneStatus(): LaneStatusRow[] {
     const ortModels = this.list().filter((m) => m.engine === "ort").map((m) => m.modelId);
