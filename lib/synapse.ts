@@ -29,7 +29,11 @@ import type { CallOptions, OpContext } from "./ops/context.ts";
 import { Admission } from "./sched/admission.ts";
 import { JobStore } from "./store/job_store.ts";
 import { CertificationStore } from "./store/certification_store.ts";
-import { knobAssignmentKey, readStartupKnobAssignments } from "./probe/certification.ts";
+import {
+  knobAssignmentKey,
+  readStartupKnobAssignments,
+  runtimeConfigDigestOf,
+} from "./probe/certification.ts";
 import { ModelCache, modelCacheRoot } from "./cache/model_cache.ts";
 import { ModelLoads } from "./models/model_loads.ts";
 import type { CatalogModel } from "./models/catalog.ts";
@@ -267,6 +271,19 @@ export class Synapse implements AsyncDisposable {
       ...(workerOptions.testHooks === undefined ? {} : { testHooks: workerOptions.testHooks }),
       initialRunMs: (_model, npid) =>
         knobs.get(knobAssignmentKey(npid, config.knob))?.estimated_execution_ms,
+      // The probe's query-path finding holds across restarts: the lane's row with the current
+      // keys, else its newest (a stale row's "the query path forks" is still the best knowledge).
+      recordedQueryPath: (ready) => {
+        const rows = this.certifications.rowsForLane(
+          this.loads?.spec(ready.modelId)?.lane_id ?? ready.modelId,
+        );
+        const digest = runtimeConfigDigestOf({ config }, ready);
+        const row = rows.find((r) =>
+          r.machine_profile_hash === this.machineProfileHash &&
+          r.numeric_profile_id === ready.numericProfileId && r.runtime_config_digest === digest
+        ) ?? rows[0];
+        return row?.evidence.query_path;
+      },
       llama: (spec, source) => {
         const workerSlot = LLAMA_WORKER_SLOTS.take();
         try {

@@ -74,6 +74,13 @@ export interface ModelRegistryOptions {
    * the knob), read at startup (design rule 8). Undefined: `estimatedExecutionMs`.
    */
   initialRunMs?: (modelId: string, numericProfileId: string) => number | undefined;
+  /**
+   * The query path the store recorded for a model that just loaded (the probe's finding,
+   * applied again at startup, design rule 7), asked once per successful load attempt of a model
+   * whose query path {@link ModelRegistry.setQueryPath} has not set; `disabled` disables its hot
+   * path before it serves a request. A throw counts as undefined. @default none
+   */
+  recordedQueryPath?: (ready: ReadyModel) => QueryPath | undefined;
 }
 
 /**
@@ -128,6 +135,7 @@ export class ModelRegistry implements AsyncDisposable {
    */
   #hotLanes = new Map<string, { hot: Lane; bulkPath: Lane }>();
   #initialRunMs: ModelRegistryOptions["initialRunMs"];
+  #recordedQueryPath: ModelRegistryOptions["recordedQueryPath"];
   #disposed = false;
 
   constructor(options: ModelRegistryOptions) {
@@ -160,6 +168,7 @@ export class ModelRegistry implements AsyncDisposable {
     this.#onLoadAttempt = options.onLoadAttempt;
     this.#skewQueryPath = new Set(options.testHooks?.skewQueryPath ?? []);
     this.#initialRunMs = options.initialRunMs;
+    this.#recordedQueryPath = options.recordedQueryPath;
   }
 
   /** All models, in load order. */
@@ -504,7 +513,14 @@ export class ModelRegistry implements AsyncDisposable {
     delete entry.retryAtMs;
     delete entry.error;
     try {
-      entry.ready = this.#withQueryPath(entry, await this.#load(entry));
+      const ready = await this.#load(entry);
+      if (entry.queryPath === undefined) {
+        try {
+          const recorded = this.#recordedQueryPath?.(ready);
+          if (recorded === "disabled") entry.queryPath = recorded;
+        } catch { /* no record: the hot path stays on */ }
+      }
+      entry.ready = this.#withQueryPath(entry, ready);
       entry.state = "ready";
       if (entry.loadAttempts > 1) {
         this.#log("info", "synapse.models", `model '${entry.modelId}' loaded`, {

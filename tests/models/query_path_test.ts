@@ -10,6 +10,8 @@ import { loadConfig } from "../../lib/config/loader.ts";
 import { createSynapse, type Synapse } from "../../lib/synapse.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
 import { SkewedEngine } from "../../lib/models/_test_hooks.ts";
+import { probeFactsOf } from "../../lib/probe/certification.ts";
+import type { ProbeLaneResult } from "../../lib/probe/types.ts";
 import { cosine, MODELS, preload, resultOf } from "../_helpers.ts";
 
 const EMBED = `${MODELS}/synapse-tiny-embed`;
@@ -132,6 +134,69 @@ Deno.test("setQueryPath before a model is ready applies when it becomes ready", 
     assert.deepEqual(await query(syn, "skewed", TEXTS[0]!), batch[0]);
   } finally {
     await syn.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** A probe result of `model` whose query path forked (`query_path: "disabled"`). */
+function forkedQueryPath(syn: Synapse, model: string): ProbeLaneResult {
+  const m = syn.registry.resolve(model, "embed");
+  return {
+    model_id: model,
+    lane_id: model,
+    task: "embed",
+    cert_class: "embedding",
+    numeric_profile_id: m.numericProfileId,
+    fingerprint: m.fingerprint,
+    reference_model_id: null,
+    passed: true,
+    checks: [{
+      id: "query_path_equals_batch_path",
+      passed: false,
+      value: 0.995,
+      threshold: 0.9999,
+      comparison: ">=",
+    }],
+    checks_lacking: [{ id: "reference_parity", reason: "no_reference_lane" }],
+    query_path: "disabled",
+    perf: [],
+    knob_assignment: {
+      knob: "balanced",
+      recommended_batch: { rows: 8, token_budget: 1536 },
+      estimated_execution_ms: 20,
+      tokens_per_second: 1000,
+    },
+    duration_ms: 10,
+  };
+}
+
+Deno.test("a recorded query_path 'disabled' is applied again at startup, before the model serves", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-query-path-" });
+  try {
+    {
+      const syn = await start(dir, { skewQueryPath: ["skewed"] });
+      try {
+        const m = syn.registry.resolve("skewed", "embed");
+        syn.certifications.putProbeResult(
+          forkedQueryPath(syn, "skewed"),
+          probeFactsOf(syn.context, m, { probe_job_id: null, now_ms: Date.now() }),
+        );
+        // Recorded, not applied: the probe op applies it to the running instance.
+        assert.equal((await row(syn, "skewed")).query_path, "enabled");
+      } finally {
+        await syn.dispose();
+      }
+    }
+    const syn = await start(dir, { skewQueryPath: ["skewed"] });
+    try {
+      assert.equal((await row(syn, "skewed")).query_path, "disabled");
+      assert.equal((await row(syn, "plain")).query_path, "enabled");
+      const batch = await bulkVectors(syn, "skewed");
+      assert.deepEqual(await query(syn, "skewed", TEXTS[0]!), batch[0]);
+    } finally {
+      await syn.dispose();
+    }
+  } finally {
     await Deno.remove(dir, { recursive: true });
   }
 });
