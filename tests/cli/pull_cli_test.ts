@@ -182,8 +182,6 @@ Deno.test("pull URL --sha256 downloads with progress lines on a non-terminal std
     "tokenizer.json": { bytes: tokenizer },
   });
   const home = await cacheHome();
-  // Not about certification: the GGUF serves uncertified.
-  home.env.SYNAPSE_CONFIG_JSON = JSON.stringify({ certification: "warn" });
   try {
     const wrong = await cliIn(home, [
       "pull",
@@ -212,7 +210,10 @@ Deno.test("pull URL --sha256 downloads with progress lines on a non-terminal std
       "generate",
     ]);
     assert.equal(r.code, 0, r.stderr);
-    assert.match(r.stdout, /^ready: tiny-gguf {2}[0-9a-f]{64}\n$/);
+    // Under the default certification: "require" the GGUF loads and refuses until probed: the
+    // pull ends (never waits for a `ready` that cannot come) and names the probe to run.
+    assert.match(r.stdout, /^loaded: tiny-gguf {2}[0-9a-f]{64} {2}\(not certified\)\n$/);
+    assert.match(r.stderr, /\nnot certified: .*'ck-synapse probe run --model tiny-gguf'/);
     assert.match(r.stderr, /\ntask: generate \(asked\)\n/);
     assert.match(r.stderr, new RegExp(`downloading ${files.base}/model\\.gguf…\\n`));
     assert.match(

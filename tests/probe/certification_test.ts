@@ -413,3 +413,57 @@ Deno.test("laneCertificationClass (rule 1): ORT f32 on the CPU without a referen
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("generation refuses the same way: microllm.oneshot and POST /v1/chat/completions answer not_certified for an uncertified GGUF", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-cert-" });
+  try {
+    const env = {
+      XDG_DATA_HOME: `${dir}/data`,
+      XDG_CONFIG_HOME: `${dir}/config`,
+      HOME: dir,
+      SYNAPSE_CONFIG_JSON: JSON.stringify({
+        preload_models: [{
+          engine: "llama",
+          model_path: GEN,
+          tokenizer_path: `${GEN}/tokenizer.json`,
+          task: "generate",
+          model_id: "gen",
+        }],
+      }),
+    };
+    const syn = await createSynapse({
+      config: loadConfig({ env, cwd: dir }).config,
+      env,
+      log: nullLog,
+    });
+    try {
+      const err = semanticError(
+        await syn.call("microllm.oneshot", { prompt: "hi", max_tokens: 2, model: "gen" }),
+      );
+      assert.equal(err.code, "not_certified");
+      assert.equal(err.details.blocking_reason, "probe_required");
+      assert.equal(err.details.probe_command, "ck-synapse probe run --model gen");
+      await using server = serveHttp(syn, { log: nullLog });
+      const res = await fetch(`http://127.0.0.1:${server.port}/v1/chat/completions`, {
+        method: "POST",
+        body: JSON.stringify({
+          model: "gen",
+          max_tokens: 2,
+          messages: [{ role: "user", content: "hi" }],
+        }),
+      });
+      const body = await res.text();
+      assert.equal(res.status, 409, body);
+      assert.match(body, /not_certified/);
+      assert.match(body, /ck-synapse probe run --model gen/);
+      // The only model refuses until probed: the service is up (degraded), not unavailable.
+      const health = await (await fetch(`http://127.0.0.1:${server.port}/health`)).json();
+      assert.equal(health.status, "degraded");
+      assert.equal(health.models[0].state, "not_certified");
+    } finally {
+      await syn.dispose();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

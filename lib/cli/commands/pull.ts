@@ -448,6 +448,8 @@ class PullFollower {
       }
       const s = status.value;
       if (s.state === "ready") return await this.#ready(job, s);
+      // Loaded, and refusing until the probe certifies its lane (config certification: require).
+      if (s.state === "not_certified") return await this.#ready(job, s);
       if (s.state === "failed" || s.state === "quarantined") return this.#failed(job, s);
       if (!(await this.#sleep())) return await this.#interrupted(job);
       const again = await this.#call<JobView>("model.status", { job_id: job.job_id });
@@ -533,6 +535,12 @@ class PullFollower {
       return cliExitFor("result");
     }
     for (const line of pullReadyLines(job, s)) this.#io.err(line);
+    if (s.state === "not_certified") {
+      // It loaded but refuses not_certified until probed: say so, and what to run.
+      this.#io.err(`not certified: ${s.error?.message ?? "run 'ck-synapse probe run'"}`);
+      this.#io.out(`loaded: ${s.model_id}  ${s.fingerprint ?? "-"}  (not certified)`);
+      return cliExitFor("result");
+    }
     this.#io.out(`ready: ${s.model_id}  ${s.fingerprint ?? "-"}`);
     return cliExitFor("result");
   }
