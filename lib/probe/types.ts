@@ -123,6 +123,8 @@ export interface ProbeLaneResult {
   perf: PerfRow[];
   knob_assignment: KnobAssignment;
   duration_ms: number;
+  /** `PROBE_WORKLOAD_REVISION` of the workload the probe ran (lib/probe/workload.ts). */
+  workload_revision?: string;
 }
 
 /** A row of `cert_rows`, keyed by (machine_profile_hash, numeric_profile_id, runtime_config_digest). */

@@ -7,8 +7,9 @@
  * {@link PROBE_WORKLOAD_REVISION}.
  *
  * - embed lanes ({@link embedWorkload}): short texts, a batched set of varied lengths,
- *   shape-boundary texts (token lengths at the micro-batch edges of the lane: `maxMicroBatchTokens
- *   / maxSequences` and one more, half the budget and one more), long texts, one text of exactly
+ *   shape-boundary texts (at the micro-batch edges of the lane: one row over `maxSequences`,
+ *   rows of `maxMicroBatchTokens / maxSequences + 1` tokens, half the budget and one token
+ *   more; {@link boundaryCases}), long texts, one text of exactly
  *   the lane's max tokens and one of max+1 (which the same length check the ops use must refuse
  *   with `sequence_too_long`);
  * - rerank lanes ({@link rerankWorkload}): queries with candidate sets that hold near-ties
@@ -16,7 +17,8 @@
  *   max+1;
  * - generation lanes ({@link generationWorkload}): 20 prompts for 64 greedy tokens.
  *
- * Sized so a MiniLM-shaped encoder probes in a few seconds of engine time on 2 cores.
+ * Sized so a MiniLM-shaped encoder probes in seconds of engine time on 2 cores (about 15k
+ * tokens, a third of them at the micro-batch token edge).
  *
  * @module
  */
@@ -208,7 +210,7 @@ export interface EmbedWorkload {
   batched: string[];
   /** Texts at the micro-batch edges of the lane. */
   boundary: BoundaryCase[];
-  /** Long texts (about half, three quarters and all but one of the lane's max tokens). */
+  /** Long texts (half and all but one of the lane's max tokens). */
   long: string[];
   /** A text of exactly `maxTokens` tokens: must be served. */
   maxContext: string;
@@ -220,7 +222,7 @@ export interface EmbedWorkload {
 
 /** Options of {@link embedWorkload} and {@link rerankWorkload}. */
 export interface WorkloadOptions {
-  /** Texts in the batched set (at most 64). @default 48 */
+  /** Texts in the batched set (at most 64). @default 32 */
   batched?: number;
   /** Distinct texts per micro-batch edge. @default 4 */
   boundaryTexts?: number;
@@ -252,7 +254,7 @@ export function embedWorkload(
   const min = fit.count("a");
   const max = limits.maxTokens;
   const short = Array.from({ length: 8 }, () => note(rng.sentence(rng.int(2, 6))));
-  const nBatched = Math.min(64, Math.max(short.length, options.batched ?? 48));
+  const nBatched = Math.min(64, Math.max(short.length, options.batched ?? 32));
   const batched = [...short];
   while (batched.length < nBatched) {
     // Lengths up to ~40 words, never over the lane's limit.
@@ -269,7 +271,7 @@ export function embedWorkload(
       () => note(fit.exactly(n, rng)),
     ),
   }));
-  const longLengths = [...new Set([Math.floor(max / 2), Math.floor((max * 3) / 4), max - 1])]
+  const longLengths = [...new Set([Math.floor(max / 2), max - 1])]
     .filter((n) => n >= min);
   const long = longLengths.map((n) => note(fit.exactly(n, rng)));
   const maxContext = note(fit.exactly(max, rng));
@@ -373,10 +375,11 @@ export function generationWorkload(): GenerationWorkload {
 }
 
 /**
- * The micro-batch edges of a lane: rows of `budget/rows` tokens fill a micro-batch exactly
- * (both limits at once), one token more and the last row spills into a second call; two rows of
- * half the budget fill a call, one more token and each row is a call of its own. Lengths outside
- * [min, maxTokens] are dropped (a lane whose calls hold one row has no edge but its max).
+ * The micro-batch edges of a lane: one row more than a call may hold (short rows, so only the
+ * row limit splits the batch), rows of one token more than `budget/rows` (the token budget
+ * splits the batch: all but the last row fill a call to just under the budget), and two rows of
+ * half the budget (they fill one call) and of one token more (each row a call of its own).
+ * Lengths outside [min, maxTokens] are dropped (a lane whose calls hold one row has no edges).
  */
 export function boundaryCases(
   limits: WorkloadLimits,
@@ -390,9 +393,8 @@ export function boundaryCases(
     out.push({ edge, tokens, rows });
   };
   if (seqs > 1) {
-    const perRow = Math.floor(budget / seqs);
-    add("budget/rows", perRow, seqs);
-    add("budget/rows+1", perRow + 1, seqs);
+    add("rows+1", Math.max(min, Math.min(min + 6, Math.floor(budget / (seqs + 1)))), seqs + 1);
+    add("budget/rows+1", Math.floor(budget / seqs) + 1, seqs);
     const half = Math.floor(budget / 2);
     add("budget/2", half, 2);
     add("budget/2+1", half + 1, 2);

@@ -1,0 +1,871 @@
+/**
+ * The per-lane probe (issue 18 items 3 and 8): runs the probe workload ({@link ./workload.ts})
+ * through a model's control-class lanes (`registry.controlLanes(id)`: work queued under the
+ * model's own schedulers, picked first, one micro-batch per run, never a side channel) and
+ * records every check with what it measured and the bar it was held to.
+ *
+ * Checks (ids as in `ProbeCheck.id`, lib/probe/types.ts):
+ *
+ * - embed and rerank lanes: `query_path_equals_batch_path` (each text alone on the query lane vs
+ *   batched on the batch lane), `shape_invariance` (each row in batches of 1…64 rows and at the
+ *   micro-batch token edges vs that text alone on the batch lane; the batch sizes that differed
+ *   are named), `determinism` (the batch path twice), `finite`, `dims`, `norm` (profiles that
+ *   L2-normalise), `max_context` (a text of exactly the lane's max tokens is served),
+ *   `over_max_context_refused` (max+1 is refused with `sequence_too_long` by the ops' own
+ *   length check: the tokenizer pool, else the tokenizer);
+ * - with a reference lane: embed `reference_parity_mean_cosine`, `reference_parity_min_cosine`
+ *   (recorded, never failing), `reference_parity_worst_decile_overlap` (top-k neighbours of each
+ *   vector among the workload's vectors, lane vs reference; the 10th percentile of the
+ *   per-query overlaps); rerank `rerank_pearson`, `rerank_max_abs_delta`; without one the result
+ *   lists `checks_lacking: [{id: "reference_parity", reason: "no_reference_lane"}]`;
+ * - generation lanes: `greedy_determinism` (20 prompts × 64 greedy tokens, twice, token-exact)
+ *   and `greedy_serial_vs_concurrent` (the same prompts submitted all at once).
+ *
+ * `query_path_equals_batch_path` failing does not fail the lane: the result says
+ * `query_path: "disabled"` (the caller then disables the model's hot path, so the space never
+ * forks) and `passed` is decided by the other checks.
+ *
+ * Performance: one {@link PerfRow} per batch size the batch lane ran (tokens/s of engine time,
+ * start-delay p50 and call p50 from the lane timings `queueTimeMs` / `inferenceMs`), and a
+ * {@link KnobAssignment}: the measured best throughput within the lane's limits.
+ *
+ * @module
+ */
+import { SynapseError } from "../contract/errors.ts";
+import type { EngineRow, GenerateRequest } from "../engines/engine.ts";
+import type { Dtype } from "../identity/numeric_profile.ts";
+import type { Lane, LaneBatchResult } from "../lanes/lane.ts";
+import type { ReadyModel } from "../models/model.ts";
+import { planMicroBatches } from "../sched/micro_batch.ts";
+import type { EncodeOutcome } from "../tokenize/tokenizer.ts";
+import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
+import {
+  allFinite,
+  compareTokens,
+  cosineStats,
+  maxAbsDelta,
+  norm,
+  pearson,
+  topKOverlap,
+  worstDecile,
+} from "./metrics.ts";
+import type { CertClass, KnobAssignment, PerfRow, ProbeCheck, ProbeLaneResult } from "./types.ts";
+import {
+  embedWorkload,
+  generationWorkload,
+  PROBE_WORKLOAD_REVISION,
+  rerankWorkload,
+  type WorkloadLimits,
+} from "./workload.ts";
+
+/** The bars a lane is held to (contract.md §12; `probe.*` config keys for the first two). */
+export interface ProbeThresholds {
+  /** Least mean cosine against the reference (`probe.mean_cosine_threshold`, 0.999). */
+  mean_cosine: number;
+  /** Least worst-decile top-k overlap (`probe.worst_decile_rank_overlap_threshold`, 0.9). */
+  worst_decile_overlap: number;
+  /** Largest |norm − 1| of a vector of an L2-normalising profile (1e-3). */
+  norm_tolerance: number;
+  /** Least Pearson of rerank scores against the reference (0.999). */
+  rerank_pearson: number;
+  /** Largest |Δscore| against the reference (0.005 for an f32 lane, 0.02 otherwise). */
+  rerank_max_abs_delta: number;
+  /**
+   * Least cosine of a text's query-path vector against its batch-path vector (0.99999: the two
+   * paths must give the same vector, up to float rounding of padded batches).
+   */
+  query_batch_cosine: number;
+  /** Least cosine of a row in a batch against the same text alone (0.99999). */
+  shape_cosine: number;
+  /** Least cosine between two runs of the same batch (0.999999). */
+  determinism: number;
+  /** Largest |Δscore| between a rerank lane's own paths, shapes and runs (1e-4). */
+  score_self_delta: number;
+}
+
+/**
+ * The probe's thresholds: contract.md §12 defaults, the two `probe.*` config keys, and the
+ * rerank |Δ| bar of the lane's dtype.
+ *
+ * @param probe `config.probe` (`mean_cosine_threshold`, `worst_decile_rank_overlap_threshold`).
+ * @param dtype The lane's compute dtype (`profile.dtype`).
+ */
+export function probeThresholds(
+  probe: { mean_cosine_threshold?: number; worst_decile_rank_overlap_threshold?: number } = {},
+  dtype: Dtype = "f32",
+): ProbeThresholds {
+  return {
+    mean_cosine: probe.mean_cosine_threshold ?? 0.999,
+    worst_decile_overlap: probe.worst_decile_rank_overlap_threshold ?? 0.9,
+    norm_tolerance: 1e-3,
+    rerank_pearson: 0.999,
+    rerank_max_abs_delta: dtype === "f32" ? 0.005 : 0.02,
+    query_batch_cosine: 0.99999,
+    shape_cosine: 0.99999,
+    determinism: 0.999999,
+    score_self_delta: 1e-4,
+  };
+}
+
+/** The lanes of one model the probe runs on (`registry.controlLanes(id)`). */
+export interface ProbeLanes {
+  /** Control-class lane on the model's interactive runtime: the query path. */
+  query: Lane;
+  /** Control-class lane on the model's bulk runtime: the batch path. */
+  batch: Lane;
+}
+
+/** What {@link probeLane} probes. */
+export interface ProbeLaneInput {
+  model: ReadyModel;
+  /** `<catalog_id>-<backend>` for catalog models, else the model id. */
+  laneId: string;
+  lanes: ProbeLanes;
+  /** The reference lane (same weights, ORT fp32 CPU) for the parity checks. */
+  reference?: { model: ReadyModel; lanes: ProbeLanes };
+  /** The bars; missing ones from {@link probeThresholds}`({}, model.profile.dtype)`. */
+  thresholds?: Partial<ProbeThresholds>;
+  /** Knob (thread policy) the lane runs under, for the perf rows. */
+  knob: string;
+  /** The module's tokenizer pool: the max+1 refusal goes through it as the ops' does. */
+  tokenizers?: TokenizerPool;
+  /** Stops the probe between runs (and the run in flight at its next micro-batch). */
+  signal?: AbortSignal;
+  /** Progress: the step running, engine runs done and the total planned. A throw is ignored. */
+  onProgress?: (step: string, done: number, total: number) => void;
+  /**
+   * Generation lanes: how many of the workload's 20 prompts to run (each for 64 greedy tokens,
+   * three times). Fewer only where a test must bound its time. @default 20
+   */
+  generationPrompts?: number;
+  /** Top-k of the neighbour overlap. @default 10 */
+  topK?: number;
+  /** Wall clock, ms. @default performance.now */
+  now?: () => number;
+}
+
+/**
+ * Probes one lane.
+ *
+ * @returns The checks, what is lacking, the query-path verdict, perf rows and knob assignment.
+ * @throws the signal's reason when it aborts.
+ * @throws {SynapseError} what a lane throws for a whole run (`engine_crashed`, `probe_required`,
+ *   `disposed`); `invalid_request` when the reference serves another task or other dims.
+ */
+export async function probeLane(input: ProbeLaneInput): Promise<ProbeLaneResult> {
+  const now = input.now ?? (() => performance.now());
+  const started = now();
+  const model = input.model;
+  const thresholds = { ...probeThresholds({}, model.profile.dtype), ...input.thresholds };
+  if (input.reference !== undefined) checkReference(model, input.reference.model);
+  const ctx = new ProbeContext(input, thresholds);
+  if (model.task === "generate") await probeGeneration(ctx);
+  else await probeRows(ctx);
+  const queryPathOk = ctx.checks.find((c) => c.id === QUERY_PATH)?.passed ?? true;
+  const passed = ctx.checks.every((c) => c.passed || c.id === QUERY_PATH);
+  const perf = ctx.perfRows();
+  return {
+    model_id: model.modelId,
+    lane_id: input.laneId,
+    task: model.task,
+    cert_class: CERT_CLASS[model.task],
+    numeric_profile_id: model.numericProfileId,
+    fingerprint: model.fingerprint,
+    reference_model_id: input.reference?.model.modelId ?? null,
+    passed,
+    checks: ctx.checks,
+    checks_lacking: ctx.lacking,
+    query_path: queryPathOk ? "enabled" : "disabled",
+    perf,
+    knob_assignment: knobAssignment(input.knob, perf, ctx.bestCall),
+    duration_ms: Math.round(now() - started),
+    workload_revision: PROBE_WORKLOAD_REVISION,
+  };
+}
+
+const QUERY_PATH = "query_path_equals_batch_path";
+
+const CERT_CLASS: Record<ReadyModel["task"], CertClass> = {
+  embed: "embedding",
+  rerank: "rerank",
+  generate: "generation",
+};
+
+/** Shape sizes of the sweep, before the lane's `maxSequences` bounds them. */
+export const SHAPE_BATCH_SIZES: readonly number[] = Object.freeze([
+  1,
+  2,
+  3,
+  7,
+  8,
+  9,
+  16,
+  31,
+  32,
+  33,
+  64,
+]);
+
+function checkReference(model: ReadyModel, ref: ReadyModel): void {
+  if (ref.task !== model.task || ref.dims !== model.dims) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot probe model '${model.modelId}' against '${ref.modelId}': the reference serves ${ref.task} with ${ref.dims} dims, the lane ${model.task} with ${model.dims}`,
+      {
+        details: {
+          model_id: model.modelId,
+          reference_model_id: ref.modelId,
+          task: model.task,
+          reference_task: ref.task,
+        },
+      },
+    );
+  }
+}
+
+/** One engine run the probe timed. */
+interface Timed {
+  rows: number;
+  tokens: number;
+  queueMs: number;
+  inferenceMs: number;
+}
+
+/** State of one probe: checks, progress and timings. */
+class ProbeContext {
+  readonly input: ProbeLaneInput;
+  readonly t: ProbeThresholds;
+  readonly checks: ProbeCheck[] = [];
+  readonly lacking: { id: string; reason: string }[] = [];
+  /** Batch-lane runs, for the perf rows. */
+  readonly timed: Timed[] = [];
+  bestCall: Timed | undefined;
+  #done = 0;
+  total = 0;
+  #step = "";
+
+  constructor(input: ProbeLaneInput, t: ProbeThresholds) {
+    this.input = input;
+    this.t = t;
+  }
+
+  get model(): ReadyModel {
+    return this.input.model;
+  }
+
+  step(name: string): void {
+    this.#step = name;
+    this.#progress();
+  }
+
+  ran(): void {
+    this.#done++;
+    this.#progress();
+  }
+
+  check(c: ProbeCheck): void {
+    this.checks.push(c);
+  }
+
+  #progress(): void {
+    this.input.signal?.throwIfAborted();
+    try {
+      this.input.onProgress?.(this.#step, this.#done, Math.max(this.total, this.#done));
+    } catch { /* observers must not break the probe */ }
+  }
+
+  /** Perf rows: batch-lane runs grouped by rows per run. */
+  perfRows(): PerfRow[] {
+    const groups = new Map<number, Timed[]>();
+    for (const r of this.timed) {
+      const g = groups.get(r.rows) ?? [];
+      g.push(r);
+      groups.set(r.rows, g);
+    }
+    const rows: PerfRow[] = [];
+    let best: { tps: number; call: Timed } | undefined;
+    for (const [n, g] of [...groups].sort((a, b) => a[0] - b[0])) {
+      const tokens = g.reduce((a, r) => a + r.tokens, 0);
+      const ms = g.reduce((a, r) => a + r.inferenceMs, 0);
+      const tps = ms > 0 ? (tokens * 1000) / ms : 0;
+      const callMs = median(g.map((r) => r.inferenceMs));
+      rows.push({
+        knob: this.input.knob,
+        batch_rows: n,
+        tokens_per_second: round3(tps),
+        start_delay_p50_ms: round3(median(g.map((r) => r.queueMs))),
+        call_ms_p50: round3(callMs),
+      });
+      if (best === undefined || tps > best.tps) {
+        // The call that stands for the group: its median-token run.
+        const sorted = [...g].sort((a, b) => a.tokens - b.tokens);
+        const mid = sorted[Math.floor((sorted.length - 1) / 2)]!;
+        best = { tps, call: { ...mid, inferenceMs: callMs } };
+      }
+    }
+    this.bestCall = best?.call;
+    return rows;
+  }
+}
+
+function knobAssignment(knob: string, perf: PerfRow[], best: Timed | undefined): KnobAssignment {
+  const row = perf.reduce<PerfRow | undefined>(
+    (a, r) => a === undefined || r.tokens_per_second > a.tokens_per_second ? r : a,
+    undefined,
+  );
+  return {
+    knob,
+    recommended_batch: { rows: best?.rows ?? 1, token_budget: best?.tokens ?? 0 },
+    estimated_execution_ms: round3(best?.inferenceMs ?? 0),
+    tokens_per_second: row?.tokens_per_second ?? 0,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embed and rerank lanes
+
+/** One workload item: its text (or pair), its rows on the lane and on the reference. */
+interface Item {
+  label: string;
+  row: EngineRow;
+}
+
+/** What a lane gave for each row: the values, or why there are none. */
+type Out = { ok: true; values: Float32Array } | { ok: false; why: string };
+
+/** Runs rows on a lane one micro-batch per run (the lane's own plan); outputs by row. */
+async function runRows(
+  ctx: ProbeContext,
+  lane: Lane,
+  rows: readonly EngineRow[],
+  timed: boolean,
+): Promise<Out[]> {
+  const kind = ctx.model.task === "rerank" ? "score" : "embed";
+  const limits = lane.engine.limits;
+  const out = new Array<Out>(rows.length);
+  const plan = planMicroBatches(rows.map((r) => r.ids.length), {
+    maxBatchTokens: limits.maxMicroBatchTokens,
+    maxSequences: limits.maxSequences,
+  });
+  for (const idx of plan) {
+    const callRows = idx.map((i) => rows[i]!);
+    const res: LaneBatchResult = await lane.run(
+      { kind, rows: callRows },
+      { ...(ctx.input.signal === undefined ? {} : { signal: ctx.input.signal }), label: "probe" },
+    );
+    if (timed) {
+      ctx.timed.push({
+        rows: callRows.length,
+        tokens: callRows.reduce((a, r) => a + r.ids.length, 0),
+        queueMs: res.queueTimeMs,
+        inferenceMs: res.inferenceMs,
+      });
+    }
+    idx.forEach((i, k) => {
+      const r = res.rows[k]!;
+      out[i] = r.kind === "ok"
+        ? { ok: true, values: Float32Array.from(r.values) }
+        : { ok: false, why: r.kind === "error" ? r.error.code : "non_finite" };
+    });
+    ctx.ran();
+  }
+  return out;
+}
+
+/** Engine runs {@link runRows} makes for `rows` on `lane`. */
+function runsOf(lane: Lane, lengths: readonly number[]): number {
+  const limits = lane.engine.limits;
+  return planMicroBatches(lengths, {
+    maxBatchTokens: limits.maxMicroBatchTokens,
+    maxSequences: limits.maxSequences,
+  }).length;
+}
+
+/** Compares two aligned output lists; embed by cosine (≥), rerank by |Δscore| (≤). */
+interface Comparison {
+  /** Worst value over the items both served. */
+  value: number;
+  /** Items that missed the bar. */
+  bad: number[];
+  /** Items one side did not serve. */
+  missing: number[];
+}
+
+function compareOuts(ctx: ProbeContext, a: Out[], b: Out[], bar: number): Comparison {
+  const score = ctx.model.task === "rerank";
+  let value = score ? 0 : 1;
+  const bad: number[] = [];
+  const missing: number[] = [];
+  a.forEach((x, i) => {
+    const y = b[i]!;
+    if (!x.ok || !y.ok) return void missing.push(i);
+    if (score) {
+      const d = maxAbsDelta(x.values, y.values);
+      value = Math.max(value, d);
+      if (!(d <= bar)) bad.push(i);
+    } else {
+      const c = cosineStats([x.values], [y.values]).min;
+      value = Math.min(value, c);
+      if (!(c >= bar)) bad.push(i);
+    }
+  });
+  return { value, bad, missing };
+}
+
+function selfCheck(
+  ctx: ProbeContext,
+  id: string,
+  cmp: Comparison,
+  bar: number,
+  what: string,
+  detail?: string,
+): ProbeCheck {
+  const score = ctx.model.task === "rerank";
+  const passed = cmp.bad.length === 0 && cmp.missing.length === 0;
+  const notes: string[] = [];
+  if (cmp.bad.length > 0) notes.push(`${cmp.bad.length} ${what} missed the bar`);
+  if (cmp.missing.length > 0) notes.push(`${cmp.missing.length} ${what} not served`);
+  if (detail !== undefined && !passed) notes.push(detail);
+  return {
+    id,
+    passed,
+    value: round9(cmp.value),
+    threshold: bar,
+    comparison: score ? "<=" : ">=",
+    ...(notes.length > 0 ? { detail: notes.join("; ") } : {}),
+  };
+}
+
+/** The embed or rerank workload as items on a model's tokenizer. */
+interface RowWorkload {
+  /** The main set: query ≡ batch, determinism, parity. */
+  core: Item[];
+  /** The rows of the batch-size sweep (the short and batched texts; no long ones). */
+  sweep: Item[];
+  /** Text (or pair) builders for the reference's tokenizer, aligned with `core`. */
+  coreTexts: { query?: string; text: string }[];
+  boundary: { edge: string; rows: number; items: Item[] }[];
+  maxContext: Item;
+  overMax: { query?: string; text: string };
+  overMaxIds: EngineRow;
+}
+
+function rowOf(ids: Int32Array, typeIds: Int32Array): EngineRow {
+  return { ids, typeIds };
+}
+
+function encodeFor(
+  model: ReadyModel,
+  t: { query?: string; text: string },
+  maxTokens = model.maxTokens,
+): EngineRow {
+  const seq = t.query === undefined
+    ? model.tokenizer.encode(t.text, { maxTokens })
+    : model.tokenizer.encodePair(t.query, t.text, { maxTokens });
+  return rowOf(seq.ids, seq.typeIds);
+}
+
+function rowWorkload(model: ReadyModel, lanes: ProbeLanes): RowWorkload {
+  const limits: WorkloadLimits = {
+    maxTokens: Math.min(model.maxTokens, lanes.batch.engine.limits.maxSequenceTokens),
+    maxMicroBatchTokens: lanes.batch.engine.limits.maxMicroBatchTokens,
+    maxSequences: lanes.batch.engine.limits.maxSequences,
+  };
+  const item = (t: { query?: string; text: string }, label: string): Item => ({
+    label,
+    row: encodeFor(model, t),
+  });
+  const huge = 1 << 30;
+  if (model.task === "rerank") {
+    const w = rerankWorkload(model.tokenizer, limits);
+    const coreTexts = w.groups.flatMap((g) =>
+      g.candidates.map((text) => ({ query: g.query, text }))
+    );
+    const core = coreTexts.map((t, i) => item(t, `pair ${i}`));
+    return {
+      core,
+      sweep: core,
+      coreTexts,
+      // Rerank rows are pairs of varied length; the shape sweep covers the micro-batch edges.
+      boundary: [],
+      maxContext: item({ query: w.maxContext.query, text: w.maxContext.candidate }, "max pair"),
+      overMax: { query: w.overMax.query, text: w.overMax.candidate },
+      overMaxIds: encodeFor(model, { query: w.overMax.query, text: w.overMax.candidate }, huge),
+    };
+  }
+  const w = embedWorkload(model.tokenizer, limits);
+  const coreTexts = [...w.batched, ...w.long].map((text) => ({ text }));
+  const core = coreTexts.map((t, i) => item(t, `text ${i}`));
+  return {
+    core,
+    sweep: core.slice(0, w.batched.length),
+    coreTexts,
+    boundary: w.boundary.map((b) => ({
+      edge: `${b.edge} (${b.tokens} tokens × ${b.rows} rows)`,
+      rows: b.rows,
+      items: b.texts.map((text, i) => item({ text }, `${b.edge} text ${i}`)),
+    })),
+    maxContext: item({ text: w.maxContext }, "max-context text"),
+    overMax: { text: w.overMax },
+    overMaxIds: encodeFor(model, { text: w.overMax }, huge),
+  };
+}
+
+/** `rows` rows cycling through `items`. */
+function cycle<T>(items: readonly T[], rows: number): T[] {
+  return Array.from({ length: rows }, (_, i) => items[i % items.length]!);
+}
+
+async function probeRows(ctx: ProbeContext): Promise<void> {
+  const { model, lanes } = ctx.input;
+  const t = ctx.t;
+  const w = rowWorkload(model, lanes);
+  const coreRows = w.core.map((x) => x.row);
+  const coreLengths = coreRows.map((r) => r.ids.length);
+  const maxSeq = lanes.batch.engine.limits.maxSequences;
+  // A lane whose calls hold one row still runs multi-row requests (pipelined calls).
+  const sizes = maxSeq > 1
+    ? SHAPE_BATCH_SIZES.filter((n) => n <= maxSeq)
+    : SHAPE_BATCH_SIZES.filter((n) => n <= 3);
+  const sweepBase = w.sweep.map((x) => x.row);
+  const sweepRows = sizes.map((n) => cycle(sweepBase, n));
+  const boundaryBatches = w.boundary.map((b) => cycle(b.items.map((x) => x.row), b.rows));
+  const ref = ctx.input.reference;
+  const refRows = ref === undefined ? [] : w.coreTexts.map((x) => encodeFor(ref.model, x));
+  ctx.total = coreRows.length + // query path
+    2 * runsOf(lanes.batch, coreLengths) + // batch path, twice
+    sweepBase.length + // batch-1 baselines
+    sweepRows.reduce((a, r) => a + runsOf(lanes.batch, r.map((x) => x.ids.length)), 0) +
+    w.boundary.reduce((a, b) => a + b.items.length, 0) +
+    boundaryBatches.reduce((a, r) => a + runsOf(lanes.batch, r.map((x) => x.ids.length)), 0) +
+    2 + // max context, max+1 on the lane
+    (ref === undefined ? 0 : runsOf(ref.lanes.batch, refRows.map((r) => r.ids.length)));
+
+  // Query path: each text alone on the interactive runtime.
+  ctx.step("query_path");
+  const query: Out[] = [];
+  for (const row of coreRows) query.push(...await runRows(ctx, lanes.query, [row], false));
+  // Batch path: batched on the bulk runtime, twice.
+  ctx.step("batch_path");
+  const batch = await runRows(ctx, lanes.batch, coreRows, true);
+  ctx.step("determinism");
+  const again = await runRows(ctx, lanes.batch, coreRows, true);
+  const score = model.task === "rerank";
+  const selfBar = (cos: number) => score ? t.score_self_delta : cos;
+  ctx.check(
+    selfCheck(
+      ctx,
+      QUERY_PATH,
+      compareOuts(ctx, query, batch, selfBar(t.query_batch_cosine)),
+      selfBar(t.query_batch_cosine),
+      "items",
+      "the query path is disabled: embed.query is served by the batch path",
+    ),
+  );
+  ctx.check(
+    selfCheck(
+      ctx,
+      "determinism",
+      compareOuts(ctx, batch, again, selfBar(t.determinism)),
+      selfBar(t.determinism),
+      "items",
+    ),
+  );
+
+  // Shape invariance: every row of every batch size and edge against the text alone.
+  ctx.step("shape_invariance");
+  const alone: Out[] = [];
+  for (const row of sweepBase) alone.push(...await runRows(ctx, lanes.batch, [row], true));
+  const aloneOf = new Map<EngineRow, Out>(sweepBase.map((r, i) => [r, alone[i]!]));
+  for (const b of w.boundary) {
+    for (const x of b.items) {
+      aloneOf.set(x.row, (await runRows(ctx, lanes.batch, [x.row], true))[0]!);
+    }
+  }
+  const shapeBar = selfBar(t.shape_cosine);
+  let shapeWorst = score ? 0 : 1;
+  let shapeMissing = 0;
+  const differed: string[] = [];
+  const cases = [
+    ...sizes.map((n, i) => ({ name: `${n} rows`, rows: sweepRows[i]! })),
+    ...w.boundary.map((b, i) => ({ name: b.edge, rows: boundaryBatches[i]! })),
+  ];
+  for (const c of cases) {
+    const outs = await runRows(ctx, lanes.batch, c.rows, true);
+    const cmp = compareOuts(ctx, outs, c.rows.map((r) => aloneOf.get(r)!), shapeBar);
+    shapeWorst = score ? Math.max(shapeWorst, cmp.value) : Math.min(shapeWorst, cmp.value);
+    shapeMissing += cmp.missing.length;
+    if (cmp.bad.length > 0 || cmp.missing.length > 0) {
+      differed.push(`${c.name}: ${cmp.bad.length + cmp.missing.length}/${c.rows.length} rows`);
+    }
+  }
+  ctx.check({
+    id: "shape_invariance",
+    passed: differed.length === 0,
+    value: round9(shapeWorst),
+    threshold: shapeBar,
+    comparison: score ? "<=" : ">=",
+    ...(differed.length === 0 ? {} : {
+      detail: `batch sizes that differed from the rows alone: ${differed.join(", ")}${
+        shapeMissing > 0 ? ` (${shapeMissing} rows not served)` : ""
+      }`,
+    }),
+  });
+
+  // Output facts over everything the batch path gave.
+  const all = [...batch, ...again, ...alone];
+  const bad = all.filter((o) => !o.ok) as { ok: false; why: string }[];
+  const values = all.filter((o) => o.ok).map((o) => (o as { values: Float32Array }).values);
+  const nonFinite = values.filter((v) => !allFinite(v)).length +
+    bad.filter((b) => b.why === "non_finite").length;
+  ctx.check({
+    id: "finite",
+    passed: nonFinite === 0 && bad.length === 0,
+    value: nonFinite === 0 && bad.length === 0,
+    threshold: null,
+    comparison: "==",
+    ...(nonFinite + bad.length === 0 ? {} : {
+      detail: `${nonFinite} outputs not finite; ${bad.length} rows not served (${
+        [...new Set(bad.map((b) => b.why))].join(", ")
+      })`,
+    }),
+  });
+  const wrongDims = values.filter((v) => v.length !== model.dims).length;
+  ctx.check({
+    id: "dims",
+    passed: wrongDims === 0,
+    value: values[0]?.length ?? null,
+    threshold: model.dims,
+    comparison: "==",
+    ...(wrongDims === 0 ? {} : { detail: `${wrongDims} outputs are not ${model.dims} wide` }),
+  });
+  if (model.profile.normalization === "l2") {
+    const worst = values.reduce((a, v) => Math.max(a, Math.abs(norm(v) - 1)), 0);
+    ctx.check({
+      id: "norm",
+      passed: worst <= t.norm_tolerance,
+      value: round9(worst),
+      threshold: t.norm_tolerance,
+      comparison: "<=",
+      ...(worst <= t.norm_tolerance ? {} : { detail: `largest |norm − 1| is ${worst}` }),
+    });
+  }
+
+  // Max context served, max+1 refused by the ops' own length check.
+  ctx.step("max_context");
+  const [maxOut] = await runRows(ctx, lanes.batch, [w.maxContext.row], false);
+  ctx.check({
+    id: "max_context",
+    passed: maxOut!.ok && allFinite(maxOut!.values),
+    value: maxOut!.ok ? `served:${w.maxContext.row.ids.length}` : `refused:${maxOut!.why}`,
+    threshold: `served:${w.maxContext.row.ids.length}`,
+    comparison: "==",
+  });
+  const refusal = await opLengthCheck(ctx, w.overMax);
+  const [laneOver] = await runRows(ctx, lanes.batch, [w.overMaxIds], false);
+  ctx.check({
+    id: "over_max_context_refused",
+    passed: refusal === "sequence_too_long",
+    value: `refused:${refusal}`,
+    threshold: "refused:sequence_too_long",
+    comparison: "==",
+    detail: `${w.overMaxIds.ids.length} tokens; the lane itself ${
+      laneOver!.ok ? "served the row" : `refused the row: ${laneOver!.why}`
+    }`,
+  });
+
+  // Parity with the reference lane.
+  if (ref === undefined) {
+    ctx.lacking.push({ id: "reference_parity", reason: "no_reference_lane" });
+    return;
+  }
+  ctx.step("reference_parity");
+  const refOut = await runRows(ctx, ref.lanes.batch, refRows, false);
+  const pairs: [Float32Array, Float32Array][] = [];
+  batch.forEach((o, i) => {
+    const y = refOut[i]!;
+    if (o.ok && y.ok) pairs.push([o.values, y.values]);
+  });
+  const missing = batch.length - pairs.length;
+  const missingNote = missing > 0 ? `; ${missing} items not served by one side` : "";
+  if (score) {
+    const a = pairs.map(([x]) => x[0]!), b = pairs.map(([, y]) => y[0]!);
+    const r = pearson(a, b);
+    const d = maxAbsDelta(a, b);
+    ctx.check({
+      id: "rerank_pearson",
+      passed: r >= t.rerank_pearson && missing === 0,
+      value: round9(r),
+      threshold: t.rerank_pearson,
+      comparison: ">=",
+      ...(r >= t.rerank_pearson && missing === 0 ? {} : {
+        detail: `Pearson of ${pairs.length} scores against the reference is ${r}${missingNote}`,
+      }),
+    });
+    ctx.check({
+      id: "rerank_max_abs_delta",
+      passed: d <= t.rerank_max_abs_delta && missing === 0,
+      value: round9(d),
+      threshold: t.rerank_max_abs_delta,
+      comparison: "<=",
+      ...(d <= t.rerank_max_abs_delta && missing === 0
+        ? {}
+        : { detail: `largest |Δscore| against the reference is ${d}${missingNote}` }),
+    });
+    return;
+  }
+  const lv = pairs.map(([x]) => x), rv = pairs.map(([, y]) => y);
+  const cs = cosineStats(lv, rv);
+  const k = ctx.input.topK ?? 10;
+  const overlap = worstDecile(topKOverlap(lv, rv, k));
+  ctx.check({
+    id: "reference_parity_mean_cosine",
+    passed: cs.mean >= t.mean_cosine && missing === 0,
+    value: round9(cs.mean),
+    threshold: t.mean_cosine,
+    comparison: ">=",
+    ...(cs.mean >= t.mean_cosine && missing === 0
+      ? {}
+      : { detail: `mean cosine against the reference is ${cs.mean}${missingNote}` }),
+  });
+  ctx.check({
+    id: "reference_parity_min_cosine",
+    // Recorded, never failing: the mean and the overlap are the bars (contract.md §12).
+    passed: true,
+    value: round9(cs.min),
+    threshold: null,
+    comparison: ">=",
+    ...(cs.minIndex < 0 ? {} : { detail: `least at ${w.core[cs.minIndex]?.label}` }),
+  });
+  ctx.check({
+    id: "reference_parity_worst_decile_overlap",
+    passed: overlap >= t.worst_decile_overlap,
+    value: round9(overlap),
+    threshold: t.worst_decile_overlap,
+    comparison: ">=",
+    detail: `top-${Math.min(k, Math.max(1, lv.length - 1))} neighbours among ${lv.length} vectors`,
+  });
+}
+
+/**
+ * The ops' own length check on a text (a pair's document) of max+1 tokens: the tokenizer pool,
+ * as embed and rerank tokenize, else the tokenizer.
+ *
+ * @returns The refusal's code, or `served` when it was not refused.
+ */
+async function opLengthCheck(
+  ctx: ProbeContext,
+  t: { query?: string; text: string },
+): Promise<string> {
+  const model = ctx.model;
+  const pool = ctx.input.tokenizers;
+  let outcome: EncodeOutcome;
+  if (pool !== undefined) {
+    const opts = {
+      maxTokens: model.maxTokens,
+      truncate: false,
+      ...(ctx.input.signal === undefined ? {} : { signal: ctx.input.signal }),
+    };
+    [outcome] = t.query === undefined
+      ? await pool.encodeItems(model.tokenizer, [t.text], opts) as [EncodeOutcome]
+      : await pool.encodePairs(model.tokenizer, t.query, [t.text], opts) as [EncodeOutcome];
+  } else {
+    try {
+      encodeFor(model, t);
+      return "served";
+    } catch (err) {
+      return err instanceof SynapseError ? err.code : String(err);
+    }
+  }
+  if (outcome.ok) return "served";
+  return outcome.error instanceof SynapseError ? outcome.error.code : outcome.error.message;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generation lanes
+
+async function probeGeneration(ctx: ProbeContext): Promise<void> {
+  const { model, lanes } = ctx.input;
+  const w = generationWorkload();
+  const context = model.profile.certified_shape.max_context_tokens;
+  const prompts = w.prompts.slice(0, Math.max(1, ctx.input.generationPrompts ?? w.prompts.length));
+  const requests: GenerateRequest[] = prompts.map((prompt) => {
+    // As microllm.oneshot: the prompt is plain text, no truncation.
+    const seq = model.tokenizer.encode(prompt, { maxTokens: model.maxTokens });
+    return { ids: seq.ids, maxTokens: Math.min(w.maxTokens, context - seq.ids.length) };
+  });
+  ctx.total = 3 * requests.length;
+  const signalOpt = ctx.input.signal === undefined ? {} : { signal: ctx.input.signal };
+  const serial = async (): Promise<number[][]> => {
+    const out: number[][] = [];
+    for (const request of requests) {
+      const r = await lanes.query.run({ kind: "generate", request }, {
+        ...signalOpt,
+        label: "probe",
+      });
+      ctx.timed.push({
+        rows: 1,
+        tokens: r.output.generatedIds.length,
+        queueMs: r.queueTimeMs,
+        inferenceMs: r.inferenceMs,
+      });
+      out.push(r.output.generatedIds);
+      ctx.ran();
+    }
+    return out;
+  };
+  ctx.step("greedy_serial");
+  const first = await serial();
+  ctx.step("greedy_determinism");
+  const second = await serial();
+  ctx.step("greedy_concurrent");
+  const concurrent = await Promise.all(requests.map(async (request) => {
+    const r = await lanes.batch.run({ kind: "generate", request }, {
+      ...signalOpt,
+      label: "probe",
+    });
+    ctx.ran();
+    return r.output.generatedIds;
+  }));
+  const det = compareTokens(first, second);
+  const conc = compareTokens(first, concurrent);
+  const n = requests.length;
+  const mismatch = (c: ReturnType<typeof compareTokens>, what: string) =>
+    c.firstMismatch === undefined ? {} : {
+      detail: `${
+        n - c.matching
+      }/${n} prompts differ ${what}; first: prompt ${c.firstMismatch.index} at token ${c.firstMismatch.position}`,
+    };
+  ctx.check({
+    id: "greedy_determinism",
+    passed: det.equal,
+    value: det.matching / n,
+    threshold: 1,
+    comparison: "==",
+    ...mismatch(det, "between two serial runs"),
+  });
+  ctx.check({
+    id: "greedy_serial_vs_concurrent",
+    passed: conc.equal,
+    value: conc.matching / n,
+    threshold: 1,
+    comparison: "==",
+    ...mismatch(conc, "between the serial and the concurrent run"),
+  });
+  ctx.lacking.push({ id: "reference_parity", reason: "no_reference_lane" });
+}
+
+function median(xs: readonly number[]): number {
+  if (xs.length === 0) return 0;
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+function round3(x: number): number {
+  return Math.round(x * 1000) / 1000;
+}
+
+function round9(x: number): number {
+  return Number.isFinite(x) ? Math.round(x * 1e9) / 1e9 : x;
+}
