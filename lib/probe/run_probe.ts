@@ -17,7 +17,8 @@
  *   (recorded, never failing), `reference_parity_worst_decile_overlap` (top-k neighbours of each
  *   vector among the workload's vectors, lane vs reference; the 10th percentile of the
  *   per-query overlaps); rerank `rerank_pearson`, `rerank_max_abs_delta`; without one the result
- *   lists `checks_lacking: [{id: "reference_parity", reason: "no_reference_lane"}]`;
+ *   lists `checks_lacking: [{id: "reference_parity", reason: "no_reference_lane"}]` (or
+ *   `reference_not_loaded` when the source declares a `reference_model` that is not loaded);
  * - generation lanes: `greedy_determinism` (20 prompts × 64 greedy tokens, twice, token-exact)
  *   and `greedy_serial_vs_concurrent` (the same prompts submitted all at once).
  *
@@ -123,6 +124,12 @@ export interface ProbeLaneInput {
   lanes: ProbeLanes;
   /** The reference lane (same weights, ORT fp32 CPU) for the parity checks. */
   reference?: { model: ReadyModel; lanes: ProbeLanes };
+  /**
+   * The model id the lane's source declares as its reference (`reference_model`), when any:
+   * without {@link reference} the parity checks are then lacking with reason
+   * `reference_not_loaded` (the model it names is not loaded) instead of `no_reference_lane`.
+   */
+  declaredReference?: string;
   /** The bars; missing ones from {@link probeThresholds}`({}, model.profile.dtype)`. */
   thresholds?: Partial<ProbeThresholds>;
   /** Knob (thread policy) the lane runs under, for the perf rows. */
@@ -676,7 +683,12 @@ async function probeRows(ctx: ProbeContext): Promise<void> {
 
   // Parity with the reference lane.
   if (ref === undefined) {
-    ctx.lacking.push({ id: "reference_parity", reason: "no_reference_lane" });
+    ctx.lacking.push({
+      id: "reference_parity",
+      reason: ctx.input.declaredReference === undefined
+        ? "no_reference_lane"
+        : "reference_not_loaded",
+    });
     return;
   }
   ctx.step("reference_parity");
