@@ -23,6 +23,7 @@ import { embedCommand } from "./commands/embed.ts";
 import { jobCommand } from "./commands/job.ts";
 import { modelsCommand } from "./commands/models.ts";
 import { psCommand } from "./commands/ps.ts";
+import { probeCommand } from "./commands/probe.ts";
 import { pullCommand } from "./commands/pull.ts";
 import { rerankCommand } from "./commands/rerank.ts";
 import { rmCommand } from "./commands/rm.ts";
@@ -39,6 +40,7 @@ export const COMMANDS: readonly Command[] = Object.freeze([
   rerankCommand,
   generateCommand,
   pullCommand,
+  probeCommand,
   psCommand,
   rmCommand,
   modelsCommand,

@@ -326,6 +326,27 @@ export const CachePinParams = z.strictObject({
   path: ["digest"],
 });
 
+/**
+ * `probe.start {models?, request_key?, deadline_ms?}` (contract.md §1): a durable probe job.
+ * `models` absent or empty: every loaded model whose lanes need a certificate. `deadline_ms`: the
+ * whole job's budget from admission (ms); past it the job fails `deadline_exceeded`.
+ */
+export const ProbeStartParams = z.strictObject({
+  models: z.array(wellFormedName()).max(256).optional(),
+  request_key: wellFormedName(REQUEST_KEY_MAX_BYTES).refine(
+    (s) => utf8.encode(s).byteLength <= REQUEST_KEY_MAX_BYTES,
+    { message: `is longer than ${REQUEST_KEY_MAX_BYTES} UTF-8 bytes` },
+  ).optional(),
+  deadline_ms: z.number().int().positive().optional(),
+});
+export type ProbeStartParams = z.infer<typeof ProbeStartParams>;
+
+/** `probe.status {job_id}`. */
+export const ProbeStatusParams = z.strictObject({ job_id: wellFormedName() });
+
+/** `probe.report {}`. */
+export const ProbeReportParams = z.strictObject({});
+
 /** `cache.gc {digest?, grace_ms?}`. */
 export const CacheGcParams = z.strictObject({
   digest: DigestParam.optional(),

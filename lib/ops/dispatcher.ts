@@ -23,6 +23,7 @@ import {
   modelStatusOp,
   modelUnload,
 } from "./model_ops.ts";
+import { probeReport, probeStart, probeStatus } from "./probe.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 import { asOperationError } from "./_errors.ts";
 
@@ -63,9 +64,10 @@ export interface Operation {
  * `query` ones. `access` says who may call each over HTTP ({@link OperationAccess}); every
  * `mutate` is `owner`, and `embed.batch` (whose durable job is the caller's own) is `open`.
  *
- * The inference ops, `models.list`, `models.catalog`, `model.status` and `admission.status` are
- * `query`, as in the reference registry; `model.load`, `model.unload`, `models.download*`,
- * `models.remove` and `cache.*` are `mutate`. `embed.batch` with a `request_key`
+ * The inference ops, `models.list`, `models.catalog`, `model.status`, `admission.status`,
+ * `probe.status` and `probe.report` are `query`, as in the reference registry; `model.load`,
+ * `model.unload`, `models.download*`, `models.remove`, `cache.*` and `probe.start` (it writes
+ * the certification rows every caller's admission reads) are `mutate`. `embed.batch` with a `request_key`
  * does write the store (it mints a durable job), but it stays `query`: the job is the durable
  * form of one deterministic computation, keyed by the caller's own key (the same key and texts
  * attach to the same job; different texts are `idempotency_conflict`), and it changes nothing
@@ -90,6 +92,9 @@ export const OPERATIONS: Readonly<Record<string, Operation>> = Object.freeze({
   "models.remove": { kind: "mutate", access: "owner", handler: modelsRemove },
   "cache.pin": { kind: "mutate", access: "owner", handler: cachePin },
   "cache.gc": { kind: "mutate", access: "owner", handler: cacheGc },
+  "probe.start": { kind: "mutate", access: "owner", handler: probeStart },
+  "probe.status": { kind: "query", access: "open", handler: probeStatus },
+  "probe.report": { kind: "query", access: "open", handler: probeReport },
 });
 
 /**

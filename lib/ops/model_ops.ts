@@ -42,12 +42,19 @@ function loads(ctx: OpContext) {
   return ctx.loads;
 }
 
-/** Durable jobs running on a model: `model_in_use` holders of kind `job`. */
+/**
+ * Durable jobs running on a model: `model_in_use` holders of kind `job` (an embed or rerank job
+ * names its model; a probe job holds every model it probes until it ends).
+ */
 function jobHolders(ctx: OpContext, modelId: string): { kind: string; job_id: string }[] {
   const out: { kind: string; job_id: string }[] = [];
   for (const jobId of ctx.jobs.running.keys()) {
     const row = ctx.jobs.store.get(jobId);
-    if ((row?.params as { model_id?: string } | null)?.model_id === modelId) {
+    const params = row?.params as
+      | { model_id?: string; lanes?: { model_id?: string }[] }
+      | null
+      | undefined;
+    if (params?.model_id === modelId || params?.lanes?.some((l) => l.model_id === modelId)) {
       out.push({ kind: "job", job_id: jobId });
     }
   }

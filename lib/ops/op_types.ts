@@ -25,8 +25,12 @@ import type {
   ModelsRemoveParams,
   ModelStatusParams,
   ModelUnloadParams,
+  ProbeReportParams,
+  ProbeStartParams,
+  ProbeStatusParams,
   RerankScoreParams,
 } from "../contract/schemas.ts";
+import type { probeReport, probeStart, probeStatus } from "./probe.ts";
 import type { embedBatch, embedQuery } from "./embed.ts";
 import type { embedResult } from "./jobs.ts";
 import type { microllmOneshot, MicrollmOneshotParams } from "./microllm.ts";
@@ -111,6 +115,18 @@ export interface SynapseOperations {
   };
   "cache.pin": { params: z.input<typeof CachePinParams>; result: ResultOf<typeof cachePin> };
   "cache.gc": { params: z.input<typeof CacheGcParams>; result: ResultOf<typeof cacheGc> };
+  "probe.start": {
+    params: z.input<typeof ProbeStartParams>;
+    result: ResultOf<typeof probeStart>;
+  };
+  "probe.status": {
+    params: z.input<typeof ProbeStatusParams>;
+    result: ResultOf<typeof probeStatus>;
+  };
+  "probe.report": {
+    params: z.input<typeof ProbeReportParams>;
+    result: ResultOf<typeof probeReport>;
+  };
 }
 
 /** A method the dispatcher serves (`"embed.query"`, …). */

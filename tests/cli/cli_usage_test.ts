@@ -38,6 +38,11 @@ Deno.test("version --json, help --help, help COMMAND", async () => {
     cli(["help", "nope"]),
     cli(["help", "embed", "x"]),
   ]);
+  const helpProbe = await cli(["help", "probe"]);
+  assert.equal(helpProbe.code, 0, helpProbe.stderr);
+  assert.match(helpProbe.stdout, /^usage: ck-synapse probe run \[--model ID\]\.\.\./);
+  assert.match(helpProbe.stdout, /status JOB/);
+  assert.match(helpProbe.stdout, /report/);
   assert.equal(version.code, 0, version.stderr);
   assert.deepEqual(JSON.parse(version.stdout), { name: "ck-synapse", version: "0.1.0" });
   assert.equal(helpHelp.code, 0, helpHelp.stderr);
@@ -69,6 +74,22 @@ Deno.test("usage errors print one line and a hint on stderr, exit 2, nothing on 
     [
       ["serve", "--json"],
       "ck-synapse: Cannot serve: give --http HOST:PORT; run 'ck-synapse serve --help'",
+    ],
+    [
+      ["probe"],
+      "ck-synapse: Cannot run 'probe': give a subcommand (run, status or report); run 'ck-synapse probe --help'",
+    ],
+    [
+      ["probe", "status"],
+      "ck-synapse: Cannot run 'probe status': give a JOB id; run 'ck-synapse probe --help'",
+    ],
+    [
+      ["probe", "report", "--model", "m"],
+      "ck-synapse: Cannot use --model with 'probe report' (it is for 'probe run'); run 'ck-synapse probe --help'",
+    ],
+    [
+      ["probe", "run", "--deadline-ms", "0"],
+      "ck-synapse: Cannot use --deadline-ms 0: give a positive whole number of ms; run 'ck-synapse probe --help'",
     ],
   ];
   const runs = await Promise.all(cases.map(([args]) => cli(args)));

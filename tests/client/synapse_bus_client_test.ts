@@ -28,6 +28,9 @@ const TYPED_METHODS = {
   "models.remove": true,
   "cache.pin": true,
   "cache.gc": true,
+  "probe.start": true,
+  "probe.status": true,
+  "probe.report": true,
 } satisfies Record<SynapseMethod, true>;
 
 Deno.test("SynapseOperations has a row for exactly the dispatcher's operations", () => {

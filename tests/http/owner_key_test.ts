@@ -31,6 +31,7 @@ const OWNER_OPS = [
   "models.remove",
   "cache.pin",
   "cache.gc",
+  "probe.start",
 ];
 
 Deno.test("every operation has an access decision, and every mutating one needs the owner's key", () => {

@@ -41,6 +41,9 @@ export const CALL_METHODS: readonly (readonly [method: string, params: string])[
   ["models.remove", "{catalog_id}: unload a model and delete its files from the cache"],
   ["cache.pin", "{digest | source_url + expected_digest, module_id?, unpin?}: pin or unpin a blob"],
   ["cache.gc", "{digest?, grace_ms?}: two-phase GC of the model cache"],
+  ["probe.start", "{models?, request_key?, deadline_ms?}: certify lanes on this machine, as a job"],
+  ["probe.status", "{job_id}: a probe job's state and lanes (progress, failed checks)"],
+  ["probe.report", "{}: certification and performance rows, each lane's serving admission"],
 ];
 
 const width = Math.max(...CALL_METHODS.map(([m]) => m.length));

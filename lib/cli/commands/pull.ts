@@ -29,7 +29,7 @@ const USAGE =
   `usage: ck-synapse pull ID|URL|PATH [--sha256 H] [--model-id NAME] [--engine ort|llama]
                       [--task embed|rerank|generate] [--tokenizer URL|PATH]
                       [--tokenizer-sha256 H] [--config URL|PATH] [--config-sha256 H]
-                      [--no-pin] [--json] [--url URL | --subc [FILE]]
+                      [--no-pin] [--probe] [--json] [--url URL | --subc [FILE]]
 
 Gets a model into the model cache, verified, and waits until it serves: at once, with no
 restart of a running server, and again after a restart.
@@ -57,10 +57,17 @@ download (the job ends and leaves nothing in the cache's tmp/; the next pull sta
   --config-sha256 H       SHA-256 of the config URL's file
   --no-pin                do not pin its files: 'cache gc' may delete them even while the model
                           serves (it serves from memory; the next start then fails to load it)
-  --json                  no progress; print {job, model}: the final job and model.status
+  --probe                 once it serves, probe it when it needs a certificate on this machine
+                          (every lane but ORT f32 on the CPU does; 'ck-synapse probe run'), and
+                          say how long that took. Without it, a model that needs one gets a
+                          line saying it refuses until 'ck-synapse probe run --model ID' (or
+                          config certification: "warn")
+  --json                  no progress; print {job, model} (and {probe} with --probe): the final
+                          job and model.status
 ${serverFlagsUsage(24)}
 
-Exit status: 0 ready, 1 refused or failed (the error code, message and a hint on stderr), 2
+Exit status: 0 ready (and with --probe, every probed lane passed), 1 refused or failed (or a
+probed lane failed) (the error code, message and a hint on stderr), 2
 channel error, unreachable server, or usage error, 130 interrupted.`;
 
 /** The `pull` command. */
@@ -240,6 +247,7 @@ async function runPull(args: string[], io: CliIO): Promise<number> {
     config: { type: "string" },
     "config-sha256": { type: "string" },
     "no-pin": { type: "boolean" },
+    probe: { type: "boolean" },
     json: { type: "boolean" },
     url: { type: "string" },
     subc: SUBC_CLIENT_FLAG,
@@ -259,6 +267,7 @@ async function runPull(args: string[], io: CliIO): Promise<number> {
     return await followPull(client, plan, job, io, {
       json,
       progress: json ? "off" : Deno.stderr.isTerminal() ? "bar" : "lines",
+      afterReady: (modelId) => certifyAfterPull(client, modelId, values.probe ?? false, io, json),
     });
   } finally {
     await client.close();
@@ -351,6 +360,100 @@ export interface FollowPullOptions {
   pollMs?: number;
   /** Clock of the progress display, ms. @default Date.now */
   now?: () => number;
+  /**
+   * Runs once the model serves, after the `ready:` line (with `json`, before the JSON, whose
+   * fields it may add to): `pull`'s certification step ({@link certifyAfterPull}). Its code
+   * replaces the ready exit code when not 0.
+   */
+  afterReady?: (modelId: string) => Promise<AfterReady>;
+}
+
+/** What {@link FollowPullOptions.afterReady} answers. */
+export interface AfterReady {
+  /** Exit code (0: nothing went wrong). */
+  code: number;
+  /** Fields added to the `--json` output. */
+  json?: Record<string, unknown>;
+}
+
+/** One lane of `probe.report` as `pull` reads it. */
+interface ReportLane {
+  model_id: string;
+  lane_id: string;
+  certification_required: boolean;
+  certification_status: string;
+  serving_admission: string;
+}
+
+/**
+ * The certification step of `pull` (issue 18's first-run path): reads `probe.report` for the
+ * model's lanes; a lane that needs a certificate and has none is probed with `--probe`
+ * (`probe.start {models: [id]}`, followed to its end, then `probe: passed in 12.3s`), or else
+ * gets one line saying it refuses until `ck-synapse probe run --model ID` (or serves uncertified
+ * under `certification: "warn"`). A server without `probe.report` (an older build) is left
+ * alone.
+ *
+ * @param client Where to call.
+ * @param modelId The model that now serves.
+ * @param probe `--probe`.
+ * @param io Output.
+ * @param json `--json`: nothing printed, the outcome goes into the JSON as `probe`.
+ * @returns Exit code 0, or the probe's (1 a lane failed, 2 a channel error).
+ */
+export async function certifyAfterPull(
+  client: SynapseClient,
+  modelId: string,
+  probe: boolean,
+  io: CliIO,
+  json: boolean,
+): Promise<AfterReady> {
+  const rep = await client.call("probe.report", {});
+  if (rep.kind !== "result") return { code: 0 };
+  const report = (rep.body as { result: { certification_mode?: string; lanes?: ReportLane[] } })
+    .result;
+  const lanes = (report.lanes ?? []).filter((l) => l.model_id === modelId);
+  const needs = lanes.filter((l) =>
+    l.certification_required && l.certification_status !== "certified"
+  );
+  if (needs.length === 0) {
+    if (probe && !json) {
+      io.err(
+        lanes.some((l) => l.certification_required)
+          ? `probe: ${modelId} is already certified on this machine`
+          : `probe: ${modelId} needs no probe (its lane is the reference: ORT f32 on the CPU)`,
+      );
+    }
+    return probe ? { code: 0, json: { probe: null } } : { code: 0 };
+  }
+  if (!probe) {
+    if (!json) {
+      const warn = report.certification_mode === "warn";
+      io.err(
+        warn
+          ? `note: ${modelId} is not certified on this machine (${
+            needs[0]!.certification_status
+          }); it serves because certification is "warn", and its answers say certified: false. Certify it with 'ck-synapse probe run --model ${modelId}'`
+          : `note: ${modelId} needs a certificate on this machine (${
+            needs[0]!.certification_status
+          }): it refuses requests (not_certified) until 'ck-synapse probe run --model ${modelId}' (or set certification: "warn"); 'pull --probe' does it as part of the pull`,
+      );
+    }
+    return { code: 0 };
+  }
+  const { followProbe, PROBE_TIMEOUT_MS } = await import("./probe.ts");
+  const out = await followProbe(client, { models: [modelId], deadlineMs: PROBE_TIMEOUT_MS }, io, {
+    progress: json ? "off" : "lines",
+    showReport: !json,
+    quiet: json,
+  });
+  if (!json) {
+    io.err(
+      `probe: ${modelId} ${out.code === 0 ? "certified" : "not certified"}; the probe took ${
+        (out.wallMs / 1000).toFixed(1)
+      }s`,
+    );
+  }
+  return { code: out.code, json: { probe: { job: out.job ?? null, wall_ms: out.wallMs } } };
 }
 
 /** A `model.load` / `models.download` job as its first answer gives it. */
@@ -391,6 +494,7 @@ class PullFollower {
   #download: { at: number; done: number } | undefined;
   #pollMs: number;
   #now: () => number;
+  #afterReady: FollowPullOptions["afterReady"];
 
   constructor(client: SynapseClient, plan: PullPlan, io: CliIO, options: FollowPullOptions) {
     this.#client = client;
@@ -399,6 +503,7 @@ class PullFollower {
     this.#json = options.json ?? false;
     this.#pollMs = options.pollMs ?? 200;
     this.#now = options.now ?? Date.now;
+    this.#afterReady = options.afterReady;
     this.#progress = new ProgressReporter({
       mode: this.#json ? "off" : options.progress ?? "lines",
       unit: "bytes",
@@ -531,8 +636,9 @@ class PullFollower {
     const last = await this.#client.call("model.status", { job_id: first.job_id });
     const job = last.kind === "result" ? (last.body as { result: JobView }).result : first;
     if (this.#json) {
-      this.#io.out(JSON.stringify({ job, model: s }, null, 2));
-      return cliExitFor("result");
+      const after = await this.#afterReady?.(s.model_id);
+      this.#io.out(JSON.stringify({ job, model: s, ...after?.json }, null, 2));
+      return after?.code || cliExitFor("result");
     }
     for (const line of pullReadyLines(job, s)) this.#io.err(line);
     if (s.state === "not_certified") {
@@ -542,7 +648,8 @@ class PullFollower {
       return cliExitFor("result");
     }
     this.#io.out(`ready: ${s.model_id}  ${s.fingerprint ?? "-"}`);
-    return cliExitFor("result");
+    const after = await this.#afterReady?.(s.model_id);
+    return after?.code || cliExitFor("result");
   }
 
   #failed(job: JobView, s: ModelStatus | undefined): number {
