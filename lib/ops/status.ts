@@ -224,10 +224,11 @@ function staleWhileServing(
   models: readonly ModelEntry[],
   ctx: CertificationContext | undefined,
 ): string[] {
-  if (ctx === undefined || ctx.config.certification !== "warn") return [];
+  if (ctx === undefined) return [];
   const out: string[] = [];
   for (const m of models) {
     if (m.state !== "ready" || m.ready === undefined) continue;
+    if (ctx.config.certification !== "warn") return [];
     try {
       const view = certificationOf(ctx, m.ready);
       if (view.status !== "certification_stale") continue;
