@@ -420,10 +420,10 @@ Deno.test("probeLane() on llama lanes: greedy generation is token-exact; the emb
   const g = await probeLane({
     model: gen,
     laneId: "gen",
-    // 8 of the 20 prompts (64 tokens each, serially and concurrently; the first 5 once more): a
+    // 6 of the 20 prompts (64 tokens each, serially and concurrently; the first 5 once more): a
     // loaded 2-core machine runs the tiny model's worker slowly; the full set is the default
     // (tests/probe/workload_test.ts).
-    generationPrompts: 8,
+    generationPrompts: 6,
     lanes: t.syn.registry.controlLanes("gen"),
     knob: t.syn.config.knob,
     tokenizers: t.syn.tokenizers,
