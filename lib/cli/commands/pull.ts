@@ -552,9 +552,9 @@ class PullFollower {
         return status.exit;
       }
       const s = status.value;
-      if (s.state === "ready") return await this.#ready(job, s);
-      // Loaded, and refusing until the probe certifies its lane (config certification: require).
-      if (s.state === "not_certified") return await this.#ready(job, s);
+      // Loaded: ready, or `not_certified` (it refuses until a probe certifies it; the
+      // certification step after the `ready:` line says so, or probes it with --probe).
+      if (s.state === "ready" || s.state === "not_certified") return await this.#ready(job, s);
       if (s.state === "failed" || s.state === "quarantined") return this.#failed(job, s);
       if (!(await this.#sleep())) return await this.#interrupted(job);
       const again = await this.#call<JobView>("model.status", { job_id: job.job_id });

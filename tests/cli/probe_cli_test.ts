@@ -1,0 +1,146 @@
+/**
+ * `ck-synapse probe run|status|report` and `pull --probe` through the real launcher (issue 18's
+ * first-run path): an embedded `probe run --json` certifies the tiny llama lane and the rows
+ * outlive the process (`probe report` in the next run says it serves, `probe status` reads the
+ * job); a rotated OS build (`SYNAPSE_OS_BUILD_OVERRIDE`) makes it `certification_stale` and
+ * refused, with the fix named; a local GGUF pulled into a running server says it will refuse
+ * until probed, and `pull --probe` certifies it and says how long the probe took.
+ */
+import assert from "node:assert/strict";
+import { cliIn, type Home, isolatedEnv, serve } from "./_launcher.ts";
+import { MODELS } from "../_helpers.ts";
+
+const LLAMA = `${MODELS}/synapse-tiny-llama`;
+
+const CONFIG = JSON.stringify({
+  preload_models: [{
+    engine: "llama",
+    model_path: LLAMA,
+    tokenizer_path: `${LLAMA}/tokenizer.json`,
+    task: "embed",
+    model_id: "tiny-llama",
+    pooling: "mean",
+    normalize: true,
+    max_tokens: 512,
+  }],
+});
+
+Deno.test("probe run --json certifies the tiny llama lane; probe report and probe status read it in the next run; a rotated OS build makes it stale and refused", async () => {
+  const home = await isolatedEnv({ SYNAPSE_CONFIG_JSON: CONFIG });
+  try {
+    const before = await cliIn(home, ["embed", "--model", "tiny-llama", "hello"]);
+    assert.equal(before.code, 1, before.stderr);
+    assert.match(before.stderr, /not_certified/);
+
+    const run = await cliIn(home, ["probe", "run", "--json"]);
+    assert.equal(run.code, 0, run.stdout + run.stderr);
+    const out = JSON.parse(run.stdout);
+    assert.equal(out.job.state, "done");
+    assert.deepEqual(
+      // deno-lint-ignore no-explicit-any
+      out.job.lanes.map((l: any) => [l.model_id, l.status]),
+      [["tiny-llama", "passed"]],
+    );
+    assert.ok(out.wall_ms > 0);
+    // deno-lint-ignore no-explicit-any
+    const lane = out.report.lanes.find((l: any) => l.model_id === "tiny-llama");
+    assert.equal(lane.certification_status, "certified");
+    assert.equal(lane.serving_admission, "serving");
+
+    // The rows outlive the process: the next run serves, and reads the job (one embedded
+    // instance at a time: each holds the data home's singleton lease).
+    const report = await cliIn(home, ["probe", "report"]);
+    const reportJson = await cliIn(home, ["probe", "report", "--json"]);
+    const status = await cliIn(home, ["probe", "status", out.job.job_id, "--json"]);
+    const embed = await cliIn(home, ["embed", "--json", "--model", "tiny-llama", "hello"]);
+    assert.equal(report.code, 0, report.stderr);
+    assert.match(report.stdout, /^machine profile {2}[0-9a-f]{64}\n/);
+    assert.match(report.stdout, /\nserves {2}tiny-llama: certified\n/);
+    assert.equal(reportJson.code, 0, reportJson.stderr);
+    const rows = JSON.parse(reportJson.stdout);
+    assert.equal(rows.cert_rows.length, 1);
+    assert.equal(rows.cert_rows[0].evidence.probe_job_id, out.job.job_id);
+    assert.equal(status.code, 0, status.stderr);
+    assert.equal(JSON.parse(status.stdout).state, "done");
+    assert.equal(embed.code, 0, embed.stderr);
+    assert.equal(JSON.parse(embed.stdout).provenance.certified, true);
+
+    // Another OS build: another machine profile, so the row is stale and the lane refuses.
+    const rotated: Home = {
+      dir: home.dir,
+      env: { ...home.env, SYNAPSE_OS_BUILD_OVERRIDE: "synapse-test-os-2" },
+    };
+    const stale = await cliIn(rotated, ["probe", "report"]);
+    assert.equal(stale.code, 0, stale.stderr);
+    assert.match(
+      stale.stdout,
+      /\nrefuses tiny-llama: certification_stale; run 'ck-synapse probe run --model tiny-llama'\n/,
+    );
+    const refused = await cliIn(rotated, ["embed", "--model", "tiny-llama", "hello"]);
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /not_certified/);
+    // The fix it names: a probe on this profile (human output: a line per lane, then what serves).
+    const fix = await cliIn(rotated, ["probe", "run", "--model", "tiny-llama"]);
+    assert.equal(fix.code, 0, fix.stdout + fix.stderr);
+    assert.match(fix.stdout, /^passed {2}tiny-llama {2}\d+\.\ds\n/);
+    assert.match(fix.stdout, /\n {2}lacked check reference_parity: no_reference_lane\n/);
+    assert.match(fix.stdout, /\nserves {2}tiny-llama: certified\n/);
+    assert.match(fix.stderr, /probe job job_\w+ done in \d+\.\ds/);
+  } finally {
+    await Deno.remove(home.dir, { recursive: true });
+  }
+});
+
+Deno.test("pull of a local GGUF says it refuses until probed; pull --probe certifies it and says how long the probe took", async () => {
+  const home = await isolatedEnv();
+  home.env.CORTEXKIT_MODEL_CACHE = `${home.dir}/model-cache`;
+  try {
+    await using _server = await serve(home);
+    const plain = await cliIn(home, [
+      "pull",
+      LLAMA,
+      "--task",
+      "embed",
+      "--model-id",
+      "gguf-plain",
+    ]);
+    assert.equal(plain.code, 0, plain.stderr);
+    assert.match(plain.stdout, /^ready: gguf-plain {2}[0-9a-f]{64}\n$/);
+    assert.match(
+      plain.stderr,
+      /\nnote: gguf-plain needs a certificate on this machine \(probe_required\): it refuses requests \(not_certified\) until 'ck-synapse probe run --model gguf-plain' \(or set certification: "warn"\)/,
+    );
+    const refused = await cliIn(home, ["embed", "--model", "gguf-plain", "hello"]);
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /not_certified/);
+
+    const probed = await cliIn(home, [
+      "pull",
+      LLAMA,
+      "--task",
+      "embed",
+      "--model-id",
+      "gguf-probed",
+      "--probe",
+    ]);
+    assert.equal(probed.code, 0, probed.stdout + probed.stderr);
+    assert.match(probed.stdout, /^ready: gguf-probed {2}[0-9a-f]{64}\n/);
+    assert.match(probed.stdout, /\npassed {2}gguf-probed {2}\d+\.\ds\n/);
+    assert.match(probed.stderr, /\nprobe: gguf-probed certified; the probe took \d+\.\ds\n/);
+    const served = await cliIn(home, ["embed", "--json", "--model", "gguf-probed", "hello"]);
+    assert.equal(served.code, 0, served.stderr);
+    assert.equal(JSON.parse(served.stdout).provenance.certified, true);
+    // The reference lane needs none, and says so.
+    const ref = await cliIn(home, [
+      "pull",
+      `${MODELS}/synapse-tiny-embed`,
+      "--model-id",
+      "ort-ref",
+      "--probe",
+    ]);
+    assert.equal(ref.code, 0, ref.stderr);
+    assert.match(ref.stderr, /\nprobe: ort-ref needs no probe \(its lane is the reference/);
+  } finally {
+    await Deno.remove(home.dir, { recursive: true });
+  }
+});
