@@ -20,6 +20,7 @@ import {
 import type { FileLock } from "../ffi/flock.ts";
 import { ModelRegistry } from "./models/model_registry.ts";
 import type { ModelEntry, ModelSource } from "./models/model.ts";
+import type { RegistryTestHooks } from "./models/_test_hooks.ts";
 import { defaultModelSources, sourceFromPreload } from "./models/sources.ts";
 import { dispatch, OPERATIONS } from "./ops/dispatcher.ts";
 import { factsOptions, requestFacts } from "./ops/request_facts.ts";
@@ -28,7 +29,11 @@ import type { CallOptions, OpContext } from "./ops/context.ts";
 import { Admission } from "./sched/admission.ts";
 import { JobStore } from "./store/job_store.ts";
 import { CertificationStore } from "./store/certification_store.ts";
-import { knobAssignmentKey, readStartupKnobAssignments } from "./probe/certification.ts";
+import {
+  knobAssignmentKey,
+  readStartupKnobAssignments,
+  runtimeConfigDigestOf,
+} from "./probe/certification.ts";
 import { ModelCache, modelCacheRoot } from "./cache/model_cache.ts";
 import { ModelLoads } from "./models/model_loads.ts";
 import type { CatalogModel } from "./models/catalog.ts";
@@ -139,6 +144,12 @@ export interface SynapseOptions {
    * recorded model (F32: 6 s and 14–21 s after one GGUF pull). @default true
    */
   loadModels?: boolean;
+  /**
+   * **Test hooks** of the model registry (`RegistryTestHooks`: e.g. `skewQueryPath`, model ids
+   * whose query path is made to differ from their batch path). For tests only: no config key,
+   * environment variable or op reaches them. @default none
+   */
+  testHooks?: RegistryTestHooks;
 }
 
 /** The llama worker slots of this process (shared by every instance in it: one socket namespace). */
@@ -176,6 +187,8 @@ export interface SynapseWorkerOptions {
   selfCheckCeilingMs?: number;
   /** {@link SynapseOptions.loadModels}. */
   loadModels?: boolean;
+  /** {@link SynapseOptions.testHooks}. */
+  testHooks?: RegistryTestHooks;
 }
 
 /** A running Synapse instance. */
@@ -264,8 +277,22 @@ export class Synapse implements AsyncDisposable {
       log,
       now,
       onLoadAttempt: (_model, outcome) => this.metrics.modelLoad(outcome),
+      ...(workerOptions.testHooks === undefined ? {} : { testHooks: workerOptions.testHooks }),
       initialRunMs: (_model, npid) =>
         knobs.get(knobAssignmentKey(npid, config.knob))?.estimated_execution_ms,
+      // The probe's query-path finding holds across restarts: the lane's row with the current
+      // keys, else its newest (a stale row's "the query path forks" is still the best knowledge).
+      recordedQueryPath: (ready) => {
+        const rows = this.certifications.rowsForLane(
+          this.loads?.spec(ready.modelId)?.lane_id ?? ready.modelId,
+        );
+        const digest = runtimeConfigDigestOf({ config }, ready);
+        const row = rows.find((r) =>
+          r.machine_profile_hash === this.machineProfileHash &&
+          r.numeric_profile_id === ready.numericProfileId && r.runtime_config_digest === digest
+        ) ?? rows[0];
+        return row?.evidence.query_path;
+      },
       llama: (spec, source) => {
         const workerSlot = LLAMA_WORKER_SLOTS.take();
         try {
@@ -724,6 +751,7 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
       ...(options.selfCheckCeilingMs === undefined
         ? {}
         : { selfCheckCeilingMs: options.selfCheckCeilingMs }),
+      ...(options.testHooks === undefined ? {} : { testHooks: options.testHooks }),
     });
   } catch (err) {
     // Nothing may leak from a failed start: the store and both leases go with it.

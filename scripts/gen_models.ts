@@ -16,6 +16,13 @@
  *   output `logits` float32 [batch, 1].
  * - `synapse-tiny-embed-nan/`: `synapse-tiny-embed` with the word-embedding row of the poison
  *   token set to +Infinity: a sequence containing that word gives non-finite outputs.
+ * - `synapse-tiny-embed-f16/`: `synapse-tiny-embed`'s weights (same seed) stored as FLOAT16
+ *   initializers, each followed by a Cast to float: onnxruntime computes in fp32 from
+ *   fp16-rounded weights, so its vectors match the fp32 model's (mean cosine above 0.9999).
+ *   The probe's fixture of a lane that passes parity against its reference.
+ * - `synapse-tiny-embed-f16-perturbed/`: the same fp16 layout, with every weight tensor
+ *   perturbed by seeded Gaussian noise ({@link PERTURB_STD}): the probe's fixture of a lane that
+ *   fails parity against `synapse-tiny-embed` (mean cosine well below 0.999).
  *
  * With `--bench` (or `--bench-only`) also `fixtures/bench/minilm-shaped/`: random weights with the
  * exact shape of sentence-transformers/all-MiniLM-L6-v2 (6 layers, hidden 384, 12 heads,
@@ -52,7 +59,16 @@ export const TINY_MODEL_NAMES = [
   "synapse-tiny-embed",
   "synapse-tiny-rerank",
   "synapse-tiny-embed-nan",
+  "synapse-tiny-embed-f16",
+  "synapse-tiny-embed-f16-perturbed",
 ] as const;
+
+/**
+ * Standard deviation of the noise added to every non-scalar weight of
+ * `synapse-tiny-embed-f16-perturbed`, as a fraction of {@link INIT_STD} (absolute std
+ * `PERTURB_STD * 0.02`).
+ */
+export const PERTURB_STD = 0.5;
 
 /** Name of the benchmark model directory. */
 export const BENCH_MODEL_NAME = "minilm-shaped";
@@ -411,6 +427,17 @@ export interface EncoderSpec {
   intermediate: number;
   /** Word whose embedding row becomes +Infinity. */
   poisonToken?: string;
+  /**
+   * Storage type of the float initializers. `f16`: FLOAT16 initializers, each read through a
+   * `Cast` to FLOAT (the arithmetic stays fp32). Absent: FLOAT.
+   */
+  weights?: "f16";
+  /**
+   * Seeded Gaussian noise added to every non-scalar float initializer (before any fp16
+   * rounding): `std` is a fraction of {@link INIT_STD}; `seed` feeds its own PRNG, so the
+   * base weights are drawn exactly as without it.
+   */
+  perturb?: { seed: number; std: number };
   /** Extra config.json keys. */
   extraConfig: Record<string, unknown>;
 }
@@ -442,6 +469,25 @@ export const TINY_SPECS: readonly EncoderSpec[] = [
     vocab: "tiny",
     ...TINY_SHAPE,
     poisonToken: POISON_TOKEN,
+    extraConfig: { synapse_test_model: true },
+  },
+  {
+    name: "synapse-tiny-embed-f16",
+    task: "embed",
+    seed: 0x53594e01, // same weights as synapse-tiny-embed, stored as fp16
+    vocab: "tiny",
+    ...TINY_SHAPE,
+    weights: "f16",
+    extraConfig: { synapse_test_model: true },
+  },
+  {
+    name: "synapse-tiny-embed-f16-perturbed",
+    task: "embed",
+    seed: 0x53594e01, // synapse-tiny-embed's weights plus noise, stored as fp16
+    vocab: "tiny",
+    ...TINY_SHAPE,
+    weights: "f16",
+    perturb: { seed: 0x53594ef1, std: PERTURB_STD },
     extraConfig: { synapse_test_model: true },
   },
 ];
@@ -669,6 +715,9 @@ export function buildEncoderModel(spec: EncoderSpec, vocab: Vocab): Uint8Array {
     output = tensorInfo("logits", FLOAT, ["batch_size", 1]);
   }
 
+  if (spec.perturb !== undefined) perturbWeights(g, spec.perturb);
+  if (spec.weights === "f16") storeAsFloat16(g);
+
   const INT64 = onnx.TensorProto.DataType.INT64;
   const model: onnxProto.onnx.IModelProto = {
     irVersion: 8,
@@ -687,6 +736,89 @@ export function buildEncoderModel(spec: EncoderSpec, vocab: Vocab): Uint8Array {
     },
   };
   return onnx.ModelProto.encode(model).finish();
+}
+
+/** The float32 values of a FLOAT initializer (a copy). */
+function floatsOf(t: TensorProto): Float32Array {
+  const raw = t.rawData as Uint8Array;
+  return new Float32Array(raw.slice().buffer);
+}
+
+/** Adds seeded N(0, (std·INIT_STD)²) noise to every non-scalar FLOAT initializer, in place. */
+function perturbWeights(g: Graph, perturb: { seed: number; std: number }): void {
+  const rand = mulberry32(perturb.seed);
+  for (const t of g.initializers) {
+    if (t.dataType !== onnx.TensorProto.DataType.FLOAT || (t.dims ?? []).length === 0) continue;
+    const values = floatsOf(t);
+    const noise = new Float32Array(values.length);
+    fillNormal(noise, rand, perturb.std * INIT_STD);
+    for (let i = 0; i < values.length; i++) values[i] = values[i]! + noise[i]!;
+    t.rawData = bytesOf(values);
+  }
+}
+
+const F32_SCRATCH = new Float32Array(1);
+const U32_SCRATCH = new Uint32Array(F32_SCRATCH.buffer);
+
+/**
+ * IEEE 754 binary16 bits of a number, rounded to nearest, ties to even (subnormals kept,
+ * overflow to ±Infinity, NaN stays NaN).
+ */
+export function float16Bits(value: number): number {
+  F32_SCRATCH[0] = value;
+  const x = U32_SCRATCH[0]!;
+  const sign = (x >>> 16) & 0x8000;
+  const exp = (x >>> 23) & 0xff;
+  let mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant !== 0 ? 0x200 : 0);
+  const e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e;
+    let half = mant >>> shift;
+    const rem = mant & ((1 << shift) - 1);
+    const mid = 1 << (shift - 1);
+    if (rem > mid || (rem === mid && (half & 1) === 1)) half++;
+    return sign | half;
+  }
+  let half = (e << 10) | (mant >>> 13);
+  const rem = mant & 0x1fff;
+  // A carry out of the mantissa bumps the exponent, up to Infinity: still the right rounding.
+  if (rem > 0x1000 || (rem === 0x1000 && (half & 1) === 1)) half++;
+  return sign | half;
+}
+
+/**
+ * Stores every FLOAT initializer as FLOAT16 under the same name, and reads it through a `Cast`
+ * to FLOAT (output `<name>.f32`) that every consumer then uses: the graph computes in fp32 from
+ * fp16-rounded weights.
+ */
+function storeAsFloat16(g: Graph): void {
+  const FLOAT = onnx.TensorProto.DataType.FLOAT;
+  const renamed = new Map<string, string>();
+  const casts: NodeProto[] = [];
+  for (const t of g.initializers) {
+    if (t.dataType !== FLOAT) continue;
+    const values = floatsOf(t);
+    const halves = Uint16Array.from(values, float16Bits);
+    t.dataType = onnx.TensorProto.DataType.FLOAT16;
+    t.rawData = new Uint8Array(halves.buffer);
+    const name = t.name as string;
+    const out = `${name}.f32`;
+    renamed.set(name, out);
+    casts.push({
+      name: `Cast_${name}`,
+      opType: "Cast",
+      input: [name],
+      output: [out],
+      attribute: [attrInt("to", FLOAT)],
+    });
+  }
+  for (const n of g.nodes) n.input = (n.input ?? []).map((i) => renamed.get(i) ?? i);
+  // Nodes must stay topologically sorted: the casts come first.
+  g.nodes.unshift(...casts);
 }
 
 /** HF-style BERT config.json text plus the `synapse_*` keys. */
@@ -723,6 +855,11 @@ export function configJson(spec: EncoderSpec, vocab: Vocab): string {
     config.synapse_poison_token = spec.poisonToken;
     config.synapse_poison_token_id = vocab.tokens.indexOf(spec.poisonToken);
   }
+  if (spec.weights !== undefined) config.synapse_weights_dtype = spec.weights;
+  if (spec.perturb !== undefined) {
+    config.synapse_perturb_seed = spec.perturb.seed;
+    config.synapse_perturb_std = spec.perturb.std * INIT_STD;
+  }
   config.synapse_seed = spec.seed;
   config.synapse_generator_version = GENERATOR_VERSION;
   return JSON.stringify(config, null, 2) + "\n";
@@ -739,7 +876,7 @@ export interface GenerateModelsOptions {
    */
   outDir?: string;
   /**
-   * Write the three tiny models.
+   * Write the tiny models ({@link TINY_MODEL_NAMES}).
    * @default {true}
    */
   tiny?: boolean;

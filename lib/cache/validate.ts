@@ -254,6 +254,108 @@ async function checkOnnx(path: string, label: string): Promise<void> {
   }
 }
 
+/** GraphProto `initializer` (repeated TensorProto). */
+const ONNX_GRAPH_INITIALIZER = 5;
+/** TensorProto `dims` (repeated int64, packed or not) and `data_type` (int32). */
+const ONNX_TENSOR_DIMS = 1;
+const ONNX_TENSOR_DATA_TYPE = 2;
+/** TensorProto.DataType values of the float types. */
+const ONNX_FLOAT = 1;
+const ONNX_FLOAT16 = 10;
+const ONNX_DOUBLE = 11;
+const ONNX_BFLOAT16 = 16;
+
+/** Float weight elements of an ONNX model's initializers, by storage type. */
+export interface OnnxWeightCounts {
+  /** FLOAT (and DOUBLE) elements. */
+  f32: number;
+  /** FLOAT16 elements. */
+  f16: number;
+  /** BFLOAT16 elements. */
+  bf16: number;
+}
+
+/**
+ * The storage dtype of an ONNX model's float weights: the float type holding most initializer
+ * elements (`f16` for FLOAT16, `bf16` for BFLOAT16, else `f32`, also for a model with no float
+ * initializers). Walks the protobuf wire format (ModelProto.graph → GraphProto.initializer →
+ * TensorProto dims and data_type) with seeks, never reading the tensors.
+ *
+ * @param path The model file.
+ * @param label The logical name used in messages and `details.file`.
+ * @returns The dtype and the element counts it was chosen from.
+ * @throws {SynapseError} `artifact_invalid` `{reason: "not_onnx" | "unreadable", file: label}`
+ *   when the file is not a well-formed ONNX protobuf or cannot be read.
+ */
+export async function onnxWeightDtype(
+  path: string,
+  label: string,
+): Promise<{ dtype: "f32" | "f16" | "bf16"; counts: OnnxWeightCounts }> {
+  let f: Deno.FsFile;
+  try {
+    f = await Deno.open(path, { read: true });
+  } catch (err) {
+    throw unreadable(path, label, err);
+  }
+  const counts: OnnxWeightCounts = { f32: 0, f16: 0, bf16: 0 };
+  try {
+    const size = (await f.stat()).size;
+    let graph: { start: number; end: number } | undefined;
+    await walkFields(f, 0, size, label, (field, wire, start, end) => {
+      if (field === ONNX_GRAPH && wire === 2 && graph === undefined) graph = { start, end };
+      return undefined;
+    });
+    if (graph === undefined) throw notOnnx(label, `it has no graph (ModelProto field 7)`);
+    const tensors: { start: number; end: number }[] = [];
+    await walkFields(f, graph.start, graph.end, label, (field, wire, start, end) => {
+      if (field === ONNX_GRAPH_INITIALIZER && wire === 2) tensors.push({ start, end });
+      return undefined;
+    });
+    for (const t of tensors) {
+      let dataType = 0;
+      let elements = 1;
+      const dims: { wire: number; start: number; end: number }[] = [];
+      const types: { start: number; end: number }[] = [];
+      await walkFields(f, t.start, t.end, label, (field, wire, start, end) => {
+        if (field === ONNX_TENSOR_DIMS && (wire === 0 || wire === 2)) {
+          dims.push({ wire, start, end });
+        }
+        if (field === ONNX_TENSOR_DATA_TYPE && wire === 0) types.push({ start, end });
+        return undefined;
+      });
+      for (const d of types) {
+        dataType = readVarint(await readAt(f, d.start, d.end - d.start), 0)?.value ?? 0;
+      }
+      if (
+        dataType !== ONNX_FLOAT && dataType !== ONNX_DOUBLE && dataType !== ONNX_FLOAT16 &&
+        dataType !== ONNX_BFLOAT16
+      ) continue;
+      for (const d of dims) {
+        const buf = await readAt(f, d.start, d.end - d.start);
+        for (let at = 0; at < buf.length;) {
+          const v = readVarint(buf, at);
+          if (v === undefined) {
+            throw notOnnx(label, `a tensor dimension at byte ${d.start} is cut off`);
+          }
+          elements *= v.value;
+          at += v.length;
+        }
+      }
+      if (dataType === ONNX_FLOAT16) counts.f16 += elements;
+      else if (dataType === ONNX_BFLOAT16) counts.bf16 += elements;
+      else counts.f32 += elements;
+    }
+  } finally {
+    f.close();
+  }
+  const dtype = counts.f16 > counts.f32 && counts.f16 >= counts.bf16
+    ? "f16"
+    : counts.bf16 > counts.f32
+    ? "bf16"
+    : "f32";
+  return { dtype, counts };
+}
+
 /**
  * Walks the protobuf fields in `[start, end)`, calling `visit(field, wireType, valueStart,
  * valueEnd)`; `visit` returns a complaint to refuse the file. Groups (wire types 3, 4) and

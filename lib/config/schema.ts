@@ -78,8 +78,16 @@ export const PreloadModelConfigSchema = z.strictObject({
   quant: nonEmpty.optional(),
   /** Model family, e.g. `bert`. */
   family: nonEmpty.optional(),
-  /** Compute dtype, e.g. `f16`. */
+  /**
+   * Storage dtype of the weights, e.g. `f16`: checked against the model file at load (an ONNX
+   * model's initializers, a GGUF's tensors); a different value refuses the load.
+   */
   dtype: nonEmpty.optional(),
+  /**
+   * Model id of the reference lane with the same weights (an ORT fp32 model): the probe checks
+   * this model's parity against it, and the lane needs a certificate. Never the model's own id.
+   */
+  reference_model: nonEmpty.optional(),
   /** Execution provider or placement hint. */
   execution: nonEmpty.optional(),
   /** Worker binary override. */

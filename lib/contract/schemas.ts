@@ -264,6 +264,11 @@ export const ModelLoadParams = z.strictObject({
       "must start with a letter or digit and hold only letters, digits, '.', '_', ':' and '-'",
   }).optional(),
   pin: z.boolean().optional(),
+  /**
+   * Model id of the reference lane with the same weights (step 10): the probe checks this
+   * model's parity against it. Never the loaded model's own id.
+   */
+  reference_model: wellFormedName(128).optional(),
   request_key: wellFormedName().optional(),
   deadline_ms: z.number().int().positive().optional(),
 });

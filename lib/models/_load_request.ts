@@ -35,6 +35,8 @@ export interface LoadRequest {
   max_tokens?: number;
   model_id?: string;
   pin?: boolean;
+  /** Model id of the reference lane with the same weights (`ModelSource.referenceModel`). */
+  reference_model?: string;
   request_key?: string;
   deadline_ms?: number;
 }

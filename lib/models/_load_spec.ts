@@ -37,6 +37,11 @@ export interface LoadSpec {
   pin_owner?: string;
   /** Never the default of its task while another model serves it (F36; see `ModelSource.notDefault`). */
   not_default?: boolean;
+  /**
+   * Model id of the reference lane with the same weights (`model.load` `reference_model`; see
+   * `ModelSource.referenceModel`): recorded with the load, so it holds after a restart.
+   */
+  reference_model?: string;
 }
 
 /**
@@ -63,6 +68,7 @@ export function sourceFromSpec(spec: LoadSpec, blobPath: (d: Digest) => string):
     normalize: spec.normalize ?? !isRerank,
     artifactDigest: spec.files.model.digest,
     ...(spec.not_default ? { notDefault: true } : {}),
+    ...(spec.reference_model === undefined ? {} : { referenceModel: spec.reference_model }),
     ...(spec.max_tokens === undefined
       ? { maxTokensDefault: 8192 }
       : { maxTokens: spec.max_tokens }),
@@ -82,6 +88,7 @@ export function sameLoad(a: LoadSpec, b: LoadSpec): boolean {
       s.files.model.digest,
       s.files.tokenizer?.digest ?? null,
       s.files.config?.digest ?? null,
+      s.reference_model ?? null,
     ]);
   return d(a) === d(b);
 }

@@ -30,7 +30,7 @@ import {
   ggufTokenizer,
   tokenizerCheckTexts,
 } from "../tokenize/gguf_tokenizer.ts";
-import { identityOf } from "./load_ort.ts";
+import { checkDeclaredDtype, identityOf } from "./load_ort.ts";
 import {
   LLAMA_CONTEXT_CAP,
   type ModelEntry,
@@ -115,6 +115,7 @@ export async function loadLlamaModel(
     );
   }
   const facts = await readGgufFacts(src.modelPath, modelId);
+  checkDeclaredDtype(src, facts.dtype, "llama");
   let testModel = src.testModel === true;
   // A config.json beside the GGUF may label a generated test model (scripts/gen_gguf.ts).
   try {

@@ -8,6 +8,7 @@
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
+import { onnxWeightDtype } from "../cache/validate.ts";
 import { fingerprint, numericProfileId } from "../identity/numeric_profile.ts";
 import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
@@ -72,6 +73,16 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
       { details: { model_id: modelId, field: "tokenizer_path", engine: "ort" } },
     );
   }
+  // The weights' storage dtype (FLOAT16 initializers → f16) is part of the profile. A file the
+  // walk cannot read is left to onnxruntime, whose own words then refuse it.
+  let weights: Awaited<ReturnType<typeof onnxWeightDtype>> | SynapseError;
+  try {
+    weights = await onnxWeightDtype(src.modelPath, "model.onnx");
+  } catch (err) {
+    if (!(err instanceof SynapseError)) throw err;
+    weights = err;
+  }
+  if (!(weights instanceof SynapseError)) checkDeclaredDtype(src, weights.dtype, "ort");
   const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
   const config = await readConfig(src);
   const maxPos = typeof config.max_position_embeddings === "number"
@@ -120,10 +131,16 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
     throw err;
   }
   const { engine: interactive, coldLoadMs } = loaded;
+  if (weights instanceof SynapseError) {
+    // onnxruntime took a file the walk could not read: its dtype is unknown, so refuse it.
+    await ctx.interactive.unload(modelId).catch(() => {});
+    throw weights;
+  }
+  const dtype = weights.dtype;
   const bulk = OrtEngine.lazy(ctx.bulk, spec, interactive.dims);
   const profile: NumericProfile = {
     model_digest: modelDigest,
-    quant: "f32",
+    quant: dtype,
     engine: {
       engine: ORT_ENGINE.engine,
       version: ORT_ENGINE.version,
@@ -132,7 +149,7 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
     sanitized_tokenizer_digest: tokenizer.digest,
     pooling: task === "rerank" ? "cls" : src.pooling,
     normalization: task === "embed" && src.normalize ? "l2" : "none",
-    dtype: "f32",
+    dtype,
     flash_attention: "disabled",
     certified_shape: {
       max_context_tokens: maxTokens,
@@ -153,6 +170,32 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
     interactive,
     bulk,
   };
+}
+
+/**
+ * Refuses a load whose declared dtype (`ModelSource.dtype`, the preload `dtype`) is not the
+ * weights' own: the engine runs the weights as stored and cannot honour another.
+ *
+ * @param src The source.
+ * @param weights The weights' dtype as read from the file (`f32`, `f16`, `bf16`).
+ * @param engine Engine name for the message.
+ * @throws {SynapseError} `invalid_request {model_id, field: "dtype", dtype, weights_dtype}`.
+ */
+export function checkDeclaredDtype(src: ModelSource, weights: string, engine: string): void {
+  if (src.dtype === undefined || src.dtype === weights) return;
+  throw new SynapseError(
+    "invalid_request",
+    `Cannot load model '${src.modelId}': it declares dtype '${src.dtype}', but its weights are ${weights} and engine '${engine}' runs them as stored; drop dtype or set it to '${weights}'`,
+    {
+      details: {
+        model_id: src.modelId,
+        field: "dtype",
+        dtype: src.dtype,
+        weights_dtype: weights,
+        engine,
+      },
+    },
+  );
 }
 
 /** The schedulers and policy the lanes of an ORT model share (all owned by the registry). */

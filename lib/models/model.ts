@@ -77,12 +77,24 @@ export interface ModelSource {
    * task was inferred against mixed signals does not take over an existing default; F36).
    */
   notDefault?: boolean;
+  /**
+   * Declared storage dtype of the weights (preload `dtype`), e.g. `f16`. The loader reads the
+   * weights' own dtype (ONNX initializers, GGUF tensors) and refuses a load whose declaration
+   * differs (`invalid_request`, `details.field: "dtype"`); absent: the weights' dtype.
+   */
+  dtype?: string;
+  /**
+   * Model id of the reference lane with the same weights (preload `reference_model`, the
+   * `model.load` param `reference_model`): the probe checks this model's parity against that
+   * model's lanes, and a lane that declares one needs a certificate (step 10). Never the model's
+   * own id; the model it names need not be loaded (the probe then lacks `reference_parity`,
+   * reason `reference_not_loaded`).
+   */
+  referenceModel?: string;
   /** llama: worker program override (`worker_bin`). */
   workerBin?: string;
   /** llama: socket directory (`worker_runtime_dir`). */
   workerRuntimeDir?: string;
-  /** model id of the reference lane with the same weights */
-  referenceModel?: string;
 }
 
 /** Largest context a llama lane sets up when the source names none (contract.md §3: 8192). */
@@ -145,4 +157,13 @@ export interface ModelEntry {
   retryAtMs?: number;
   /** Cold-load time of the successful attempt, ms. */
   coldLoadMs?: number;
+  /**
+   * `disabled` once `ModelRegistry.setQueryPath` turned the model's hot path off (its interactive
+   * work then runs on its bulk runtime, so queries get the batch path's numbers).
+   * @default "enabled"
+   */
+  queryPath?: QueryPath;
 }
+
+/** Whether a model's interactive work runs on its interactive runtime (`enabled`) or its bulk one. */
+export type QueryPath = "enabled" | "disabled";

@@ -47,6 +47,7 @@ import {
 } from "./catalog.ts";
 import { type FileRef, type LoadRequest, resolveLoadFiles } from "./_load_request.ts";
 import { inferTask, modelIdFor } from "./_load_infer.ts";
+import { checkReferenceModel } from "./sources.ts";
 import {
   checkFormat,
   type LoadSpec,
@@ -209,6 +210,9 @@ export class ModelLoads {
     const known = this.#jobs.attach(req.request_key, digest);
     if (known) return known;
     if (req.model_id !== undefined) this.#checkIdFree(req.model_id, true);
+    if (req.model_id !== undefined && req.reference_model !== undefined) {
+      checkReferenceModel(req.model_id, req.reference_model, "reference_model");
+    }
     // Refuse what cannot work before a job exists: unpinned sources, missing files.
     const plan = resolveLoadFiles(req, this.#hfEndpoint);
     const job = this.#jobs.create(
@@ -721,6 +725,9 @@ export class ModelLoads {
       const task = req.task ?? inferred!.task;
       const modelId = req.model_id ?? modelIdFor(req, plan);
       this.#checkIdFree(modelId, true);
+      if (req.reference_model !== undefined) {
+        checkReferenceModel(modelId, req.reference_model, "reference_model");
+      }
       job.view.model_id = modelId;
       job.view.task = task;
       job.view.task_reason = inferred === undefined ? "asked" : inferred.reason;
@@ -742,6 +749,7 @@ export class ModelLoads {
         origin: "runtime",
         ...(req.pin === false ? {} : { pin_owner: this.#owner("model", modelId) }),
         ...(notDefault ? { not_default: true } : {}),
+        ...(req.reference_model === undefined ? {} : { reference_model: req.reference_model }),
       };
       let loaded = this.#specs.get(modelId);
       const entry = this.registry.list().find((m) => m.modelId === modelId);

@@ -22,8 +22,9 @@ import { type LogSink, nullLog, retarget, stderrLog } from "../log/log.ts";
 import { type LaneStatusRow, laneStatusRow } from "./lane_status.ts";
 import { loadOrtModel, ortReadyModel } from "./load_ort.ts";
 import { type LlamaEngineFactory, llamaReadyModel, loadLlamaModel } from "./load_llama.ts";
+import type { ModelEntry, ModelSource, ModelTask, QueryPath, ReadyModel } from "./model.ts";
 import { Lane } from "../lanes/lane.ts";
-import type { ModelEntry, ModelSource, ModelTask, ReadyModel } from "./model.ts";
+import { type RegistryTestHooks, SkewedEngine } from "./_test_hooks.ts";
 
 /** Background retries of a load that failed transiently; after them the failure is permanent. */
 export const LOAD_RETRIES = 2;
@@ -63,11 +64,23 @@ export interface ModelRegistryOptions {
    */
   onLoadAttempt?: (modelId: string, outcome: "ok" | "retry" | "failed") => void;
   /**
+   * **Test hooks** ({@link RegistryTestHooks}): make a lane misbehave on purpose so the probe's
+   * gate can be seen to fail. Never set from the config or the wire. @default none
+   */
+  testHooks?: RegistryTestHooks;
+  /**
    * The execution estimate, ms, a model's own scheduler (a llama lane) starts from before it has
    * measured a run: the probe's knob assignment for (this machine, the model's numeric profile,
    * the knob), read at startup (design rule 8). Undefined: `estimatedExecutionMs`.
    */
   initialRunMs?: (modelId: string, numericProfileId: string) => number | undefined;
+  /**
+   * The query path the store recorded for a model that just loaded (the probe's finding,
+   * applied again at startup, design rule 7), asked once per successful load attempt of a model
+   * whose query path {@link ModelRegistry.setQueryPath} has not set; `disabled` disables its hot
+   * path before it serves a request. A throw counts as undefined. @default none
+   */
+  recordedQueryPath?: (ready: ReadyModel) => QueryPath | undefined;
 }
 
 /**
@@ -115,7 +128,14 @@ export class ModelRegistry implements AsyncDisposable {
   #log: LogSink;
   #now: () => number;
   #onLoadAttempt: ModelRegistryOptions["onLoadAttempt"];
+  #skewQueryPath: ReadonlySet<string>;
+  /**
+   * Models whose query path is disabled: their interactive-runtime lane (`hot`) and the lane
+   * over the bulk runtime that serves their interactive work instead (`bulkPath`).
+   */
+  #hotLanes = new Map<string, { hot: Lane; bulkPath: Lane }>();
   #initialRunMs: ModelRegistryOptions["initialRunMs"];
+  #recordedQueryPath: ModelRegistryOptions["recordedQueryPath"];
   #disposed = false;
 
   constructor(options: ModelRegistryOptions) {
@@ -146,7 +166,9 @@ export class ModelRegistry implements AsyncDisposable {
     this.#log = options.log ?? nullLog;
     this.#now = options.now ?? Date.now;
     this.#onLoadAttempt = options.onLoadAttempt;
+    this.#skewQueryPath = new Set(options.testHooks?.skewQueryPath ?? []);
     this.#initialRunMs = options.initialRunMs;
+    this.#recordedQueryPath = options.recordedQueryPath;
   }
 
   /** All models, in load order. */
@@ -286,7 +308,8 @@ export class ModelRegistry implements AsyncDisposable {
     if (entry === undefined) return [];
     if (entry.state === "loading") return [{ kind: "loading", count: 1 }];
     const r = entry.ready;
-    const n = r === undefined ? 0 : r.interactive.activeRequests + r.bulk.activeRequests;
+    const hot = this.#hotLanes.get(modelId)?.hot.activeRequests ?? 0;
+    const n = r === undefined ? 0 : r.interactive.activeRequests + r.bulk.activeRequests + hot;
     return n > 0 ? [{ kind: "request", count: n }] : [];
   }
 
@@ -325,6 +348,7 @@ export class ModelRegistry implements AsyncDisposable {
       );
     }
     this.#entries.delete(modelId);
+    this.#hotLanes.delete(modelId);
     const own = this.#own.get(modelId);
     if (own !== undefined) {
       this.#own.delete(modelId);
@@ -338,6 +362,50 @@ export class ModelRegistry implements AsyncDisposable {
     }
     this.#log("info", "synapse.models", `model '${modelId}' unloaded`, {});
     return entry;
+  }
+
+  /**
+   * Turns a model's hot path on or off (step 10, "query path ≡ batch path"). `disabled`: its
+   * interactive lane runs on its bulk runtime (the batch path: for ORT the bulk thread and its
+   * scheduler, still in the interactive class), so `embed.query` and inline `embed.batch` get
+   * exactly the batch path's numbers; `enabled` puts it back on the interactive runtime. Applies
+   * at once to a ready model and to every later load attempt of it (a model still loading takes
+   * it when it becomes ready); requests already admitted finish where they started.
+   * `models.list` shows it as `query_path`.
+   *
+   * @param modelId A registered model.
+   * @param path `enabled` or `disabled`.
+   * @throws {SynapseError} `unknown_model`; `invalid_request` for another value.
+   */
+  setQueryPath(modelId: string, path: QueryPath): void {
+    const entry = this.#entries.get(modelId);
+    if (entry === undefined) throw unknownModel(modelId, undefined, [...this.#entries.keys()]);
+    if (path !== "enabled" && path !== "disabled") {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot set the query path of '${modelId}' to '${path}': it is 'enabled' or 'disabled'`,
+        { details: { model_id: modelId, field: "query_path", value: path } },
+      );
+    }
+    entry.queryPath = path;
+    if (entry.ready !== undefined) entry.ready = this.#withQueryPath(entry, entry.ready);
+  }
+
+  /** A model's query path (`enabled` unless {@link setQueryPath} disabled it). */
+  queryPath(modelId: string): QueryPath {
+    return this.#entries.get(modelId)?.queryPath ?? "enabled";
+  }
+
+  /**
+   * The model's lane on its interactive runtime (the query path), also while its hot path is
+   * disabled and requests run on the bulk runtime: what the probe measures the query path on.
+   *
+   * @throws {SynapseError} `unknown_model`; as {@link resolve} when it is not ready.
+   */
+  hotLane(modelId: string): Lane {
+    const entry = this.#entries.get(modelId);
+    if (entry === undefined) throw unknownModel(modelId, undefined, [...this.#entries.keys()]);
+    return this.#hotLanes.get(modelId)?.hot ?? this.resolve(modelId, entry.task).interactive;
   }
 
   /**
@@ -357,12 +425,14 @@ export class ModelRegistry implements AsyncDisposable {
     const entry = this.#entries.get(modelId);
     if (entry === undefined) throw unknownModel(modelId, undefined, [...this.#entries.keys()]);
     const ready = this.resolve(modelId, entry.task);
+    // The query path is the interactive runtime even while the hot path is disabled.
+    const hot = this.hotLane(modelId);
     const own = this.#own.get(modelId);
     const common = { cls: "control" as const, admission: this.#admission, now: this.#now };
     if (own !== undefined) {
       const name = `llama-${modelId}`;
       return {
-        query: new Lane({ ...common, name, engine: own.engine, scheduler: own.scheduler }),
+        query: new Lane({ ...common, name, engine: hot.engine, scheduler: own.scheduler }),
         batch: new Lane({ ...common, name, engine: own.engine, scheduler: own.scheduler }),
       };
     }
@@ -370,7 +440,7 @@ export class ModelRegistry implements AsyncDisposable {
       query: new Lane({
         ...common,
         name: "ort-interactive",
-        engine: ready.interactive.engine,
+        engine: hot.engine,
         scheduler: this.#ortInteractiveSched,
         quiet: () => this.otherEnginesBusy(),
       }),
@@ -443,7 +513,14 @@ export class ModelRegistry implements AsyncDisposable {
     delete entry.retryAtMs;
     delete entry.error;
     try {
-      entry.ready = await this.#load(entry);
+      const ready = await this.#load(entry);
+      if (entry.queryPath === undefined) {
+        try {
+          const recorded = this.#recordedQueryPath?.(ready);
+          if (recorded === "disabled") entry.queryPath = recorded;
+        } catch { /* no record: the hot path stays on */ }
+      }
+      entry.ready = this.#withQueryPath(entry, ready);
       entry.state = "ready";
       if (entry.loadAttempts > 1) {
         this.#log("info", "synapse.models", `model '${entry.modelId}' loaded`, {
@@ -539,7 +616,10 @@ export class ModelRegistry implements AsyncDisposable {
       this.#own.set(entry.modelId, { engine: l.engine, scheduler });
       entry.testModel = l.testModel;
       entry.coldLoadMs = l.coldLoadMs;
-      return llamaReadyModel(entry, l, { scheduler, admission: this.#admission, now: this.#now });
+      return this.#skewed(
+        llamaReadyModel(entry, l, { scheduler, admission: this.#admission, now: this.#now }),
+        scheduler,
+      );
     }
     const o = await loadOrtModel(src, {
       interactive: this.#ortInteractive,
@@ -549,13 +629,64 @@ export class ModelRegistry implements AsyncDisposable {
     });
     entry.testModel = o.testModel;
     entry.coldLoadMs = o.coldLoadMs;
-    return ortReadyModel(entry, o, {
-      interactiveScheduler: this.#ortInteractiveSched,
-      bulkScheduler: this.#ortBulkSched,
+    return this.#skewed(
+      ortReadyModel(entry, o, {
+        interactiveScheduler: this.#ortInteractiveSched,
+        bulkScheduler: this.#ortBulkSched,
+        admission: this.#admission,
+        quiet: () => this.otherEnginesBusy(),
+        now: this.#now,
+      }),
+      this.#ortInteractiveSched,
+      () => this.otherEnginesBusy(),
+    );
+  }
+
+  /** The test hook `skewQueryPath`: the model's interactive lane over a {@link SkewedEngine}. */
+  #skewed(ready: ReadyModel, scheduler: LaneScheduler, quiet?: () => boolean): ReadyModel {
+    if (!this.#skewQueryPath.has(ready.modelId)) return ready;
+    const hot = ready.interactive;
+    return {
+      ...ready,
+      interactive: new Lane({
+        name: hot.name,
+        engine: new SkewedEngine(hot.engine),
+        cls: hot.cls,
+        scheduler,
+        admission: this.#admission,
+        ...(quiet === undefined ? {} : { quiet }),
+        now: this.#now,
+      }),
+    };
+  }
+
+  /**
+   * `ready` with its interactive lane as the entry's query path says: `disabled` → a lane over
+   * the bulk runtime's engine and scheduler in the interactive class (the hot lane is kept for
+   * {@link hotLane}); `enabled` → the hot lane back. A fresh load attempt gets a fresh swap.
+   */
+  #withQueryPath(entry: ModelEntry, ready: ReadyModel): ReadyModel {
+    const swapped = this.#hotLanes.get(entry.modelId);
+    const isSwapped = swapped !== undefined && ready.interactive === swapped.bulkPath;
+    if ((entry.queryPath ?? "enabled") === "enabled") {
+      this.#hotLanes.delete(entry.modelId);
+      return isSwapped ? { ...ready, interactive: swapped.hot } : ready;
+    }
+    if (isSwapped) return ready;
+    const scheduler = entry.engine === "ort"
+      ? this.#ortBulkSched
+      : this.#own.get(entry.modelId)?.scheduler;
+    if (scheduler === undefined) return ready;
+    const bulkPath = new Lane({
+      name: ready.bulk.name,
+      engine: ready.bulk.engine,
+      cls: ready.interactive.cls,
+      scheduler,
       admission: this.#admission,
-      quiet: () => this.otherEnginesBusy(),
       now: this.#now,
     });
+    this.#hotLanes.set(entry.modelId, { hot: ready.interactive, bulkPath });
+    return { ...ready, interactive: bulkPath };
   }
 
   #ensureNotDisposed(): void {

@@ -99,7 +99,45 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
   };
   if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
   else source.maxTokensDefault = preloadMaxTokensDefault(entry);
+  return withDeclarations(source, entry);
+}
+
+/**
+ * The declarations every engine honours: `dtype` (checked against the weights at load) and
+ * `reference_model` (the probe's reference; never the model itself).
+ *
+ * @throws {SynapseError} `invalid_request {field: "preload_models.reference_model"}` for a
+ *   reference naming the model itself.
+ */
+function withDeclarations(
+  source: ModelSource,
+  entry: SynapseConfig["preload_models"][number],
+): ModelSource {
+  if (entry.dtype !== undefined) source.dtype = entry.dtype;
+  if (entry.reference_model !== undefined) {
+    checkReferenceModel(source.modelId, entry.reference_model, "preload_models.reference_model");
+    source.referenceModel = entry.reference_model;
+  }
   return source;
+}
+
+/**
+ * Refuses a `reference_model` that names the model itself (a model is not its own reference).
+ *
+ * @param modelId The model's id.
+ * @param reference The declared reference model id.
+ * @param field The field named in the refusal (`preload_models.reference_model`,
+ *   `reference_model`).
+ * @throws {SynapseError} `invalid_request {model_id, field, reference_model, reason:
+ *   "self_reference"}`.
+ */
+export function checkReferenceModel(modelId: string, reference: string, field: string): void {
+  if (reference !== modelId) return;
+  throw new SynapseError(
+    "invalid_request",
+    `Cannot load model '${modelId}': reference_model names the model itself; name the model id of the reference lane with the same weights (an ORT fp32 model), or drop it`,
+    { details: { model_id: modelId, field, reference_model: reference, reason: "self_reference" } },
+  );
 }
 
 /**
@@ -142,7 +180,7 @@ function llamaSourceFromPreload(entry: SynapseConfig["preload_models"][number]):
   if (entry.artifact_digest !== undefined) source.artifactDigest = entry.artifact_digest;
   if (entry.worker_bin !== undefined) source.workerBin = entry.worker_bin;
   if (entry.worker_runtime_dir !== undefined) source.workerRuntimeDir = entry.worker_runtime_dir;
-  return source;
+  return withDeclarations(source, entry);
 }
 
 /** `path` when a file is there (a broken link or a directory is not a tokenizer.json). */

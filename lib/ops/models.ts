@@ -82,6 +82,13 @@ export interface ModelRow {
   normalize?: boolean;
   /** Present and true for generated test fixtures. */
   test_model?: true;
+  /** The model id its source declares as its reference lane (`reference_model`), when any. */
+  reference_model?: string;
+  /**
+   * `disabled` when the probe found the query path differs from the batch path: the model's
+   * interactive work then runs on its bulk runtime (the batch path's numbers).
+   */
+  query_path: "enabled" | "disabled";
   warm_load_cost_hint_ms?: number;
   /** Lanes serving the model (`<scheduler>:<class>`), e.g. `ort-interactive`, `llama-<id>`. */
   lanes: string[];
@@ -161,7 +168,9 @@ export function modelRow(
     last_used_ms: used.length > 0 ? Math.max(...used) : null,
     loaded_at_ms: m.loadStartedMs,
     origin,
+    query_path: m.queryPath ?? "enabled",
   };
+  if (m.source.referenceModel !== undefined) row.reference_model = m.source.referenceModel;
   try {
     row.artifact_bytes = Deno.statSync(m.source.modelPath).size;
   } catch { /* not readable: no size */ }

@@ -581,6 +581,9 @@ async function probeOne(
     };
     const reference = await referenceOf(ctx, entry);
     if (reference !== undefined) input.reference = reference;
+    if (entry.source.referenceModel !== undefined) {
+      input.declaredReference = entry.source.referenceModel;
+    }
     result = await probeLane(input);
   } catch (err) {
     const e = err instanceof SynapseError ? err : undefined;

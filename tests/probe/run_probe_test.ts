@@ -420,9 +420,10 @@ Deno.test("probeLane() on llama lanes: greedy generation is token-exact; the emb
   const g = await probeLane({
     model: gen,
     laneId: "gen",
-    // 5 of the 20 prompts (64 tokens each, three runs): a loaded 2-core machine runs the tiny
-    // model's worker slowly; the full set is the default (tests/probe/workload_test.ts).
-    generationPrompts: 5,
+    // 6 of the 20 prompts (64 tokens each, serially and concurrently; the first 5 once more): a
+    // loaded 2-core machine runs the tiny model's worker slowly; the full set is the default
+    // (tests/probe/workload_test.ts).
+    generationPrompts: 6,
     lanes: t.syn.registry.controlLanes("gen"),
     knob: t.syn.config.knob,
     tokenizers: t.syn.tokenizers,
@@ -431,8 +432,8 @@ Deno.test("probeLane() on llama lanes: greedy generation is token-exact; the emb
   assert.equal(g.task, "generate");
   assert.equal(g.cert_class, "generation");
   assert.deepEqual(g.checks.map((c) => c.id), [
-    "greedy_determinism",
     "greedy_serial_vs_concurrent",
+    "greedy_determinism",
   ]);
   for (const c of g.checks) assert.equal(c.value, 1);
   assert.deepEqual(g.checks_lacking, [{ id: "reference_parity", reason: "no_reference_lane" }]);

@@ -1,10 +1,12 @@
 import assert from "node:assert/strict";
 import { Tokenizer } from "@huggingface/tokenizers";
 import * as ort from "onnxruntime-node";
+import onnxProto from "onnx-proto";
 import {
   BENCH_MODEL_NAME,
   BENCH_SPEC,
   type EncoderSpec,
+  float16Bits,
   generateModels,
   MODEL_FILES,
   POISON_TOKEN,
@@ -107,8 +109,9 @@ function weightCount(spec: EncoderSpec, vocabSize: number): number {
  * size bounds the cost without a clock. The rest is the graph and a few scalar constants.
  */
 function assertModelBytes(spec: EncoderSpec, vocabSize: number, modelBytes: number): void {
-  const weights = 4 * weightCount(spec, vocabSize);
-  const graph = 4096 * (spec.layers + 2); // measured: 9.5 KB for 2 layers, 25.7 KB for 6
+  const weights = (spec.weights === "f16" ? 2 : 4) * weightCount(spec, vocabSize);
+  // measured: 9.5 KB for 2 layers, 25.7 KB for 6; fp16 models add a Cast node per initializer
+  const graph = (spec.weights === "f16" ? 8192 : 4096) * (spec.layers + 2);
   assert.ok(
     modelBytes >= weights && modelBytes <= weights + graph,
     `${spec.name}: model.onnx is ${modelBytes} bytes for ${weights} bytes of weights`,
@@ -160,7 +163,7 @@ Deno.test("generateModels() skips complete directories and redoes incomplete one
     await Deno.remove(`${dir}/synapse-tiny-embed/.complete`);
     await Deno.writeTextFile(`${dir}/synapse-tiny-rerank/tokenizer.json`, "{}");
     const redo = await generateModels({ outDir: dir });
-    assert.deepEqual(redo.map((m) => m.skipped), [false, false, true]);
+    assert.deepEqual(redo.map((m) => m.skipped), [false, false, true, true, true]);
     assert.deepEqual(await hashTree(dir), before);
 
     const forced = await generateModels({ outDir: dir, force: true });
@@ -369,5 +372,130 @@ Deno.test("generateModels() writes a deterministic MiniLM-shaped bench model", a
   } finally {
     await Deno.remove(a, { recursive: true });
     await Deno.remove(b, { recursive: true });
+  }
+});
+
+Deno.test("float16Bits() rounds to nearest even, keeps subnormals, overflows to Infinity", () => {
+  assert.equal(float16Bits(1), 0x3c00);
+  assert.equal(float16Bits(-2), 0xc000);
+  assert.equal(float16Bits(0), 0);
+  assert.equal(float16Bits(-0), 0x8000);
+  assert.equal(float16Bits(65504), 0x7bff);
+  assert.equal(float16Bits(65520), 0x7c00); // the tie above the largest finite rounds up
+  assert.equal(float16Bits(Infinity), 0x7c00);
+  assert.equal(float16Bits(-Infinity), 0xfc00);
+  assert.equal(float16Bits(NaN) & 0x7e00, 0x7e00);
+  assert.equal(float16Bits(2 ** -24), 1); // the smallest subnormal
+  assert.equal(float16Bits(2 ** -25), 0); // a tie to even (zero)
+  assert.equal(float16Bits(3 * 2 ** -25), 2); // a tie to even (two)
+  assert.equal(float16Bits(2 ** -14), 0x0400); // the smallest normal
+  assert.equal(float16Bits(0.1), 0x2e66);
+  assert.equal(float16Bits(1 + 2 ** -11), 0x3c00); // a tie to even (down)
+  assert.equal(float16Bits(1 + 3 * 2 ** -11), 0x3c02); // a tie to even (up)
+});
+
+interface DecodedTensor {
+  name: string;
+  dataType: number;
+  rawData: Uint8Array;
+}
+interface DecodedNode {
+  name: string;
+  opType: string;
+  input: string[];
+  output: string[];
+  attribute: { i: unknown }[];
+}
+
+/** The graph of a generated model.onnx (the generator fills every field read here). */
+async function modelGraph(
+  path: string,
+): Promise<{ initializer: DecodedTensor[]; node: DecodedNode[] }> {
+  const m = onnxProto.onnx.ModelProto.decode(await Deno.readFile(path));
+  return m.graph as unknown as { initializer: DecodedTensor[]; node: DecodedNode[] };
+}
+
+/** Mean-pooled, L2-normalized vectors of `texts` from an embed model directory. */
+async function vectors(dir: string, tokenizer: Tokenizer, texts: string[]): Promise<number[][]> {
+  const batch = encodeBatch(tokenizer, texts, 0);
+  const out = await run(dir, batch.feeds);
+  return texts.map((_, i) => {
+    const rows = sequence(out, i, batch.lengths[i]!);
+    const v = new Array<number>(32).fill(0);
+    for (let j = 0; j < rows.length; j++) v[j % 32]! += rows[j]!;
+    const norm = Math.hypot(...v);
+    return v.map((x) => x / norm);
+  });
+}
+
+Deno.test("generateModels() fp16 variants: FLOAT16 weights behind Casts, same or perturbed weights", async () => {
+  const root = await Deno.makeTempDir({ prefix: "synapse-gen-models-f16-" });
+  try {
+    await generateModels({ outDir: root });
+    const FLOAT = onnxProto.onnx.TensorProto.DataType.FLOAT;
+    const FLOAT16 = onnxProto.onnx.TensorProto.DataType.FLOAT16;
+    const base = await modelGraph(`${root}/synapse-tiny-embed/model.onnx`);
+    const baseInits = new Map(base.initializer.map((t) => [t.name, t]));
+    const baseFloats = base.initializer.filter((t) => t.dataType === FLOAT);
+    assert.ok(baseFloats.length > 30);
+
+    for (const name of ["synapse-tiny-embed-f16", "synapse-tiny-embed-f16-perturbed"]) {
+      const m = await modelGraph(`${root}/${name}/model.onnx`);
+      const inits = m.initializer;
+      // Every float initializer is FLOAT16 now; the int64 shapes are untouched.
+      assert.equal(inits.filter((t) => t.dataType === FLOAT).length, 0, name);
+      const halves = inits.filter((t) => t.dataType === FLOAT16);
+      assert.deepEqual(halves.map((t) => t.name), baseFloats.map((t) => t.name), name);
+      // Each is read through one Cast to FLOAT, before any other node, and nothing else reads it.
+      const casts = m.node.slice(0, halves.length);
+      for (const [i, t] of halves.entries()) {
+        const cast = casts[i]!;
+        assert.equal(cast.opType, "Cast");
+        assert.deepEqual(cast.input, [t.name]);
+        assert.deepEqual(cast.output, [`${t.name}.f32`]);
+        assert.equal(Number(cast.attribute[0]!.i), FLOAT);
+      }
+      const halfNames = new Set(halves.map((t) => t.name));
+      for (const n of m.node.slice(halves.length)) {
+        assert.ok(n.input.every((i) => !halfNames.has(i)), `${n.name} reads an fp16 tensor`);
+      }
+      const config = await readJson(`${root}/${name}/config.json`);
+      assert.equal(config.synapse_weights_dtype, "f16");
+      assert.equal(config.synapse_seed, TINY_SPECS[0]!.seed);
+
+      // Same weights (f16) or not (perturbed): compare each value with the fp32 model's, rounded.
+      let equal = 0;
+      let total = 0;
+      for (const t of halves) {
+        const ref = baseInits.get(t.name)!;
+        const f32 = new Float32Array(ref.rawData.slice().buffer);
+        const f16 = new Uint16Array(t.rawData.slice().buffer);
+        assert.equal(f16.length, f32.length);
+        for (let i = 0; i < f32.length; i++) {
+          total++;
+          if (float16Bits(f32[i]!) === f16[i]) equal++;
+        }
+      }
+      if (name === "synapse-tiny-embed-f16") assert.equal(equal, total);
+      else assert.ok(equal < total * 0.1, `${equal} of ${total} weights unperturbed`);
+    }
+
+    // onnxruntime computes in fp32 from the rounded weights: the f16 model's vectors are the fp32
+    // model's (parity passes); the perturbed model's are clearly not (parity fails).
+    const tokenizer = await loadTokenizer(`${root}/synapse-tiny-embed`);
+    const texts = [SENTENCE, "A short one.", "The river is calm today.", "what is a river"];
+    const ref = await vectors(`${root}/synapse-tiny-embed`, tokenizer, texts);
+    const meanCos = async (name: string) => {
+      const got = await vectors(`${root}/${name}`, tokenizer, texts);
+      let sum = 0;
+      for (const [i, v] of got.entries()) sum += v.reduce((a, x, d) => a + x * ref[i]![d]!, 0);
+      return sum / texts.length;
+    };
+    const f16 = await meanCos("synapse-tiny-embed-f16");
+    const perturbed = await meanCos("synapse-tiny-embed-f16-perturbed");
+    assert.ok(f16 > 0.9999, `f16 mean cosine ${f16}`);
+    assert.ok(perturbed < 0.99, `perturbed mean cosine ${perturbed}`);
+  } finally {
+    await Deno.remove(root, { recursive: true });
   }
 });

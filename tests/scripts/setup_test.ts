@@ -46,6 +46,8 @@ Deno.test("scripts/setup says what it does, makes the test models and no bench m
         "synapse-tiny-embed",
         "synapse-tiny-rerank",
         "synapse-tiny-embed-nan",
+        "synapse-tiny-embed-f16",
+        "synapse-tiny-embed-f16-perturbed",
         "synapse-tiny-llama",
         "synapse-tiny-llama-bytes",
         "synapse-tiny-qwen",
