@@ -286,7 +286,7 @@ export class Synapse implements AsyncDisposable {
         const rows = this.certifications.rowsForLane(
           this.loads?.spec(ready.modelId)?.lane_id ?? ready.modelId,
         );
-        const digest = runtimeConfigDigestOf({ config }, ready);
+        const digest = runtimeConfigDigestOf({ config, registry: this.registry }, ready);
         const row = rows.find((r) =>
           r.machine_profile_hash === this.machineProfileHash &&
           r.numeric_profile_id === ready.numericProfileId && r.runtime_config_digest === digest

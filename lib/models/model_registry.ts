@@ -642,6 +642,14 @@ export class ModelRegistry implements AsyncDisposable {
     );
   }
 
+  /**
+   * True when the tests-only hook `skewQueryPath` wraps the model's query path (its certificate
+   * is then keyed apart: lib/probe/certification.ts `runtimeConfigDigestOf`).
+   */
+  isQueryPathSkewed(modelId: string): boolean {
+    return this.#skewQueryPath.has(modelId);
+  }
+
   /** The test hook `skewQueryPath`: the model's interactive lane over a {@link SkewedEngine}. */
   #skewed(ready: ReadyModel, scheduler: LaneScheduler, quiet?: () => boolean): ReadyModel {
     if (!this.#skewQueryPath.has(ready.modelId)) return ready;

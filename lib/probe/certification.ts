@@ -45,7 +45,7 @@ export type StaleFact = "os_build" | "machine_profile" | "numeric_profile" | "ru
 /** What the certification functions read from the module context (a slice of `OpContext`). */
 export interface CertificationContext {
   readonly config: { readonly knob: string; readonly certification: "require" | "warn" };
-  readonly registry: { list(): ModelEntry[] };
+  readonly registry: { list(): ModelEntry[]; isQueryPathSkewed?(modelId: string): boolean };
   readonly loads?: { spec(modelId: string): { lane_id?: string } | undefined };
   /** The certification, performance and knob-assignment rows of the store. */
   readonly certifications: CertificationStore;
@@ -117,31 +117,54 @@ export function laneIdOf(ctx: Pick<CertificationContext, "loads">, modelId: stri
  * @returns 64 hex chars.
  */
 export function runtimeConfigDigest(
-  facts: { engine: string; intra_op_threads: number; knob: string },
+  facts: {
+    engine: string;
+    intra_op_threads: number;
+    knob: string;
+    reference_model?: string;
+    query_path_skew?: boolean;
+  },
 ): string {
   return jcsSha256({
     engine: facts.engine,
     intra_op_threads: facts.intra_op_threads,
     knob: facts.knob,
+    // What a certificate proves depends on what it was measured against: two models with the
+    // same files (one numeric profile) but different declared references keep separate rows.
+    ...(facts.reference_model === undefined ? {} : { reference_model: facts.reference_model }),
+    // The tests-only skew hook changes the query path's numbers (lib/models/_test_hooks.ts).
+    ...(facts.query_path_skew === true ? { query_path_skew: true } : {}),
   });
 }
 
 /**
  * The runtime config digest of a loaded model in this instance: its engine, the threads the
- * registry gives that engine for the config knob, and the knob.
+ * registry gives that engine for the config knob, the knob, the reference its source declares
+ * (`reference_model`) and whether the tests-only query-path skew hook wraps it.
  *
- * @param ctx Module context (`config.knob`).
+ * @param ctx Module context (`config.knob`; the registry, when given, for the model's source
+ *   and test hooks).
  * @param model The ready model.
  * @returns 64 hex chars.
  */
 export function runtimeConfigDigestOf(
-  ctx: { readonly config: { readonly knob: string } },
-  model: Pick<ReadyModel, "engineKind">,
+  ctx: {
+    readonly config: { readonly knob: string };
+    readonly registry?: {
+      list(): readonly { modelId: string; source: Pick<ModelSource, "referenceModel"> }[];
+      isQueryPathSkewed?(modelId: string): boolean;
+    };
+  },
+  model: Pick<ReadyModel, "engineKind" | "modelId">,
 ): string {
+  const source = ctx.registry?.list().find((e) => e.modelId === model.modelId)?.source;
+  const skewed = ctx.registry?.isQueryPathSkewed?.(model.modelId) ?? false;
   return runtimeConfigDigest({
     engine: model.engineKind,
     intra_op_threads: threadsForKnob(ctx.config.knob),
     knob: ctx.config.knob,
+    ...(source?.referenceModel === undefined ? {} : { reference_model: source.referenceModel }),
+    ...(skewed ? { query_path_skew: true } : {}),
   });
 }
 
@@ -156,9 +179,9 @@ export function runtimeConfigDigestOf(
  */
 export function probeFactsOf(
   ctx:
-    & { readonly config: { readonly knob: string } }
+    & Parameters<typeof runtimeConfigDigestOf>[0]
     & Pick<CertificationContext, "machineProfile" | "machineProfileHash" | "moduleGeneration">,
-  model: Pick<ReadyModel, "engineKind" | "identity" | "profile">,
+  model: Pick<ReadyModel, "engineKind" | "modelId" | "identity" | "profile">,
   job: { probe_job_id: string | null; now_ms: number },
 ): ProbeFacts {
   return {
