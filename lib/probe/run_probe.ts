@@ -537,13 +537,16 @@ async function probeRows(ctx: ProbeContext): Promise<void> {
     ? SHAPE_BATCH_SIZES.filter((n) => n <= maxSeq)
     : SHAPE_BATCH_SIZES.filter((n) => n <= 3);
   const sweepBase = w.sweep.map((x) => x.row);
+  // One engine behind both lanes (a llama worker): the query path's rows alone are the batch
+  // lane's batch-1 rows, so they are not run again.
+  const sameEngine = lanes.query.engine === lanes.batch.engine;
   const sweepRows = sizes.map((n) => cycle(sweepBase, n));
   const boundaryBatches = w.boundary.map((b) => cycle(b.items.map((x) => x.row), b.rows));
   const ref = ctx.input.reference;
   const refRows = ref === undefined ? [] : w.coreTexts.map((x) => encodeFor(ref.model, x));
   ctx.total = coreRows.length + // query path
     2 * runsOf(lanes.batch, coreLengths) + // batch path, twice
-    sweepBase.length + // batch-1 baselines
+    (sameEngine ? 0 : sweepBase.length) + // batch-1 baselines
     sweepRows.reduce((a, r) => a + runsOf(lanes.batch, r.map((x) => x.ids.length)), 0) +
     w.boundary.reduce((a, b) => a + b.items.length, 0) +
     boundaryBatches.reduce((a, r) => a + runsOf(lanes.batch, r.map((x) => x.ids.length)), 0) +
@@ -584,7 +587,8 @@ async function probeRows(ctx: ProbeContext): Promise<void> {
   // Shape invariance: every row of every batch size and edge against the text alone.
   ctx.step("shape_invariance");
   const alone: Out[] = [];
-  for (const row of sweepBase) alone.push(...await runRows(ctx, lanes.batch, [row], true));
+  if (sameEngine) alone.push(...query.slice(0, sweepBase.length));
+  else for (const row of sweepBase) alone.push(...await runRows(ctx, lanes.batch, [row], true));
   const aloneOf = new Map<EngineRow, Out>(sweepBase.map((r, i) => [r, alone[i]!]));
   for (const b of w.boundary) {
     for (const x of b.items) {
@@ -622,7 +626,7 @@ async function probeRows(ctx: ProbeContext): Promise<void> {
   });
 
   // Output facts over everything the batch path gave.
-  const all = [...batch, ...again, ...alone];
+  const all = [...batch, ...again, ...(sameEngine ? [] : alone)];
   const bad = all.filter((o) => !o.ok) as { ok: false; why: string }[];
   const values = all.filter((o) => o.ok).map((o) => (o as { values: Float32Array }).values);
   const nonFinite = values.filter((v) => !allFinite(v)).length +
