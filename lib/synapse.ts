@@ -28,7 +28,7 @@ import type { OpOutcome } from "./ops/dispatcher.ts";
 import type { CallOptions, OpContext } from "./ops/context.ts";
 import { Admission } from "./sched/admission.ts";
 import { JobStore } from "./store/job_store.ts";
-import { CertificationStore } from "./store/certification_store.ts";
+import { CertificationStore } from "./probe/certification_store.ts";
 import {
   knobAssignmentKey,
   readStartupKnobAssignments,

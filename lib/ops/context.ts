@@ -14,7 +14,7 @@ import type { LogSink } from "../log/log.ts";
 import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
 import type { SpecialSpan } from "../tokenize/tokenizer.ts";
 import type { CallDoor } from "../log/metrics.ts";
-import type { CertificationStore } from "../store/certification_store.ts";
+import type { CertificationStore } from "../probe/certification_store.ts";
 import type { MachineProfile } from "../identity/machine_profile.ts";
 import type { KnobAssignment } from "../probe/types.ts";
 

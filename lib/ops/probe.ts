@@ -51,7 +51,7 @@ import { sha256Hex } from "../identity/sha256.ts";
 import type { ModelEntry, ReadyModel } from "../models/model.ts";
 import type { JobState } from "../store/job_types.ts";
 import type { CertRow, ProbeCheck, ProbeLaneResult } from "../probe/types.ts";
-import type { StoredKnobAssignment, StoredPerfRow } from "../store/certification_store.ts";
+import type { StoredKnobAssignment, StoredPerfRow } from "../probe/certification_store.ts";
 import type { JobsContext, OpContext } from "./context.ts";
 import { endFailedJob } from "./jobs.ts";
 import {

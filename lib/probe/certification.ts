@@ -30,7 +30,7 @@ import { jcsSha256 } from "../identity/jcs.ts";
 import type { MachineProfile } from "../identity/machine_profile.ts";
 import type { ModelEngine, ModelEntry, ModelSource, ReadyModel } from "../models/model.ts";
 import { threadsForKnob } from "../models/model_registry.ts";
-import type { CertificationStore, ProbeFacts } from "../store/certification_store.ts";
+import type { CertificationStore, ProbeFacts } from "./certification_store.ts";
 import type {
   BlockingReason,
   CertificationStatus,

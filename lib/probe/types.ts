@@ -1,7 +1,7 @@
 /**
  * The shapes of step 10 (issue 18): probe results, certification rows, performance rows, knob
  * assignments and catalog self-checks, shared by the probe runner (lib/probe/run_probe.ts), the
- * certification store (lib/store/certification_store.ts), serving admission
+ * certification store (lib/probe/certification_store.ts), serving admission
  * (lib/probe/certification.ts) and the probe operations (lib/ops/probe.ts).
  *
  * Contract: §1 probe.*, §4 (numeric profile), §5 (machine profile: certification rows are keyed

@@ -2,7 +2,7 @@ import assert from "node:assert";
 import { join } from "node:path";
 import { SynapseError } from "../../lib/contract/errors.ts";
 import type { ProbeLaneResult } from "../../lib/probe/types.ts";
-import { CertificationStore, type ProbeFacts } from "../../lib/store/certification_store.ts";
+import { CertificationStore, type ProbeFacts } from "../../lib/probe/certification_store.ts";
 import { Store } from "../../lib/store/store.ts";
 
 const T0 = 1_700_000_000_000;

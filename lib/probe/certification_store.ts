@@ -30,8 +30,8 @@ import type {
   PerfRow,
   ProbeLaneResult,
 } from "../probe/types.ts";
-import type { Store } from "./store.ts";
-import { storeFailure } from "./_store_faults.ts";
+import type { Store } from "../store/store.ts";
+import { storeFailure } from "../store/_store_faults.ts";
 
 /** The facts of this machine and this module a probe result is recorded under. */
 export interface ProbeFacts {
