@@ -78,7 +78,10 @@ const READ_BY: Readonly<Record<string, { file: string; code: string }>> = {
     code: "probe.worst_decile_rank_overlap_threshold ??",
   },
   preload_models: { file: "lib/synapse.ts", code: "config.preload_models.map(sourceFromPreload)" },
-  certification: { file: "lib/probe/certification.ts", code: 'ctx.config.certification === "warn"' },
+  certification: {
+    file: "lib/probe/certification.ts",
+    code: 'ctx.config.certification === "warn"',
+  },
 };
 
 /** A value other than the default, per unserved key. */
