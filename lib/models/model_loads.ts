@@ -268,7 +268,11 @@ export class ModelLoads {
     const key = requestKey ?? `models.download:${catalogId}:${manifest}`;
     const digest = jcsSha256({ catalog_id: catalogId, manifest_digest: manifest });
     const known = this.#jobs.attach(key, digest);
-    if (known) return known;
+    // A committed download whose model was removed since (models.remove) is not what the key
+    // asks for any more — the model installed — so the same key installs it again.
+    const removedSince = known?.state === "committed" &&
+      !this.registry.list().some((m) => m.modelId === catalogId);
+    if (known && !removedSince) return known;
     const job = this.#jobs.create("models.download", catalogId, digest, key, "queued");
     job.view.catalog_id = catalogId;
     job.done = this.#runDownload(job, model, backend, manifest);

@@ -346,6 +346,15 @@ Deno.test("models.download of a catalog model from a loopback hf_endpoint: one j
     assert.equal(removed.freed_bytes, expected);
     const gone = resultOf(await syn.call("models.catalog", { installed: true }));
     assert.deepEqual(gone.models, []);
+
+    // Downloading it again under the same default key installs it again: the committed job of
+    // the removed install is not answered as if the model were there.
+    const again = resultOf(await syn.call("models.download", { catalog_id: "tiny-embed" }));
+    assert.notEqual(again.job_id, resultOf(a).job_id);
+    assert.equal((await settle(syn, again.job_id)).state, "committed");
+    await syn.registry.ready("tiny-embed");
+    const back = resultOf(await syn.call("embed.query", { text: "hi", model: "tiny-embed" }));
+    assert.equal(back.fingerprint, out.fingerprint);
   } finally {
     await syn.dispose();
   }
