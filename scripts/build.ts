@@ -116,7 +116,7 @@ export function bareImports(sources: Iterable<string>): Set<string> {
   for (const text of sources) {
     for (
       const m of text.matchAll(
-        /(?:^(?:import|export)[^;]*?from\s*|\bimport\s*\(\s*)"([^"./][^"]*)"/gm,
+        /(?:^(?:import|export)[^;]*?[\s}]from\s*|\bimport\s*\(\s*)"([^"./][^"]*)"/gm,
       )
     ) {
       const spec = m[1]!;
