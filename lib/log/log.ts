@@ -72,6 +72,7 @@ export const LOGGERS = [
   "synapse.log",
   "synapse.panic",
   "synapse.subc",
+  "synapse.probe",
 ] as const;
 
 /** What to do with a malformed `CK_LOG*` value. */
