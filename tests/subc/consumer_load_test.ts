@@ -74,7 +74,13 @@ Deno.test({
         Array.from({ length: n }, async (_, k) => {
           const body = encoder.encode(JSON.stringify({
             method: "embed.query",
-            params: { text: `route ${route.channel} request ${from + k}`, max_queue_ms: 60_000 },
+            params: {
+              text: `route ${route.channel} request ${from + k}`,
+              // A busy machine may take longer than the default 30 s deadline to drain 6,400
+              // queued queries; the test is about credits and terminals, not deadlines.
+              max_queue_ms: 60_000,
+              deadline_ms: 300_000,
+            },
           }));
           const terminal = await route.request(body);
           if (terminal.kind !== "response") {
