@@ -23,7 +23,7 @@ export interface LaneStatusRow {
   tokens_per_second: Record<string, number>;
   worker?: Record<string, unknown>;
   /** The model's worker admission, from the one status function (lib/ops/status.ts). */
-  serving_admission?: "serving" | "quarantined" | "unresponsive";
+  serving_admission?: "serving" | "quarantined" | "unresponsive" | "not_certified";
   serving_admission_reason?: Record<string, unknown>;
   models: string[];
 }

@@ -73,7 +73,7 @@ export interface ModelRow {
    * `quarantined` when the model's worker broke its crash budget, `unresponsive` when it is busy
    * past its request timeout; `serving` otherwise (worker-backed models).
    */
-  serving_admission?: "serving" | "quarantined" | "unresponsive";
+  serving_admission?: "serving" | "quarantined" | "unresponsive" | "not_certified";
   /** Why: `{reason: "worker_quarantined", message, since_ms, crashes}` or `{reason: "worker_busy", busy_ms, threshold_ms}`. */
   serving_admission_reason?: Record<string, unknown>;
   /** Worker supervision of a worker-backed model. */

@@ -75,11 +75,13 @@ export interface ModelStatus {
   /** Present whenever `state` is not `ready`. */
   state_reason?: StateReason;
   /**
-   * The worker's admission (contract.md §1 `serving_admission`): `serving`, `quarantined`
+   * The worker's admission (contract.md §1 `serving_admission`): `serving`, `not_certified`
+   * (require mode, the lane lacks a certificate: `serving_admission_reason {reason:
+   * <blocking reason>, probe_command}`), `quarantined`
    * (past its crash budget) or `unresponsive` (busy past the request timeout). Present for
    * worker-backed models, and for any model that is quarantined or unresponsive.
    */
-  serving_admission?: "serving" | "quarantined" | "unresponsive";
+  serving_admission?: "serving" | "quarantined" | "unresponsive" | "not_certified";
   /** The quarantine record `{reason, message, since_ms, crashes}`, or `{reason: "worker_busy", busy_ms, threshold_ms}`. */
   serving_admission_reason?: Record<string, unknown>;
   /** Present and true for generated test fixtures. */
@@ -224,6 +226,12 @@ function refuseUncertified(status: ModelStatus, m: ModelEntry, ctx: Certificatio
   if (reason === undefined) return;
   const refusal = notCertifiedError(ctx, m.modelId, view);
   status.state = "not_certified";
+  // What a request gets now: the worker may be up, but the lane admits nothing until certified.
+  status.serving_admission = "not_certified";
+  status.serving_admission_reason = {
+    reason,
+    probe_command: (refusal.details as { probe_command?: string } | undefined)?.probe_command,
+  };
   status.state_reason = {
     reason,
     code: "not_certified",

@@ -320,7 +320,7 @@ export function notCertifiedError(
   return new SynapseError(
     "not_certified",
     `Cannot serve model '${modelId}' (lane '${laneId}'): it needs a certificate for this machine and ${why}; ` +
-      `run '${advice.probe_command}' (under a minute), or set config certification: "warn" to serve it uncertified`,
+      `run '${advice.probe_command}' (a minute or two for a small model), or set config certification: "warn" to serve it uncertified`,
     {
       details: {
         model_id: modelId,

@@ -188,6 +188,12 @@ Deno.test("require: a GGUF lane refuses not_certified probe_required until its p
       assert.equal(row.state, "not_certified");
       assert.equal(row.state_reason.code, "not_certified");
       assert.equal(row.state_reason.reason, "probe_required");
+      // What a request gets now, though its worker is up (a newcomer saw "serving" here).
+      assert.equal(row.serving_admission, "not_certified");
+      assert.deepEqual(row.serving_admission_reason, {
+        reason: "probe_required",
+        probe_command: `ck-synapse probe run --model ${LLAMA}`,
+      });
       assert.equal(row.certified, false);
       assert.deepEqual(row.certification, {
         status: "probe_required",

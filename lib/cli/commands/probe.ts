@@ -21,7 +21,11 @@ import {
 import type { CliIO, Command } from "../_command.ts";
 import type { ClientOutcome, SynapseClient } from "../client.ts";
 
-/** The contract's probe timeout (contract.md §13: 180 s for load and probe), ms. */
+/**
+ * The contract's probe timeout (contract.md §11: 180 s for load and probe), ms, granted per lane:
+ * a generation lane's 20 × 64 greedy tokens alone can take 100–150 s on a busy 2-core machine, so
+ * one budget for a whole multi-lane job would fail honest probes.
+ */
 export const PROBE_TIMEOUT_MS = 180_000;
 
 const USAGE =
@@ -45,8 +49,8 @@ report  prints each loaded lane's certification and serving admission, the certi
         performance rows of this machine and the knob assignments (probe.report).
 
   --model ID          probe this model (repeat for several; default: every model that needs it)
-  --deadline-ms N     fail the job deadline_exceeded past N ms (default: ${PROBE_TIMEOUT_MS}, the probe
-                      timeout)
+  --deadline-ms N     fail the job deadline_exceeded past N ms (default: ${PROBE_TIMEOUT_MS} per lane
+                      to probe, the probe timeout)
   --request-key KEY   the job's idempotency key (default: one derived from the models, their
                       profiles and this machine: the same probe attaches to the same job)
   --json              print JSON (and a refusal as JSON)
@@ -106,6 +110,8 @@ interface ReportLane {
   serving_admission: string;
   serving_admission_reason?: string;
   blocking_reason?: string;
+  /** What changed since the newest row (`certification_stale`). */
+  stale_facts?: string[];
   probe_command?: string;
 }
 
@@ -162,7 +168,7 @@ async function runProbe(args: string[], io: CliIO): Promise<number> {
     }
   }
   if (rest.length > 0) throw new UsageError(`Cannot run 'probe ${sub}': unexpected '${rest[0]}'`);
-  let deadlineMs = PROBE_TIMEOUT_MS;
+  let deadlineMs: number | undefined;
   if (values["deadline-ms"] !== undefined) {
     deadlineMs = Number(values["deadline-ms"]);
     if (!Number.isSafeInteger(deadlineMs) || deadlineMs <= 0) {
@@ -178,7 +184,7 @@ async function runProbe(args: string[], io: CliIO): Promise<number> {
       client,
       {
         models: values.model ?? [],
-        deadlineMs,
+        ...(deadlineMs === undefined ? {} : { deadlineMs }),
         ...(values["request-key"] === undefined ? {} : { requestKey: values["request-key"] }),
       },
       io,
@@ -189,12 +195,25 @@ async function runProbe(args: string[], io: CliIO): Promise<number> {
   }
 }
 
+/** How many lanes a probe of `req.models` runs: those named, else those needing a certificate. */
+async function lanesToProbe(client: SynapseClient, req: ProbeRunRequest): Promise<number> {
+  if (req.models.length > 0) return req.models.length;
+  const rep = await client.call("probe.report", {});
+  if (rep.kind !== "result") return 1; // probe.start answers the same failure itself
+  const lanes = (rep.body as { result: { lanes?: ReportLane[] } }).result.lanes ?? [];
+  return lanes.filter((l) => l.certification_required && l.certification_status !== "certified")
+    .length;
+}
+
 /** What `probe run` (and `pull --probe`) asks. */
 export interface ProbeRunRequest {
   /** Model ids; empty: every loaded model that needs a certificate. */
   models: string[];
-  /** The job's deadline, ms from admission. */
-  deadlineMs: number;
+  /**
+   * The job's deadline, ms from admission. @default {@link PROBE_TIMEOUT_MS} per lane to probe
+   * (the models named, else the lanes `probe.report` says need a certificate)
+   */
+  deadlineMs?: number;
   requestKey?: string;
 }
 
@@ -254,7 +273,9 @@ export async function followProbe(
   const say: CliIO = quiet ? { out: () => {}, err: () => {} } : io;
   const pollMs = options.pollMs ?? 250;
   const started = Date.now();
-  const params: Record<string, unknown> = { deadline_ms: req.deadlineMs };
+  const params: Record<string, unknown> = {
+    deadline_ms: req.deadlineMs ?? PROBE_TIMEOUT_MS * Math.max(1, await lanesToProbe(client, req)),
+  };
   if (req.models.length > 0) params.models = req.models;
   if (req.requestKey !== undefined) params.request_key = req.requestKey;
   const first = await client.call("probe.start", params);
@@ -381,8 +402,10 @@ export function servingLines(r: ReportView): string[] {
         }; certification is "warn", answers say certified: false)`;
       default:
         return `refuses ${what}: ${l.blocking_reason ?? l.certification_status}${
-          l.probe_command === undefined ? "" : `; run '${l.probe_command}'`
-        }`;
+          l.stale_facts === undefined || l.stale_facts.length === 0
+            ? ""
+            : ` (changed: ${l.stale_facts.join(", ")})`
+        }${l.probe_command === undefined ? "" : `; run '${l.probe_command}'`}`;
     }
   });
 }

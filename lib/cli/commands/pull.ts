@@ -440,8 +440,8 @@ export async function certifyAfterPull(
     }
     return { code: 0 };
   }
-  const { followProbe, PROBE_TIMEOUT_MS } = await import("./probe.ts");
-  const out = await followProbe(client, { models: [modelId], deadlineMs: PROBE_TIMEOUT_MS }, io, {
+  const { followProbe } = await import("./probe.ts");
+  const out = await followProbe(client, { models: [modelId] }, io, {
     progress: json ? "off" : "lines",
     showReport: !json,
     quiet: json,
