@@ -74,7 +74,7 @@ Deno.test("probe run --json certifies the tiny llama lane; probe report and prob
     assert.equal(stale.code, 0, stale.stderr);
     assert.match(
       stale.stdout,
-      /\nrefuses tiny-llama: certification_stale; run 'ck-synapse probe run --model tiny-llama'\n/,
+      /\nrefuses tiny-llama: certification_stale \(changed: os_build, machine_profile\); run 'ck-synapse probe run --model tiny-llama'\n/,
     );
     const refused = await cliIn(rotated, ["embed", "--model", "tiny-llama", "hello"]);
     assert.equal(refused.code, 1);

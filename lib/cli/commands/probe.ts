@@ -447,7 +447,7 @@ async function report(client: SynapseClient, json: boolean, io: CliIO): Promise<
   io.out(`machine profile  ${r.machine_profile_hash}`);
   if (r.certification_mode !== undefined) io.out(`certification    ${r.certification_mode}`);
   io.out(
-    `rows             ${r.cert_rows.length} certification, ${r.perf_rows.length} performance, ${r.knob_assignments.length} knob assignment(s)`,
+    `rows here        ${r.cert_rows.length} certification, ${r.perf_rows.length} performance, ${r.knob_assignments.length} knob assignment(s)`,
   );
   for (const l of servingLines(r)) io.out(l);
   return cliExitFor("result");
