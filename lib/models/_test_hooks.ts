@@ -31,6 +31,13 @@ export interface RegistryTestHooks {
    * runtime), which the probe must catch and answer with `query_path: "disabled"`.
    */
   skewQueryPath?: readonly string[];
+  /**
+   * Models whose bulk-runtime engine (the batch path) nudges the embed rows of every call of at
+   * least `minRows` rows by `epsilon` (as {@link SkewedEngine}): the lane is then not
+   * shape-invariant, which the probe must answer by splitting it into shape classes and holding
+   * each to the parity bar (a small `epsilon` passes, a large one fails `shape_class_parity`).
+   */
+  skewBatchShapes?: readonly { modelId: string; minRows: number; epsilon: number }[];
 }
 
 /** Size of the nudge {@link SkewedEngine} adds, relative to the row's norm (cosine ≈ 0.995). */
@@ -38,15 +45,24 @@ export const SKEW_EPSILON = 0.1;
 
 /**
  * An engine whose embed outputs are nudged: for a row `v` of norm `n`, `v + ε·n·u` rescaled to
- * norm `n`, with `u` a fixed unit direction (the same for every row). Finite rows only; scores
- * and generations pass through.
+ * norm `n`, with `u` a fixed unit direction (the same for every row); the cosine to `v` is
+ * about 1 − ε²/2. Finite rows only, in calls of at least `minRows` rows; scores and generations
+ * pass through.
  */
 export class SkewedEngine implements Engine {
   readonly #inner: Engine;
+  readonly #epsilon: number;
+  readonly #minRows: number;
 
-  /** @param inner The engine to wrap (its lifecycle stays the owner's; dispose passes through). */
-  constructor(inner: Engine) {
+  /**
+   * @param inner The engine to wrap (its lifecycle stays the owner's; dispose passes through).
+   * @param options `epsilon` (default {@link SKEW_EPSILON}); `minRows`: calls with fewer rows
+   *   pass through (default 1: every call).
+   */
+  constructor(inner: Engine, options: { epsilon?: number; minRows?: number } = {}) {
     this.#inner = inner;
+    this.#epsilon = options.epsilon ?? SKEW_EPSILON;
+    this.#minRows = options.minRows ?? 1;
   }
 
   get kind(): string {
@@ -74,6 +90,8 @@ export class SkewedEngine implements Engine {
 
   async embed(rows: readonly EngineRow[], options?: EngineCallOptions): Promise<EngineBatchOutput> {
     const out = await this.#inner.embed(rows, options);
+    if (rows.length < this.#minRows) return out;
+    const eps = this.#epsilon;
     const dims = out.dims;
     const data = out.data.slice();
     const dir = skewDirection(dims);
@@ -86,7 +104,7 @@ export class SkewedEngine implements Engine {
       if (norm === 0) continue;
       let after = 0;
       for (let d = 0; d < dims; d++) {
-        v[d] = v[d]! + SKEW_EPSILON * norm * dir[d]!;
+        v[d] = v[d]! + eps * norm * dir[d]!;
         after += v[d]! * v[d]!;
       }
       const scale = norm / Math.sqrt(after);

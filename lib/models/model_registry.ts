@@ -129,6 +129,7 @@ export class ModelRegistry implements AsyncDisposable {
   #now: () => number;
   #onLoadAttempt: ModelRegistryOptions["onLoadAttempt"];
   #skewQueryPath: ReadonlySet<string>;
+  #skewBatchShapes: ReadonlyMap<string, { minRows: number; epsilon: number }>;
   /**
    * Models whose query path is disabled: their interactive-runtime lane (`hot`) and the lane
    * over the bulk runtime that serves their interactive work instead (`bulkPath`).
@@ -167,6 +168,12 @@ export class ModelRegistry implements AsyncDisposable {
     this.#now = options.now ?? Date.now;
     this.#onLoadAttempt = options.onLoadAttempt;
     this.#skewQueryPath = new Set(options.testHooks?.skewQueryPath ?? []);
+    this.#skewBatchShapes = new Map(
+      (options.testHooks?.skewBatchShapes ?? []).map((s) => [s.modelId, {
+        minRows: s.minRows,
+        epsilon: s.epsilon,
+      }]),
+    );
     this.#initialRunMs = options.initialRunMs;
     this.#recordedQueryPath = options.recordedQueryPath;
   }
@@ -639,6 +646,7 @@ export class ModelRegistry implements AsyncDisposable {
       }),
       this.#ortInteractiveSched,
       () => this.otherEnginesBusy(),
+      this.#ortBulkSched,
     );
   }
 
@@ -650,8 +658,40 @@ export class ModelRegistry implements AsyncDisposable {
     return this.#skewQueryPath.has(modelId);
   }
 
-  /** The test hook `skewQueryPath`: the model's interactive lane over a {@link SkewedEngine}. */
-  #skewed(ready: ReadyModel, scheduler: LaneScheduler, quiet?: () => boolean): ReadyModel {
+  /**
+   * The tests-only hook `skewBatchShapes` of the model, as `<minRows>:<epsilon>`, when it wraps
+   * the model's batch path (its certificate is then keyed apart, as for `skewQueryPath`).
+   */
+  batchShapeSkew(modelId: string): string | undefined {
+    const s = this.#skewBatchShapes.get(modelId);
+    return s === undefined ? undefined : `${s.minRows}:${s.epsilon}`;
+  }
+
+  /**
+   * The test hooks: `skewQueryPath` puts the model's interactive lane over a
+   * {@link SkewedEngine}; `skewBatchShapes` its bulk lane over one nudging calls of many rows.
+   */
+  #skewed(
+    ready: ReadyModel,
+    scheduler: LaneScheduler,
+    quiet?: () => boolean,
+    bulkScheduler: LaneScheduler = scheduler,
+  ): ReadyModel {
+    const shapes = this.#skewBatchShapes.get(ready.modelId);
+    if (shapes !== undefined) {
+      const bulk = ready.bulk;
+      ready = {
+        ...ready,
+        bulk: new Lane({
+          name: bulk.name,
+          engine: new SkewedEngine(bulk.engine, shapes),
+          cls: bulk.cls,
+          scheduler: bulkScheduler,
+          admission: this.#admission,
+          now: this.#now,
+        }),
+      };
+    }
     if (!this.#skewQueryPath.has(ready.modelId)) return ready;
     const hot = ready.interactive;
     return {

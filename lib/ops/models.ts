@@ -23,7 +23,12 @@ import {
   laneIdOf,
   startupKnobAssignment,
 } from "../probe/certification.ts";
-import type { BlockingReason, CertificationStatus, ProbeCheck } from "../probe/types.ts";
+import type {
+  BlockingReason,
+  CertificationStatus,
+  ProbeCheck,
+  ShapeClass,
+} from "../probe/types.ts";
 
 /** `models.list` row `certification`: what serving admission says of the model's lane. */
 export interface ModelCertification {
@@ -41,6 +46,11 @@ export interface ModelCertification {
   checks_lacking: { id: string; reason: string }[];
   /** `disabled` when the probe found the query path off the batch path. */
   query_path: "enabled" | "disabled";
+  /**
+   * Present when the probe found the lane not shape-invariant: its shape classes, each held to
+   * the parity bar on its own (`ShapeClass`, lib/probe/types.ts).
+   */
+  shape_classes?: ShapeClass[];
   /** Why the lane refuses (or would, in `require` mode); absent when it serves certified. */
   blocking_reason?: BlockingReason;
   /** `certification_stale`: which facts changed. */
@@ -223,6 +233,13 @@ function certificationRow(
     checks_lacking: ev?.checks_lacking.map((c) => ({ ...c })) ?? [],
     query_path: ev?.query_path ?? "enabled",
   };
+  if (ev?.shape_classes !== undefined) {
+    out.shape_classes = ev.shape_classes.map((k) => ({
+      ...k,
+      shapes: [...k.shapes],
+      ...(k.parity === undefined ? {} : { parity: { ...k.parity } }),
+    }));
+  }
   const blocking = blockingReasonOf(view);
   if (blocking !== undefined) out.blocking_reason = blocking;
   if (view.stale_facts !== undefined) out.stale_facts = [...view.stale_facts];

@@ -50,7 +50,7 @@ import { jcsSha256 } from "../identity/jcs.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import type { ModelEntry, ReadyModel } from "../models/model.ts";
 import type { JobState } from "../store/job_types.ts";
-import type { CertRow, ProbeCheck, ProbeLaneResult } from "../probe/types.ts";
+import type { CertRow, ProbeCheck, ProbeLaneResult, ShapeClass } from "../probe/types.ts";
 import type { StoredKnobAssignment, StoredPerfRow } from "../probe/certification_store.ts";
 import type { JobsContext, OpContext } from "./context.ts";
 import { endFailedJob } from "./jobs.ts";
@@ -97,6 +97,8 @@ export interface ProbeLaneStatus {
   checks_lacking?: { id: string; reason: string }[];
   /** Ended: `disabled` when the query path did not match the batch path (its hot path is off). */
   query_path?: "enabled" | "disabled";
+  /** Ended: the lane's shape classes, when it is not shape-invariant (`ShapeClass`). */
+  shape_classes?: ShapeClass[];
   /** Ended: the reference the parity checks ran against. */
   reference_model_id?: string | null;
   /** Ended: how long the lane's probe took, ms. */
@@ -171,6 +173,7 @@ interface LanePage {
   failed_checks: FailedCheck[];
   checks_lacking: { id: string; reason: string }[];
   query_path?: "enabled" | "disabled";
+  shape_classes?: ShapeClass[];
   reference_model_id?: string | null;
   duration_ms: number;
   error?: WireError;
@@ -442,6 +445,7 @@ function lanesOf(
         if (page.failed_checks.length > 0) out.failed_checks = page.failed_checks;
         if (page.checks_lacking.length > 0) out.checks_lacking = page.checks_lacking;
         if (page.query_path !== undefined) out.query_path = page.query_path;
+        if (page.shape_classes !== undefined) out.shape_classes = page.shape_classes;
         if (page.reference_model_id !== undefined) {
           out.reference_model_id = page.reference_model_id;
         }
@@ -628,6 +632,7 @@ async function probeOne(
     }),
     checks_lacking: result.checks_lacking,
     query_path: result.query_path,
+    ...(result.shape_classes === undefined ? {} : { shape_classes: result.shape_classes }),
     reference_model_id: result.reference_model_id,
     duration_ms: result.duration_ms,
   };

@@ -123,6 +123,7 @@ export function runtimeConfigDigest(
     knob: string;
     reference_model?: string;
     query_path_skew?: boolean;
+    batch_shape_skew?: string;
   },
 ): string {
   return jcsSha256({
@@ -134,6 +135,7 @@ export function runtimeConfigDigest(
     ...(facts.reference_model === undefined ? {} : { reference_model: facts.reference_model }),
     // The tests-only skew hook changes the query path's numbers (lib/models/_test_hooks.ts).
     ...(facts.query_path_skew === true ? { query_path_skew: true } : {}),
+    ...(facts.batch_shape_skew === undefined ? {} : { batch_shape_skew: facts.batch_shape_skew }),
   });
 }
 
@@ -153,18 +155,21 @@ export function runtimeConfigDigestOf(
     readonly registry?: {
       list(): readonly { modelId: string; source: Pick<ModelSource, "referenceModel"> }[];
       isQueryPathSkewed?(modelId: string): boolean;
+      batchShapeSkew?(modelId: string): string | undefined;
     };
   },
   model: Pick<ReadyModel, "engineKind" | "modelId">,
 ): string {
   const source = ctx.registry?.list().find((e) => e.modelId === model.modelId)?.source;
   const skewed = ctx.registry?.isQueryPathSkewed?.(model.modelId) ?? false;
+  const shapeSkew = ctx.registry?.batchShapeSkew?.(model.modelId);
   return runtimeConfigDigest({
     engine: model.engineKind,
     intra_op_threads: threadsForKnob(ctx.config.knob),
     knob: ctx.config.knob,
     ...(source?.referenceModel === undefined ? {} : { reference_model: source.referenceModel }),
     ...(skewed ? { query_path_skew: true } : {}),
+    ...(shapeSkew === undefined ? {} : { batch_shape_skew: shapeSkew }),
   });
 }
 

@@ -126,6 +126,7 @@ export class CertificationStore {
         checks_lacking: result.checks_lacking,
         reference_model_id: result.reference_model_id,
         query_path: result.query_path,
+        ...(result.shape_classes === undefined ? {} : { shape_classes: result.shape_classes }),
         probe_job_id: facts.probe_job_id,
         duration_ms: result.duration_ms,
       },

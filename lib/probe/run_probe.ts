@@ -24,6 +24,12 @@
  *   {@link GREEDY_REPEAT_PROMPTS} prompts once more, serially: token-exact). Decode time bounds a
  *   generation probe (about 2.25 × 1280 generated tokens), so the repeat is a subset.
  *
+ * A lane that is not shape-invariant (and serves every row) is split by shape class
+ * ({@link ShapeClass}: `rows_alone` and the runs of call sizes that differed) and every class is
+ * held to the parity bar on its own: `shape_class_parity`, against the reference's outputs for
+ * the same texts, else against `rows_alone`. The lane then passes through that check rather than
+ * `shape_invariance`, and the query path is compared with the batch path at one row per call.
+ *
  * `query_path_equals_batch_path` failing does not fail the lane: the result says
  * `query_path: "disabled"` (the caller then disables the model's hot path, so the space never
  * forks) and `passed` is decided by the other checks.
@@ -52,7 +58,14 @@ import {
   topKOverlap,
   worstDecile,
 } from "./metrics.ts";
-import type { CertClass, KnobAssignment, PerfRow, ProbeCheck, ProbeLaneResult } from "./types.ts";
+import type {
+  CertClass,
+  KnobAssignment,
+  PerfRow,
+  ProbeCheck,
+  ProbeLaneResult,
+  ShapeClass,
+} from "./types.ts";
 import {
   embedWorkload,
   generationWorkload,
@@ -171,7 +184,11 @@ export async function probeLane(input: ProbeLaneInput): Promise<ProbeLaneResult>
   if (model.task === "generate") await probeGeneration(ctx);
   else await probeRows(ctx);
   const queryPathOk = ctx.checks.find((c) => c.id === QUERY_PATH)?.passed ?? true;
-  const passed = ctx.checks.every((c) => c.passed || c.id === QUERY_PATH);
+  // A lane split by shape class passes shape invariance through its classes' parity.
+  const split = ctx.checks.some((c) => c.id === "shape_class_parity");
+  const passed = ctx.checks.every((c) =>
+    c.passed || c.id === QUERY_PATH || (split && c.id === "shape_invariance")
+  );
   const perf = ctx.perfRows();
   return {
     model_id: model.modelId,
@@ -185,6 +202,14 @@ export async function probeLane(input: ProbeLaneInput): Promise<ProbeLaneResult>
     checks: ctx.checks,
     checks_lacking: ctx.lacking,
     query_path: queryPathOk ? "enabled" : "disabled",
+    ...(ctx.shapeClasses === undefined ? {} : {
+      shape_classes: ctx.shapeClasses.map((k): ShapeClass => ({
+        id: k.id,
+        shapes: shapesOf(k),
+        rows: k.measured.length,
+        ...(k.parity === undefined ? {} : { parity: k.parity }),
+      })),
+    }),
     perf,
     knob_assignment: knobAssignment(input.knob, perf, ctx.bestCall),
     duration_ms: Math.round(now() - started),
@@ -276,6 +301,9 @@ class ProbeContext {
     this.checks.push(c);
   }
 
+  /** The lane's shape classes, when it is not shape-invariant ({@link shapeClassesOf}). */
+  shapeClasses: ShapeClassRun[] | undefined;
+
   #progress(): void {
     this.input.signal?.throwIfAborted();
     try {
@@ -337,10 +365,17 @@ function knobAssignment(knob: string, perf: PerfRow[], best: Timed | undefined):
 interface Item {
   label: string;
   row: EngineRow;
+  /** The text (or pair) the row encodes, for the reference's tokenizer. */
+  source: { query?: string; text: string };
 }
 
 /** What a lane gave for each row: the values, or why there are none. */
-type Out = { ok: true; values: Float32Array } | { ok: false; why: string };
+type Out =
+  & ({ ok: true; values: Float32Array } | { ok: false; why: string })
+  & {
+    /** Rows of the engine call that gave it (its shape). */
+    callRows: number;
+  };
 
 /** Runs rows on a lane one micro-batch per run (the lane's own plan); outputs by row. */
 async function runRows(
@@ -373,8 +408,12 @@ async function runRows(
     idx.forEach((i, k) => {
       const r = res.rows[k]!;
       out[i] = r.kind === "ok"
-        ? { ok: true, values: Float32Array.from(r.values) }
-        : { ok: false, why: r.kind === "error" ? r.error.code : "non_finite" };
+        ? { ok: true, values: Float32Array.from(r.values), callRows: callRows.length }
+        : {
+          ok: false,
+          why: r.kind === "error" ? r.error.code : "non_finite",
+          callRows: callRows.length,
+        };
     });
     ctx.ran();
   }
@@ -445,6 +484,174 @@ function selfCheck(
   };
 }
 
+/** One shape of the sweep as it ran: its rows and what each gave (with its call's rows). */
+interface ShapeCaseRun {
+  name: string;
+  rows: EngineRow[];
+  outs: Out[];
+}
+
+/** A shape class: the call sizes in it and every (row, output) measured at those sizes. */
+interface ShapeClassRun {
+  id: string;
+  /** Rows per engine call, ascending. */
+  callRows: number[];
+  measured: { row: EngineRow; out: Out }[];
+  parity?: ShapeClass["parity"];
+}
+
+/** `9 rows` / `1 row`. */
+function rowsName(n: number): string {
+  return `${n} ${n === 1 ? "row" : "rows"}`;
+}
+
+/**
+ * Groups what a lane that is not shape-invariant gave by the shape of the engine call (rows per
+ * call) into shape classes: `rows_alone` holds the call sizes whose every output matched the
+ * row alone (within `bar`; one row per call is in it by definition); the call sizes that
+ * differed form `class_1`, `class_2` …, each a run of consecutive measured sizes broken by a
+ * size that matched, or by two neighbours that disagree on the rows they share.
+ *
+ * @returns The classes, `rows_alone` first.
+ */
+function shapeClassesOf(
+  ctx: ProbeContext,
+  ran: readonly ShapeCaseRun[],
+  aloneOf: ReadonlyMap<EngineRow, Out>,
+  bar: number,
+): ShapeClassRun[] {
+  const bySize = new Map<number, { measured: { row: EngineRow; out: Out }[]; matches: boolean }>();
+  for (const c of ran) {
+    c.rows.forEach((row, i) => {
+      const out = c.outs[i]!;
+      const g = bySize.get(out.callRows) ?? { measured: [], matches: true };
+      g.measured.push({ row, out });
+      const cmp = compareOuts(ctx, [out], [aloneOf.get(row)!], bar);
+      if (cmp.bad.length > 0 || cmp.missing.length > 0) g.matches = false;
+      bySize.set(out.callRows, g);
+    });
+  }
+  const base: ShapeClassRun = {
+    id: "rows_alone",
+    callRows: [1],
+    measured: [...aloneOf].map(([row, out]) => ({ row, out })),
+  };
+  const split: ShapeClassRun[] = [];
+  let open: ShapeClassRun | undefined;
+  for (const n of [...bySize.keys()].sort((x, y) => x - y)) {
+    const g = bySize.get(n)!;
+    if (n === 1 || g.matches) {
+      if (n !== 1) base.callRows.push(n);
+      base.measured.push(...g.measured);
+      open = undefined;
+      continue;
+    }
+    if (open !== undefined && agrees(ctx, open.measured, g.measured, bar)) {
+      open.callRows.push(n);
+      open.measured.push(...g.measured);
+      continue;
+    }
+    open = { id: `class_${split.length + 1}`, callRows: [n], measured: [...g.measured] };
+    split.push(open);
+  }
+  ctx.shapeClasses = [base, ...split];
+  return ctx.shapeClasses;
+}
+
+/** The outputs two groups gave for the rows they share agree within `bar` (none shared: yes). */
+function agrees(
+  ctx: ProbeContext,
+  a: readonly { row: EngineRow; out: Out }[],
+  b: readonly { row: EngineRow; out: Out }[],
+  bar: number,
+): boolean {
+  const first = new Map<EngineRow, Out>();
+  for (const x of a) if (!first.has(x.row)) first.set(x.row, x.out);
+  const mine: Out[] = [], theirs: Out[] = [];
+  for (const x of b) {
+    const y = first.get(x.row);
+    if (y === undefined) continue;
+    mine.push(x.out);
+    theirs.push(y);
+  }
+  const cmp = compareOuts(ctx, mine, theirs, bar);
+  return cmp.bad.length === 0 && cmp.missing.length === 0;
+}
+
+/**
+ * Holds every shape class to the parity bar on its own and records `shape_class_parity`:
+ * embed classes by mean cosine (`probe.mean_cosine_threshold`), rerank classes by max |Δscore|
+ * (the dtype's bar), against the reference's outputs for the same rows when there is one, else
+ * against `rows_alone` (which then has no parity of its own).
+ */
+/** A class's shapes as names: `calls of 9 rows` … */
+function shapesOf(k: ShapeClassRun): string[] {
+  return k.callRows.map((n) => `calls of ${rowsName(n)}`);
+}
+
+function shapeClassParity(
+  ctx: ProbeContext,
+  classes: ShapeClassRun[],
+  aloneOf: ReadonlyMap<EngineRow, Out>,
+  refOf: ReadonlyMap<EngineRow, Out> | undefined,
+): void {
+  const t = ctx.t;
+  const score = ctx.model.task === "rerank";
+  const threshold = score ? t.rerank_max_abs_delta : t.mean_cosine;
+  const comparison = score ? "<=" : ">=";
+  const against = refOf === undefined ? "rows_alone" : "reference";
+  const failed: string[] = [];
+  let worst = score ? 0 : 1;
+  for (const k of classes) {
+    const other = refOf ?? (k.id === "rows_alone" ? undefined : aloneOf);
+    if (other === undefined) continue;
+    const lv: Float32Array[] = [], rv: Float32Array[] = [];
+    for (const { row: r, out: o } of k.measured) {
+      const y = other.get(r);
+      if (o.ok && y !== undefined && y.ok) {
+        lv.push(o.values);
+        rv.push(y.values);
+      }
+    }
+    const value = lv.length === 0
+      ? Number.NaN
+      : score
+      ? maxAbsDelta(lv.map((v) => v[0]!), rv.map((v) => v[0]!))
+      : cosineStats(lv, rv).mean;
+    const passed = score ? value <= threshold : value >= threshold;
+    k.parity = {
+      against,
+      metric: score ? "max_abs_delta" : "mean_cosine",
+      value: round9(value),
+      threshold,
+      comparison,
+      passed,
+    };
+    if (Number.isFinite(value)) worst = score ? Math.max(worst, value) : Math.min(worst, value);
+    else worst = value;
+    if (!passed) {
+      failed.push(
+        `${k.id} (${shapesOf(k).join(", ")}): ${score ? "max |Δscore|" : "mean cosine"} ${
+          round9(value)
+        } against ${against === "reference" ? "the reference" : "the rows alone"}`,
+      );
+    }
+  }
+  const names = classes.map((k) => `${k.id} (${shapesOf(k).join(", ")})`).join("; ");
+  ctx.check({
+    id: "shape_class_parity",
+    passed: failed.length === 0,
+    value: round9(worst),
+    threshold,
+    comparison,
+    detail: failed.length === 0
+      ? `${classes.length} shape classes, each within the bar against ${
+        against === "reference" ? "the reference" : "the rows alone"
+      }: ${names}`
+      : `shape classes that missed the bar: ${failed.join("; ")}`,
+  });
+}
+
 /** The embed or rerank workload as items on a model's tokenizer. */
 interface RowWorkload {
   /** The main set: query ≡ batch, determinism, parity. */
@@ -483,6 +690,7 @@ function rowWorkload(model: ReadyModel, lanes: ProbeLanes): RowWorkload {
   const item = (t: { query?: string; text: string }, label: string): Item => ({
     label,
     row: encodeFor(model, t),
+    source: t,
   });
   const huge = 1 << 30;
   if (model.task === "rerank") {
@@ -564,11 +772,71 @@ async function probeRows(ctx: ProbeContext): Promise<void> {
   const again = await runRows(ctx, lanes.batch, coreRows, true);
   const score = model.task === "rerank";
   const selfBar = (cos: number) => score ? t.score_self_delta : cos;
+
+  // Shape invariance: every row of every batch size and edge against the text alone.
+  ctx.step("shape_invariance");
+  const alone: Out[] = [];
+  if (sameEngine) alone.push(...query.slice(0, sweepBase.length));
+  else for (const row of sweepBase) alone.push(...await runRows(ctx, lanes.batch, [row], true));
+  const aloneOf = new Map<EngineRow, Out>(sweepBase.map((r, i) => [r, alone[i]!]));
+  const sourceOf = new Map<EngineRow, { query?: string; text: string }>(
+    w.sweep.map((x) => [x.row, x.source]),
+  );
+  for (const b of w.boundary) {
+    for (const x of b.items) {
+      aloneOf.set(x.row, (await runRows(ctx, lanes.batch, [x.row], true))[0]!);
+      sourceOf.set(x.row, x.source);
+    }
+  }
+  const shapeBar = selfBar(t.shape_cosine);
+  let shapeWorst = score ? 0 : 1;
+  let shapeMissing = 0;
+  const differed: string[] = [];
+  const cases = [
+    ...sizes.map((n, i) => ({ name: rowsName(n), rows: sweepRows[i]! })),
+    ...w.boundary.map((b, i) => ({ name: b.edge, rows: boundaryBatches[i]! })),
+  ];
+  const ran: ShapeCaseRun[] = [];
+  for (const c of cases) {
+    const outs = await runRows(ctx, lanes.batch, c.rows, true);
+    const cmp = compareOuts(ctx, outs, c.rows.map((r) => aloneOf.get(r)!), shapeBar);
+    shapeWorst = score ? Math.max(shapeWorst, cmp.value) : Math.min(shapeWorst, cmp.value);
+    shapeMissing += cmp.missing.length;
+    if (cmp.bad.length > 0 || cmp.missing.length > 0) {
+      differed.push(`${c.name}: ${cmp.bad.length + cmp.missing.length}/${c.rows.length} rows`);
+    }
+    ran.push({ name: c.name, rows: c.rows, outs });
+  }
+  // A lane whose rows differ with the shape (and serves them all) splits by shape class; one
+  // that leaves rows unserved fails the check outright.
+  const classes = differed.length > 0 && shapeMissing === 0
+    ? shapeClassesOf(ctx, ran, aloneOf, shapeBar)
+    : undefined;
+  ctx.check({
+    id: "shape_invariance",
+    passed: differed.length === 0,
+    value: round9(shapeWorst),
+    threshold: shapeBar,
+    comparison: score ? "<=" : ">=",
+    ...(differed.length === 0 ? {} : {
+      detail: `batch sizes that differed from the rows alone: ${differed.join(", ")}${
+        shapeMissing > 0 ? ` (${shapeMissing} rows not served)` : ""
+      }${
+        classes === undefined
+          ? ""
+          : `; split into ${classes.length} shape classes, each held to the parity bar`
+      }`,
+    }),
+  });
+
+  // Query path ≡ batch path. A lane split by shape class compares them at the same shape (one
+  // row per call): the shape's own effect is what the classes measure.
+  const queryVs = classes === undefined ? batch : alone;
   ctx.check(
     selfCheck(
       ctx,
       QUERY_PATH,
-      compareOuts(ctx, query, batch, selfBar(t.query_batch_cosine)),
+      compareOuts(ctx, query.slice(0, queryVs.length), queryVs, selfBar(t.query_batch_cosine)),
       selfBar(t.query_batch_cosine),
       "items",
       "the query path is disabled: embed.query is served by the batch path",
@@ -583,47 +851,6 @@ async function probeRows(ctx: ProbeContext): Promise<void> {
       "items",
     ),
   );
-
-  // Shape invariance: every row of every batch size and edge against the text alone.
-  ctx.step("shape_invariance");
-  const alone: Out[] = [];
-  if (sameEngine) alone.push(...query.slice(0, sweepBase.length));
-  else for (const row of sweepBase) alone.push(...await runRows(ctx, lanes.batch, [row], true));
-  const aloneOf = new Map<EngineRow, Out>(sweepBase.map((r, i) => [r, alone[i]!]));
-  for (const b of w.boundary) {
-    for (const x of b.items) {
-      aloneOf.set(x.row, (await runRows(ctx, lanes.batch, [x.row], true))[0]!);
-    }
-  }
-  const shapeBar = selfBar(t.shape_cosine);
-  let shapeWorst = score ? 0 : 1;
-  let shapeMissing = 0;
-  const differed: string[] = [];
-  const cases = [
-    ...sizes.map((n, i) => ({ name: `${n} rows`, rows: sweepRows[i]! })),
-    ...w.boundary.map((b, i) => ({ name: b.edge, rows: boundaryBatches[i]! })),
-  ];
-  for (const c of cases) {
-    const outs = await runRows(ctx, lanes.batch, c.rows, true);
-    const cmp = compareOuts(ctx, outs, c.rows.map((r) => aloneOf.get(r)!), shapeBar);
-    shapeWorst = score ? Math.max(shapeWorst, cmp.value) : Math.min(shapeWorst, cmp.value);
-    shapeMissing += cmp.missing.length;
-    if (cmp.bad.length > 0 || cmp.missing.length > 0) {
-      differed.push(`${c.name}: ${cmp.bad.length + cmp.missing.length}/${c.rows.length} rows`);
-    }
-  }
-  ctx.check({
-    id: "shape_invariance",
-    passed: differed.length === 0,
-    value: round9(shapeWorst),
-    threshold: shapeBar,
-    comparison: score ? "<=" : ">=",
-    ...(differed.length === 0 ? {} : {
-      detail: `batch sizes that differed from the rows alone: ${differed.join(", ")}${
-        shapeMissing > 0 ? ` (${shapeMissing} rows not served)` : ""
-      }`,
-    }),
-  });
 
   // Output facts over everything the batch path gave.
   const all = [...batch, ...again, ...(sameEngine ? [] : alone)];
@@ -695,10 +922,25 @@ async function probeRows(ctx: ProbeContext): Promise<void> {
         ? "no_reference_lane"
         : "reference_not_loaded",
     });
+    if (classes !== undefined) shapeClassParity(ctx, classes, aloneOf, undefined);
     return;
   }
   ctx.step("reference_parity");
   const refOut = await runRows(ctx, ref.lanes.batch, refRows, false);
+  if (classes !== undefined) {
+    // The reference's output for every row a class was measured on: the sweep rows are the
+    // first core rows; the boundary rows run on the reference here.
+    const refOf = new Map<EngineRow, Out>(sweepBase.map((r, i) => [r, refOut[i]!]));
+    const extra = [...aloneOf.keys()].filter((r) => !refOf.has(r));
+    const extraOut = await runRows(
+      ctx,
+      ref.lanes.batch,
+      extra.map((r) => encodeFor(ref.model, sourceOf.get(r)!)),
+      false,
+    );
+    extra.forEach((r, i) => refOf.set(r, extraOut[i]!));
+    shapeClassParity(ctx, classes, aloneOf, refOf);
+  }
   const pairs: [Float32Array, Float32Array][] = [];
   batch.forEach((o, i) => {
     const y = refOut[i]!;

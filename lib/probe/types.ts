@@ -53,7 +53,8 @@ export type CertClass = "embedding" | "rerank" | "generation";
  */
 export interface ProbeCheck {
   /**
-   * Stable id: `query_path_equals_batch_path`, `shape_invariance`, `determinism`,
+   * Stable id: `query_path_equals_batch_path`, `shape_invariance`, `shape_class_parity`,
+   * `determinism`,
    * `reference_parity_mean_cosine`, `reference_parity_min_cosine`,
    * `reference_parity_worst_decile_overlap`, `norm`, `finite`, `dims`, `max_context`,
    * `over_max_context_refused`, `rerank_pearson`, `rerank_max_abs_delta`,
@@ -99,6 +100,38 @@ export interface KnobAssignment {
   tokens_per_second: number;
 }
 
+/**
+ * One shape class of a lane that is not shape-invariant (issue 18 item 3: such a lane "splits
+ * its profile by shape class"). The probe groups what the lane gave by the shape of the engine
+ * call (rows per call): `rows_alone` holds one row per call and every call size whose outputs
+ * matched it (within the `shape_invariance` bar); `class_1`, `class_2` … hold the call sizes
+ * that differed, a run of consecutive sizes each. Every class is held to the parity bar on its
+ * own: against the reference lane when there is one, else (self-consistency) against
+ * `rows_alone`.
+ */
+export interface ShapeClass {
+  /** `rows_alone`, `class_1`, `class_2` … */
+  id: string;
+  /** The shapes in the class: the engine calls of so many rows, `calls of 1 row`, `calls of 9 rows`. */
+  shapes: string[];
+  /** Rows whose output the class was measured on. */
+  rows: number;
+  /**
+   * The class held to the parity bar: `against` what (`reference`, or `rows_alone` where the
+   * lane has no reference), `metric` (`mean_cosine` for embed, `max_abs_delta` for rerank),
+   * its value, the bar and whether it met it. Absent for `rows_alone` when there is no
+   * reference (nothing to hold it against but itself).
+   */
+  parity?: {
+    against: "reference" | "rows_alone";
+    metric: "mean_cosine" | "max_abs_delta";
+    value: number;
+    threshold: number;
+    comparison: ">=" | "<=";
+    passed: boolean;
+  };
+}
+
 /** What the probe found for one lane. */
 export interface ProbeLaneResult {
   model_id: string;
@@ -120,6 +153,13 @@ export interface ProbeLaneResult {
    * path: embed.query is then served by the batch path, so the space never forks.
    */
   query_path: "enabled" | "disabled";
+  /**
+   * Present when the lane is not shape-invariant: its shape classes, each held to the parity
+   * bar on its own (check `shape_class_parity`). The lane then passes only if every class did;
+   * its fingerprint stays one, since every class it serves is within the bar that makes any
+   * lane the reference's space.
+   */
+  shape_classes?: ShapeClass[];
   perf: PerfRow[];
   knob_assignment: KnobAssignment;
   duration_ms: number;
@@ -143,12 +183,14 @@ export interface CertRow {
   model_digest: string;
   module_generation: number;
   probed_at_ms: number;
-  /** The probe's findings: checks, checks_lacking, reference_model_id, query_path. */
+  /** The probe's findings: checks, checks_lacking, reference_model_id, query_path, shape_classes. */
   evidence: {
     checks: ProbeCheck[];
     checks_lacking: { id: string; reason: string }[];
     reference_model_id: string | null;
     query_path: "enabled" | "disabled";
+    /** As {@link ProbeLaneResult.shape_classes}: present when the lane is not shape-invariant. */
+    shape_classes?: ShapeClass[];
     probe_job_id: string | null;
     duration_ms: number;
   };

@@ -144,3 +144,51 @@ Deno.test("pull of a local GGUF says it refuses until probed; pull --probe certi
     await Deno.remove(home.dir, { recursive: true });
   }
 });
+
+Deno.test("probe's lane lines name each shape class of a split lane, its parity and a miss", async () => {
+  const { laneLines } = await import("../../lib/cli/commands/probe.ts");
+  const lines = laneLines({
+    model_id: "m",
+    lane_id: "m",
+    status: "failed",
+    duration_ms: 1500,
+    failed_checks: [{
+      id: "shape_class_parity",
+      value: 0.995,
+      threshold: 0.999,
+      comparison: ">=",
+    }],
+    shape_classes: [
+      {
+        id: "rows_alone",
+        shapes: ["calls of 1 row", "calls of 8 rows"],
+        parity: {
+          against: "reference",
+          metric: "mean_cosine",
+          value: 1,
+          threshold: 0.999,
+          comparison: ">=",
+          passed: true,
+        },
+      },
+      {
+        id: "class_1",
+        shapes: ["calls of 9 rows"],
+        parity: {
+          against: "reference",
+          metric: "mean_cosine",
+          value: 0.995,
+          threshold: 0.999,
+          comparison: ">=",
+          passed: false,
+        },
+      },
+    ],
+  });
+  assert.deepEqual(lines, [
+    "failed  m  1.5s",
+    "  failed check shape_class_parity: 0.995 (needs >= 0.999)",
+    "  shape class rows_alone (calls of 1 row, calls of 8 rows): mean_cosine 1 against reference (needs >= 0.999)",
+    "  shape class class_1 (calls of 9 rows): mean_cosine 0.995 against reference (needs >= 0.999) MISSED",
+  ]);
+});

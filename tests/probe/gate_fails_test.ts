@@ -11,6 +11,9 @@
  * - a lane whose query path the `skewQueryPath` test hook makes differ from its batch path ends
  *   `query_path: "disabled"`, certified, and its `embed.query` vector is its batch path's
  *   (also after a restart on the same store);
+ * - a lane whose batch path the `skewBatchShapes` hook makes differ for calls of 9 rows or more
+ *   is split into shape classes: slightly off, every class is within parity of the reference and
+ *   it is certified (its classes in `models.list`); far off, `shape_class_parity` fails it;
  * - `SYNAPSE_OS_BUILD_OVERRIDE` (another machine profile on the same store) makes the rows stale
  *   (`certification_stale`); a new probe makes the lane serve again; a restart on the same
  *   profile keeps serving.
@@ -18,7 +21,7 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "../../lib/config/loader.ts";
 import { nullLog } from "../../lib/log/log.ts";
-import { SkewedEngine } from "../../lib/models/_test_hooks.ts";
+import { type RegistryTestHooks, SkewedEngine } from "../../lib/models/_test_hooks.ts";
 import { createSynapse, type Synapse } from "../../lib/synapse.ts";
 import { cosine, MODELS, preload, resultOf, semanticError } from "../_helpers.ts";
 
@@ -46,12 +49,19 @@ const TEXTS = ["the river is calm today", "what is a river", "a short one"];
 const TERMINAL = new Set(["done", "failed_transient", "failed_permanent"]);
 
 /** One instance over the data home `dir` (a restart is another call with the same dir). */
-async function start(dir: string, extraEnv: Record<string, string> = {}): Promise<Synapse> {
+async function start(
+  dir: string,
+  extraEnv: Record<string, string> = {},
+  setup: { preloads?: unknown[]; testHooks?: RegistryTestHooks } = {},
+): Promise<Synapse> {
   const env = {
     XDG_DATA_HOME: `${dir}/data`,
     XDG_CONFIG_HOME: `${dir}/config`,
     HOME: dir,
-    SYNAPSE_CONFIG_JSON: JSON.stringify({ certification: "require", preload_models: PRELOADS }),
+    SYNAPSE_CONFIG_JSON: JSON.stringify({
+      certification: "require",
+      preload_models: setup.preloads ?? PRELOADS,
+    }),
     ...extraEnv,
   };
   const { config } = loadConfig({ env, cwd: dir });
@@ -59,7 +69,7 @@ async function start(dir: string, extraEnv: Record<string, string> = {}): Promis
     config,
     env,
     log: nullLog,
-    testHooks: { skewQueryPath: [SKEW] },
+    testHooks: setup.testHooks ?? { skewQueryPath: [SKEW] },
   });
   for (const m of syn.registry.list()) {
     assert.equal(m.state, "ready", `${m.modelId}: ${m.error?.message}`);
@@ -260,6 +270,56 @@ Deno.test("the gate fails: fp16 passes, perturbed fails naming its metric, a for
       await syn.dispose();
     }
   } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("the gate splits a lane that is not shape-invariant by shape class: within parity it serves certified, off it refuses certification_failed", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-gate-shapes-" });
+  const SLIGHT = "tiny-shapes-slight", FAR = "tiny-shapes-far";
+  const syn = await start(dir, {}, {
+    preloads: [
+      preload(`${MODELS}/synapse-tiny-embed`, REF),
+      preload(`${MODELS}/synapse-tiny-embed`, SLIGHT, { reference_model: REF }),
+      preload(`${MODELS}/synapse-tiny-embed`, FAR, { reference_model: REF }),
+    ],
+    testHooks: {
+      skewBatchShapes: [
+        // Cosine ≈ 1 − ε²/2: 0.99995 misses the shape bar (0.99999), not parity (0.999).
+        { modelId: SLIGHT, minRows: 9, epsilon: 0.01 },
+        { modelId: FAR, minRows: 9, epsilon: 0.1 },
+      ],
+    },
+  });
+  try {
+    const end = await probe(syn, [SLIGHT, FAR]);
+    assert.equal(end.state, "done", JSON.stringify(end));
+
+    const slight = laneOf(end, SLIGHT);
+    assert.equal(slight.status, "passed", JSON.stringify(slight));
+    const classes = slight.shape_classes;
+    assert.deepEqual(classes.map((k: { id: string }) => k.id), ["rows_alone", "class_1"]);
+    assert.ok(classes[0].shapes.includes("calls of 8 rows"), classes[0].shapes.join());
+    assert.equal(classes[1].shapes[0], "calls of 9 rows");
+    for (const k of classes) assert.equal(k.parity.passed, true, JSON.stringify(k));
+    const slightRow = await row(syn, SLIGHT);
+    assert.equal(slightRow.certification.status, "certified");
+    assert.deepEqual(slightRow.certification.shape_classes, classes);
+    const items = Array.from({ length: 12 }, (_, i) => ({ id: `t${i}`, text: `${TEXTS[0]} ${i}` }));
+    const b = resultOf(await syn.call("embed.batch", { model: SLIGHT, items }));
+    assert.equal(b.provenance.certified, true);
+    assert.equal(b.vectors.length, 12);
+
+    const far = laneOf(end, FAR);
+    assert.equal(far.status, "failed", JSON.stringify(far));
+    const failed = far.failed_checks.find((c: { id: string }) => c.id === "shape_class_parity");
+    assert.ok(failed, JSON.stringify(far.failed_checks));
+    assert.ok(failed.value < 0.999, `${failed.value}`);
+    assert.match(failed.detail, /^shape classes that missed the bar: class_1 \(calls of 9 rows/);
+    assert.equal(far.shape_classes[1].parity.passed, false);
+    refusal(await query(syn, FAR), FAR, "certification_failed");
+  } finally {
+    await syn.dispose();
     await Deno.remove(dir, { recursive: true });
   }
 });

@@ -2,7 +2,7 @@
  * probeLane() on real engines: the tiny ORT embed and rerank models against themselves pass
  * every check; a reference whose outputs are perturbed fails parity naming the metric and its
  * value; a query path that differs disables the hot path without failing the lane; a lane that
- * is not shape-invariant names the batch sizes that differed; the tiny llama GGUF's generation
+ * is not shape-invariant is split by shape class, each class held to the parity bar; the tiny llama GGUF's generation
  * lane is token-exact; a llama embed lane with no reference lists what it lacked. The
  * MiniLM-shaped encoder's probe wall time is printed.
  */
@@ -327,30 +327,116 @@ Deno.test("probeLane() says query_path disabled when the query path differs, wit
   for (const c of r.checks) if (c.id !== q.id) assert.equal(c.passed, true, c.id);
 });
 
-Deno.test("probeLane() names the batch sizes of a lane that is not shape-invariant", async () => {
+/** A batch lane whose calls of 9 rows or more come out tilted by `amount`. */
+function shapeSkewedBatch(t: TestSynapse, lane: Lane, amount: number, stack: DisposableStack) {
+  const skew = tilt(amount);
+  return skewedLane(t.syn, lane, (rows, out) => {
+    if (rows.length >= 9) skew(rows, out);
+  }, stack);
+}
+
+Deno.test("probeLane() splits a lane that is not shape-invariant by shape class, naming the sizes; a class off the rows alone fails shape_class_parity", async () => {
   await using t = await startSynapse();
   using stack = new DisposableStack();
   const model = await t.syn.registry.ready(EMBED);
   const lanes = t.syn.registry.controlLanes(EMBED);
-  // Calls of 9 rows or more come out tilted.
-  const skew = tilt(0.05);
-  const batch = skewedLane(t.syn, lanes.batch, (rows, out) => {
-    if (rows.length >= 9) skew(rows, out);
-  }, stack);
   const r = await probeLane({
     model,
     laneId: EMBED,
-    lanes: { query: lanes.query, batch },
+    lanes: { query: lanes.query, batch: shapeSkewedBatch(t, lanes.batch, 0.05, stack) },
     knob: "balanced",
   });
   const s = check(r, "shape_invariance");
   assert.equal(s.passed, false);
-  assert.equal(r.passed, false);
   assert.ok((s.value as number) < 0.99999);
   assert.match(s.detail!, /9 rows: 9\/9 rows/);
   assert.match(s.detail!, /64 rows: \d+\/64 rows/);
   assert.doesNotMatch(s.detail!, /(^|\s)8 rows/);
+  assert.match(s.detail!, /split into 2 shape classes/);
+  // The classes: the small shapes with the rows alone, the tilted ones (≥ 9 rows) together.
+  const classes = r.shape_classes!;
+  assert.deepEqual(classes.map((k) => k.id), ["rows_alone", "class_1"]);
+  const sizes = (k: { shapes: string[] }) => k.shapes.map((x) => Number(x.split(" ")[2]));
+  assert.deepEqual(classes[0]!.shapes.slice(0, 2), ["calls of 1 row", "calls of 2 rows"]);
+  assert.ok(sizes(classes[0]!).every((n) => n < 9), classes[0]!.shapes.join());
+  assert.ok(sizes(classes[0]!).includes(8));
+  assert.equal(classes[0]!.parity, undefined);
+  assert.ok(sizes(classes[1]!).every((n) => n >= 9), classes[1]!.shapes.join());
+  assert.equal(sizes(classes[1]!)[0], 9);
+  assert.ok(sizes(classes[1]!).includes(64));
+  // No reference: the tilted class is held to the parity bar against the rows alone, and misses.
+  const p = classes[1]!.parity!;
+  assert.equal(p.against, "rows_alone");
+  assert.equal(p.metric, "mean_cosine");
+  assert.equal(p.passed, false);
+  assert.ok(p.value < 0.999, `${p.value}`);
+  const cp = check(r, "shape_class_parity");
+  assert.equal(cp.passed, false);
+  assert.equal(cp.value, p.value);
+  assert.equal(cp.threshold, 0.999);
+  assert.match(
+    cp.detail!,
+    /class_1 \(calls of 9 rows, .*calls of 64 rows\): mean cosine 0\.\d+ against the rows alone/,
+  );
+  assert.equal(r.passed, false);
+  // Compared at the same shape, the query path still matches the batch path.
+  assert.equal(r.query_path, "enabled");
   assert.deepEqual(r.checks_lacking, [{ id: "reference_parity", reason: "no_reference_lane" }]);
+});
+
+Deno.test("probeLane() passes a lane split by shape class when every class is within parity of the reference", async () => {
+  await using t = await startSynapse();
+  using stack = new DisposableStack();
+  const model = await t.syn.registry.ready(EMBED);
+  const lanes = t.syn.registry.controlLanes(EMBED);
+  const r = await probeLane({
+    model,
+    laneId: EMBED,
+    // Tilted enough to miss the shape bar (0.99999), not the parity bar (0.999).
+    lanes: { query: lanes.query, batch: shapeSkewedBatch(t, lanes.batch, 0.002, stack) },
+    reference: { model, lanes },
+    knob: "balanced",
+  });
+  assert.equal(check(r, "shape_invariance").passed, false);
+  const classes = r.shape_classes!;
+  assert.deepEqual(classes.map((k) => k.id), ["rows_alone", "class_1"]);
+  for (const k of classes) {
+    assert.equal(k.parity?.against, "reference", k.id);
+    assert.equal(k.parity?.passed, true, k.id);
+    assert.ok(k.rows > 0);
+  }
+  // rows_alone is the reference's own numbers; the tilted class is off them, within the bar.
+  assert.ok(classes[0]!.parity!.value > 0.999999, `${classes[0]!.parity!.value}`);
+  assert.ok(classes[1]!.parity!.value < 0.99999, `${classes[1]!.parity!.value}`);
+  assert.ok(classes[1]!.parity!.value >= 0.999, `${classes[1]!.parity!.value}`);
+  const cp = check(r, "shape_class_parity");
+  assert.equal(cp.passed, true);
+  assert.match(cp.detail!, /2 shape classes, each within the bar against the reference/);
+  assert.equal(r.passed, true);
+  const others = r.checks.filter((c) => !c.passed).map((c) => c.id);
+  assert.deepEqual(others, ["shape_invariance"]);
+});
+
+Deno.test("probeLane() fails a class of a split lane that is off the reference, naming it", async () => {
+  await using t = await startSynapse();
+  using stack = new DisposableStack();
+  const model = await t.syn.registry.ready(EMBED);
+  const lanes = t.syn.registry.controlLanes(EMBED);
+  const r = await probeLane({
+    model,
+    laneId: EMBED,
+    lanes: { query: lanes.query, batch: shapeSkewedBatch(t, lanes.batch, 0.05, stack) },
+    reference: { model, lanes },
+    knob: "balanced",
+  });
+  const [alone, tilted] = r.shape_classes!;
+  assert.equal(alone!.parity!.passed, true);
+  assert.equal(tilted!.parity!.passed, false);
+  const cp = check(r, "shape_class_parity");
+  assert.equal(cp.passed, false);
+  assert.match(cp.detail!, /^shape classes that missed the bar: class_1 \(/);
+  assert.doesNotMatch(cp.detail!, /rows_alone/);
+  assert.equal(r.passed, false);
 });
 
 Deno.test({

@@ -87,6 +87,19 @@ export interface ProbeLaneView {
   checks_lacking?: { id: string; reason: string }[];
   duration_ms?: number;
   query_path?: "enabled" | "disabled";
+  /** The lane's shape classes, when it is not shape-invariant (`ShapeClass` of the ops). */
+  shape_classes?: {
+    id: string;
+    shapes: string[];
+    parity?: {
+      against: string;
+      metric: string;
+      value: number;
+      threshold: number;
+      comparison: string;
+      passed: boolean;
+    };
+  }[];
   error?: { code: string; message: string };
 }
 
@@ -377,6 +390,15 @@ export function laneLines(lane: ProbeLaneView): string[] {
   for (const c of lane.checks_lacking ?? []) out.push(`  lacked check ${c.id}: ${c.reason}`);
   if (lane.query_path === "disabled") {
     out.push("  query path disabled: embed.query runs on the batch path (they differed)");
+  }
+  for (const k of lane.shape_classes ?? []) {
+    const p = k.parity;
+    const bar = p === undefined
+      ? ""
+      : `: ${p.metric} ${p.value} against ${p.against} (needs ${p.comparison} ${p.threshold})${
+        p.passed ? "" : " MISSED"
+      }`;
+    out.push(`  shape class ${k.id} (${k.shapes.join(", ")})${bar}`);
   }
   if (lane.error !== undefined) out.push(`  error: ${lane.error.code}: ${lane.error.message}`);
   return out;
