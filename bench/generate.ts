@@ -69,6 +69,8 @@ const env = {
   HOME: tmp,
   SYNAPSE_CONFIG_JSON: JSON.stringify({
     knob: "balanced",
+    // A speed benchmark: the llama lanes serve uncertified (bench:probe measures the probe).
+    certification: "warn",
     inline: { max_items: 1_000_000, max_tokens: 1_000_000_000, byte_budget: 1 << 30 },
     preload_models: [
       {
@@ -196,6 +198,7 @@ if (only === undefined || only === "embed") {
     XDG_DATA_HOME: `${tmp}/data2`,
     SYNAPSE_CONFIG_JSON: JSON.stringify({
       knob: "balanced",
+      certification: "warn",
       inline: { max_items: 1_000_000, max_tokens: 1_000_000_000, byte_budget: 1 << 30 },
       preload_models: [
         {

@@ -32,6 +32,7 @@ import { CertificationStore } from "./probe/certification_store.ts";
 import {
   knobAssignmentKey,
   readStartupKnobAssignments,
+  readStartupSingleRowCalls,
   runtimeConfigDigestOf,
 } from "./probe/certification.ts";
 import { ModelCache, modelCacheRoot } from "./cache/model_cache.ts";
@@ -256,6 +257,7 @@ export class Synapse implements AsyncDisposable {
     this.certifications = new CertificationStore(store);
     // Knob assignments apply from startup: a row the probe writes later applies after a restart.
     const knobs = readStartupKnobAssignments(this.certifications, this.machineProfileHash);
+    const singleRowCalls = readStartupSingleRowCalls(this.certifications, this.machineProfileHash);
     // Jobs of an earlier generation that were queued or running died with that process.
     this.inheritedJobs = this.jobStore.inheritEarlierGenerations(store.moduleGeneration);
     const running = new Map<string, Promise<void>>();
@@ -278,8 +280,14 @@ export class Synapse implements AsyncDisposable {
       now,
       onLoadAttempt: (_model, outcome) => this.metrics.modelLoad(outcome),
       ...(workerOptions.testHooks === undefined ? {} : { testHooks: workerOptions.testHooks }),
-      initialRunMs: (_model, npid) =>
-        knobs.get(knobAssignmentKey(npid, config.knob))?.estimated_execution_ms,
+      initialRunMs: (_model, npid) => {
+        const batchMs = knobs.get(knobAssignmentKey(npid, config.knob))?.estimated_execution_ms;
+        const singleRowMs = singleRowCalls.get(knobAssignmentKey(npid, config.knob));
+        return batchMs === undefined && singleRowMs === undefined ? undefined : {
+          ...(batchMs === undefined ? {} : { batchMs }),
+          ...(singleRowMs === undefined ? {} : { singleRowMs }),
+        };
+      },
       // The probe's query-path finding holds across restarts: the lane's row with the current
       // keys, else its newest (a stale row's "the query path forks" is still the best knowledge).
       recordedQueryPath: (ready) => {

@@ -276,6 +276,27 @@ export function printJsonOutcome(outcome: ClientOutcome, io: CliIO): number {
 }
 
 /**
+ * Says on stderr that an answer came from a lane not certified on this machine (its
+ * `provenance.certified` is false: it served only because the config says
+ * `certification: "warn"`), and how to certify it. Prints nothing for a certified answer or
+ * one without provenance. The human output of `embed`, `rerank` and `generate` calls it; `--json`
+ * carries the field itself.
+ *
+ * @param result The result payload (`{model_id, provenance?: {certified}}`).
+ * @param io Where to print.
+ */
+export function noteUncertified(
+  result: { model_id?: string; provenance?: { certified?: boolean } },
+  io: CliIO,
+): void {
+  if (result.provenance?.certified !== false) return;
+  const id = result.model_id ?? "the model";
+  io.err(
+    `note: ${id} is not certified on this machine; it served because certification is "warn" (certify it: ck-synapse probe run --model ${id})`,
+  );
+}
+
+/**
  * Prints a refusal as `error: <code>: <message>` on stderr and returns its exit code.
  *
  * @param outcome A semantic or channel outcome.

@@ -69,11 +69,15 @@ export interface ModelRegistryOptions {
    */
   testHooks?: RegistryTestHooks;
   /**
-   * The execution estimate, ms, a model's own scheduler (a llama lane) starts from before it has
-   * measured a run: the probe's knob assignment for (this machine, the model's numeric profile,
-   * the knob), read at startup (design rule 8). Undefined: `estimatedExecutionMs`.
+   * The execution estimates a model's lanes start from before they have measured a run, from
+   * the probe's rows for (this machine, the model's numeric profile, the knob), read at startup
+   * (design rule 8): `batchMs` the knob assignment's call of its recommended batch, `singleRowMs`
+   * the perf row of one row per call. A llama model's own scheduler starts from `batchMs`; the
+   * shared ORT schedulers from the mean over the loaded ORT models that have one (bulk:
+   * `batchMs`, interactive: `singleRowMs`). Undefined: `estimatedExecutionMs` (ORT interactive,
+   * llama) or 25 ms (ORT bulk).
    */
-  initialRunMs?: (modelId: string, numericProfileId: string) => number | undefined;
+  initialRunMs?: (modelId: string, numericProfileId: string) => InitialRunEstimate | undefined;
   /**
    * The query path the store recorded for a model that just loaded (the probe's finding,
    * applied again at startup, design rule 7), asked once per successful load attempt of a model
@@ -81,6 +85,14 @@ export interface ModelRegistryOptions {
    * path before it serves a request. A throw counts as undefined. @default none
    */
   recordedQueryPath?: (ready: ReadyModel) => QueryPath | undefined;
+}
+
+/** What {@link ModelRegistryOptions.initialRunMs} gives for a model, ms each. */
+export interface InitialRunEstimate {
+  /** Engine time of one call of the probe's recommended batch. */
+  batchMs?: number;
+  /** Engine time of a call of one row (the query path's shape). */
+  singleRowMs?: number;
 }
 
 /**
@@ -136,6 +148,9 @@ export class ModelRegistry implements AsyncDisposable {
    */
   #hotLanes = new Map<string, { hot: Lane; bulkPath: Lane }>();
   #initialRunMs: ModelRegistryOptions["initialRunMs"];
+  /** The seeds of the loaded ORT models (the shared ORT schedulers start from their mean). */
+  #ortSeeds = new Map<string, InitialRunEstimate>();
+  #ortDefaults: { interactive: number; bulk: number };
   #recordedQueryPath: ModelRegistryOptions["recordedQueryPath"];
   #disposed = false;
 
@@ -157,6 +172,10 @@ export class ModelRegistry implements AsyncDisposable {
       defaultRunMs: options.estimatedExecutionMs ?? 25,
     });
     this.#ortBulkSched = new LaneScheduler({ permits: 1 });
+    this.#ortDefaults = {
+      interactive: this.#ortInteractiveSched.defaultRunMs,
+      bulk: this.#ortBulkSched.defaultRunMs,
+    };
     this.#admission = options.admission;
     this.#threadPolicy = policy;
     this.#maxBatchTokens = options.maxBatchTokens ?? 8192;
@@ -362,6 +381,7 @@ export class ModelRegistry implements AsyncDisposable {
       own.scheduler.dispose();
       await own.engine.dispose().catch(() => {});
     } else if (entry.engine === "ort") {
+      this.#seedOrt(modelId, undefined);
       await Promise.all([
         this.#ortInteractive.unload(modelId).catch(() => {}),
         this.#ortBulk.unload(modelId).catch(() => {}),
@@ -369,6 +389,26 @@ export class ModelRegistry implements AsyncDisposable {
     }
     this.#log("info", "synapse.models", `model '${modelId}' unloaded`, {});
     return entry;
+  }
+
+  /**
+   * Records (or, undefined, forgets) an ORT model's seeds and sets the shared ORT schedulers'
+   * pre-measurement estimates to their mean over the models that have one (else the defaults
+   * they were built with). Values that are not finite non-negative numbers are ignored.
+   */
+  #seedOrt(modelId: string, seed: InitialRunEstimate | undefined): void {
+    if (seed === undefined) this.#ortSeeds.delete(modelId);
+    else this.#ortSeeds.set(modelId, seed);
+    const mean = (pick: (s: InitialRunEstimate) => number | undefined, fallback: number) => {
+      const xs = [...this.#ortSeeds.values()].map(pick).filter((x): x is number =>
+        typeof x === "number" && Number.isFinite(x) && x >= 0
+      );
+      return xs.length === 0 ? fallback : xs.reduce((a, b) => a + b, 0) / xs.length;
+    };
+    this.#ortInteractiveSched.setDefaultRunMs(
+      mean((s) => s.singleRowMs, this.#ortDefaults.interactive),
+    );
+    this.#ortBulkSched.setDefaultRunMs(mean((s) => s.batchMs, this.#ortDefaults.bulk));
   }
 
   /**
@@ -615,7 +655,7 @@ export class ModelRegistry implements AsyncDisposable {
         await l.engine.dispose();
         throw new SynapseError("disposed", "Cannot load model: the registry was disposed");
       }
-      const runMs = this.#initialRunMs?.(entry.modelId, numericProfileId(l.profile));
+      const runMs = this.#initialRunMs?.(entry.modelId, numericProfileId(l.profile))?.batchMs;
       const scheduler = new LaneScheduler({
         permits: 1,
         ...(runMs === undefined || !(runMs >= 0) ? {} : { defaultRunMs: runMs }),
@@ -636,6 +676,7 @@ export class ModelRegistry implements AsyncDisposable {
     });
     entry.testModel = o.testModel;
     entry.coldLoadMs = o.coldLoadMs;
+    this.#seedOrt(entry.modelId, this.#initialRunMs?.(entry.modelId, numericProfileId(o.profile)));
     return this.#skewed(
       ortReadyModel(entry, o, {
         interactiveScheduler: this.#ortInteractiveSched,

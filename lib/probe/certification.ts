@@ -392,6 +392,28 @@ export function readStartupKnobAssignments(
 }
 
 /**
+ * Engine time of a one-row call per (numeric profile, knob) on this machine profile, from the
+ * probe's perf rows (`batch_rows: 1`, `call_ms_p50`), read once at startup: the query path's
+ * execution estimate before it has measured a run (design rule 8).
+ *
+ * @param store The certification store.
+ * @param machineProfileHash This instance's machine profile hash.
+ * @returns `knobAssignmentKey(numeric_profile_id, knob)` → ms.
+ * @throws {SynapseError} `disposed`, `store_failure`.
+ */
+export function readStartupSingleRowCalls(
+  store: CertificationStore,
+  machineProfileHash: string,
+): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const r of store.perfRows()) {
+    if (r.machine_profile_hash !== machineProfileHash || r.batch_rows !== 1) continue;
+    out.set(knobAssignmentKey(r.numeric_profile_id, r.knob), r.call_ms_p50);
+  }
+  return out;
+}
+
+/**
  * The knob assignment a model started with (design rule 8): this machine profile's row for its
  * numeric profile and the config knob, as read at startup; undefined when there was none.
  *

@@ -292,6 +292,24 @@ export class LaneScheduler implements Disposable {
     return this.#stats[cls].snapshot(this.#defaultRunMs);
   }
 
+  /**
+   * Sets the execution estimate assumed for a class before any of its runs has been measured
+   * (the `defaultRunMs` option): the registry seeds it from the probe's knob assignments
+   * (design rule 8). Measured runs replace it as they come, as before.
+   *
+   * @param ms Estimate, ms (≥ 0).
+   * @throws {RangeError} when `ms` is negative or NaN.
+   */
+  setDefaultRunMs(ms: number): void {
+    nonNegative("defaultRunMs", ms);
+    this.#defaultRunMs = ms;
+  }
+
+  /** The execution estimate used before a class has measured a run, ms. */
+  get defaultRunMs(): number {
+    return this.#defaultRunMs;
+  }
+
   /** Snapshot of depths, slots and per-class statistics, for status endpoints. */
   stats(): LaneStats {
     return {

@@ -127,6 +127,12 @@ Deno.test("pull of a local GGUF says it refuses until probed; pull --probe certi
     assert.match(probed.stdout, /^loaded: gguf-probed {2}[0-9a-f]{64} {2}\(not certified\)\n/);
     assert.match(probed.stdout, /\npassed {2}gguf-probed {2}\d+\.\ds\n/);
     assert.match(probed.stderr, /\nprobe: gguf-probed certified; the probe took \d+\.\ds\n/);
+    // Progress on a non-terminal stderr: a line when a step starts and one per quarter of the
+    // runs, not one per poll (each step of an embed lane, at most 5 quarter lines more).
+    const progress = probed.stderr.split("\n").filter((l) => l.startsWith("  … gguf-probed: "));
+    const steps = new Set(progress.map((l) => l.replace(/ \(\d+\/\d+\)$/, "")));
+    assert.ok(progress.length >= 1, probed.stderr);
+    assert.ok(progress.length <= steps.size + 5, progress.join("\n"));
     const served = await cliIn(home, ["embed", "--json", "--model", "gguf-probed", "hello"]);
     assert.equal(served.code, 0, served.stderr);
     assert.equal(JSON.parse(served.stdout).provenance.certified, true);
@@ -191,4 +197,24 @@ Deno.test("probe's lane lines name each shape class of a split lane, its parity 
     "  shape class rows_alone (calls of 1 row, calls of 8 rows): mean_cosine 1 against reference (needs >= 0.999)",
     "  shape class class_1 (calls of 9 rows): mean_cosine 0.995 against reference (needs >= 0.999) MISSED",
   ]);
+});
+
+Deno.test("in certification: warn, embed's human output notes that the lane is not certified and how to certify it; --json carries certified: false", async () => {
+  const warn = JSON.stringify({ ...JSON.parse(CONFIG), certification: "warn" });
+  const home = await isolatedEnv({ SYNAPSE_CONFIG_JSON: warn });
+  try {
+    const human = await cliIn(home, ["embed", "--model", "tiny-llama", "hello"]);
+    assert.equal(human.code, 0, human.stderr);
+    assert.match(human.stdout, /^model {8}tiny-llama/);
+    assert.match(
+      human.stderr,
+      /note: tiny-llama is not certified on this machine; it served because certification is "warn" \(certify it: ck-synapse probe run --model tiny-llama\)/,
+    );
+    const json = await cliIn(home, ["embed", "--json", "--model", "tiny-llama", "hello"]);
+    assert.equal(json.code, 0, json.stderr);
+    assert.equal(JSON.parse(json.stdout).provenance.certified, false);
+    assert.doesNotMatch(json.stderr, /not certified on this machine/);
+  } finally {
+    await Deno.remove(home.dir, { recursive: true });
+  }
 });

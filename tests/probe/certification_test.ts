@@ -473,3 +473,63 @@ Deno.test("generation refuses the same way: microllm.oneshot and POST /v1/chat/c
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("the ORT schedulers start from the probe's estimates after a restart: the one-row call for the query path, the recommended batch's call for the bulk path; unload forgets them", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-cert-ort-seed-" });
+  try {
+    let syn = await start(dir);
+    const controlMeanMs = (s: Synapse) => {
+      const m = readyOf(s, ORT);
+      return {
+        interactive: m.interactive.stats().classes.control.meanRunMs,
+        bulk: m.bulk.stats().classes.control.meanRunMs,
+      };
+    };
+    let defaults: { interactive: number; bulk: number };
+    try {
+      defaults = controlMeanMs(syn);
+      const model = readyOf(syn, ORT);
+      const result = probeResult(model);
+      result.perf = [
+        {
+          knob: "balanced",
+          batch_rows: 1,
+          tokens_per_second: 800,
+          start_delay_p50_ms: 0,
+          call_ms_p50: 3.5,
+        },
+        {
+          knob: "balanced",
+          batch_rows: 8,
+          tokens_per_second: 900,
+          start_delay_p50_ms: 1,
+          call_ms_p50: 37,
+        },
+      ];
+      syn.certifications.putProbeResult(
+        result,
+        probeFactsOf(syn.context, model, { probe_job_id: null, now_ms: 1_700_000_000_000 }),
+      );
+      // Written now, it applies after a restart only.
+      assert.deepEqual(controlMeanMs(syn), defaults);
+    } finally {
+      await syn.dispose();
+    }
+    syn = await start(dir);
+    try {
+      assert.notDeepEqual(defaults, { interactive: 3.5, bulk: 37 });
+      assert.deepEqual(controlMeanMs(syn), { interactive: 3.5, bulk: 37 });
+      // The lanes share the ORT schedulers: once the model is gone, they start from the defaults.
+      const lanes = readyOf(syn, ORT);
+      await syn.registry.unload(ORT);
+      assert.deepEqual({
+        interactive: lanes.interactive.stats().classes.control.meanRunMs,
+        bulk: lanes.bulk.stats().classes.control.meanRunMs,
+      }, defaults);
+    } finally {
+      await syn.dispose();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -506,7 +506,7 @@ Deno.test("probeLane() on llama lanes: greedy generation is token-exact; the emb
   const g = await probeLane({
     model: gen,
     laneId: "gen",
-    // 6 of the 20 prompts (64 tokens each, serially and concurrently; the first 5 once more): a
+    // 6 of the 20 prompts (64 tokens each, serially and concurrently): a
     // loaded 2-core machine runs the tiny model's worker slowly; the full set is the default
     // (tests/probe/workload_test.ts).
     generationPrompts: 6,
@@ -522,6 +522,8 @@ Deno.test("probeLane() on llama lanes: greedy generation is token-exact; the emb
     "greedy_determinism",
   ]);
   for (const c of g.checks) assert.equal(c.value, 1);
+  // The concurrent run matched, so it is the second run: no third run is decoded.
+  assert.match(check(g, "greedy_determinism").detail!, /6 prompts token-exact across two runs/);
   assert.deepEqual(g.checks_lacking, [{ id: "reference_parity", reason: "no_reference_lane" }]);
   assert.equal(g.perf.length, 1);
   assert.equal(g.perf[0]!.batch_rows, 1);
@@ -542,4 +544,84 @@ Deno.test("probeLane() on llama lanes: greedy generation is token-exact; the emb
   assertAllPassed(e);
   for (const id of EMBED_CHECKS) check(e, id);
   assert.equal(check(e, "over_max_context_refused").value, "refused:sequence_too_long");
+});
+
+/** A lane over `lane`'s engine whose generations pass through `change` (call number, ids). */
+function alteredGenerationLane(
+  syn: Synapse,
+  lane: Lane,
+  change: (call: number, ids: number[]) => number[],
+  stack: DisposableStack,
+): Lane {
+  let calls = 0;
+  const inner = lane.engine;
+  const engine = new SkewedEngine(inner, () => {});
+  engine.generate = async (...args: Parameters<Engine["generate"]>) => {
+    const out = await inner.generate(...args);
+    return { ...out, generatedIds: change(++calls, out.generatedIds) };
+  };
+  const scheduler = stack.use(new LaneScheduler({ permits: 1 }));
+  return new Lane({
+    name: `${lane.name}-altered`,
+    engine,
+    scheduler,
+    cls: "control",
+    admission: syn.admission,
+  });
+}
+
+Deno.test("probeLane() on a generation lane whose concurrent run differs re-runs prompts serially: a concurrency effect passes greedy_determinism, nondeterminism fails it", async () => {
+  await using t = await startLlama();
+  using stack = new DisposableStack();
+  const gen = await t.syn.registry.ready("gen");
+  const lanes = t.syn.registry.controlLanes("gen");
+  const flipLast = (ids: number[]) => [...ids.slice(0, -1), (ids.at(-1)! + 1) % 100];
+  let queryCalls = 0;
+  const countQuery = alteredGenerationLane(t.syn, lanes.query, (_n, ids) => {
+    queryCalls++;
+    return ids;
+  }, stack);
+  // Only the concurrent run (the batch lane) comes out different.
+  const concurrency = await probeLane({
+    model: gen,
+    laneId: "gen",
+    generationPrompts: 6,
+    lanes: {
+      query: countQuery,
+      batch: alteredGenerationLane(t.syn, lanes.batch, (_n, ids) => flipLast(ids), stack),
+    },
+    knob: t.syn.config.knob,
+  });
+  const svc = check(concurrency, "greedy_serial_vs_concurrent");
+  assert.equal(svc.passed, false);
+  assert.equal(svc.value, 0);
+  assert.match(svc.detail!, /^6\/6 prompts differ between the serial and the concurrent run/);
+  const det = check(concurrency, "greedy_determinism");
+  assert.equal(det.passed, true, JSON.stringify(det));
+  assert.equal(det.value, 1);
+  assert.equal(queryCalls, 6 + 5, "the serial run, then the first 5 prompts again");
+  assert.equal(concurrency.passed, false);
+
+  // Every run after the first 6 calls differs: the re-run shows it is not deterministic.
+  const drifting = alteredGenerationLane(
+    t.syn,
+    lanes.query,
+    (n, ids) => n > 6 ? flipLast(ids) : ids,
+    stack,
+  );
+  const nondeterministic = await probeLane({
+    model: gen,
+    laneId: "gen",
+    generationPrompts: 6,
+    lanes: { query: drifting, batch: drifting },
+    knob: t.syn.config.knob,
+  });
+  const d = check(nondeterministic, "greedy_determinism");
+  assert.equal(d.passed, false);
+  assert.equal(d.value, 0);
+  assert.match(
+    d.detail!,
+    /^5\/5 prompts differ between two serial runs; first: prompt 0 at token \d+/,
+  );
+  assert.equal(check(nondeterministic, "greedy_serial_vs_concurrent").passed, false);
 });

@@ -7,6 +7,7 @@
  */
 import {
   exitCodeOf,
+  noteUncertified,
   openClient,
   parseCommandArgs,
   printJsonOutcome,
@@ -51,6 +52,7 @@ job failed, 2 channel error, unreachable server, or usage error, 130 interrupted
 /** Shape of the embed result fields this command prints. */
 interface EmbedPrintable {
   model_id: string;
+  provenance?: { certified?: boolean };
   test_model?: boolean;
   fingerprint: string;
   dims: number;
@@ -118,7 +120,9 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     const outcome = await client.call(method, params);
     if (values.json) return printJsonOutcome(outcome, io);
     if (outcome.kind !== "result") return reportError(outcome, io);
-    printSummary((outcome.body as { result: EmbedPrintable }).result, io);
+    const res = (outcome.body as { result: EmbedPrintable }).result;
+    printSummary(res, io);
+    noteUncertified(res, io);
     for (const e of refusedItems(outcome)) {
       io.err(`error: item ${e.id}: ${e.error.code}: ${e.error.message}`);
     }

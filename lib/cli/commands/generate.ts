@@ -6,6 +6,7 @@
  */
 import {
   exitCodeOf,
+  noteUncertified,
   openClient,
   parseCommandArgs,
   printJsonOutcome,
@@ -34,6 +35,7 @@ Exit status: 0 generated, 1 refused, 2 channel error, unreachable server, or usa
 
 interface GeneratePrintable {
   model_id: string;
+  provenance?: { certified?: boolean };
   test_model?: boolean;
   fingerprint: string;
   text: string;
@@ -99,6 +101,7 @@ async function runGenerate(args: string[], io: CliIO): Promise<number> {
         res.test_model ? " (test model)" : ""
       }  fingerprint ${res.fingerprint}  finish ${res.finish_reason}  prompt ${res.n_prompt} tokens  generated ${res.n_gen} tokens`,
     );
+    noteUncertified(res, io);
     if (res.text_repair !== undefined) {
       io.err(
         `text repaired to valid UTF-8: ${res.text_repair.dropped_tail_bytes} incomplete tail bytes dropped, ${res.text_repair.replaced_sequences} invalid sequences replaced`,

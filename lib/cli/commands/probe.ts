@@ -307,18 +307,23 @@ export async function followProbe(
   }
   const printed = new Set<string>();
   let shownStep = "";
+  let shownQuarter = -1;
   for (;;) {
     if (lines) {
       for (const lane of job.lanes) {
         const key = `${lane.model_id}\u0000${lane.lane_id}`;
         if (lane.status === "running") {
-          const step = `${lane.lane_id}: ${lane.step ?? "probing"}${
-            lane.done !== undefined && lane.total !== undefined
-              ? ` (${lane.done}/${lane.total})`
-              : ""
-          }`;
-          if (step !== shownStep) io.err(`  … ${step}`);
-          shownStep = step;
+          // One line when a step starts, then one per quarter of the lane's runs: a log file
+          // (stderr not a terminal) gets a handful of lines per lane, not one per poll.
+          const step = `${lane.lane_id}: ${lane.step ?? "probing"}`;
+          const quarter = lane.done !== undefined && lane.total !== undefined && lane.total > 0
+            ? Math.floor((4 * lane.done) / lane.total)
+            : -1;
+          if (step !== shownStep || quarter > shownQuarter) {
+            io.err(`  … ${step}${quarter < 0 ? "" : ` (${lane.done}/${lane.total})`}`);
+            shownStep = step;
+            shownQuarter = quarter;
+          }
         }
         if (isEnded(lane) && !printed.has(key)) {
           printed.add(key);

@@ -5,6 +5,7 @@
  */
 import {
   exitCodeOf,
+  noteUncertified,
   openClient,
   parseCommandArgs,
   printJsonOutcome,
@@ -30,6 +31,7 @@ Exit status: 0 scored, 1 refused, 2 channel error, unreachable server, or usage 
 
 interface RerankPrintable {
   model_id: string;
+  provenance?: { certified?: boolean };
   test_model?: boolean;
   fingerprint: string;
   scores: number[];
@@ -77,6 +79,7 @@ async function runRerank(args: string[], io: CliIO): Promise<number> {
         }`,
       );
     });
+    noteUncertified(res, io);
     return exitCodeOf(outcome);
   } finally {
     await client.close();

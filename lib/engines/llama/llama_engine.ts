@@ -157,7 +157,7 @@ export class LlamaEngine implements Engine {
         onLogLine: (line, stream) => {
           const dropped = limiter.admit();
           if (dropped === undefined) return;
-          log("info", target, line, dropped > 0 ? { stream, dropped } : { stream });
+          log(workerLineLevel(line), target, line, dropped > 0 ? { stream, dropped } : { stream });
         },
       },
       onStart: (status) => options.onWorkerEvent?.("start", status),
@@ -570,4 +570,20 @@ export function mapWorkerErr(err: WorkerErrReply, modelId: string, request: stri
         { details },
       );
   }
+}
+
+/**
+ * The log level a worker's output line is forwarded at: llama.cpp's own lines (the worker
+ * prints them as `llama.cpp <level>: …`) at `debug`, except its errors at `warn` — its load-time
+ * warnings (control tokens not marked as end-of-generation, a context over the training
+ * length) come with every load of a model and are not the operator's to act on; everything
+ * else the worker says at `info`.
+ *
+ * @param line One line of the worker's stdout or stderr.
+ * @returns The level.
+ */
+export function workerLineLevel(line: string): "debug" | "info" | "warn" {
+  const m = /^llama\.cpp (\w+): /.exec(line);
+  if (m === null) return "info";
+  return m[1] === "error" || m[1] === "fatal" ? "warn" : "debug";
 }
