@@ -19,7 +19,8 @@ import {
 } from "./lease/lease.ts";
 import type { FileLock } from "../ffi/flock.ts";
 import { ModelRegistry } from "./models/model_registry.ts";
-import type { ModelEntry, ModelSource } from "./models/model.ts";
+import type { ModelEntry, ModelSource, ReadyModel } from "./models/model.ts";
+import type { CertRow } from "./probe/types.ts";
 import type { RegistryTestHooks } from "./models/_test_hooks.ts";
 import { defaultModelSources, sourceFromPreload } from "./models/sources.ts";
 import { dispatch, OPERATIONS } from "./ops/dispatcher.ts";
@@ -258,6 +259,17 @@ export class Synapse implements AsyncDisposable {
     // Knob assignments apply from startup: a row the probe writes later applies after a restart.
     const knobs = readStartupKnobAssignments(this.certifications, this.machineProfileHash);
     const singleRowCalls = readStartupSingleRowCalls(this.certifications, this.machineProfileHash);
+    /** The lane's row with the current keys, else its newest (for what a probe found). */
+    const recordedRow = (ready: ReadyModel): CertRow | undefined => {
+      const rows = this.certifications.rowsForLane(
+        this.loads?.spec(ready.modelId)?.lane_id ?? ready.modelId,
+      );
+      const digest = runtimeConfigDigestOf({ config, registry: this.registry }, ready);
+      return rows.find((r) =>
+        r.machine_profile_hash === this.machineProfileHash &&
+        r.numeric_profile_id === ready.numericProfileId && r.runtime_config_digest === digest
+      ) ?? rows[0];
+    };
     // Jobs of an earlier generation that were queued or running died with that process.
     this.inheritedJobs = this.jobStore.inheritEarlierGenerations(store.moduleGeneration);
     const running = new Map<string, Promise<void>>();
@@ -290,17 +302,9 @@ export class Synapse implements AsyncDisposable {
       },
       // The probe's query-path finding holds across restarts: the lane's row with the current
       // keys, else its newest (a stale row's "the query path forks" is still the best knowledge).
-      recordedQueryPath: (ready) => {
-        const rows = this.certifications.rowsForLane(
-          this.loads?.spec(ready.modelId)?.lane_id ?? ready.modelId,
-        );
-        const digest = runtimeConfigDigestOf({ config, registry: this.registry }, ready);
-        const row = rows.find((r) =>
-          r.machine_profile_hash === this.machineProfileHash &&
-          r.numeric_profile_id === ready.numericProfileId && r.runtime_config_digest === digest
-        ) ?? rows[0];
-        return row?.evidence.query_path;
-      },
+      recordedQueryPath: (ready) => recordedRow(ready)?.evidence.query_path,
+      // The shape cap likewise: what the probe found about the lane's shapes.
+      recordedShapeCap: (ready) => recordedRow(ready)?.evidence.shape_cap,
       llama: (spec, source) => {
         const workerSlot = LLAMA_WORKER_SLOTS.take();
         try {

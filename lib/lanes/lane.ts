@@ -142,6 +142,7 @@ export class Lane {
   #now: () => number;
   #active = 0;
   #lastUsedMs: number | undefined;
+  #maxCallRows: number | undefined;
 
   constructor(options: LaneOptions) {
     this.name = options.name;
@@ -152,6 +153,28 @@ export class Lane {
     this.#quiet = options.quiet ?? (() => false);
     this.#depth = options.pipelineDepth ?? 2;
     this.#now = options.now ?? Date.now;
+  }
+
+  /**
+   * The most rows one engine call of this lane holds, below the engine's own `maxSequences`: the
+   * **shape cap** of a lane the probe found not shape-invariant (lib/probe/run_probe.ts): its
+   * calls stay in the shape class that matches a row alone, so every vector it serves is the
+   * row-alone vector. Undefined: the engine's limit.
+   */
+  get maxCallRows(): number | undefined {
+    return this.#maxCallRows;
+  }
+
+  /**
+   * Sets {@link maxCallRows} (the registry does, from the probe's `shape_cap`).
+   *
+   * @throws {RangeError} unless undefined or a positive integer.
+   */
+  set maxCallRows(n: number | undefined) {
+    if (n !== undefined && !(Number.isInteger(n) && n >= 1)) {
+      throw new RangeError(`Lane.maxCallRows must be a positive integer: received ${n}`);
+    }
+    this.#maxCallRows = n;
   }
 
   /** Per-slot throughput of this lane's class over recent runs, tokens/s (0 before any). */
@@ -344,7 +367,7 @@ export class Lane {
     });
     const plan = planMicroBatches(runnable.map((i) => rows[i]!.ids.length), {
       maxBatchTokens: limits.maxMicroBatchTokens,
-      maxSequences: limits.maxSequences,
+      maxSequences: Math.min(limits.maxSequences, this.#maxCallRows ?? Infinity),
     }).map((batch) => batch.map((k) => runnable[k]!));
     let inferenceMs = 0;
     await runPipelined(plan, async (idx) => {

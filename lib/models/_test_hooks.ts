@@ -32,10 +32,10 @@ export interface RegistryTestHooks {
    */
   skewQueryPath?: readonly string[];
   /**
-   * Models whose bulk-runtime engine (the batch path) nudges the embed rows of every call of at
-   * least `minRows` rows by `epsilon` (as {@link SkewedEngine}): the lane is then not
-   * shape-invariant, which the probe must answer by splitting it into shape classes and holding
-   * each to the parity bar (a small `epsilon` passes, a large one fails `shape_class_parity`).
+   * Models whose engines (both runtimes) nudge the embed rows of every call of at least
+   * `minRows` rows by `epsilon` (as {@link SkewedEngine}): the lane is then not shape-invariant,
+   * which the probe must answer by splitting it into shape classes and capping its calls at the
+   * shapes that match a row alone (`shape_cap`).
    */
   skewBatchShapes?: readonly { modelId: string; minRows: number; epsilon: number }[];
 }

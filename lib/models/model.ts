@@ -163,6 +163,12 @@ export interface ModelEntry {
    * @default "enabled"
    */
   queryPath?: QueryPath;
+  /**
+   * The probe's shape cap (`ModelRegistry.setShapeCap`): the most rows one engine call of the
+   * model's lanes holds, so its calls stay in the shape class of a row alone. Undefined: the
+   * engine's own limit.
+   */
+  shapeCap?: number;
 }
 
 /** Whether a model's interactive work runs on its interactive runtime (`enabled`) or its bulk one. */

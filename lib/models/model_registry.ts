@@ -85,6 +85,12 @@ export interface ModelRegistryOptions {
    * path before it serves a request. A throw counts as undefined. @default none
    */
   recordedQueryPath?: (ready: ReadyModel) => QueryPath | undefined;
+  /**
+   * The shape cap the store recorded for a model that just loaded (the probe's finding, applied
+   * again at startup), asked once per successful load attempt of a model whose cap
+   * {@link ModelRegistry.setShapeCap} has not set. A throw counts as undefined. @default none
+   */
+  recordedShapeCap?: (ready: ReadyModel) => number | undefined;
 }
 
 /** What {@link ModelRegistryOptions.initialRunMs} gives for a model, ms each. */
@@ -152,6 +158,7 @@ export class ModelRegistry implements AsyncDisposable {
   #ortSeeds = new Map<string, InitialRunEstimate>();
   #ortDefaults: { interactive: number; bulk: number };
   #recordedQueryPath: ModelRegistryOptions["recordedQueryPath"];
+  #recordedShapeCap: ModelRegistryOptions["recordedShapeCap"];
   #disposed = false;
 
   constructor(options: ModelRegistryOptions) {
@@ -195,6 +202,7 @@ export class ModelRegistry implements AsyncDisposable {
     );
     this.#initialRunMs = options.initialRunMs;
     this.#recordedQueryPath = options.recordedQueryPath;
+    this.#recordedShapeCap = options.recordedShapeCap;
   }
 
   /** All models, in load order. */
@@ -435,7 +443,43 @@ export class ModelRegistry implements AsyncDisposable {
       );
     }
     entry.queryPath = path;
-    if (entry.ready !== undefined) entry.ready = this.#withQueryPath(entry, entry.ready);
+    if (entry.ready !== undefined) {
+      entry.ready = this.#withQueryPath(entry, entry.ready);
+      this.#applyShapeCap(entry, entry.ready);
+    }
+  }
+
+  /**
+   * Sets (or, undefined, clears) a model's **shape cap** (step 10, shape classes): the most rows
+   * one engine call of its lanes holds — the largest call size whose outputs the probe found equal
+   * to the rows alone — so a lane that is not shape-invariant serves only the row-alone shape
+   * class and its fingerprint keeps F4's promise. Applies at once to the ready model (its
+   * interactive, bulk and hot lanes) and to every later load attempt. `models.list` shows it as
+   * `shape_cap`. The probe's own control lanes are never capped: it measures every shape.
+   *
+   * @param modelId A registered model.
+   * @param cap A positive integer, or undefined.
+   * @throws {SynapseError} `unknown_model`; `invalid_request` for another value.
+   */
+  setShapeCap(modelId: string, cap: number | undefined): void {
+    const entry = this.#entries.get(modelId);
+    if (entry === undefined) throw unknownModel(modelId, undefined, [...this.#entries.keys()]);
+    if (cap !== undefined && !(Number.isInteger(cap) && cap >= 1)) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot set the shape cap of '${modelId}' to ${cap}: it is a positive whole number of rows`,
+        { details: { model_id: modelId, field: "shape_cap", value: cap } },
+      );
+    }
+    if (cap === undefined) delete entry.shapeCap;
+    else entry.shapeCap = cap;
+    if (entry.ready !== undefined) this.#applyShapeCap(entry, entry.ready);
+  }
+
+  /** Puts the entry's shape cap on every serving lane of `ready` (and the hot lane). */
+  #applyShapeCap(entry: ModelEntry, ready: ReadyModel): void {
+    const lanes = [ready.interactive, ready.bulk, this.#hotLanes.get(entry.modelId)?.hot];
+    for (const lane of lanes) if (lane !== undefined) lane.maxCallRows = entry.shapeCap;
   }
 
   /** A model's query path (`enabled` unless {@link setQueryPath} disabled it). */
@@ -567,7 +611,14 @@ export class ModelRegistry implements AsyncDisposable {
           if (recorded === "disabled") entry.queryPath = recorded;
         } catch { /* no record: the hot path stays on */ }
       }
+      if (entry.shapeCap === undefined) {
+        try {
+          const cap = this.#recordedShapeCap?.(ready);
+          if (cap !== undefined && Number.isInteger(cap) && cap >= 1) entry.shapeCap = cap;
+        } catch { /* no record: the engine's own limit */ }
+      }
       entry.ready = this.#withQueryPath(entry, ready);
+      this.#applyShapeCap(entry, entry.ready);
       entry.state = "ready";
       if (entry.loadAttempts > 1) {
         this.#log("info", "synapse.models", `model '${entry.modelId}' loaded`, {
@@ -720,7 +771,8 @@ export class ModelRegistry implements AsyncDisposable {
   ): ReadyModel {
     const shapes = this.#skewBatchShapes.get(ready.modelId);
     if (shapes !== undefined) {
-      const bulk = ready.bulk;
+      // The engine's own property: its calls of many rows differ, on both runtimes.
+      const { bulk, interactive } = ready;
       ready = {
         ...ready,
         bulk: new Lane({
@@ -729,6 +781,15 @@ export class ModelRegistry implements AsyncDisposable {
           cls: bulk.cls,
           scheduler: bulkScheduler,
           admission: this.#admission,
+          now: this.#now,
+        }),
+        interactive: new Lane({
+          name: interactive.name,
+          engine: new SkewedEngine(interactive.engine, shapes),
+          cls: interactive.cls,
+          scheduler,
+          admission: this.#admission,
+          ...(quiet === undefined ? {} : { quiet }),
           now: this.#now,
         }),
       };

@@ -99,6 +99,11 @@ export interface ModelRow {
    * interactive work then runs on its bulk runtime (the batch path's numbers).
    */
   query_path: "enabled" | "disabled";
+  /**
+   * Present when the probe found the model's lane not shape-invariant: the most rows one engine
+   * call holds (its calls stay in the shape class of a row alone; `certification.shape_classes`).
+   */
+  shape_cap?: number;
   warm_load_cost_hint_ms?: number;
   /** Lanes serving the model (`<scheduler>:<class>`), e.g. `ort-interactive`, `llama-<id>`. */
   lanes: string[];
@@ -179,6 +184,7 @@ export function modelRow(
     loaded_at_ms: m.loadStartedMs,
     origin,
     query_path: m.queryPath ?? "enabled",
+    ...(m.shapeCap === undefined ? {} : { shape_cap: m.shapeCap }),
   };
   if (m.source.referenceModel !== undefined) row.reference_model = m.source.referenceModel;
   try {

@@ -99,6 +99,8 @@ export interface ProbeLaneStatus {
   query_path?: "enabled" | "disabled";
   /** Ended: the lane's shape classes, when it is not shape-invariant (`ShapeClass`). */
   shape_classes?: ShapeClass[];
+  /** Ended: the most rows per engine call the lane now serves with, when it was split. */
+  shape_cap?: number;
   /** Ended: the reference the parity checks ran against. */
   reference_model_id?: string | null;
   /** Ended: how long the lane's probe took, ms. */
@@ -174,6 +176,7 @@ interface LanePage {
   checks_lacking: { id: string; reason: string }[];
   query_path?: "enabled" | "disabled";
   shape_classes?: ShapeClass[];
+  shape_cap?: number;
   reference_model_id?: string | null;
   duration_ms: number;
   error?: WireError;
@@ -261,7 +264,8 @@ export function probeStart(ctx: OpContext, rawParams: unknown): ProbeJobAccepted
  * `probe.status {job_id}`: a probe job's state and its lanes: `passed` / `failed` / `skipped`
  * (with failed checks, value against threshold, and duration) for those it finished, `running`
  * (with its step and how far it got) for the one it runs, `queued` for the rest; when the job
- * ended before them, `skipped`.
+ * ended before them, `skipped` — except the lane in flight when the job failed (deadline,
+ * restart): `failed`, with the job's error.
  *
  * @throws {SynapseError} `invalid_request` for an unknown job or a job that is not a probe.
  */
@@ -282,7 +286,14 @@ export function probeStatus(ctx: OpContext, rawParams: unknown): ProbeStatus {
     job_id: job.jobId,
     state: job.state,
     request_key: job.requestKey,
-    lanes: lanesOf(ctx, job.jobId, job.params as ProbeJobParams, job.state, job.pageCount),
+    lanes: lanesOf(
+      ctx,
+      job.jobId,
+      job.params as ProbeJobParams,
+      job.state,
+      job.pageCount,
+      job.error ?? undefined,
+    ),
   };
   if (job.error) out.error = job.error;
   return out;
@@ -426,13 +437,18 @@ function defaultKey(ctx: OpContext, models: ReadyModel[]): string {
   return `probe.start:${ids}${tail}`;
 }
 
-/** The lanes of a job: pages for those that ended, the live lane, then queued or skipped. */
+/**
+ * The lanes of a job: pages for those that ended, the live lane, then queued or skipped. When
+ * the job failed (its deadline, a restart), the lane it was running is `failed` with the job's
+ * error, and only the lanes after it are `skipped` (never reached).
+ */
 function lanesOf(
   ctx: OpContext,
   jobId: string,
   params: ProbeJobParams,
   state: JobState,
   pageCount: number,
+  jobError?: WireError,
 ): ProbeLaneStatus[] {
   const live = liveOf(ctx).get(jobId);
   const ended = state === "done" || failedState(state);
@@ -446,6 +462,7 @@ function lanesOf(
         if (page.checks_lacking.length > 0) out.checks_lacking = page.checks_lacking;
         if (page.query_path !== undefined) out.query_path = page.query_path;
         if (page.shape_classes !== undefined) out.shape_classes = page.shape_classes;
+        if (page.shape_cap !== undefined) out.shape_cap = page.shape_cap;
         if (page.reference_model_id !== undefined) {
           out.reference_model_id = page.reference_model_id;
         }
@@ -459,6 +476,12 @@ function lanesOf(
       if (live.step !== undefined) out.step = live.step;
       if (live.done !== undefined) out.done = live.done;
       if (live.total !== undefined) out.total = live.total;
+      return out;
+    }
+    if (ended && failedState(state) && i === pageCount) {
+      // The lane in flight when the job failed: it was reached, and failed with the job.
+      const out: ProbeLaneStatus = { ...lane, status: "failed" };
+      if (jobError !== undefined) out.error = jobError;
       return out;
     }
     return { ...lane, status: ended ? "skipped" : "queued" };
@@ -610,6 +633,10 @@ async function probeOne(
     const registry = ctx.registry as { setQueryPath?: (id: string, path: "disabled") => void };
     registry.setQueryPath?.(lane.model_id, "disabled");
   }
+  // A lane split by shape class serves only the calls up to its cap; a lane found
+  // shape-invariant (again) is uncapped.
+  (ctx.registry as { setShapeCap?: (id: string, cap: number | undefined) => void })
+    .setShapeCap?.(lane.model_id, result.shape_cap);
   ctx.log(result.passed ? "info" : "warn", "synapse.probe", "lane probed", {
     job: jobId,
     model: lane.model_id,
@@ -633,6 +660,7 @@ async function probeOne(
     checks_lacking: result.checks_lacking,
     query_path: result.query_path,
     ...(result.shape_classes === undefined ? {} : { shape_classes: result.shape_classes }),
+    ...(result.shape_cap === undefined ? {} : { shape_cap: result.shape_cap }),
     reference_model_id: result.reference_model_id,
     duration_ms: result.duration_ms,
   };

@@ -248,14 +248,24 @@ function computeCertification(ctx: CertificationContext, model: ReadyModel): Cer
     return { status: row.status === "certified" ? "certified" : "certification_failed", row };
   }
   const rows = store.rowsForLane(laneIdOf(ctx, model.modelId));
-  const newest = rows[0];
-  if (newest === undefined) return { status: "probe_required" };
-  const stale: StaleFact[] = [];
-  if (newest.os_build !== ctx.machineProfile.os_build) stale.push("os_build");
-  if (newest.machine_profile_hash !== ctx.machineProfileHash) stale.push("machine_profile");
-  if (newest.numeric_profile_id !== model.numericProfileId) stale.push("numeric_profile");
-  if (newest.runtime_config_digest !== digest) stale.push("runtime_config");
-  return { status: "certification_stale", row: newest, stale_facts: stale };
+  if (rows.length === 0) return { status: "probe_required" };
+  // The stale facts are those of the nearest row (fewest facts changed; the newest of those):
+  // a lane probed on this machine and on another names only what changed here.
+  const changedOf = (r: CertRow): StaleFact[] => {
+    const stale: StaleFact[] = [];
+    if (r.os_build !== ctx.machineProfile.os_build) stale.push("os_build");
+    if (r.machine_profile_hash !== ctx.machineProfileHash) stale.push("machine_profile");
+    if (r.numeric_profile_id !== model.numericProfileId) stale.push("numeric_profile");
+    if (r.runtime_config_digest !== digest) stale.push("runtime_config");
+    return stale;
+  };
+  let nearest = rows[0]!;
+  let stale = changedOf(nearest);
+  for (const r of rows.slice(1)) {
+    const c = changedOf(r);
+    if (c.length < stale.length) [nearest, stale] = [r, c];
+  }
+  return { status: "certification_stale", row: nearest, stale_facts: stale };
 }
 
 /** True for a status that serves with `provenance.certified: true`. */
@@ -325,7 +335,7 @@ export function notCertifiedError(
   return new SynapseError(
     "not_certified",
     `Cannot serve model '${modelId}' (lane '${laneId}'): it needs a certificate for this machine and ${why}; ` +
-      `run '${advice.probe_command}' (a minute or two for a small model), or set config certification: "warn" to serve it uncertified`,
+      `run '${advice.probe_command}' (seconds for a small embed model on a quiet machine, a minute or more for a generation model; a busy machine takes longer), or set config certification: "warn" to serve it uncertified`,
     {
       details: {
         model_id: modelId,

@@ -127,6 +127,7 @@ export class CertificationStore {
         reference_model_id: result.reference_model_id,
         query_path: result.query_path,
         ...(result.shape_classes === undefined ? {} : { shape_classes: result.shape_classes }),
+        ...(result.shape_cap === undefined ? {} : { shape_cap: result.shape_cap }),
         probe_job_id: facts.probe_job_id,
         duration_ms: result.duration_ms,
       },

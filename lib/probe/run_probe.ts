@@ -26,10 +26,14 @@
  *   generation probe (2 × 1280 generated tokens).
  *
  * A lane that is not shape-invariant (and serves every row) is split by shape class
- * ({@link ShapeClass}: `rows_alone` and the runs of call sizes that differed) and every class is
- * held to the parity bar on its own: `shape_class_parity`, against the reference's outputs for
- * the same texts, else against `rows_alone`. The lane then passes through that check rather than
- * `shape_invariance`, and the query path is compared with the batch path at one row per call.
+ * ({@link ShapeClass}: `rows_alone` and the runs of call sizes that differed) and capped:
+ * `shape_cap` is the largest call size with every measured size up to it matching the rows
+ * alone, and the registry caps the lane's calls there, so it serves only `rows_alone` and every
+ * vector under its fingerprint is the row-alone vector (field report F4). The parity checks run
+ * on what it serves (the core rows in calls up to the cap); `shape_class_parity` records each
+ * class against the reference (else against `rows_alone`) and never fails; `shape_invariance`
+ * stays failed in the record without failing the lane; the query path is compared with the batch
+ * path at one row per call.
  *
  * `query_path_equals_batch_path` failing does not fail the lane: the result says
  * `query_path: "disabled"` (the caller then disables the model's hot path, so the space never
@@ -203,11 +207,13 @@ export async function probeLane(input: ProbeLaneInput): Promise<ProbeLaneResult>
     checks: ctx.checks,
     checks_lacking: ctx.lacking,
     query_path: queryPathOk ? "enabled" : "disabled",
+    ...(ctx.shapeCap === undefined ? {} : { shape_cap: ctx.shapeCap }),
     ...(ctx.shapeClasses === undefined ? {} : {
       shape_classes: ctx.shapeClasses.map((k): ShapeClass => ({
         id: k.id,
         shapes: shapesOf(k),
         rows: k.measured.length,
+        served: k.id === "rows_alone",
         ...(k.parity === undefined ? {} : { parity: k.parity }),
       })),
     }),
@@ -304,6 +310,8 @@ class ProbeContext {
 
   /** The lane's shape classes, when it is not shape-invariant ({@link shapeClassesOf}). */
   shapeClasses: ShapeClassRun[] | undefined;
+  /** The shape cap, when the lane is not shape-invariant ({@link shapeClassesOf}). */
+  shapeCap: number | undefined;
 
   #progress(): void {
     this.input.signal?.throwIfAborted();
@@ -384,13 +392,14 @@ async function runRows(
   lane: Lane,
   rows: readonly EngineRow[],
   timed: boolean,
+  maxCallRows = Infinity,
 ): Promise<Out[]> {
   const kind = ctx.model.task === "rerank" ? "score" : "embed";
   const limits = lane.engine.limits;
   const out = new Array<Out>(rows.length);
   const plan = planMicroBatches(rows.map((r) => r.ids.length), {
     maxBatchTokens: limits.maxMicroBatchTokens,
-    maxSequences: limits.maxSequences,
+    maxSequences: Math.min(limits.maxSequences, maxCallRows),
   });
   for (const idx of plan) {
     const callRows = idx.map((i) => rows[i]!);
@@ -539,8 +548,13 @@ function shapeClassesOf(
   };
   const split: ShapeClassRun[] = [];
   let open: ShapeClassRun | undefined;
+  // The cap: the largest call size with every measured size up to it matching the rows alone.
+  let cap = 1;
+  let capOpen = true;
   for (const n of [...bySize.keys()].sort((x, y) => x - y)) {
     const g = bySize.get(n)!;
+    if (capOpen && (n === 1 || g.matches)) cap = n;
+    else capOpen = false;
     if (n === 1 || g.matches) {
       if (n !== 1) base.callRows.push(n);
       base.measured.push(...g.measured);
@@ -556,6 +570,7 @@ function shapeClassesOf(
     split.push(open);
   }
   ctx.shapeClasses = [base, ...split];
+  ctx.shapeCap = cap;
   return ctx.shapeClasses;
 }
 
@@ -579,17 +594,19 @@ function agrees(
   return cmp.bad.length === 0 && cmp.missing.length === 0;
 }
 
-/**
- * Holds every shape class to the parity bar on its own and records `shape_class_parity`:
- * embed classes by mean cosine (`probe.mean_cosine_threshold`), rerank classes by max |Δscore|
- * (the dtype's bar), against the reference's outputs for the same rows when there is one, else
- * against `rows_alone` (which then has no parity of its own).
- */
 /** A class's shapes as names: `calls of 9 rows` … */
 function shapesOf(k: ShapeClassRun): string[] {
   return k.callRows.map((n) => `calls of ${rowsName(n)}`);
 }
 
+/**
+ * Measures every shape class against the parity bar and records `shape_class_parity` (recorded,
+ * never failing: the lane serves only the calls up to its shape cap, whose parity the
+ * `reference_parity_*` checks hold it to): embed classes by mean cosine
+ * (`probe.mean_cosine_threshold`), rerank classes by max |Δscore| (the dtype's bar), against the
+ * reference's outputs for the same rows when there is one, else against `rows_alone` (which then
+ * has no parity of its own).
+ */
 function shapeClassParity(
   ctx: ProbeContext,
   classes: ShapeClassRun[],
@@ -639,17 +656,23 @@ function shapeClassParity(
     }
   }
   const names = classes.map((k) => `${k.id} (${shapesOf(k).join(", ")})`).join("; ");
+  const cap = ctx.shapeCap ?? 1;
   ctx.check({
     id: "shape_class_parity",
-    passed: failed.length === 0,
+    // Recorded: the classes past the cap are never served.
+    passed: true,
     value: round9(worst),
     threshold,
     comparison,
-    detail: failed.length === 0
-      ? `${classes.length} shape classes, each within the bar against ${
-        against === "reference" ? "the reference" : "the rows alone"
-      }: ${names}`
-      : `shape classes that missed the bar: ${failed.join("; ")}`,
+    detail: `${classes.length} shape classes: ${names}; calls are capped at ${
+      rowsName(cap)
+    } (rows_alone): the other classes are not served${
+      failed.length === 0
+        ? ""
+        : `; off the bar against ${against === "reference" ? "the reference" : "the rows alone"}: ${
+          failed.join("; ")
+        }`
+    }`,
   });
 }
 
@@ -825,7 +848,9 @@ async function probeRows(ctx: ProbeContext): Promise<void> {
       }${
         classes === undefined
           ? ""
-          : `; split into ${classes.length} shape classes, each held to the parity bar`
+          : `; split into ${classes.length} shape classes: calls capped at ${
+            rowsName(ctx.shapeCap ?? 1)
+          }, the shapes that match the rows alone`
       }`,
     }),
   });
@@ -942,12 +967,16 @@ async function probeRows(ctx: ProbeContext): Promise<void> {
     extra.forEach((r, i) => refOf.set(r, extraOut[i]!));
     shapeClassParity(ctx, classes, aloneOf, refOf);
   }
+  // What the lane serves: a lane split by shape class serves only calls up to its cap.
+  const served = classes === undefined
+    ? batch
+    : await runRows(ctx, lanes.batch, coreRows, false, ctx.shapeCap ?? 1);
   const pairs: [Float32Array, Float32Array][] = [];
-  batch.forEach((o, i) => {
+  served.forEach((o, i) => {
     const y = refOut[i]!;
     if (o.ok && y.ok) pairs.push([o.values, y.values]);
   });
-  const missing = batch.length - pairs.length;
+  const missing = served.length - pairs.length;
   const missingNote = missing > 0 ? `; ${missing} items not served by one side` : "";
   if (score) {
     const a = pairs.map(([x]) => x[0]!), b = pairs.map(([, y]) => y[0]!);

@@ -117,6 +117,11 @@ export interface ShapeClass {
   /** Rows whose output the class was measured on. */
   rows: number;
   /**
+   * Whether the lane serves this class: only `rows_alone` is (its calls are capped at
+   * `shape_cap`), so every vector served under the fingerprint is a row-alone vector.
+   */
+  served: boolean;
+  /**
    * The class held to the parity bar: `against` what (`reference`, or `rows_alone` where the
    * lane has no reference), `metric` (`mean_cosine` for embed, `max_abs_delta` for rerank),
    * its value, the bar and whether it met it. Absent for `rows_alone` when there is no
@@ -160,6 +165,13 @@ export interface ProbeLaneResult {
    * lane the reference's space.
    */
   shape_classes?: ShapeClass[];
+  /**
+   * Present when the lane is not shape-invariant: the most rows one engine call may hold so every
+   * call stays in `rows_alone` (the largest measured call size with every size up to it matching
+   * the rows alone). The registry caps the lane's calls to it (`setShapeCap`), so every vector it
+   * serves under its fingerprint is the row-alone vector (field report F4).
+   */
+  shape_cap?: number;
   perf: PerfRow[];
   knob_assignment: KnobAssignment;
   duration_ms: number;
@@ -191,6 +203,8 @@ export interface CertRow {
     query_path: "enabled" | "disabled";
     /** As {@link ProbeLaneResult.shape_classes}: present when the lane is not shape-invariant. */
     shape_classes?: ShapeClass[];
+    /** As {@link ProbeLaneResult.shape_cap}. */
+    shape_cap?: number;
     probe_job_id: string | null;
     duration_ms: number;
   };

@@ -133,6 +133,27 @@ Deno.test("pull of a local GGUF says it refuses until probed; pull --probe certi
     const steps = new Set(progress.map((l) => l.replace(/ \(\d+\/\d+\)$/, "")));
     assert.ok(progress.length >= 1, probed.stderr);
     assert.ok(progress.length <= steps.size + 5, progress.join("\n"));
+    // A probe that runs out of time says so and names the flag that gives it more.
+    // (Other files: the same files and settings would share gguf-probed's certificate.)
+    const late = await cliIn(home, [
+      "pull",
+      `${MODELS}/synapse-tiny-llama-bytes`,
+      "--model-id",
+      "gguf-late",
+      "--probe",
+      "--probe-deadline-ms",
+      "1",
+    ]);
+    assert.equal(late.code, 1, late.stdout + late.stderr);
+    assert.match(late.stderr, /error: deadline_exceeded: /);
+    assert.match(
+      late.stderr,
+      /hint: run 'ck-synapse probe run --model gguf-late --deadline-ms N'.*--probe-deadline-ms N/,
+    );
+    assert.match(late.stdout, /\nfailed {2}gguf-late/);
+    const noProbe = await cliIn(home, ["pull", LLAMA, "--probe-deadline-ms", "5"]);
+    assert.equal(noProbe.code, 2);
+    assert.match(noProbe.stderr, /--probe-deadline-ms needs --probe/);
     const served = await cliIn(home, ["embed", "--json", "--model", "gguf-probed", "hello"]);
     assert.equal(served.code, 0, served.stderr);
     assert.equal(JSON.parse(served.stdout).provenance.certified, true);
@@ -151,22 +172,24 @@ Deno.test("pull of a local GGUF says it refuses until probed; pull --probe certi
   }
 });
 
-Deno.test("probe's lane lines name each shape class of a split lane, its parity and a miss", async () => {
+Deno.test("probe's lane lines name the shape cap and each shape class of a split lane, its parity, a miss and whether it is served", async () => {
   const { laneLines } = await import("../../lib/cli/commands/probe.ts");
   const lines = laneLines({
     model_id: "m",
     lane_id: "m",
-    status: "failed",
+    status: "passed",
     duration_ms: 1500,
     failed_checks: [{
-      id: "shape_class_parity",
+      id: "shape_invariance",
       value: 0.995,
-      threshold: 0.999,
+      threshold: 0.99999,
       comparison: ">=",
     }],
+    shape_cap: 8,
     shape_classes: [
       {
         id: "rows_alone",
+        served: true,
         shapes: ["calls of 1 row", "calls of 8 rows"],
         parity: {
           against: "reference",
@@ -179,6 +202,7 @@ Deno.test("probe's lane lines name each shape class of a split lane, its parity 
       },
       {
         id: "class_1",
+        served: false,
         shapes: ["calls of 9 rows"],
         parity: {
           against: "reference",
@@ -192,10 +216,11 @@ Deno.test("probe's lane lines name each shape class of a split lane, its parity 
     ],
   });
   assert.deepEqual(lines, [
-    "failed  m  1.5s",
-    "  failed check shape_class_parity: 0.995 (needs >= 0.999)",
+    "passed  m  1.5s",
+    "  failed check shape_invariance: 0.995 (needs >= 0.99999)",
+    "  not shape-invariant: calls capped at 8 rows (the shapes that match a row alone)",
     "  shape class rows_alone (calls of 1 row, calls of 8 rows): mean_cosine 1 against reference (needs >= 0.999)",
-    "  shape class class_1 (calls of 9 rows): mean_cosine 0.995 against reference (needs >= 0.999) MISSED",
+    "  shape class class_1 (calls of 9 rows): mean_cosine 0.995 against reference (needs >= 0.999) MISSED (not served)",
   ]);
 });
 

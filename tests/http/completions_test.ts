@@ -52,6 +52,9 @@ async function door(
     SYNAPSE_CONFIG_JSON: JSON.stringify({
       certification: "warn",
       preload_models: [genEntry("gen")],
+      // No test here is about the deadline: a grammar-constrained answer on a loaded 2-core
+      // machine took longer than the 30 s default.
+      inline: { deadline_ms: 600_000 },
       ...overrides,
     }),
   };

@@ -210,7 +210,9 @@ Deno.test("probe.start past its deadline_ms fails deadline_exceeded; the default
   const { end } = await waitEnd(syn, first.job_id);
   assert.equal(end.state, "failed_transient", JSON.stringify(end));
   assert.equal(end.error.code, "deadline_exceeded");
-  assert.equal(end.lanes[0].status, "skipped");
+  // The lane in flight when the deadline passed failed with the job (it was reached).
+  assert.equal(end.lanes[0].status, "failed");
+  assert.equal(end.lanes[0].error.code, "deadline_exceeded");
   // Nothing was certified.
   const refused = semanticError(
     await syn.call("embed.query", { text: "x", model: "tiny-llama" }),
@@ -339,7 +341,8 @@ Deno.test("a probe job killed with SIGKILL mid-probe is failed_transient module_
     assert.equal(old.state, "failed_transient");
     assert.equal(old.error.code, "module_restarted");
     assert.equal(old.error.safe_to_retry_same_request, true);
-    assert.equal(old.lanes[0].status, "skipped");
+    assert.equal(old.lanes[0].status, "failed");
+    assert.equal(old.lanes[0].error.code, "module_restarted");
 
     // Its key admits a fresh job, which runs to its end; the same call then attaches to it.
     const again = await call(server.base, "probe.start", {

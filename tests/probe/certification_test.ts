@@ -14,6 +14,7 @@ import { nullLog } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import type { Synapse } from "../../lib/synapse.ts";
 import {
+  certificationOf,
   laneCertificationClass,
   probeFactsOf,
   runtimeConfigDigestOf,
@@ -526,6 +527,39 @@ Deno.test("the ORT schedulers start from the probe's estimates after a restart: 
         interactive: lanes.interactive.stats().classes.control.meanRunMs,
         bulk: lanes.bulk.stats().classes.control.meanRunMs,
       }, defaults);
+    } finally {
+      await syn.dispose();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a stale certificate names only what changed against the nearest row: a row on another machine profile does not add os_build to a runtime-config change here", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-cert-nearest-" });
+  try {
+    const syn = await start(dir);
+    try {
+      const model = readyOf(syn, LLAMA);
+      const facts = probeFactsOf(syn.context, model, { probe_job_id: null, now_ms: 1_000 });
+      // Newest first: a row from another OS build (another machine profile), then one from
+      // this machine under another runtime config.
+      syn.certifications.putProbeResult(probeResult(model), {
+        ...facts,
+        runtime_config_digest: "0".repeat(64),
+        now_ms: 1_000,
+      });
+      syn.certifications.putProbeResult(probeResult(model), {
+        ...facts,
+        machine_profile_hash: "f".repeat(64),
+        os_build: OTHER_OS,
+        now_ms: 2_000,
+      });
+      const view = certificationOf(syn.context, model);
+      // The row on the other machine is for this runtime config: it matches nothing either.
+      assert.equal(view.status, "certification_stale");
+      assert.deepEqual(view.stale_facts, ["runtime_config"]);
+      assert.equal(view.row?.machine_profile_hash, syn.machineProfileHash);
     } finally {
       await syn.dispose();
     }

@@ -12,8 +12,8 @@
  *   `query_path: "disabled"`, certified, and its `embed.query` vector is its batch path's
  *   (also after a restart on the same store);
  * - a lane whose batch path the `skewBatchShapes` hook makes differ for calls of 9 rows or more
- *   is split into shape classes: slightly off, every class is within parity of the reference and
- *   it is certified (its classes in `models.list`); far off, `shape_class_parity` fails it;
+ *   is split into shape classes and capped at 8 rows per call: certified, its classes and cap in
+ *   `models.list`, and a batch of 12 gives exactly the texts alone (also after a restart);
  * - `SYNAPSE_OS_BUILD_OVERRIDE` (another machine profile on the same store) makes the rows stale
  *   (`certification_stale`); a new probe makes the lane serve again; a restart on the same
  *   profile keeps serving.
@@ -274,10 +274,10 @@ Deno.test("the gate fails: fp16 passes, perturbed fails naming its metric, a for
   }
 });
 
-Deno.test("the gate splits a lane that is not shape-invariant by shape class: within parity it serves certified, off it refuses certification_failed", async () => {
+Deno.test("the gate splits a lane that is not shape-invariant by shape class and caps its calls: it serves certified, every vector the row-alone vector, also after a restart", async () => {
   const dir = await Deno.makeTempDir({ prefix: "synapse-gate-shapes-" });
   const SLIGHT = "tiny-shapes-slight", FAR = "tiny-shapes-far";
-  const syn = await start(dir, {}, {
+  const setup = {
     preloads: [
       preload(`${MODELS}/synapse-tiny-embed`, REF),
       preload(`${MODELS}/synapse-tiny-embed`, SLIGHT, { reference_model: REF }),
@@ -285,39 +285,64 @@ Deno.test("the gate splits a lane that is not shape-invariant by shape class: wi
     ],
     testHooks: {
       skewBatchShapes: [
-        // Cosine ≈ 1 − ε²/2: 0.99995 misses the shape bar (0.99999), not parity (0.999).
+        // Cosine ≈ 1 − ε²/2: 0.99995 misses the shape bar (0.99999); 0.995 misses parity too.
         { modelId: SLIGHT, minRows: 9, epsilon: 0.01 },
         { modelId: FAR, minRows: 9, epsilon: 0.1 },
       ],
     },
-  });
+  };
+  const items = Array.from({ length: 12 }, (_, i) => ({ id: `t${i}`, text: `${TEXTS[0]} ${i}` }));
+  /** The 12 texts as one embed.batch, and each alone (embed.query: one row per call). */
+  const batchAndAlone = async (syn: Synapse, model: string) => {
+    const b = resultOf(await syn.call("embed.batch", { model, items }));
+    const alone: number[][] = [];
+    for (const it of items) {
+      alone.push(resultOf(await query(syn, model, it.text)).vectors[0].vector);
+    }
+    return { b, alone };
+  };
+  let syn = await start(dir, {}, setup);
   try {
+    // Before the probe (warn would serve; require refuses): the uncapped lane is what is probed.
+    refusal(await query(syn, FAR), FAR, "probe_required");
     const end = await probe(syn, [SLIGHT, FAR]);
     assert.equal(end.state, "done", JSON.stringify(end));
-
-    const slight = laneOf(end, SLIGHT);
-    assert.equal(slight.status, "passed", JSON.stringify(slight));
-    const classes = slight.shape_classes;
-    assert.deepEqual(classes.map((k: { id: string }) => k.id), ["rows_alone", "class_1"]);
-    assert.ok(classes[0].shapes.includes("calls of 8 rows"), classes[0].shapes.join());
-    assert.equal(classes[1].shapes[0], "calls of 9 rows");
-    for (const k of classes) assert.equal(k.parity.passed, true, JSON.stringify(k));
-    const slightRow = await row(syn, SLIGHT);
-    assert.equal(slightRow.certification.status, "certified");
-    assert.deepEqual(slightRow.certification.shape_classes, classes);
-    const items = Array.from({ length: 12 }, (_, i) => ({ id: `t${i}`, text: `${TEXTS[0]} ${i}` }));
-    const b = resultOf(await syn.call("embed.batch", { model: SLIGHT, items }));
-    assert.equal(b.provenance.certified, true);
-    assert.equal(b.vectors.length, 12);
-
-    const far = laneOf(end, FAR);
-    assert.equal(far.status, "failed", JSON.stringify(far));
-    const failed = far.failed_checks.find((c: { id: string }) => c.id === "shape_class_parity");
-    assert.ok(failed, JSON.stringify(far.failed_checks));
-    assert.ok(failed.value < 0.999, `${failed.value}`);
-    assert.match(failed.detail, /^shape classes that missed the bar: class_1 \(calls of 9 rows/);
-    assert.equal(far.shape_classes[1].parity.passed, false);
-    refusal(await query(syn, FAR), FAR, "certification_failed");
+    for (const id of [SLIGHT, FAR]) {
+      const lane = laneOf(end, id);
+      assert.equal(lane.status, "passed", JSON.stringify(lane));
+      assert.equal(lane.shape_cap, 8);
+      assert.deepEqual(
+        lane.shape_classes.map((k: { id: string; served: boolean }) => [k.id, k.served]),
+        [["rows_alone", true], ["class_1", false]],
+      );
+      assert.equal(lane.shape_classes[1].shapes[0], "calls of 9 rows");
+      const listed = await row(syn, id);
+      assert.equal(listed.certification.status, "certified");
+      assert.equal(listed.shape_cap, 8);
+      assert.deepEqual(listed.certification.shape_classes, lane.shape_classes);
+    }
+    // The far class is measured off the reference, and recorded as not served.
+    assert.equal(laneOf(end, FAR).shape_classes[1].parity.passed, false);
+    assert.equal(laneOf(end, SLIGHT).shape_classes[1].parity.passed, true);
+    // Capped at 8 rows per call, a batch of 12 is the texts alone, bit for bit.
+    for (const id of [SLIGHT, FAR]) {
+      const { b, alone } = await batchAndAlone(syn, id);
+      assert.equal(b.provenance.certified, true);
+      assert.deepEqual(b.vectors.map((v: { vector: number[] }) => v.vector), alone, id);
+    }
+  } finally {
+    await syn.dispose();
+  }
+  // A restart applies the recorded cap before the first request.
+  syn = await start(dir, {}, setup);
+  try {
+    assert.equal((await row(syn, FAR)).shape_cap, 8);
+    const { b, alone } = await batchAndAlone(syn, FAR);
+    assert.deepEqual(b.vectors.map((v: { vector: number[] }) => v.vector), alone);
+    // Uncapped, the same batch would differ: the hook is still there on calls of 9 rows.
+    syn.registry.setShapeCap(FAR, undefined);
+    const uncapped = resultOf(await syn.call("embed.batch", { model: FAR, items }));
+    assert.ok(cosine(uncapped.vectors[0].vector, alone[0]!) < 0.999);
   } finally {
     await syn.dispose();
     await Deno.remove(dir, { recursive: true });

@@ -335,7 +335,7 @@ function shapeSkewedBatch(t: TestSynapse, lane: Lane, amount: number, stack: Dis
   }, stack);
 }
 
-Deno.test("probeLane() splits a lane that is not shape-invariant by shape class, naming the sizes; a class off the rows alone fails shape_class_parity", async () => {
+Deno.test("probeLane() splits a lane that is not shape-invariant by shape class, naming the sizes, and caps its calls at the shapes that match the rows alone", async () => {
   await using t = await startSynapse();
   using stack = new DisposableStack();
   const model = await t.syn.registry.ready(EMBED);
@@ -351,11 +351,16 @@ Deno.test("probeLane() splits a lane that is not shape-invariant by shape class,
   assert.ok((s.value as number) < 0.99999);
   assert.match(s.detail!, /9 rows: 9\/9 rows/);
   assert.match(s.detail!, /64 rows: \d+\/64 rows/);
-  assert.doesNotMatch(s.detail!, /(^|\s)8 rows/);
-  assert.match(s.detail!, /split into 2 shape classes/);
-  // The classes: the small shapes with the rows alone, the tilted ones (≥ 9 rows) together.
+  const differed = s.detail!.split(";")[0]!;
+  assert.doesNotMatch(differed, /(^|\s)8 rows/);
+  assert.match(s.detail!, /split into 2 shape classes: calls capped at 8 rows/);
+  // Calls of 1…8 rows match the rows alone; 9 and up do not: capped at 8.
+  assert.equal(r.shape_cap, 8);
   const classes = r.shape_classes!;
-  assert.deepEqual(classes.map((k) => k.id), ["rows_alone", "class_1"]);
+  assert.deepEqual(classes.map((k) => [k.id, k.served]), [["rows_alone", true], [
+    "class_1",
+    false,
+  ]]);
   const sizes = (k: { shapes: string[] }) => k.shapes.map((x) => Number(x.split(" ")[2]));
   assert.deepEqual(classes[0]!.shapes.slice(0, 2), ["calls of 1 row", "calls of 2 rows"]);
   assert.ok(sizes(classes[0]!).every((n) => n < 9), classes[0]!.shapes.join());
@@ -364,27 +369,31 @@ Deno.test("probeLane() splits a lane that is not shape-invariant by shape class,
   assert.ok(sizes(classes[1]!).every((n) => n >= 9), classes[1]!.shapes.join());
   assert.equal(sizes(classes[1]!)[0], 9);
   assert.ok(sizes(classes[1]!).includes(64));
-  // No reference: the tilted class is held to the parity bar against the rows alone, and misses.
+  // No reference: the tilted class is measured against the rows alone, and is off the bar.
   const p = classes[1]!.parity!;
   assert.equal(p.against, "rows_alone");
   assert.equal(p.metric, "mean_cosine");
   assert.equal(p.passed, false);
   assert.ok(p.value < 0.999, `${p.value}`);
+  // Recorded: the class is not served, so it does not fail the lane.
   const cp = check(r, "shape_class_parity");
-  assert.equal(cp.passed, false);
+  assert.equal(cp.passed, true);
   assert.equal(cp.value, p.value);
-  assert.equal(cp.threshold, 0.999);
   assert.match(
     cp.detail!,
-    /class_1 \(calls of 9 rows, .*calls of 64 rows\): mean cosine 0\.\d+ against the rows alone/,
+    /calls are capped at 8 rows \(rows_alone\): the other classes are not served/,
   );
-  assert.equal(r.passed, false);
+  assert.match(
+    cp.detail!,
+    /class_1 \(calls of 9 rows, .*\): mean cosine 0\.\d+ against the rows alone/,
+  );
+  assert.equal(r.passed, true);
   // Compared at the same shape, the query path still matches the batch path.
   assert.equal(r.query_path, "enabled");
   assert.deepEqual(r.checks_lacking, [{ id: "reference_parity", reason: "no_reference_lane" }]);
 });
 
-Deno.test("probeLane() passes a lane split by shape class when every class is within parity of the reference", async () => {
+Deno.test("probeLane() holds a split lane's parity to what it serves: the calls up to its cap, against the reference", async () => {
   await using t = await startSynapse();
   using stack = new DisposableStack();
   const model = await t.syn.registry.ready(EMBED);
@@ -392,51 +401,37 @@ Deno.test("probeLane() passes a lane split by shape class when every class is wi
   const r = await probeLane({
     model,
     laneId: EMBED,
-    // Tilted enough to miss the shape bar (0.99999), not the parity bar (0.999).
-    lanes: { query: lanes.query, batch: shapeSkewedBatch(t, lanes.batch, 0.002, stack) },
-    reference: { model, lanes },
-    knob: "balanced",
-  });
-  assert.equal(check(r, "shape_invariance").passed, false);
-  const classes = r.shape_classes!;
-  assert.deepEqual(classes.map((k) => k.id), ["rows_alone", "class_1"]);
-  for (const k of classes) {
-    assert.equal(k.parity?.against, "reference", k.id);
-    assert.equal(k.parity?.passed, true, k.id);
-    assert.ok(k.rows > 0);
-  }
-  // rows_alone is the reference's own numbers; the tilted class is off them, within the bar.
-  assert.ok(classes[0]!.parity!.value > 0.999999, `${classes[0]!.parity!.value}`);
-  assert.ok(classes[1]!.parity!.value < 0.99999, `${classes[1]!.parity!.value}`);
-  assert.ok(classes[1]!.parity!.value >= 0.999, `${classes[1]!.parity!.value}`);
-  const cp = check(r, "shape_class_parity");
-  assert.equal(cp.passed, true);
-  assert.match(cp.detail!, /2 shape classes, each within the bar against the reference/);
-  assert.equal(r.passed, true);
-  const others = r.checks.filter((c) => !c.passed).map((c) => c.id);
-  assert.deepEqual(others, ["shape_invariance"]);
-});
-
-Deno.test("probeLane() fails a class of a split lane that is off the reference, naming it", async () => {
-  await using t = await startSynapse();
-  using stack = new DisposableStack();
-  const model = await t.syn.registry.ready(EMBED);
-  const lanes = t.syn.registry.controlLanes(EMBED);
-  const r = await probeLane({
-    model,
-    laneId: EMBED,
+    // Far off in calls of 9 rows or more (cosine about 0.98): never served once capped.
     lanes: { query: lanes.query, batch: shapeSkewedBatch(t, lanes.batch, 0.05, stack) },
     reference: { model, lanes },
     knob: "balanced",
   });
+  assert.equal(r.shape_cap, 8);
   const [alone, tilted] = r.shape_classes!;
+  assert.equal(alone!.parity!.against, "reference");
   assert.equal(alone!.parity!.passed, true);
   assert.equal(tilted!.parity!.passed, false);
-  const cp = check(r, "shape_class_parity");
-  assert.equal(cp.passed, false);
-  assert.match(cp.detail!, /^shape classes that missed the bar: class_1 \(/);
-  assert.doesNotMatch(cp.detail!, /rows_alone/);
-  assert.equal(r.passed, false);
+  // The core rows in calls of at most 8: the reference's own numbers.
+  const mean = check(r, "reference_parity_mean_cosine");
+  assert.equal(mean.passed, true);
+  assert.ok((mean.value as number) > 0.999999, `${mean.value}`);
+  assert.equal(r.passed, true);
+  assert.deepEqual(r.checks.filter((c) => !c.passed).map((c) => c.id), ["shape_invariance"]);
+
+  // A reference whose every output is off: the served class misses parity, so the lane fails.
+  const off = await probeLane({
+    model,
+    laneId: EMBED,
+    lanes: { query: lanes.query, batch: shapeSkewedBatch(t, lanes.batch, 0.05, stack) },
+    reference: {
+      model,
+      lanes: { ...lanes, batch: skewedLane(t.syn, lanes.batch, tilt(0.05), stack) },
+    },
+    knob: "balanced",
+  });
+  assert.equal(off.shape_cap, 8);
+  assert.equal(check(off, "reference_parity_mean_cosine").passed, false);
+  assert.equal(off.passed, false);
 });
 
 Deno.test({

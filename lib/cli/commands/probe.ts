@@ -88,9 +88,12 @@ export interface ProbeLaneView {
   duration_ms?: number;
   query_path?: "enabled" | "disabled";
   /** The lane's shape classes, when it is not shape-invariant (`ShapeClass` of the ops). */
+  /** The most rows per engine call the lane serves with, when it was split. */
+  shape_cap?: number;
   shape_classes?: {
     id: string;
     shapes: string[];
+    served?: boolean;
     parity?: {
       against: string;
       metric: string;
@@ -234,6 +237,11 @@ export interface ProbeRunRequest {
 export interface FollowProbeOptions {
   /** Print `{job, report}` as JSON at the end instead of lines. @default false */
   json?: boolean;
+  /**
+   * The command to suggest when the job ran out of time or was cut by a restart.
+   * @default "the same 'ck-synapse probe run' again (a longer --deadline-ms if it ran out of time)"
+   */
+  retryHint?: string;
   /** Progress on stderr while a lane runs: plain lines, or none. @default "lines" */
   progress?: "lines" | "off";
   /** Time between two `probe.status` calls, ms. @default 250 */
@@ -362,7 +370,10 @@ export async function followProbe(
     io.err(`error: ${job.error.code}: ${job.error.message} (probe job ${job.job_id} ${job.state})`);
     if (job.error.code === "module_restarted" || job.error.code === "deadline_exceeded") {
       io.err(
-        "hint: run the same 'ck-synapse probe run' again (a longer --deadline-ms if it ran out of time)",
+        `hint: run ${
+          options.retryHint ??
+            "the same 'ck-synapse probe run' again (a longer --deadline-ms if it ran out of time)"
+        }`,
       );
     }
   }
@@ -396,6 +407,11 @@ export function laneLines(lane: ProbeLaneView): string[] {
   if (lane.query_path === "disabled") {
     out.push("  query path disabled: embed.query runs on the batch path (they differed)");
   }
+  if (lane.shape_cap !== undefined) {
+    out.push(
+      `  not shape-invariant: calls capped at ${lane.shape_cap} rows (the shapes that match a row alone)`,
+    );
+  }
   for (const k of lane.shape_classes ?? []) {
     const p = k.parity;
     const bar = p === undefined
@@ -403,7 +419,9 @@ export function laneLines(lane: ProbeLaneView): string[] {
       : `: ${p.metric} ${p.value} against ${p.against} (needs ${p.comparison} ${p.threshold})${
         p.passed ? "" : " MISSED"
       }`;
-    out.push(`  shape class ${k.id} (${k.shapes.join(", ")})${bar}`);
+    out.push(
+      `  shape class ${k.id} (${k.shapes.join(", ")})${bar}${k.served ? "" : " (not served)"}`,
+    );
   }
   if (lane.error !== undefined) out.push(`  error: ${lane.error.code}: ${lane.error.message}`);
   return out;

@@ -29,7 +29,8 @@ const USAGE =
   `usage: ck-synapse pull ID|URL|PATH [--sha256 H] [--model-id NAME] [--engine ort|llama]
                       [--task embed|rerank|generate] [--tokenizer URL|PATH]
                       [--tokenizer-sha256 H] [--config URL|PATH] [--config-sha256 H]
-                      [--no-pin] [--probe] [--json] [--url URL | --subc [FILE]]
+                      [--no-pin] [--probe [--probe-deadline-ms N]] [--json]
+                      [--url URL | --subc [FILE]]
 
 Gets a model into the model cache, verified, and waits until it serves: at once, with no
 restart of a running server, and again after a restart.
@@ -62,6 +63,9 @@ download (the job ends and leaves nothing in the cache's tmp/; the next pull sta
                           say how long that took. Without it, a model that needs one gets a
                           line saying it refuses until 'ck-synapse probe run --model ID' (or
                           config certification: "warn")
+  --probe-deadline-ms N   with --probe: fail the probe deadline_exceeded past N ms (default:
+                          180000, the contract's probe timeout; a generation lane on a busy
+                          machine may need more)
   --json                  no progress; print {job, model} (and {probe} with --probe): the final
                           job and model.status
 ${serverFlagsUsage(24)}
@@ -248,6 +252,7 @@ async function runPull(args: string[], io: CliIO): Promise<number> {
     "config-sha256": { type: "string" },
     "no-pin": { type: "boolean" },
     probe: { type: "boolean" },
+    "probe-deadline-ms": { type: "string" },
     json: { type: "boolean" },
     url: { type: "string" },
     subc: SUBC_CLIENT_FLAG,
@@ -257,6 +262,18 @@ async function runPull(args: string[], io: CliIO): Promise<number> {
     throw new UsageError("Cannot pull: give a catalog ID, an http(s) URL or a local PATH");
   }
   if (extra.length > 0) throw new UsageError(`Cannot pull: unexpected '${extra[0]}'`);
+  let probeDeadlineMs: number | undefined;
+  if (values["probe-deadline-ms"] !== undefined) {
+    if (!values.probe) throw new UsageError("Cannot pull: --probe-deadline-ms needs --probe");
+    probeDeadlineMs = Number(values["probe-deadline-ms"]);
+    if (!Number.isSafeInteger(probeDeadlineMs) || probeDeadlineMs <= 0) {
+      throw new UsageError(
+        `Cannot use --probe-deadline-ms ${
+          values["probe-deadline-ms"]
+        }: give a positive whole number of ms`,
+      );
+    }
+  }
   const plan = planPull(target, values, Deno.cwd());
   const json = values.json ?? false;
   const client = await openClient(values, io);
@@ -267,7 +284,8 @@ async function runPull(args: string[], io: CliIO): Promise<number> {
     return await followPull(client, plan, job, io, {
       json,
       progress: json ? "off" : Deno.stderr.isTerminal() ? "bar" : "lines",
-      afterReady: (modelId) => certifyAfterPull(client, modelId, values.probe ?? false, io, json),
+      afterReady: (modelId) =>
+        certifyAfterPull(client, modelId, values.probe ?? false, io, json, probeDeadlineMs),
     });
   } finally {
     await client.close();
@@ -398,6 +416,8 @@ interface ReportLane {
  * @param probe `--probe`.
  * @param io Output.
  * @param json `--json`: nothing printed, the outcome goes into the JSON as `probe`.
+ * @param probeDeadlineMs `--probe-deadline-ms`: the probe job's deadline (default: the probe
+ *   timeout per lane, as `probe run`).
  * @returns Exit code 0, or the probe's (1 a lane failed, 2 a channel error).
  */
 export async function certifyAfterPull(
@@ -406,6 +426,7 @@ export async function certifyAfterPull(
   probe: boolean,
   io: CliIO,
   json: boolean,
+  probeDeadlineMs?: number,
 ): Promise<AfterReady> {
   const rep = await client.call("probe.report", {});
   if (rep.kind !== "result") return { code: 0 };
@@ -441,10 +462,16 @@ export async function certifyAfterPull(
     return { code: 0 };
   }
   const { followProbe } = await import("./probe.ts");
-  const out = await followProbe(client, { models: [modelId] }, io, {
+  const req = {
+    models: [modelId],
+    ...(probeDeadlineMs === undefined ? {} : { deadlineMs: probeDeadlineMs }),
+  };
+  const out = await followProbe(client, req, io, {
     progress: json ? "off" : "lines",
     showReport: !json,
     quiet: json,
+    retryHint:
+      `'ck-synapse probe run --model ${modelId} --deadline-ms N' (N ms; the default is 180000 per lane), or the same pull with --probe-deadline-ms N`,
   });
   if (!json) {
     io.err(
