@@ -1,0 +1,301 @@
+/**
+ * Routing by fingerprint (issue 19 item 3; lib/ops/_resolve_model.ts): `target_fingerprint`
+ * picks the loaded model that serves it, `required_fingerprint` and `required_epoch` refuse
+ * before any work (nothing tokenized, nothing admitted), through embed.query, embed.batch
+ * (inline and job), rerank.score and the refusal shapes.
+ */
+import assert from "node:assert/strict";
+import {
+  channelError,
+  MODELS,
+  preload,
+  resultOf,
+  semanticError,
+  startSynapse,
+} from "../_helpers.ts";
+import type { TestSynapse } from "../_helpers.ts";
+
+const EMBED = `${MODELS}/synapse-tiny-embed`;
+const RERANK = `${MODELS}/synapse-tiny-rerank`;
+const LLAMA = `${MODELS}/synapse-tiny-llama`;
+
+/** Two copies of the tiny embed model whose `max_tokens` differ: two fingerprints. */
+function twoEmbeds(extra: Record<string, unknown> = {}) {
+  return startSynapse({
+    preload_models: [
+      preload(EMBED, "e-short", { task: "embed", max_tokens: 32 }),
+      preload(EMBED, "e-long", { task: "embed", max_tokens: 64 }),
+      preload(RERANK, "rr", { task: "rerank" }),
+    ],
+    ...extra,
+  });
+}
+
+async function fingerprints(t: TestSynapse): Promise<Record<string, string>> {
+  const list = resultOf(await t.syn.call("models.list", {}));
+  const out: Record<string, string> = {};
+  for (const m of list.models) out[m.model_id] = m.fingerprints[0];
+  return out;
+}
+
+/** Counts tokenizer calls and admissions on the instance (the real pool and admission, wrapped). */
+function countWork(t: TestSynapse): { tokenized: () => number; admitted: () => number } {
+  const ctx = t.syn.context;
+  let tokenized = 0;
+  let admitted = 0;
+  const pool = ctx.tokenizers;
+  const items = pool.encodeItems.bind(pool);
+  const pairs = pool.encodePairs.bind(pool);
+  pool.encodeItems = (...a: Parameters<typeof items>) => (tokenized++, items(...a));
+  pool.encodePairs = (...a: Parameters<typeof pairs>) => (tokenized++, pairs(...a));
+  const admission = ctx.admission;
+  const admit = admission.admit.bind(admission);
+  admission.admit = (...a: Parameters<typeof admit>) => (admitted++, admit(...a));
+  return { tokenized: () => tokenized, admitted: () => admitted };
+}
+
+Deno.test("target_fingerprint routes to the one of two loaded models that serves it", async () => {
+  await using t = await twoEmbeds();
+  const fp = await fingerprints(t);
+  assert.notEqual(fp["e-short"], fp["e-long"], "max_tokens is part of the fingerprint");
+  for (const id of ["e-short", "e-long"]) {
+    const q = resultOf(
+      await t.syn.call("embed.query", { text: "hello world", target_fingerprint: fp[id] }),
+    );
+    assert.equal(q.model_id, id);
+    assert.equal(q.fingerprint, fp[id]);
+    const b = resultOf(
+      await t.syn.call("embed.batch", { texts: ["a", "b"], target_fingerprint: fp[id] }),
+    );
+    assert.equal(b.model_id, id);
+    assert.equal(b.fingerprint, fp[id]);
+  }
+  // Without a target the default (the first loaded) serves.
+  assert.equal(resultOf(await t.syn.call("embed.query", { text: "x" })).model_id, "e-short");
+  // A model named with its own fingerprint as the target is served.
+  const named = resultOf(
+    await t.syn.call("embed.query", {
+      text: "x",
+      model: "e-long",
+      target_fingerprint: fp["e-long"],
+    }),
+  );
+  assert.equal(named.model_id, "e-long");
+  // Target and required agree: served.
+  const both = resultOf(
+    await t.syn.call("embed.query", {
+      text: "x",
+      target_fingerprint: fp["e-long"],
+      required_fingerprint: fp["e-long"],
+    }),
+  );
+  assert.equal(both.model_id, "e-long");
+  // rerank routes the same way.
+  const rr = resultOf(
+    await t.syn.call("rerank.score", { query: "q", candidates: ["a"], target_fingerprint: fp.rr }),
+  );
+  assert.equal(rr.model_id, "rr");
+  assert.equal(rr.fingerprint, fp.rr);
+});
+
+Deno.test("a target no model serves is substitution_rejected naming what is served, before any work", async () => {
+  await using t = await twoEmbeds();
+  const fp = await fingerprints(t);
+  const work = countWork(t);
+  const nope = "f".repeat(64);
+  const err = semanticError(
+    await t.syn.call("embed.query", { text: "hello", target_fingerprint: nope }),
+  );
+  assert.equal(err.code, "substitution_rejected");
+  assert.equal(err.details.target_fingerprint, nope);
+  assert.equal(err.details.task, "embed");
+  assert.equal(err.details.reason, "no_match");
+  assert.deepEqual(err.details.served, [
+    { model_id: "e-short", fingerprint: fp["e-short"] },
+    { model_id: "e-long", fingerprint: fp["e-long"] },
+  ]);
+  assert.match(err.message, /no ready embed model serves it/);
+  // A rerank model's fingerprint does not serve embed.
+  const cross = semanticError(
+    await t.syn.call("embed.batch", { texts: ["a"], target_fingerprint: fp.rr }),
+  );
+  assert.equal(cross.code, "substitution_rejected");
+  assert.equal(cross.details.reason, "no_match");
+  // A named model that does not serve the target: refused, naming both.
+  const named = semanticError(
+    await t.syn.call("embed.query", {
+      text: "x",
+      model: "e-short",
+      target_fingerprint: fp["e-long"],
+    }),
+  );
+  assert.equal(named.code, "substitution_rejected");
+  assert.deepEqual(named.details, {
+    model_id: "e-short",
+    fingerprint: fp["e-short"],
+    target_fingerprint: fp["e-long"],
+    reason: "fingerprint_mismatch",
+  });
+  // allow_equivalent with no alias row changes nothing.
+  const eq = semanticError(
+    await t.syn.call("embed.query", {
+      text: "x",
+      target_fingerprint: nope,
+      allow_equivalent: true,
+    }),
+  );
+  assert.equal(eq.code, "substitution_rejected");
+  assert.equal(eq.details.reason, "no_match");
+  assert.equal(work.tokenized(), 0);
+  assert.equal(work.admitted(), 0);
+});
+
+Deno.test("a mismatched required_fingerprint refuses before any work: embed, batch job, rerank", async () => {
+  await using t = await twoEmbeds({ inline: { max_items: 4 } });
+  const fp = await fingerprints(t);
+  const work = countWork(t);
+  const before = resultOf(await t.syn.call("admission.status", {}));
+  const wrong = fp["e-long"];
+  const q = semanticError(
+    await t.syn.call("embed.query", { text: "hello", required_fingerprint: wrong }),
+  );
+  assert.equal(q.code, "substitution_rejected");
+  assert.deepEqual(q.details, {
+    model_id: "e-short",
+    fingerprint: fp["e-short"],
+    required_fingerprint: wrong,
+    reason: "fingerprint_mismatch",
+  });
+  // Over inline.max_items with a request_key this would be a job: no job is minted.
+  const job = semanticError(
+    await t.syn.call("embed.batch", {
+      texts: ["a", "b", "c", "d", "e", "f"],
+      request_key: "k1",
+      required_fingerprint: wrong,
+    }),
+  );
+  assert.equal(job.code, "substitution_rejected");
+  const rr = semanticError(
+    await t.syn.call("rerank.score", {
+      query: "q",
+      candidates: ["a", "b"],
+      required_fingerprint: wrong,
+    }),
+  );
+  assert.equal(rr.code, "substitution_rejected");
+  assert.equal(rr.details.model_id, "rr");
+  const rrJob = semanticError(
+    await t.syn.call("rerank.score", {
+      query: "q",
+      candidates: ["a", "b", "c", "d", "e"],
+      request_key: "k2",
+      required_fingerprint: wrong,
+    }),
+  );
+  assert.equal(rrJob.code, "substitution_rejected");
+  // A target routed to e-long, required e-short: refused.
+  const both = semanticError(
+    await t.syn.call("embed.query", {
+      text: "x",
+      target_fingerprint: fp["e-long"],
+      required_fingerprint: fp["e-short"],
+    }),
+  );
+  assert.equal(both.code, "substitution_rejected");
+  assert.equal(both.details.model_id, "e-long");
+  assert.equal(work.tokenized(), 0, "nothing was tokenized");
+  assert.equal(work.admitted(), 0, "nothing was admitted");
+  const after = resultOf(await t.syn.call("admission.status", {}));
+  assert.equal(after.jobs_minted, before.jobs_minted);
+  assert.deepEqual(after.refusals, before.refusals);
+  // The same requests with the right fingerprint are served (and do tokenize and admit).
+  const ok = resultOf(
+    await t.syn.call("embed.query", { text: "hello", required_fingerprint: fp["e-short"] }),
+  );
+  assert.equal(ok.fingerprint, fp["e-short"]);
+  const okRr = resultOf(
+    await t.syn.call("rerank.score", {
+      query: "q",
+      candidates: ["a", "b"],
+      required_fingerprint: fp.rr,
+    }),
+  );
+  assert.equal(okRr.scores.length, 2);
+  assert.ok(work.tokenized() >= 2);
+  assert.ok(work.admitted() >= 2);
+});
+
+Deno.test("required_epoch above the alias table's epoch refuses (table_epoch_behind); at or below it serves", async () => {
+  await using t = await startSynapse();
+  const work = countWork(t);
+  const epoch = resultOf(await t.syn.call("models.list", {})).table_epoch;
+  for (
+    const [method, params] of [
+      ["embed.query", { text: "x" }],
+      ["embed.batch", { texts: ["x"] }],
+      ["rerank.score", { query: "q", candidates: ["a"] }],
+    ] as const
+  ) {
+    const err = semanticError(
+      await t.syn.call(method, { ...params, required_epoch: epoch + 1 }),
+    );
+    assert.equal(err.code, "substitution_rejected", method);
+    assert.deepEqual(err.details, {
+      reason: "table_epoch_behind",
+      table_epoch: epoch,
+      required_epoch: epoch + 1,
+    });
+    assert.equal(err.retryable ?? false, false);
+  }
+  assert.equal(work.tokenized(), 0);
+  assert.equal(work.admitted(), 0);
+  const ok = resultOf(await t.syn.call("embed.query", { text: "x", required_epoch: epoch }));
+  assert.equal(ok.table_epoch, epoch);
+  resultOf(await t.syn.call("embed.query", { text: "x", required_epoch: 0 }));
+  // A negative or fractional epoch is a malformed param.
+  const bad = channelError(await t.syn.call("embed.query", { text: "x", required_epoch: -1 }));
+  assert.equal(bad.code, "invalid_request");
+  assert.match(bad.message, /required_epoch/);
+});
+
+/** The tiny llama as an embed model: a lane that needs a certificate (none on a fresh store). */
+function llamaEmbed(modelId: string) {
+  return {
+    engine: "llama",
+    model_path: LLAMA,
+    tokenizer_path: `${LLAMA}/tokenizer.json`,
+    task: "embed",
+    model_id: modelId,
+    pooling: "mean",
+    normalize: true,
+    max_tokens: 512,
+  };
+}
+
+Deno.test("a routed target passes the certification gate: not_certified in require mode, served uncertified in warn", async () => {
+  for (const mode of ["require", "warn"] as const) {
+    await using t = await startSynapse({
+      certification: mode,
+      preload_models: [preload(EMBED, "e-ort", { task: "embed" }), llamaEmbed("e-llama")],
+    });
+    await t.syn.modelsSettled;
+    const fp = await fingerprints(t);
+    const r = await t.syn.call("embed.query", { text: "x", target_fingerprint: fp["e-llama"] });
+    if (mode === "require") {
+      const err = semanticError(r);
+      assert.equal(err.code, "not_certified");
+      assert.equal(err.details.model_id, "e-llama");
+    } else {
+      const ok = resultOf(r);
+      assert.equal(ok.model_id, "e-llama");
+      assert.equal(ok.fingerprint, fp["e-llama"]);
+      assert.equal(ok.provenance.certified, false);
+    }
+    // The reference lane routes either way.
+    const ort = resultOf(
+      await t.syn.call("embed.query", { text: "x", target_fingerprint: fp["e-ort"] }),
+    );
+    assert.equal(ort.model_id, "e-ort");
+    assert.equal(ort.provenance.certified, true);
+  }
+});
