@@ -29,6 +29,7 @@ import type { CallOptions, OpContext } from "./ops/context.ts";
 import { Admission } from "./sched/admission.ts";
 import { JobStore } from "./store/job_store.ts";
 import { CertificationStore } from "./probe/certification_store.ts";
+import { AliasStore } from "./store/alias_store.ts";
 import {
   knobAssignmentKey,
   readStartupKnobAssignments,
@@ -224,6 +225,8 @@ export class Synapse implements AsyncDisposable {
   readonly machineProfileHash: string;
   /** Certification, performance and knob-assignment rows (issue 18). */
   readonly certifications: CertificationStore;
+  /** The alias table and its epoch (lib/store/alias_store.ts). */
+  readonly aliases: AliasStore;
   #sweeper: ReturnType<typeof setInterval> | undefined;
   #perf: PerfSampler | undefined;
   #log: LogSink;
@@ -255,6 +258,7 @@ export class Synapse implements AsyncDisposable {
     }, { now });
     this.jobStore = new JobStore(store, { clock: now });
     this.certifications = new CertificationStore(store);
+    this.aliases = new AliasStore(store);
     // Knob assignments apply from startup: a row the probe writes later applies after a restart.
     const knobs = readStartupKnobAssignments(this.certifications, this.machineProfileHash);
     const singleRowCalls = readStartupSingleRowCalls(this.certifications, this.machineProfileHash);
@@ -343,7 +347,6 @@ export class Synapse implements AsyncDisposable {
         }
       },
     });
-    const storeRef = store;
     this.cache = new ModelCache({
       root: workerOptions.modelCacheRoot ?? modelCacheRoot(workerOptions.env),
       maxBytes: config.cache_max_bytes,
@@ -382,7 +385,9 @@ export class Synapse implements AsyncDisposable {
       admission: this.admission,
       jobs: { store: this.jobStore, running },
       moduleGeneration: store.moduleGeneration,
-      tableEpoch: () => storeRef.tableEpoch,
+      tableEpoch: () => this.aliases.tableEpoch(),
+      aliases: this.aliases,
+      equivalentTo: (fp) => this.aliases.equivalentsOf(fp, now()).map((e) => e.fingerprint),
       now,
       machineProfileHash: this.machineProfileHash,
       machineProfile: machine,

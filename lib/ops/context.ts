@@ -17,6 +17,7 @@ import type { CallDoor } from "../log/metrics.ts";
 import type { CertificationStore } from "../probe/certification_store.ts";
 import type { MachineProfile } from "../identity/machine_profile.ts";
 import type { KnobAssignment } from "../probe/types.ts";
+import type { AliasStore } from "../store/alias_store.ts";
 
 /** Durable jobs: their store and the runs in flight. */
 export interface JobsContext {
@@ -41,8 +42,21 @@ export interface OpContext {
   readonly jobs: JobsContext;
   /** Incremented at every boot (from the store). */
   readonly moduleGeneration: number;
-  /** Alias-table epoch. */
+  /** Alias-table epoch (u64, `module_meta.table_epoch`; +1 per alias change). */
   tableEpoch(): number;
+  /**
+   * The alias table (lib/store/alias_store.ts): `equivalentsOf(fp, nowMs)` tells declared-only
+   * from probe-measured equivalence, `declare` / `retract` change it (each bumping the epoch in
+   * the same transaction), `checkIndex` answers `aliases.check_index`.
+   */
+  readonly aliases: AliasStore;
+  /**
+   * The fingerprints equivalent to `fingerprint` now (live alias rows, direct pairs only, in
+   * code-point order): every envelope's `equivalent_to`.
+   *
+   * @throws {SynapseError} `store_failure` when the store cannot be read.
+   */
+  equivalentTo(fingerprint: string): string[];
   /** Wall clock in ms. */
   now(): number;
   /** Hash of the machine profile this instance runs on (contract.md §5). */

@@ -320,6 +320,7 @@ function buildResult(
     ...buildEnvelope({
       fingerprint: model.fingerprint,
       tableEpoch: ctx.tableEpoch(),
+      equivalentTo: ctx.equivalentTo(model.fingerprint),
       dims: model.dims,
       engine: model.identity,
       moduleGeneration: ctx.moduleGeneration,

@@ -397,10 +397,12 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
       },
     );
   }
+  const fingerprint = params.fingerprint ?? model?.fingerprint ?? "";
   const out: EmbedResultPage = {
     ...buildEnvelope({
-      fingerprint: params.fingerprint ?? model?.fingerprint ?? "",
+      fingerprint,
       tableEpoch: ctx.tableEpoch(),
+      equivalentTo: fingerprint === "" ? [] : ctx.equivalentTo(fingerprint),
       // The model may not be loaded here (a store-only CLI instance): the page's vectors say.
       dims: rerank ? 1 : model?.dims ?? body.vectors?.[0]?.vector?.length ?? 0,
       engine: model?.identity ?? ORT_ENGINE,

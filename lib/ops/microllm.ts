@@ -235,6 +235,7 @@ export async function microllmOneshot(
     ...buildEnvelope({
       fingerprint: model.fingerprint,
       tableEpoch: ctx.tableEpoch(),
+      equivalentTo: ctx.equivalentTo(model.fingerprint),
       dims: 0,
       engine: model.identity,
       moduleGeneration: ctx.moduleGeneration,

@@ -10,6 +10,7 @@ import type { ModelEntry } from "../models/model.ts";
 import type { LaneStatusRow } from "../models/lane_status.ts";
 import type { SelfCheckView } from "../models/model_loads.ts";
 import type { OpContext } from "./context.ts";
+import type { AliasRow } from "../identity/aliases.ts";
 import { servedByTask } from "./_resolve_model.ts";
 import type { InlineConfig } from "../config/types.ts";
 import { modelStatus } from "./status.ts";
@@ -124,9 +125,14 @@ export interface ModelRow {
 /** `models.list` payload. */
 export interface ModelsListResult {
   module_generation: number;
+  /** The alias-table epoch `alias_rows` were read at. */
   table_epoch: number;
   models: ModelRow[];
-  alias_rows: unknown[];
+  /**
+   * Every alias row, retracted ones included (`valid_to_ms` set), ordered by
+   * `(fingerprint_a, fingerprint_b, valid_from_ms)` (lib/identity/aliases.ts).
+   */
+  alias_rows: AliasRow[];
   /** The model that serves each task when a request names none; null when none does. */
   served_by: Record<"embed" | "rerank" | "generate", string | null>;
   /**
@@ -265,9 +271,10 @@ export async function modelsList(
   const rss = await Promise.all(
     entries.map((m) => m.ready?.interactive.engine.residentBytes?.() ?? undefined),
   );
+  const aliases = ctx.aliases.snapshot();
   return {
     module_generation: ctx.moduleGeneration,
-    table_epoch: ctx.tableEpoch(),
+    table_epoch: aliases.table_epoch,
     models: entries.map((m, i) => {
       const spec = ctx.loads?.spec(m.modelId);
       const row = modelRow(m, ctx.now(), spec?.origin ?? "config", ctx);
@@ -279,7 +286,7 @@ export async function modelsList(
       if (rss[i] !== undefined) row.worker_rss_bytes = rss[i];
       return row;
     }),
-    alias_rows: [],
+    alias_rows: aliases.rows,
     served_by: servedByTask(ctx),
     default_test_models: ctx.config.preload_models.length === 0,
   };

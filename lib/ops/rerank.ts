@@ -192,6 +192,7 @@ export async function rerankScore(
     ...buildEnvelope({
       fingerprint: model.fingerprint,
       tableEpoch: ctx.tableEpoch(),
+      equivalentTo: ctx.equivalentTo(model.fingerprint),
       dims: 1,
       engine: model.identity,
       moduleGeneration: ctx.moduleGeneration,
