@@ -16,44 +16,21 @@ import { catalogLaneId } from "../models/catalog.ts";
 import { defaultModelOf } from "../models/model_registry.ts";
 import { admitCertified, servedCertified } from "../probe/certification.ts";
 
-/**
- * One live equivalent of a fingerprint in the alias table (lib/identity/aliases.ts): the other
- * fingerprint of an active row, and where the row came from — `probe` (measured on this machine
- * profile at the alias threshold) or `declared` (`alias.declare`, an operator's word).
- */
-export interface AliasEquivalent {
-  fingerprint: string;
-  source: "declared" | "probe";
-}
-
-/** Where routing reads equivalence from: the alias store (`OpContext.aliases`). */
-export interface EquivalenceSource {
-  /**
-   * The fingerprints equivalent to `fingerprint` at `nowMs` (rows active then), one entry per
-   * row.
-   */
-  equivalentsOf(fingerprint: string, nowMs: number): readonly AliasEquivalent[];
-}
-
 /** What {@link resolveModel} reads from the module context. */
-export type ResolveContext =
-  & Pick<
-    OpContext,
-    | "registry"
-    | "config"
-    | "loads"
-    | "certifications"
-    | "machineProfile"
-    | "machineProfileHash"
-    | "startupKnobAssignments"
-    | "moduleGeneration"
-    | "tableEpoch"
-    | "now"
-  >
-  & {
-    /** Equivalence rows; absent, no fingerprint is equivalent to another. */
-    readonly aliases?: EquivalenceSource;
-  };
+export type ResolveContext = Pick<
+  OpContext,
+  | "registry"
+  | "config"
+  | "loads"
+  | "certifications"
+  | "machineProfile"
+  | "machineProfileHash"
+  | "startupKnobAssignments"
+  | "moduleGeneration"
+  | "tableEpoch"
+  | "now"
+  | "aliases"
+>;
 
 /**
  * A request's routing constraints (contract.md §1 common params; the compat doors take them as
@@ -189,7 +166,6 @@ const MATCH_RANK: Readonly<Record<Match, number>> = { exact: 0, probe: 1, declar
 /** How `served` matches `wanted`: the same, equivalent by a live probe row, by a declared row. */
 function matchOf(ctx: ResolveContext, served: string, wanted: string): Match | undefined {
   if (served === wanted) return "exact";
-  if (ctx.aliases === undefined) return undefined;
   let match: Match | undefined;
   for (const e of ctx.aliases.equivalentsOf(wanted, ctx.now())) {
     if (e.fingerprint !== served) continue;

@@ -299,3 +299,173 @@ Deno.test("a routed target passes the certification gate: not_certified in requi
     assert.equal(ort.provenance.certified, true);
   }
 });
+
+/** A probe row's evidence (the shape lib/ops/probe.ts writes). */
+function probeEvidence(laneId: string, referenceId: string, t: TestSynapse) {
+  return {
+    source: "probe" as const,
+    machine_profile_hash: t.syn.context.machineProfileHash,
+    lane_id: laneId,
+    model_id: laneId,
+    reference_lane_id: referenceId,
+    reference_model_id: referenceId,
+    mean_cosine: 0.99999,
+    min_cosine: 0.9999,
+    mean_cosine_threshold: 0.9999,
+    min_cosine_threshold: 0.999,
+    probe_job_id: null,
+  };
+}
+
+Deno.test("allow_equivalent routes a target to a model equivalent by a probe row; declared rows need accept_declared", async () => {
+  await using t = await twoEmbeds();
+  const fp = await fingerprints(t);
+  const ctx = t.syn.context;
+  // Two fingerprints nothing here serves: one probe-equivalent to e-short, one declared
+  // equivalent to e-long.
+  const probed = "a".repeat(64);
+  const declared = "b".repeat(64);
+  ctx.aliases.declare(probed, fp["e-short"]!, probeEvidence("e-short", "elsewhere", t), ctx.now());
+  ctx.aliases.declare(declared, fp["e-long"]!, { source: "declared", note: "test" }, ctx.now());
+  const epoch = ctx.tableEpoch();
+  assert.ok(epoch >= 2);
+  const work = countWork(t);
+
+  // Without allow_equivalent: refused, saying an equivalent is served.
+  const no = semanticError(
+    await t.syn.call("embed.query", { text: "x", target_fingerprint: probed }),
+  );
+  assert.equal(no.code, "substitution_rejected");
+  assert.equal(no.details.reason, "equivalent_not_allowed");
+  assert.match(no.message, /allow_equivalent: true/);
+  // A probe row counts with allow_equivalent alone: served by e-short under its own fingerprint,
+  // equivalent_to naming the target.
+  const yes = resultOf(
+    await t.syn.call("embed.query", {
+      text: "x",
+      target_fingerprint: probed,
+      allow_equivalent: true,
+      required_epoch: epoch,
+    }),
+  );
+  assert.equal(yes.model_id, "e-short");
+  assert.equal(yes.fingerprint, fp["e-short"]);
+  assert.ok(yes.equivalent_to.includes(probed), JSON.stringify(yes.equivalent_to));
+  assert.equal(yes.table_epoch, epoch);
+
+  // A declared row: refused with allow_equivalent alone (declared_only), served with
+  // accept_declared too.
+  const tokenizedBefore = work.tokenized();
+  const decl = semanticError(
+    await t.syn.call("embed.query", {
+      text: "x",
+      target_fingerprint: declared,
+      allow_equivalent: true,
+    }),
+  );
+  assert.equal(decl.code, "substitution_rejected");
+  assert.equal(decl.details.reason, "declared_only");
+  assert.match(decl.message, /accept_declared: true/);
+  // accept_declared without allow_equivalent admits nothing.
+  const onlyAccept = semanticError(
+    await t.syn.call("embed.query", {
+      text: "x",
+      target_fingerprint: declared,
+      accept_declared: true,
+    }),
+  );
+  assert.equal(onlyAccept.details.reason, "declared_only");
+  assert.equal(work.tokenized(), tokenizedBefore, "the refusals did no work");
+  const both = resultOf(
+    await t.syn.call("embed.batch", {
+      texts: ["x", "y"],
+      target_fingerprint: declared,
+      allow_equivalent: true,
+      accept_declared: true,
+    }),
+  );
+  assert.equal(both.model_id, "e-long");
+  assert.equal(both.fingerprint, fp["e-long"]);
+  assert.ok(both.equivalent_to.includes(declared));
+
+  // required_fingerprint: a named model satisfies an equivalent only when allowed.
+  const req = semanticError(
+    await t.syn.call("embed.query", { text: "x", model: "e-short", required_fingerprint: probed }),
+  );
+  assert.equal(req.details.reason, "equivalent_not_allowed");
+  assert.equal(req.details.required_fingerprint, probed);
+  const reqOk = resultOf(
+    await t.syn.call("embed.query", {
+      text: "x",
+      model: "e-short",
+      required_fingerprint: probed,
+      allow_equivalent: true,
+    }),
+  );
+  assert.equal(reqOk.fingerprint, fp["e-short"]);
+  const reqDecl = semanticError(
+    await t.syn.call("embed.query", {
+      text: "x",
+      model: "e-long",
+      required_fingerprint: declared,
+      allow_equivalent: true,
+    }),
+  );
+  assert.equal(reqDecl.details.reason, "declared_only");
+
+  // An exact match comes before an equivalent: e-short probe-equivalent to e-long now, a target
+  // of e-long still serves e-long.
+  ctx.aliases.declare(
+    fp["e-short"]!,
+    fp["e-long"]!,
+    probeEvidence("e-short", "e-long", t),
+    ctx.now(),
+  );
+  const exact = resultOf(
+    await t.syn.call("embed.query", {
+      text: "x",
+      target_fingerprint: fp["e-long"],
+      allow_equivalent: true,
+    }),
+  );
+  assert.equal(exact.model_id, "e-long");
+  assert.ok(exact.equivalent_to.includes(fp["e-short"]));
+
+  // Retracted: the equivalent no longer serves the target, and an old required_epoch is met.
+  ctx.aliases.retract(probed, fp["e-short"]!, ctx.now());
+  const gone = semanticError(
+    await t.syn.call("embed.query", {
+      text: "x",
+      target_fingerprint: probed,
+      allow_equivalent: true,
+    }),
+  );
+  assert.equal(gone.code, "substitution_rejected");
+  assert.equal(gone.details.reason, "no_match");
+  const newer = semanticError(
+    await t.syn.call("embed.query", { text: "x", required_epoch: ctx.tableEpoch() + 1 }),
+  );
+  assert.equal(newer.details.reason, "table_epoch_behind");
+});
+
+Deno.test("routing applies to rerank.score: an equivalent target routes to the rerank model", async () => {
+  await using t = await twoEmbeds();
+  const fp = await fingerprints(t);
+  const ctx = t.syn.context;
+  const other = "c".repeat(64);
+  ctx.aliases.declare(other, fp.rr!, probeEvidence("rr", "elsewhere", t), ctx.now());
+  const no = semanticError(
+    await t.syn.call("rerank.score", { query: "q", candidates: ["a"], target_fingerprint: other }),
+  );
+  assert.equal(no.details.reason, "equivalent_not_allowed");
+  const yes = resultOf(
+    await t.syn.call("rerank.score", {
+      query: "q",
+      candidates: ["a"],
+      target_fingerprint: other,
+      allow_equivalent: true,
+    }),
+  );
+  assert.equal(yes.model_id, "rr");
+  assert.ok(yes.equivalent_to.includes(other));
+});
