@@ -20,15 +20,12 @@ interface Door extends AsyncDisposable {
   t: TestSynapse;
   base: string;
   fp: Record<string, string>;
-  // deno-lint-ignore no-explicit-any
-  post(
-    path: string,
-    body: unknown,
-    headers?: Record<string, string>,
-  ): Promise<{ res: Response; body: any }>;
-  // deno-lint-ignore no-explicit-any
-  get(path: string, headers?: Record<string, string>): Promise<{ res: Response; body: any }>;
+  post(path: string, body: unknown, headers?: Record<string, string>): Promise<Answer>;
+  get(path: string, headers?: Record<string, string>): Promise<Answer>;
 }
+
+// deno-lint-ignore no-explicit-any
+type Answer = { res: Response; body: any };
 
 async function door(extra: unknown[] = []): Promise<Door> {
   const t = await startSynapse({
