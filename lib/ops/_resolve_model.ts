@@ -12,6 +12,7 @@ import { SynapseError } from "../contract/errors.ts";
 import { refuseFailedSelfCheck } from "../probe/self_check.ts";
 import type { ModelEntry, ModelTask, ReadyModel } from "../models/model.ts";
 import type { OpContext } from "./context.ts";
+import type { AliasEquivalent } from "../identity/aliases.ts";
 import { catalogLaneId } from "../models/catalog.ts";
 import { defaultModelOf } from "../models/model_registry.ts";
 import { admitCertified, servedCertified } from "../probe/certification.ts";
@@ -135,8 +136,8 @@ export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string
  * @throws {SynapseError} as `ModelRegistry.resolve`; `unknown_model {model_id: null, task,
  *   serving, test_models, example}` when no model serves the task; `not_certified {model_id,
  *   lane_id, blocking_reason, probe_command, probe_op, stale_facts?}` (permanent) in `require`
- *   mode for an uncertified lane (for a routed target: when no candidate is certified); `store_failure` when the certification or alias rows
- *   cannot be read.
+ *   mode for an uncertified lane (for a routed target: when no candidate is certified);
+ *   `store_failure` when the certification or alias rows cannot be read.
  */
 export function resolveModel(
   ctx: ResolveContext,
@@ -164,10 +165,15 @@ type Match = "exact" | "probe" | "declared";
 const MATCH_RANK: Readonly<Record<Match, number>> = { exact: 0, probe: 1, declared: 2 };
 
 /** How `served` matches `wanted`: the same, equivalent by a live probe row, by a declared row. */
-function matchOf(ctx: ResolveContext, served: string, wanted: string): Match | undefined {
+function matchOf(
+  ctx: ResolveContext,
+  served: string,
+  wanted: string,
+  equivalents?: readonly AliasEquivalent[],
+): Match | undefined {
   if (served === wanted) return "exact";
   let match: Match | undefined;
-  for (const e of ctx.aliases.equivalentsOf(wanted, ctx.now())) {
+  for (const e of equivalents ?? ctx.aliases.equivalentsOf(wanted, ctx.now())) {
     if (e.fingerprint !== served) continue;
     if (e.source === "probe") return "probe";
     match = "declared";
@@ -259,12 +265,26 @@ function routeToFingerprint(
   );
   const candidates: { entry: ModelEntry; rank: number }[] = [];
   let refused: Match | undefined;
+  let equivalents: readonly AliasEquivalent[] | undefined;
+  let requiredMiss: ReadyModel | undefined;
   for (const entry of ready) {
-    const match = matchOf(ctx, entry.ready!.fingerprint, target);
+    const its = entry.ready!.fingerprint;
+    // The alias table is read once, and only when some model does not serve the target itself.
+    if (its !== target) equivalents ??= ctx.aliases.equivalentsOf(target, ctx.now());
+    const match = matchOf(ctx, its, target, equivalents);
     if (match === undefined) continue;
     if (!admits(match, routing)) {
       if (refused === undefined || MATCH_RANK[match] < MATCH_RANK[refused]) refused = match;
       continue;
+    }
+    // With a required fingerprint too, a candidate must serve both.
+    const required = routing.required_fingerprint;
+    if (required !== undefined) {
+      const m = matchOf(ctx, its, required);
+      if (m === undefined || !admits(m, routing)) {
+        requiredMiss ??= entry.ready!;
+        continue;
+      }
     }
     // Exact before equivalent; then a model that is a default before one that is not.
     const rank = MATCH_RANK[match] * 4 + (entry.source.notDefault ? 2 : 0) +
@@ -290,6 +310,8 @@ function routeToFingerprint(
     return uncertified;
   }
   if (firstError !== undefined) throw firstError;
+  // A model serves the target but not the required fingerprint: refused naming it.
+  if (requiredMiss !== undefined) requireServes(ctx, requiredMiss, "required_fingerprint", routing);
   const reason = refusedWhy(refused, "no_match");
   const served = ready.map((e) => ({ model_id: e.modelId, fingerprint: e.ready!.fingerprint }));
   const loading = ctx.registry.list().filter((e) => e.task === task && e.state === "loading")
