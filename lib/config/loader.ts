@@ -88,7 +88,7 @@ const ENV_PRELOAD_MODELS = "env:SYNAPSE_PRELOAD_MODELS";
  * `{file, line, column, offset}`), an unknown or mistyped key (details `{file, key}` with a key
  * path such as `inline.max_items` or `preload_models[0].engine`), `decode_chain_k` in a project
  * file, a catalog-reserved `model_id` in `preload_models`, or a key this build accepts only at
- * its default (`unserved.ts`: `decode_chain_k`, `alias_admin_enabled`, `certify_observation`,
+ * its default (`unserved.ts`: `decode_chain_k`, `certify_observation`,
  * `sidecar_spec`, `remote_providers`, `probe.ane_placement_threshold`) set to another value
  * (details `{file, key, value, accepted}`).
  *

@@ -340,8 +340,8 @@ export const SynapseConfigSchema = z.strictObject({
    */
   cache_max_bytes: nonNegativeInt,
   /**
-   * Allow `alias.declare` / `alias.retract` (not served yet: only the default is accepted,
-   * `unserved.ts`).
+   * Allow `alias.declare` / `alias.retract` (lib/ops/aliases.ts); off, they refuse
+   * `invalid_request` `{reason: "alias_admin_disabled"}`. Probe-measured aliases need no setting.
    *
    * @default {false}
    */

@@ -18,10 +18,7 @@ export interface UnservedKey {
   reason: string;
 }
 
-/**
- * The keys this build accepts only at their default, in schema order. `dev_alias_admin` and
- * `dev.alias_admin_enabled` (aliases of `alias_admin_enabled`) are refused under their own name.
- */
+/** The keys this build accepts only at their default, in schema order. */
 export const UNSERVED_KEYS: readonly UnservedKey[] = Object.freeze(
   [
     {
@@ -29,24 +26,6 @@ export const UNSERVED_KEYS: readonly UnservedKey[] = Object.freeze(
       accepted: 1,
       reason:
         "it chains the reference's own Metal decoder (owned_decode.*), which is not in this build (design.md 'operations in scope'); only 1 is accepted",
-    },
-    {
-      key: "alias_admin_enabled",
-      accepted: false,
-      reason:
-        "it allows alias.declare / alias.retract, which this build does not serve yet (step 11); only false is accepted",
-    },
-    {
-      key: "dev_alias_admin",
-      accepted: false,
-      reason:
-        "it is an older name of alias_admin_enabled, which allows alias.declare / alias.retract, not served by this build yet (step 11); only false is accepted",
-    },
-    {
-      key: "dev.alias_admin_enabled",
-      accepted: false,
-      reason:
-        "it is an older name of alias_admin_enabled, which allows alias.declare / alias.retract, not served by this build yet (step 11); only false is accepted",
     },
     {
       key: "certify_observation",

@@ -24,6 +24,7 @@ import {
   modelUnload,
 } from "./model_ops.ts";
 import { probeReport, probeStart, probeStatus } from "./probe.ts";
+import { aliasDeclare, aliasesCheckIndex, aliasRetract } from "./aliases.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 import { asOperationError } from "./_errors.ts";
 
@@ -65,9 +66,11 @@ export interface Operation {
  * `mutate` is `owner`, and `embed.batch` (whose durable job is the caller's own) is `open`.
  *
  * The inference ops, `models.list`, `models.catalog`, `model.status`, `admission.status`,
- * `probe.status` and `probe.report` are `query`, as in the reference registry; `model.load`,
- * `model.unload`, `models.download*`, `models.remove`, `cache.*` and `probe.start` (it writes
- * the certification rows every caller's admission reads) are `mutate`. `embed.batch` with a `request_key`
+ * `probe.status`, `probe.report` and `aliases.check_index` are `query`, as in the reference
+ * registry; `model.load`, `model.unload`, `models.download*`, `models.remove`, `cache.*`,
+ * `probe.start` (it writes the certification rows every caller's admission reads) and
+ * `alias.declare` / `alias.retract` (they change which fingerprints every caller's envelope
+ * calls equivalent) are `mutate`. `embed.batch` with a `request_key`
  * does write the store (it mints a durable job), but it stays `query`: the job is the durable
  * form of one deterministic computation, keyed by the caller's own key (the same key and texts
  * attach to the same job; different texts are `idempotency_conflict`), and it changes nothing
@@ -95,6 +98,9 @@ export const OPERATIONS: Readonly<Record<string, Operation>> = Object.freeze({
   "probe.start": { kind: "mutate", access: "owner", handler: probeStart },
   "probe.status": { kind: "query", access: "open", handler: probeStatus },
   "probe.report": { kind: "query", access: "open", handler: probeReport },
+  "aliases.check_index": { kind: "query", access: "open", handler: aliasesCheckIndex },
+  "alias.declare": { kind: "mutate", access: "owner", handler: aliasDeclare },
+  "alias.retract": { kind: "mutate", access: "owner", handler: aliasRetract },
 });
 
 /**

@@ -31,6 +31,13 @@ import type {
   RerankScoreParams,
 } from "../contract/schemas.ts";
 import type { probeReport, probeStart, probeStatus } from "./probe.ts";
+import type {
+  aliasDeclare,
+  aliasesCheckIndex,
+  AliasPairParams,
+  aliasRetract,
+  CheckIndexParams,
+} from "./aliases.ts";
 import type { embedBatch, embedQuery } from "./embed.ts";
 import type { embedResult } from "./jobs.ts";
 import type { microllmOneshot, MicrollmOneshotParams } from "./microllm.ts";
@@ -126,6 +133,18 @@ export interface SynapseOperations {
   "probe.report": {
     params: z.input<typeof ProbeReportParams>;
     result: ResultOf<typeof probeReport>;
+  };
+  "aliases.check_index": {
+    params: z.input<typeof CheckIndexParams>;
+    result: ResultOf<typeof aliasesCheckIndex>;
+  };
+  "alias.declare": {
+    params: z.input<typeof AliasPairParams>;
+    result: ResultOf<typeof aliasDeclare>;
+  };
+  "alias.retract": {
+    params: z.input<typeof AliasPairParams>;
+    result: ResultOf<typeof aliasRetract>;
   };
 }
 

@@ -63,6 +63,7 @@ import {
 } from "../probe/certification.ts";
 import { probeLane } from "../probe/run_probe.ts";
 import type { ProbeLaneInput } from "../probe/run_probe.ts";
+import { recordProbeAlias } from "./aliases.ts";
 
 /** A lane's place in a probe job. */
 export type ProbeLaneState = "queued" | "running" | "passed" | "failed" | "skipped";
@@ -567,6 +568,7 @@ async function probeOne(
     };
   }
   let result: ProbeLaneResult;
+  let referenceFacts: { modelId: string; laneId: string; fingerprint: string } | undefined;
   try {
     const model = entry.ready;
     const input: ProbeLaneInput = {
@@ -584,7 +586,14 @@ async function probeOne(
       onProgress: (step, done, total) => onProgress({ step, done, total }),
     };
     const reference = await referenceOf(ctx, entry);
-    if (reference !== undefined) input.reference = reference;
+    if (reference !== undefined) {
+      input.reference = reference;
+      referenceFacts = {
+        modelId: reference.model.modelId,
+        laneId: laneIdOf(ctx, reference.model.modelId),
+        fingerprint: reference.model.fingerprint,
+      };
+    }
     if (entry.source.referenceModel !== undefined) {
       input.declaredReference = entry.source.referenceModel;
     }
@@ -606,6 +615,9 @@ async function probeOne(
     result,
     probeFactsOf(ctx, entry.ready, { probe_job_id: jobId, now_ms: ctx.now() }),
   );
+  // A lane within the alias bar of its reference: a probe-measured alias row (retracted when a
+  // later probe of the lane no longer meets it).
+  recordProbeAlias(ctx, result, referenceFacts, jobId);
   if (result.query_path === "disabled") {
     const registry = ctx.registry as { setQueryPath?: (id: string, path: "disabled") => void };
     registry.setQueryPath?.(lane.model_id, "disabled");

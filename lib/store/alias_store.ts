@@ -61,6 +61,11 @@ export interface RetractOptions {
    * leaves an operator's declaration alone). @default any source
    */
   onlySource?: AliasEvidence["source"];
+  /**
+   * Why it was retracted (JSON values), kept on the retracted row as `evidence.retraction`.
+   * @default none (the row's evidence is left as it was)
+   */
+  retraction?: Record<string, unknown>;
 }
 
 /** Options of {@link AliasStore.checkIndex}. */
@@ -172,7 +177,7 @@ export class AliasStore {
    * @param a One fingerprint (64 lowercase hex).
    * @param b The other; order does not matter.
    * @param nowMs Unix ms the pair stops being equivalent at.
-   * @param options Retract only a row of one source.
+   * @param options Retract only a row of one source; why.
    * @returns Whether a row was retracted, and the epoch after.
    * @throws {SynapseError} `invalid_request` (details `{field}`) for a malformed fingerprint or
    * `a === b`; `disposed`, `store_failure`.
@@ -186,6 +191,17 @@ export class AliasStore {
         return false;
       }
       closeRow(db, active, nowMs);
+      if (options.retraction !== undefined) {
+        db.prepare(
+          `UPDATE alias_rows SET evidence_json = ?
+           WHERE fingerprint_a = ? AND fingerprint_b = ? AND valid_from_ms = ?`,
+        ).run(
+          JSON.stringify({ ...active.evidence, retraction: options.retraction }),
+          x,
+          y,
+          active.valid_from_ms,
+        );
+      }
       return true;
     });
   }

@@ -31,6 +31,9 @@ const TYPED_METHODS = {
   "probe.start": true,
   "probe.status": true,
   "probe.report": true,
+  "aliases.check_index": true,
+  "alias.declare": true,
+  "alias.retract": true,
 } satisfies Record<SynapseMethod, true>;
 
 Deno.test("SynapseOperations has a row for exactly the dispatcher's operations", () => {

@@ -32,6 +32,8 @@ const OWNER_OPS = [
   "cache.pin",
   "cache.gc",
   "probe.start",
+  "alias.declare",
+  "alias.retract",
 ];
 
 Deno.test("every operation has an access decision, and every mutating one needs the owner's key", () => {

@@ -47,6 +47,18 @@ export const CALL_METHODS: readonly (readonly [method: string, params: string])[
   ["probe.start", "{models?, request_key?, deadline_ms?}: certify lanes on this machine, as a job"],
   ["probe.status", "{job_id}: a probe job's state and lanes (progress, failed checks)"],
   ["probe.report", "{}: certification and performance rows, each lane's serving admission"],
+  [
+    "aliases.check_index",
+    "{index_fingerprint, provenance_set: [fp]}: valid, or migration_required naming the pair",
+  ],
+  [
+    "alias.declare",
+    "{left|fingerprint_a, right|fingerprint_b, evidence?}: needs alias_admin_enabled",
+  ],
+  [
+    "alias.retract",
+    "{left|fingerprint_a, right|fingerprint_b, evidence?}: needs alias_admin_enabled",
+  ],
 ];
 
 const width = Math.max(...CALL_METHODS.map(([m]) => m.length));
