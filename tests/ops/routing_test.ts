@@ -14,6 +14,8 @@ import {
   startSynapse,
 } from "../_helpers.ts";
 import type { TestSynapse } from "../_helpers.ts";
+import { serveHttp } from "../../lib/http/server.ts";
+import { nullLog } from "../../lib/log/log.ts";
 
 const EMBED = `${MODELS}/synapse-tiny-embed`;
 const RERANK = `${MODELS}/synapse-tiny-rerank`;
@@ -28,7 +30,7 @@ function twoEmbeds(extra: Record<string, unknown> = {}) {
       preload(RERANK, "rr", { task: "rerank" }),
     ],
     ...extra,
-  });
+  }, { log: nullLog });
 }
 
 async function fingerprints(t: TestSynapse): Promise<Record<string, string>> {
@@ -468,4 +470,83 @@ Deno.test("routing applies to rerank.score: an equivalent target routes to the r
   );
   assert.equal(yes.model_id, "rr");
   assert.ok(yes.equivalent_to.includes(other));
+});
+
+Deno.test("alias.declare → target of the equivalent served with allow_equivalent + accept_declared (native and OpenAI headers) → retract → refused", async () => {
+  await using t = await twoEmbeds({ alias_admin_enabled: true });
+  const fp = await fingerprints(t);
+  const other = "9".repeat(64); // an index built elsewhere, under a fingerprint nothing here serves
+  const declared = resultOf(
+    await t.syn.call("alias.declare", {
+      left: other,
+      right: fp["e-long"],
+      evidence: { note: "t" },
+    }),
+  );
+  assert.equal(declared.changed, true);
+  const epoch = declared.table_epoch;
+  const server = serveHttp(t.syn, { log: nullLog });
+  try {
+    const base = `http://127.0.0.1:${server.port}`;
+    const openAi = async (headers: Record<string, string>) => {
+      const res = await fetch(`${base}/v1/embeddings`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...headers },
+        body: JSON.stringify({ input: ["apples"] }),
+      });
+      return { res, body: await res.json() };
+    };
+    const native = (more: Record<string, unknown>) =>
+      t.syn.call("embed.query", { text: "apples", target_fingerprint: other, ...more });
+
+    // Without allow_equivalent, and with it alone (a declared row): refused.
+    for (const more of [{}, { allow_equivalent: true }]) {
+      const e = semanticError(await native(more));
+      assert.equal(e.code, "substitution_rejected");
+      assert.equal(e.details.reason, "declared_only");
+    }
+    const h0 = await openAi({
+      "x-synapse-target-fingerprint": other,
+      "x-synapse-allow-equivalent": "true",
+    });
+    assert.equal(h0.res.status, 422);
+    assert.equal(h0.body.error.code, "substitution_rejected");
+    // Accepted: served by e-long under its own fingerprint, equivalent_to naming the target.
+    const ok = resultOf(
+      await native({ allow_equivalent: true, accept_declared: true, required_epoch: epoch }),
+    );
+    assert.equal(ok.model_id, "e-long");
+    assert.equal(ok.fingerprint, fp["e-long"]);
+    assert.deepEqual(ok.equivalent_to, [other]);
+    assert.equal(ok.table_epoch, epoch);
+    const h1 = await openAi({
+      "x-synapse-target-fingerprint": other,
+      "x-synapse-allow-equivalent": "true",
+      "x-synapse-accept-declared": "true",
+      "x-synapse-required-epoch": String(epoch),
+    });
+    assert.equal(h1.res.status, 200, JSON.stringify(h1.body));
+    assert.equal(h1.body.model, "e-long");
+    assert.equal(h1.res.headers.get("x-synapse-fingerprint"), fp["e-long"]);
+    assert.deepEqual(h1.body.synapse.equivalent_to, [other]);
+    const tooNew = await openAi({ "x-synapse-required-epoch": String(epoch + 1) });
+    assert.equal(tooNew.res.status, 422);
+
+    // Retracted: the same request is refused (the epoch moved on).
+    const retracted = resultOf(
+      await t.syn.call("alias.retract", { left: other, right: fp["e-long"] }),
+    );
+    assert.equal(retracted.table_epoch, epoch + 1);
+    const gone = semanticError(await native({ allow_equivalent: true, accept_declared: true }));
+    assert.equal(gone.code, "substitution_rejected");
+    assert.equal(gone.details.reason, "no_match");
+    const h2 = await openAi({
+      "x-synapse-target-fingerprint": other,
+      "x-synapse-allow-equivalent": "true",
+      "x-synapse-accept-declared": "true",
+    });
+    assert.equal(h2.res.status, 422);
+  } finally {
+    await server.shutdown();
+  }
 });
