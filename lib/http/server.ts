@@ -22,7 +22,10 @@
  * - `GET /metrics`: Prometheus text exposition format (lib/http/metrics.ts).
  *
  * Transient errors carry `Retry-After` (whole seconds, rounded up) and `retry-after-ms`;
- * results that carry a fingerprint carry `x-synapse-fingerprint`. Every request is logged in one
+ * results that carry a fingerprint carry `x-synapse-fingerprint`. The doors that serve a model with
+ * the upstream APIs' bodies (all but `/v1/ops`) take the routing params as `x-synapse-*` request
+ * headers (lib/http/routing_headers.ts); `/v1/ops` refuses those headers (its params are in the
+ * body). Every request is logged in one
  * line at `info` (`/health` at `debug`): see {@link logRequest}.
  *
  * Who may call what (field report F39): a call of an `owner` operation (`OPERATIONS[m].access`:
