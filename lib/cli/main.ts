@@ -24,6 +24,7 @@ import { jobCommand } from "./commands/job.ts";
 import { modelsCommand } from "./commands/models.ts";
 import { psCommand } from "./commands/ps.ts";
 import { probeCommand } from "./commands/probe.ts";
+import { aliasCommand, aliasesCommand } from "./commands/aliases.ts";
 import { pullCommand } from "./commands/pull.ts";
 import { rerankCommand } from "./commands/rerank.ts";
 import { rmCommand } from "./commands/rm.ts";
@@ -41,6 +42,8 @@ export const COMMANDS: readonly Command[] = Object.freeze([
   generateCommand,
   pullCommand,
   probeCommand,
+  aliasesCommand,
+  aliasCommand,
   psCommand,
   rmCommand,
   modelsCommand,

@@ -24,7 +24,7 @@
  * @module
  */
 
-import type { DatabaseSync } from "node:sqlite";
+import type { DatabaseSync, StatementSync } from "node:sqlite";
 import { SynapseError } from "../contract/errors.ts";
 import {
   activeRowOf,
@@ -80,6 +80,8 @@ const COLUMNS = "fingerprint_a, fingerprint_b, valid_from_ms, valid_to_ms, evide
 export class AliasStore {
   #store: Store;
   #cache: { epoch: number; rows: AliasRow[] } | undefined;
+  /** `SELECT table_epoch`, prepared once: read on every envelope. */
+  #epochStatement: StatementSync | undefined;
 
   /**
    * @param store The open store (migrations 1 and 2 applied).
@@ -94,7 +96,21 @@ export class AliasStore {
    * @throws {SynapseError} `disposed`, `store_failure`.
    */
   tableEpoch(): number {
-    return this.#store.tableEpoch;
+    if (this.#store.disposed) {
+      throw new SynapseError("disposed", `Cannot use store ${this.#store.path}: it is disposed`);
+    }
+    try {
+      this.#epochStatement ??= this.#store.database.prepare(
+        "SELECT table_epoch FROM module_meta WHERE id = 0",
+      );
+      return Number(this.#epochStatement.get()?.table_epoch ?? 0);
+    } catch (err) {
+      throw storeFailure(
+        `Cannot read table_epoch in store ${this.#store.path}`,
+        err,
+        this.#store.path,
+      );
+    }
   }
 
   /**
@@ -232,7 +248,7 @@ export class AliasStore {
 
   /** The rows of the current epoch, re-read (with the epoch, in one transaction) when it moved. */
   #current(): { epoch: number; rows: AliasRow[] } {
-    const epoch = this.#store.tableEpoch;
+    const epoch = this.tableEpoch();
     if (this.#cache !== undefined && this.#cache.epoch === epoch) return this.#cache;
     this.#cache = this.#store.transaction((db) => readAll(db));
     return this.#cache;
