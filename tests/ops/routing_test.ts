@@ -550,3 +550,75 @@ Deno.test("alias.declare → target of the equivalent served with allow_equivale
     await server.shutdown();
   }
 });
+
+Deno.test("a probe-measured alias routes with allow_equivalent alone: the fp32 index's target served by the certified fp16 lane once the fp32 model is unloaded", async () => {
+  const F16 = `${MODELS}/synapse-tiny-embed-f16`;
+  await using t = await startSynapse({
+    certification: "require",
+    preload_models: [
+      preload(EMBED, "tiny", { task: "embed" }),
+      preload(F16, "tiny-f16", { task: "embed", reference_model: "tiny" }),
+    ],
+  }, { log: nullLog });
+  await t.syn.modelsSettled;
+  const fp = await fingerprints(t);
+  assert.notEqual(fp.tiny, fp["tiny-f16"]);
+  // Uncertified: the f16 lane is refused even by its own fingerprint.
+  const before = semanticError(
+    await t.syn.call("embed.query", { text: "x", target_fingerprint: fp["tiny-f16"] }),
+  );
+  assert.equal(before.code, "not_certified");
+  // The probe certifies it and, at the alias bar, writes a probe row between the two.
+  const job = resultOf(await t.syn.call("probe.start", { models: ["tiny-f16"] }));
+  for (const hungAt = Date.now() + 600_000;;) {
+    const s = resultOf(await t.syn.call("probe.status", { job_id: job.job_id }));
+    if (["done", "failed_transient", "failed_permanent"].includes(s.state)) {
+      assert.equal(s.state, "done", JSON.stringify(s));
+      break;
+    }
+    assert.ok(Date.now() < hungAt, "the probe job did not end");
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  const eq = t.syn.context.aliases.equivalentsOf(fp.tiny!, t.syn.context.now());
+  assert.deepEqual(eq, [{ fingerprint: fp["tiny-f16"], source: "probe" }]);
+  // With both loaded, the exact match serves.
+  const exact = resultOf(
+    await t.syn.call("embed.query", {
+      text: "x",
+      target_fingerprint: fp.tiny,
+      allow_equivalent: true,
+    }),
+  );
+  assert.equal(exact.model_id, "tiny");
+  // The fp32 model unloaded: its fingerprint is served by the equivalent, with allow_equivalent.
+  resultOf(await t.syn.call("model.unload", { model_id: "tiny" }));
+  const no = semanticError(
+    await t.syn.call("embed.query", { text: "x", target_fingerprint: fp.tiny }),
+  );
+  assert.equal(no.code, "substitution_rejected");
+  assert.equal(no.details.reason, "equivalent_not_allowed");
+  const yes = resultOf(
+    await t.syn.call("embed.query", {
+      text: "x",
+      target_fingerprint: fp.tiny,
+      allow_equivalent: true,
+    }),
+  );
+  assert.equal(yes.model_id, "tiny-f16");
+  assert.equal(yes.fingerprint, fp["tiny-f16"]);
+  assert.equal(yes.provenance.certified, true);
+  assert.deepEqual(yes.equivalent_to, [fp.tiny]);
+  // required_fingerprint of the fp32 index: satisfied by the equivalent only when allowed.
+  const req = semanticError(
+    await t.syn.call("embed.query", { text: "x", required_fingerprint: fp.tiny }),
+  );
+  assert.equal(req.details.reason, "equivalent_not_allowed");
+  const reqOk = resultOf(
+    await t.syn.call("embed.query", {
+      text: "x",
+      required_fingerprint: fp.tiny,
+      allow_equivalent: true,
+    }),
+  );
+  assert.equal(reqOk.model_id, "tiny-f16");
+});
