@@ -622,3 +622,48 @@ Deno.test("a probe-measured alias routes with allow_equivalent alone: the fp32 i
   );
   assert.equal(reqOk.model_id, "tiny-f16");
 });
+
+Deno.test("among equivalents a certified lane is preferred; an uncertified only candidate is not_certified in require mode", async () => {
+  const F16 = `${MODELS}/synapse-tiny-embed-f16`;
+  for (const mode of ["require", "warn"] as const) {
+    await using t = await startSynapse({
+      certification: mode,
+      preload_models: [
+        // Loaded first, uncertified (no probe has run): it would be first in load order.
+        preload(F16, "tiny-f16", { task: "embed", reference_model: "tiny" }),
+        preload(EMBED, "tiny", { task: "embed" }),
+      ],
+    }, { log: nullLog });
+    await t.syn.modelsSettled;
+    const fp = await fingerprints(t);
+    const ctx = t.syn.context;
+    const both = "1".repeat(64);
+    const onlyF16 = "2".repeat(64);
+    ctx.aliases.declare(both, fp["tiny-f16"]!, probeEvidence("tiny-f16", "x", t), ctx.now());
+    ctx.aliases.declare(both, fp.tiny!, probeEvidence("tiny", "x", t), ctx.now());
+    ctx.aliases.declare(onlyF16, fp["tiny-f16"]!, probeEvidence("tiny-f16", "x", t), ctx.now());
+    const r = resultOf(
+      await t.syn.call("embed.query", {
+        text: "x",
+        target_fingerprint: both,
+        allow_equivalent: true,
+      }),
+    );
+    assert.equal(r.model_id, "tiny", mode);
+    assert.equal(r.provenance.certified, true);
+    const only = await t.syn.call("embed.query", {
+      text: "x",
+      target_fingerprint: onlyF16,
+      allow_equivalent: true,
+    });
+    if (mode === "require") {
+      const e = semanticError(only);
+      assert.equal(e.code, "not_certified");
+      assert.equal(e.details.model_id, "tiny-f16");
+    } else {
+      const ok = resultOf(only);
+      assert.equal(ok.model_id, "tiny-f16");
+      assert.equal(ok.provenance.certified, false);
+    }
+  }
+});
