@@ -210,11 +210,17 @@ const synLat: number[] = [];
 // other, which the interleaved numbers include.
 const rawAlone: number[] = [];
 const synAlone: number[] = [];
+// Routing by fingerprint (issue 19): embed.query with and without target_fingerprint, call for
+// call.
+const plainLat: number[] = [];
+const routedLat: number[] = [];
 const BLOCK = 50;
 {
   const { config } = loadConfig({ env, cwd: tmp });
   await using syn = await createSynapse({ config, env });
-  await syn.call("embed.query", { text: "warm up" });
+  const warm = await syn.call("embed.query", { text: "warm up" });
+  if (warm.kind !== "result") throw new Error(JSON.stringify(warm.body));
+  const served = (warm.body.result as { fingerprint: string }).fingerprint;
   if (!skip.has("synapse")) {
     const t0 = performance.now();
     const out = await syn.call("embed.batch", {
@@ -257,6 +263,21 @@ const BLOCK = 50;
       const o = await syn.call("embed.query", { text });
       if (o.kind !== "result") throw new Error(JSON.stringify(o.body));
       if (i >= 5) synAlone.push(performance.now() - t0);
+    }
+  }
+  for (let i = 0; i < queryRuns + 20; i++) {
+    const text = shortTexts[i % shortTexts.length]!;
+    // Alternate which goes first, so neither always follows the other.
+    const order = i % 2 === 0 ? [false, true] : [true, false];
+    for (const routed of order) {
+      const t0 = performance.now();
+      const o = await syn.call(
+        "embed.query",
+        routed ? { text, target_fingerprint: served } : { text },
+      );
+      const ms = performance.now() - t0;
+      if (o.kind !== "result") throw new Error(JSON.stringify(o.body));
+      if (i >= 20) (routed ? routedLat : plainLat).push(ms);
     }
   }
 }
@@ -362,3 +383,14 @@ console.log(
     (a99syn / a50syn).toFixed(2)
   } (target <= 2)  [alone]`,
 );
+{
+  const p50plain = percentile(plainLat, 0.5), p50routed = percentile(routedLat, 0.5);
+  console.log(`routing by fingerprint (interleaved, ${queryRuns} runs each):`);
+  console.log(`  embed.query                       p50 ${p50plain.toFixed(2)} ms`);
+  console.log(`  embed.query + target_fingerprint  p50 ${p50routed.toFixed(2)} ms`);
+  console.log(
+    `  p50 difference ${
+      (p50routed - p50plain).toFixed(2)
+    } ms (target: not measurable, |d| <= 0.1 ms)`,
+  );
+}

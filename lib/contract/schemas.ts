@@ -58,11 +58,18 @@ export const COMMON_PARAMS = {
   deadline_ms: z.number().int().positive().optional(),
   /** Longest acceptable queue wait in ms. @default 5000 (config `inline.max_queue_ms`) */
   max_queue_ms: z.number().int().nonnegative().optional(),
+  /**
+   * Route to a ready model serving this fingerprint (or, with `allow_equivalent`, one equivalent
+   * to it); with `model`, that model must serve it (lib/ops/_resolve_model.ts).
+   */
   target_fingerprint: wellFormedName().optional(),
-  /** Refuse with `substitution_rejected` unless the model's fingerprint is this one. */
+  /** Refuse with `substitution_rejected` unless the model serves this fingerprint (or an allowed equivalent). */
   required_fingerprint: wellFormedName().optional(),
+  /** A live probe-measured alias of the target / required fingerprint satisfies it. */
   allow_equivalent: z.boolean().optional(),
+  /** Refuse with `substitution_rejected` unless this instance's `table_epoch` is at least this. */
   required_epoch: z.number().int().nonnegative().optional(),
+  /** With `allow_equivalent`, declared-only alias rows count too. */
   accept_declared: z.boolean().optional(),
 };
 
@@ -143,7 +150,11 @@ export type CommonParams = {
   model_id?: string | undefined;
   deadline_ms?: number | undefined;
   max_queue_ms?: number | undefined;
+  target_fingerprint?: string | undefined;
   required_fingerprint?: string | undefined;
+  allow_equivalent?: boolean | undefined;
+  required_epoch?: number | undefined;
+  accept_declared?: boolean | undefined;
   truncate?: boolean | undefined;
 };
 

@@ -1,7 +1,8 @@
 /**
  * What the API-shaped doors (Cohere/Jina and TEI rerank, TEI embed and info, Ollama embed and
  * tags) share: the route they hand the server, what the server lends them for one request, and
- * the call through the dispatcher that records the request log's facts. Each door is a mapping of
+ * the call through the dispatcher that records the request log's facts, with the request's
+ * routing headers as the call's routing params. Each door is a mapping of
  * params and results around the one dispatcher, as lib/http/openai.ts is; the server keeps the
  * socket, the Host/Origin checks, the method check and the body reader.
  *
@@ -15,6 +16,7 @@ import type { OpOutcome } from "../ops/dispatcher.ts";
 import { factsOptions, requestFacts } from "../ops/request_facts.ts";
 import type { RequestFacts } from "../ops/request_facts.ts";
 import type { Synapse } from "../synapse.ts";
+import type { RoutingParams } from "../ops/_resolve_model.ts";
 import { HttpRefusal } from "./_request_body.ts";
 import { httpStatusFor } from "./status_table.ts";
 
@@ -47,7 +49,16 @@ export interface AdapterIo {
   signal: AbortSignal;
   /** The request log record; {@link callOp} fills it. */
   record: AdapterRecord;
+  /**
+   * The request's routing constraints (its `x-synapse-*` headers, lib/http/routing_headers.ts),
+   * added by {@link callOp} to the params of every model-serving call ({@link ROUTED_OPS}).
+   * Empty on a route that serves no model. @default {}
+   */
+  routing?: RoutingParams;
 }
+
+/** The operations whose model the routing constraints choose (they take the common params). */
+export const ROUTED_OPS: ReadonlySet<string> = new Set(["embed.batch", "rerank.score"]);
 
 /** A route of a door, found by path. */
 export interface AdapterRoute {
@@ -63,6 +74,8 @@ export interface AdapterRoute {
 
 /**
  * Calls an operation through the dispatcher, recording its params and facts for the request log.
+ * A model-serving call ({@link ROUTED_OPS}) gets the request's routing constraints
+ * ({@link AdapterIo.routing}) as params.
  * A door that calls several times (rerank chunks) records the last params and the summed facts.
  *
  * @param io The request's io.
@@ -78,6 +91,10 @@ export async function callOp(
   options: CallOptions = {},
 ): Promise<OpOutcome> {
   const callOptions: CallOptions = { ...options, signal: io.signal };
+  const routing = io.routing ?? {};
+  if (ROUTED_OPS.has(method) && Object.keys(routing).length > 0) {
+    params = { ...(params as Record<string, unknown>), ...routing };
+  }
   const outcome = await io.backend().call(method, params, callOptions);
   const facts = requestFacts(params, outcome, factsOptions(callOptions));
   const prev = io.record.facts;

@@ -62,7 +62,8 @@ import type { OpOutcome } from "../ops/dispatcher.ts";
 import type { MicrollmResult } from "../ops/microllm.ts";
 import { type ChatMessage, fallbackPrompt, renderChat } from "../ops/_chat_template.ts";
 import type { RenderedChat } from "../ops/_chat_template.ts";
-import { resolveModel } from "../ops/_resolve_model.ts";
+import { resolveModel, routingOf } from "../ops/_resolve_model.ts";
+import type { RoutingParams } from "../ops/_resolve_model.ts";
 import type { CallOptions, OpContext } from "../ops/context.ts";
 import { openAiError } from "./openai.ts";
 
@@ -203,7 +204,7 @@ interface Mapped {
     model?: string;
     grammar?: string;
     stop?: string[];
-  };
+  } & RoutingParams;
   /** The field that set max_tokens (errors name it). */
   maxTokensField: string;
   stop: string[];
@@ -225,6 +226,9 @@ interface Mapped {
  * @param door Which door.
  * @param body The parsed JSON body.
  * @param signal The request's signal (a client that goes away cancels the generation).
+ * @param routing The request's routing constraints (its `x-synapse-*` headers,
+ *   lib/http/routing_headers.ts), passed to `microllm.oneshot` as its params (and applied where
+ *   the chat door resolves the model for its template).
  * @returns The response and the call's facts.
  * @throws {SynapseError} every refusal, its `details.field` the request's own field name (the
  *   server answers it in OpenAI's error body): malformed bodies and refused sampling parameters
@@ -236,8 +240,9 @@ export async function serveCompletions(
   door: CompletionsDoor,
   body: unknown,
   signal: AbortSignal,
+  routing: RoutingParams = {},
 ): Promise<CompletionsServed> {
-  const m = mapRequest(backend, door, body);
+  const m = mapRequest(backend, door, body, routing);
   if (m.stream) return await serveStreamed(backend, m, signal);
   const outcome = await backend.call("microllm.oneshot", m.params, { signal, ...scaffolding(m) });
   if (outcome.kind !== "result") throw inDoorTerms(outcome.error, m);
@@ -311,7 +316,7 @@ async function serveStreamed(
   // Generating: the model is the one the call resolved (the default one when none was named).
   let model: ReturnType<typeof resolveModel>;
   try {
-    model = resolveModel(backend.context, m.params.model, "generate");
+    model = resolveModel(backend.context, m.params.model, "generate", routingOf(m.params));
   } catch (err) {
     // Unloaded since the call resolved it: nothing can be decoded; stop the generation.
     gone.abort(err);
@@ -381,7 +386,12 @@ function withType(headers: Headers, type: string, stream: boolean): Headers {
 }
 
 /** Maps a body to `microllm.oneshot` params; every refusal comes before generation. */
-function mapRequest(backend: CompletionsBackend, door: CompletionsDoor, body: unknown): Mapped {
+function mapRequest(
+  backend: CompletionsBackend,
+  door: CompletionsDoor,
+  body: unknown,
+  routing: RoutingParams,
+): Mapped {
   const chat = door === "/v1/chat/completions";
   const p = chat
     ? parseParams(door, ChatRequest, body)
@@ -472,7 +482,7 @@ function mapRequest(backend: CompletionsBackend, door: CompletionsDoor, body: un
       // The dispatcher answers the instance's state; no model is read.
       rendered = { prompt: fallbackPrompt(messages), specialSpans: [], template: "fallback" };
     } else {
-      const ready = resolveModel(backend.context, model, "generate");
+      const ready = resolveModel(backend.context, model, "generate", routing);
       model = ready.modelId;
       rendered = renderChat(ready, messages);
     }
@@ -489,6 +499,7 @@ function mapRequest(backend: CompletionsBackend, door: CompletionsDoor, body: un
       ...(model === undefined ? {} : { model }),
       ...(grammar === undefined ? {} : { grammar }),
       ...(stop.length === 0 ? {} : { stop }),
+      ...routing,
     },
     maxTokensField,
     stop,

@@ -22,7 +22,10 @@
  * - `GET /metrics`: Prometheus text exposition format (lib/http/metrics.ts).
  *
  * Transient errors carry `Retry-After` (whole seconds, rounded up) and `retry-after-ms`;
- * results that carry a fingerprint carry `x-synapse-fingerprint`. Every request is logged in one
+ * results that carry a fingerprint carry `x-synapse-fingerprint`. The doors that serve a model with
+ * the upstream APIs' bodies (all but `/v1/ops`) take the routing params as `x-synapse-*` request
+ * headers (lib/http/routing_headers.ts); `/v1/ops` refuses those headers (its params are in the
+ * body). Every request is logged in one
  * line at `info` (`/health` at `debug`): see {@link logRequest}.
  *
  * Who may call what (field report F39): a call of an `owner` operation (`OPERATIONS[m].access`:
@@ -53,6 +56,8 @@ import { isCompletionsPath, serveCompletions } from "./openai_completions.ts";
 import type { OpenAiAnswer } from "./openai.ts";
 import { httpStatusFor } from "./status_table.ts";
 import type { AdapterAnswer, AdapterIo, AdapterRoute } from "./_adapter.ts";
+import { ROUTED_OPS } from "./_adapter.ts";
+import { refuseRoutingHeaders, routingFromHeaders } from "./routing_headers.ts";
 import { rerankShapesRoute } from "./rerank_shapes.ts";
 import { teiRoute } from "./tei.ts";
 import { ollamaRoute } from "./ollama.ts";
@@ -589,8 +594,9 @@ async function route(
       record.op = "microllm.oneshot";
       requireMethod(req, "POST");
       const synapse = attached(door);
+      const routing = routingFromHeaders(req.headers);
       const body = await readJsonBody(req, bodyOptions(door));
-      const served = await serveCompletions(synapse, path, body, signal);
+      const served = await serveCompletions(synapse, path, body, signal, routing);
       record.params = served.params;
       if (served.outcome !== undefined) {
         record.facts = requestFacts(served.params, served.outcome, { signal });
@@ -607,6 +613,7 @@ async function route(
       requireMethod(req, "POST");
       const method = decodeMethod(path.slice("/v1/ops/".length));
       record.op = method;
+      refuseRoutingHeaders(req.headers);
       const synapse = attached(door);
       const params = await readJsonBody(req, bodyOptions(door));
       record.params = params;
@@ -888,11 +895,13 @@ async function openAiEmbeddings(
   signal: AbortSignal,
 ): Promise<Response> {
   const synapse = attached(door);
+  const routing = routingFromHeaders(req.headers);
   const body = await readJsonBody(req, bodyOptions(door));
   const call = embeddingsCall(body, signal);
-  record.params = call.params;
-  const outcome = await synapse.call("embed.batch", call.params, call.options);
-  record.facts = requestFacts(call.params, outcome, factsOptions(call.options));
+  const params = { ...call.params, ...routing };
+  record.params = params;
+  const outcome = await synapse.call("embed.batch", params, call.options);
+  record.facts = requestFacts(params, outcome, factsOptions(call.options));
   return openAiResponse(embeddingsAnswer(outcome, call));
 }
 
@@ -914,6 +923,8 @@ async function serveAdapter(
     body: () => readJsonBody(req, bodyOptions(door)),
     signal,
     record,
+    // The routing headers are read where a model serves (a models.list route serves none).
+    routing: ROUTED_OPS.has(route.op) ? routingFromHeaders(req.headers) : {},
   };
   const answer = await route.serve(io);
   if (answer.error !== undefined) record.error = answer.error;

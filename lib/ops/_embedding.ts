@@ -1,14 +1,13 @@
 /**
  * The embedding core every embedding-shaped operation shares (embed.query, embed.batch, jobs,
  * rerank, microllm): item checks and tokenization with per-item truncation facts, the
- * per-item results of a lane run, the vector line with its hashes (contract.md §3), and the
- * fingerprint check. Operations import this module; it imports no operation.
+ * per-item results of a lane run, the vector line with its hashes (contract.md §3). The
+ * fingerprint constraints are checked where the model is resolved (lib/ops/_resolve_model.ts). Operations import this module; it imports no operation.
  *
  * @module
  */
 import { SynapseError, toSynapseError } from "../contract/errors.ts";
 import type { WireError } from "../contract/errors.ts";
-import type { CommonParams } from "../contract/schemas.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import type { RowOutput } from "../lanes/lane.ts";
 import type { ReadyModel } from "../models/model.ts";
@@ -242,28 +241,6 @@ export function disclosureOf(seq: EncodedSequence): TruncationDisclosure {
     ...(seq.submittedTokensIsLowerBound ? { submitted_tokens_is_lower_bound: true as const } : {}),
     ...(seq.truncated && seq.keptChars !== undefined ? { kept_chars: seq.keptChars } : {}),
   };
-}
-
-/**
- * Refuses a request whose `required_fingerprint` differs from the model's: Synapse never
- * serves vectors of another numeric profile in its place.
- *
- * @throws {SynapseError} `substitution_rejected`.
- */
-export function checkFingerprint(model: ReadyModel, p: CommonParams): void {
-  if (p.required_fingerprint !== undefined && p.required_fingerprint !== model.fingerprint) {
-    throw new SynapseError(
-      "substitution_rejected",
-      `Cannot serve model '${model.modelId}': its fingerprint ${model.fingerprint} is not the required ${p.required_fingerprint}`,
-      {
-        details: {
-          model_id: model.modelId,
-          fingerprint: model.fingerprint,
-          required_fingerprint: p.required_fingerprint,
-        },
-      },
-    );
-  }
 }
 
 /** Rebuilds a SynapseError from its wire form (single-item operations rethrow item errors). */

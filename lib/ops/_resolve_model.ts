@@ -10,11 +10,12 @@
  */
 import { SynapseError } from "../contract/errors.ts";
 import { refuseFailedSelfCheck } from "../probe/self_check.ts";
-import type { ModelTask, ReadyModel } from "../models/model.ts";
+import type { ModelEntry, ModelTask, ReadyModel } from "../models/model.ts";
 import type { OpContext } from "./context.ts";
+import type { AliasEquivalent } from "../identity/aliases.ts";
 import { catalogLaneId } from "../models/catalog.ts";
 import { defaultModelOf } from "../models/model_registry.ts";
-import { admitCertified } from "../probe/certification.ts";
+import { admitCertified, servedCertified } from "../probe/certification.ts";
 
 /** What {@link resolveModel} reads from the module context. */
 export type ResolveContext = Pick<
@@ -27,7 +28,50 @@ export type ResolveContext = Pick<
   | "machineProfileHash"
   | "startupKnobAssignments"
   | "moduleGeneration"
+  | "tableEpoch"
+  | "now"
+  | "aliases"
 >;
+
+/**
+ * A request's routing constraints (contract.md §1 common params; the compat doors take them as
+ * `x-synapse-*` request headers, lib/http/routing_headers.ts). All optional; none given, the
+ * model is the one named, or the task's default. (A type, not an interface, so params that
+ * carry it stay plain records.)
+ */
+export type RoutingParams = {
+  /**
+   * Without `model`: serve with a ready model of the task whose fingerprint is this one (or,
+   * with `allow_equivalent`, one currently equivalent to it). With `model`: that model must
+   * serve it (or an equivalent, with `allow_equivalent`).
+   */
+  target_fingerprint?: string | undefined;
+  /** The model chosen must serve exactly this fingerprint (or an equivalent, with `allow_equivalent`). */
+  required_fingerprint?: string | undefined;
+  /**
+   * A fingerprint equivalent to the target or required one by a live alias row measured by the
+   * probe (source `probe`) satisfies it; declared rows need `accept_declared` too. @default false
+   */
+  allow_equivalent?: boolean | undefined;
+  /** Refuse unless this instance's alias `table_epoch` is at least this. */
+  required_epoch?: number | undefined;
+  /**
+   * With `allow_equivalent`: declared-only alias rows (source `declared`) count as equivalence
+   * too. @default false
+   */
+  accept_declared?: boolean | undefined;
+};
+
+/** The routing fields of a request's params (the common params, contract.md §1). */
+export function routingOf(p: RoutingParams): RoutingParams {
+  const r: RoutingParams = {};
+  if (p.target_fingerprint !== undefined) r.target_fingerprint = p.target_fingerprint;
+  if (p.required_fingerprint !== undefined) r.required_fingerprint = p.required_fingerprint;
+  if (p.allow_equivalent !== undefined) r.allow_equivalent = p.allow_equivalent;
+  if (p.required_epoch !== undefined) r.required_epoch = p.required_epoch;
+  if (p.accept_declared !== undefined) r.accept_declared = p.accept_declared;
+  return r;
+}
 
 /** A `preload_models[]` entry to copy, per task (paths to edit). */
 export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string, string>>>> =
@@ -58,29 +102,238 @@ export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string
  * the test models are off because `preload_models` lists models, or the test models do not serve
  * this task — and which `preload_models` entry to add (`details.example`).
  *
+ * Routing (issue 19; {@link RoutingParams}), all before any work — no text is tokenized, nothing
+ * is admitted or queued for a refused request:
+ * - `required_epoch` above this instance's `table_epoch` refuses first.
+ * - `target_fingerprint` without `model` picks, among the ready models of the task, one whose
+ *   fingerprint is the target; failing that, with `allow_equivalent`, one whose fingerprint is
+ *   currently equivalent to it (probe rows; declared rows only with `accept_declared`). Exact
+ *   matches come first, then probe-equivalent, then declared-equivalent; within each, a model
+ *   that passes the certification gate certified before one that does not. With `model`, that
+ *   model must serve the target (or an allowed equivalent).
+ * - `required_fingerprint`: the model chosen must serve exactly it, or an allowed equivalent.
+ * - `allow_equivalent` and `accept_declared` modify the two fingerprint params and have no
+ *   effect without them (`accept_declared` none without `allow_equivalent`).
+ *
  * Then the serving gate (issue 18, design rule 5; lib/probe/certification.ts `admitCertified`):
  * in config `certification: "require"` a lane that needs a certificate and has none for this
  * machine refuses `not_certified`. Every inference op and the completions doors resolve here; the
  * probe uses lanes directly and never passes this gate.
  *
- * @param ctx Module context (registry, config, certification rows).
+ * @param ctx Module context (registry, config, certification rows, alias rows, table epoch).
  * @param modelId The requested model id, if any.
  * @param task The operation's task.
+ * @param routing The request's routing constraints.
+ * @throws {SynapseError} `substitution_rejected` (permanent): `{reason: "table_epoch_behind",
+ *   table_epoch, required_epoch}`; `{target_fingerprint, task, served: [{model_id, fingerprint}],
+ *   reason}` when no ready model serves the target; `{model_id, fingerprint,
+ *   target_fingerprint | required_fingerprint, reason}` when the chosen model does not serve it.
+ *   `reason` is `fingerprint_mismatch` / `no_match`, `equivalent_not_allowed` (an equivalent
+ *   exists: send `allow_equivalent: true`) or `declared_only` (only a declared row: send
+ *   `accept_declared: true` too).
  * @throws {SynapseError} `self_check_failed {model_id, backend, check_id, reason}` (permanent)
  *   for a catalog model that failed its self-check (lib/probe/self_check.ts).
  * @throws {SynapseError} as `ModelRegistry.resolve`; `unknown_model {model_id: null, task,
  *   serving, test_models, example}` when no model serves the task; `not_certified {model_id,
  *   lane_id, blocking_reason, probe_command, probe_op, stale_facts?}` (permanent) in `require`
- *   mode for an uncertified lane; `store_failure` when the certification rows cannot be read.
+ *   mode for an uncertified lane (for a routed target: when no candidate is certified);
+ *   `store_failure` when the certification or alias rows cannot be read.
  */
 export function resolveModel(
   ctx: ResolveContext,
   modelId: string | undefined,
   task: ModelTask,
+  routing: RoutingParams = {},
 ): ReadyModel {
+  checkEpoch(ctx, routing);
+  const target = routing.target_fingerprint;
+  if (target !== undefined && modelId === undefined) {
+    const model = routeToFingerprint(ctx, task, target, routing);
+    requireServes(ctx, model, "required_fingerprint", routing);
+    return model;
+  }
   const model = resolveLoaded(ctx, modelId, task);
+  requireServes(ctx, model, "target_fingerprint", routing);
+  requireServes(ctx, model, "required_fingerprint", routing);
   admitCertified(ctx, model);
   return model;
+}
+
+/** How a served fingerprint satisfies a wanted one. */
+type Match = "exact" | "probe" | "declared";
+
+const MATCH_RANK: Readonly<Record<Match, number>> = { exact: 0, probe: 1, declared: 2 };
+
+/** How `served` matches `wanted`: the same, equivalent by a live probe row, by a declared row. */
+function matchOf(
+  ctx: ResolveContext,
+  served: string,
+  wanted: string,
+  equivalents?: readonly AliasEquivalent[],
+): Match | undefined {
+  if (served === wanted) return "exact";
+  let match: Match | undefined;
+  for (const e of equivalents ?? ctx.aliases.equivalentsOf(wanted, ctx.now())) {
+    if (e.fingerprint !== served) continue;
+    if (e.source === "probe") return "probe";
+    match = "declared";
+  }
+  return match;
+}
+
+/** Whether the request admits a match. */
+function admits(match: Match, routing: RoutingParams): boolean {
+  if (match === "exact") return true;
+  if (routing.allow_equivalent !== true) return false;
+  return match === "probe" || routing.accept_declared === true;
+}
+
+/** Why a match the request does not admit is refused (or `undefined` for none). */
+function refusedWhy(match: Match | undefined, fallback: string): string {
+  if (match === undefined || match === "exact") return fallback;
+  return match === "declared" ? "declared_only" : "equivalent_not_allowed";
+}
+
+/** What to send to be served, by refusal reason. */
+function hintOf(reason: string): string {
+  if (reason === "equivalent_not_allowed") {
+    return "; an equivalent fingerprint (a live alias measured by the probe) is served: send allow_equivalent: true to accept it";
+  }
+  if (reason === "declared_only") {
+    return "; an equivalent fingerprint is served, but only by a declared alias row: send allow_equivalent: true and accept_declared: true to accept it";
+  }
+  return "";
+}
+
+/** @throws {SynapseError} `substitution_rejected {reason: "table_epoch_behind"}`. */
+function checkEpoch(ctx: ResolveContext, routing: RoutingParams): void {
+  const required = routing.required_epoch;
+  if (required === undefined) return;
+  const epoch = ctx.tableEpoch();
+  if (epoch >= required) return;
+  throw new SynapseError(
+    "substitution_rejected",
+    `Cannot serve: this instance's alias table is at epoch ${epoch}, older than the required_epoch ${required}; it has not seen the alias changes the caller relies on (send the request where table_epoch is at least ${required}, or lower required_epoch)`,
+    { details: { reason: "table_epoch_behind", table_epoch: epoch, required_epoch: required } },
+  );
+}
+
+/**
+ * Refuses a model that does not serve the request's `field` fingerprint (or an equivalent the
+ * request admits): Synapse never serves vectors of another numeric profile in its place.
+ */
+function requireServes(
+  ctx: ResolveContext,
+  model: ReadyModel,
+  field: "target_fingerprint" | "required_fingerprint",
+  routing: RoutingParams,
+): void {
+  const wanted = routing[field];
+  if (wanted === undefined) return;
+  const match = matchOf(ctx, model.fingerprint, wanted);
+  if (match !== undefined && admits(match, routing)) return;
+  const reason = refusedWhy(match, "fingerprint_mismatch");
+  const what = field === "required_fingerprint" ? "required" : "target";
+  throw new SynapseError(
+    "substitution_rejected",
+    `Cannot serve model '${model.modelId}': its fingerprint ${model.fingerprint} is not the ${what} ${wanted}${
+      hintOf(reason)
+    }`,
+    {
+      details: {
+        model_id: model.modelId,
+        fingerprint: model.fingerprint,
+        [field]: wanted,
+        reason,
+      },
+    },
+  );
+}
+
+/**
+ * The ready model of the task that serves `target` (see {@link resolveModel}), through the
+ * certification gate.
+ */
+function routeToFingerprint(
+  ctx: ResolveContext,
+  task: ModelTask,
+  target: string,
+  routing: RoutingParams,
+): ReadyModel {
+  const ready = ctx.registry.list().filter((e) =>
+    e.task === task && e.state === "ready" && e.ready !== undefined
+  );
+  const candidates: { entry: ModelEntry; rank: number }[] = [];
+  let refused: Match | undefined;
+  let equivalents: readonly AliasEquivalent[] | undefined;
+  let requiredMiss: ReadyModel | undefined;
+  for (const entry of ready) {
+    const its = entry.ready!.fingerprint;
+    // The alias table is read once, and only when some model does not serve the target itself.
+    if (its !== target) equivalents ??= ctx.aliases.equivalentsOf(target, ctx.now());
+    const match = matchOf(ctx, its, target, equivalents);
+    if (match === undefined) continue;
+    if (!admits(match, routing)) {
+      if (refused === undefined || MATCH_RANK[match] < MATCH_RANK[refused]) refused = match;
+      continue;
+    }
+    // With a required fingerprint too, a candidate must serve both.
+    const required = routing.required_fingerprint;
+    if (required !== undefined) {
+      const m = matchOf(ctx, its, required);
+      if (m === undefined || !admits(m, routing)) {
+        requiredMiss ??= entry.ready!;
+        continue;
+      }
+    }
+    // Exact before equivalent; then a model that is a default before one that is not.
+    const rank = MATCH_RANK[match] * 4 + (entry.source.notDefault ? 2 : 0) +
+      (entry.testModel ? 1 : 0);
+    candidates.push({ entry, rank });
+  }
+  candidates.sort((a, b) => a.rank - b.rank);
+  let firstError: unknown;
+  let uncertified: ReadyModel | undefined;
+  for (const { entry } of candidates) {
+    let model: ReadyModel;
+    try {
+      model = resolveLoaded(ctx, entry.modelId, task);
+    } catch (err) {
+      firstError ??= err;
+      continue;
+    }
+    if (servedCertified(ctx, model)) return model;
+    uncertified ??= model;
+  }
+  if (uncertified !== undefined) {
+    admitCertified(ctx, uncertified);
+    return uncertified;
+  }
+  if (firstError !== undefined) throw firstError;
+  // A model serves the target but not the required fingerprint: refused naming it.
+  if (requiredMiss !== undefined) requireServes(ctx, requiredMiss, "required_fingerprint", routing);
+  const reason = refusedWhy(refused, "no_match");
+  const served = ready.map((e) => ({ model_id: e.modelId, fingerprint: e.ready!.fingerprint }));
+  const loading = ctx.registry.list().filter((e) => e.task === task && e.state === "loading")
+    .map((e) => e.modelId);
+  const list = served.map((m) => `${m.model_id} (${m.fingerprint})`).join(", ") || "none";
+  throw new SynapseError(
+    "substitution_rejected",
+    `Cannot serve ${task} with fingerprint ${target}: no ready ${task} model serves it${
+      routing.allow_equivalent === true ? " or a fingerprint equivalent to it" : ""
+    } (serving: ${list}${loading.length > 0 ? `; loading: ${loading.join(", ")}` : ""})${
+      hintOf(reason)
+    }`,
+    {
+      details: {
+        target_fingerprint: target,
+        task,
+        served,
+        reason,
+        ...(loading.length > 0 ? { loading } : {}),
+      },
+    },
+  );
 }
 
 function resolveLoaded(

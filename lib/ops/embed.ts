@@ -23,7 +23,6 @@ import type { LaneBatchResult } from "../lanes/lane.ts";
 import { submitEmbedJob } from "./jobs.ts";
 import type { EmbedJobRequest, JobAccepted } from "./jobs.ts";
 import {
-  checkFingerprint,
   checkItemTexts,
   type EmbedItem,
   type EmbedVector,
@@ -37,7 +36,7 @@ import {
 } from "./_embedding.ts";
 import { utf8Length } from "./_text.ts";
 import type { CallOptions, EmbedCallOptions, OpContext } from "./context.ts";
-import { resolveModel } from "./_resolve_model.ts";
+import { resolveModel, routingOf } from "./_resolve_model.ts";
 
 export type { EmbedItem, EmbedVector, ItemError, TruncationDisclosure };
 
@@ -113,7 +112,7 @@ export async function embedBatch(
     typeof it === "string" ? { id: String(i), text: it } : { id: it.id, text: it.text }
   );
   if (p.input_type !== undefined) {
-    refuseInputType(resolveModel(ctx, requestedModel(p), "embed"), p.input_type);
+    refuseInputType(resolveModel(ctx, requestedModel(p), "embed", routingOf(p)), p.input_type);
   }
   return await embedItems(ctx, p, items, options, p.request_key);
 }
@@ -168,8 +167,7 @@ export async function embedItems(
 ): Promise<EmbedResult | JobAccepted> {
   const limits = ctx.config.inline;
   checkItems(items);
-  const model = resolveModel(ctx, requestedModel(p), "embed");
-  checkFingerprint(model, p);
+  const model = resolveModel(ctx, requestedModel(p), "embed", routingOf(p));
   checkDims(model, options.embed?.requiredDims);
   const chunksUpTo = requestKey === undefined ? options.embed?.inlineChunksUpTo : undefined;
   if (chunksUpTo !== undefined) {

@@ -44,11 +44,10 @@ import {
 import { type CheckedGrammar, checkGbnf } from "../engines/llama/gbnf.ts";
 import { decodeGenerated, GeneratedTextDecoder } from "../tokenize/token_bytes.ts";
 import { cutAtStop, StopStrings } from "./_stop_strings.ts";
-import { checkFingerprint } from "./_embedding.ts";
 import { grammarFinishReason } from "./_grammar_finish.ts";
 import { checkText, utf8Length } from "./_text.ts";
 import type { CallOptions, OpContext } from "./context.ts";
-import { resolveModel } from "./_resolve_model.ts";
+import { resolveModel, routingOf } from "./_resolve_model.ts";
 
 /** Most stop strings of one generation. */
 export const STOP_MAX_COUNT = 4;
@@ -138,8 +137,7 @@ export async function microllmOneshot(
     }
   }
   checkText(p.prompt, "prompt", { field: "prompt" });
-  const model = resolveModel(ctx, requestedModel(p), "generate");
-  checkFingerprint(model, p);
+  const model = resolveModel(ctx, requestedModel(p), "generate", routingOf(p));
   const limits = ctx.config.inline;
   const lane = model.interactive;
   using permit = lane.admit({

@@ -13,9 +13,9 @@ import type { Envelope } from "../contract/envelope.ts";
 import { parseParams, requestedModel, RerankScoreParams } from "../contract/schemas.ts";
 import type { EncodedSequence } from "../tokenize/tokenizer.ts";
 import { checkContentTokens, checkText, utf8Length } from "./_text.ts";
-import { checkFingerprint, disclosureOf, type TruncationDisclosure } from "./_embedding.ts";
+import { disclosureOf, type TruncationDisclosure } from "./_embedding.ts";
 import type { CallOptions, OpContext } from "./context.ts";
-import { resolveModel } from "./_resolve_model.ts";
+import { resolveModel, routingOf } from "./_resolve_model.ts";
 import type { JobAccepted } from "./jobs.ts";
 import { submitRerankJob } from "./rerank_jobs.ts";
 
@@ -30,8 +30,7 @@ function rerankJob(ctx: OpContext, p: ReturnType<typeof RerankScoreParams.parse>
   p.candidates.forEach((c, i) =>
     checkText(c, `candidate ${i}`, { item_id: String(i), field: `candidates.${i}` })
   );
-  const model = resolveModel(ctx, requestedModel(p), "rerank");
-  checkFingerprint(model, p);
+  const model = resolveModel(ctx, requestedModel(p), "rerank", routingOf(p));
   const queryBytes = utf8Length(p.query);
   let bytes = 0;
   for (const c of p.candidates) bytes += queryBytes + utf8Length(c);
@@ -120,8 +119,7 @@ export async function rerankScore(
   p.candidates.forEach((c, i) =>
     checkText(c, `candidate ${i}`, { item_id: String(i), field: `candidates.${i}` })
   );
-  const model = resolveModel(ctx, requestedModel(p), "rerank");
-  checkFingerprint(model, p);
+  const model = resolveModel(ctx, requestedModel(p), "rerank", routingOf(p));
   // Up to 20 candidates is interactive work; more runs in the bulk class on the bulk lane, so a
   // large rerank never delays queries (contract.md §1).
   const lane = p.candidates.length > INTERACTIVE_RERANK_CANDIDATES ? model.bulk : model.interactive;

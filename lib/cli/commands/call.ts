@@ -22,7 +22,10 @@ import type { CliIO, Command } from "../_command.ts";
  * loads no operation code.
  */
 export const CALL_METHODS: readonly (readonly [method: string, params: string])[] = [
-  ["embed.query", "{text, id?, model?, truncate?, required_fingerprint?, deadline_ms?}"],
+  [
+    "embed.query",
+    "{text, id?, model?, truncate?, target_fingerprint?, required_fingerprint?, deadline_ms?}",
+  ],
   ["embed.batch", "{items: [{id, text} | text] | texts: [text], request_key?, input_type?, …}"],
   ["embed.result", "{job_id, page?}: a durable job's status and one result page"],
   ["rerank.score", "{query, candidates: [text], model?, truncate?, …}"],
@@ -68,7 +71,8 @@ Calls one operation (e.g. embed.query '{"text":"hello"}') and prints the wire re
 
 methods:
 ${CALL_METHODS.map(([m, p]) => `  ${m.padEnd(width)}  ${p}`).join("\n")}
-  (… the common params: model, deadline_ms, max_queue_ms, required_fingerprint, truncate)
+  (… the common params: model, deadline_ms, max_queue_ms, truncate, target_fingerprint,
+   required_fingerprint, allow_equivalent, accept_declared, required_epoch)
 
 ${serverFlagsUsage(14)}
 
