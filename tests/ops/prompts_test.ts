@@ -10,6 +10,8 @@
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { loadConfig } from "../../lib/config/loader.ts";
+import { createSynapse, type Synapse } from "../../lib/synapse.ts";
 import { MODELS, preload, resultOf, semanticError, startSynapse } from "../_helpers.ts";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
@@ -43,6 +45,10 @@ Deno.test("F35: input_type query and document give different vectors under one f
   // `document` falls back to `passage`.
   assert.deepEqual(d.prompt, { requested: "document", selector: "input_type", applied: "passage" });
   assert.deepEqual(bare.prompt, { requested: null, applied: null, reason: "none_requested" });
+  // models.list shows the table clients select from.
+  const rows: Any[] = resultOf(await t.syn.call("models.list", {})).models;
+  assert.deepEqual(rows.find((m) => m.model_id === "tiny-prompts").prompts, { prompts: TABLE });
+  assert.equal(rows.find((m) => m.model_id === "tiny-plain").prompts, undefined);
   assert.equal(q.truncation_disclosures[0].prompt_name, "query");
   assert.equal(q.truncation_disclosures[0].prompt_prefix, "applied");
   assert.equal(bare.truncation_disclosures[0].prompt_name, undefined);
@@ -317,4 +323,117 @@ Deno.test("F35: a job with another selector is another job; its pages carry the 
   const w = inline.vectors[0].vector as number[];
   assert.ok(v.every((x, i) => Math.abs(x - w[i]!) < 1e-5), "job vector = inline vector");
   assert.equal(page.vectors[0].submitted_sha256, sha(texts[Number(page.vectors[0].id)]!));
+});
+
+Deno.test("F35: model.load takes prompts (or the directory's config_sentence_transformers.json), kept across a restart", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-load-prompts-" });
+  const env = { XDG_DATA_HOME: `${dir}/data`, XDG_CONFIG_HOME: `${dir}/config`, HOME: dir };
+  const start = async () => {
+    const { config } = loadConfig({
+      env: { ...env, SYNAPSE_CONFIG_JSON: JSON.stringify({ certification: "warn" }) },
+      cwd: dir,
+    });
+    return await createSynapse({ config, env });
+  };
+  const load = async (syn: Synapse, params: Record<string, unknown>) => {
+    const job: Any = resultOf(await syn.call("model.load", params));
+    return await syn.loads.settled(job.job_id);
+  };
+  const embed = async (syn: Synapse, model: string, params: Record<string, unknown> = {}) =>
+    resultOf(await syn.call("embed.query", { model, text: "cats", ...params })) as Any;
+  try {
+    const st = `${dir}/st-model`;
+    await Deno.mkdir(st);
+    for (const f of ["model.onnx", "tokenizer.json", "config.json"]) {
+      await Deno.copyFile(`${TINY}/${f}`, `${st}/${f}`);
+    }
+    await Deno.writeTextFile(
+      `${st}/config_sentence_transformers.json`,
+      JSON.stringify({ prompts: TABLE, default_prompt_name: null }),
+    );
+    let fp: string;
+    {
+      const syn = await start();
+      try {
+        assert.equal((await load(syn, { path: TINY, model_id: "ml-plain" })).state, "ready");
+        const done = await load(syn, { path: TINY, model_id: "ml-prompts", prompts: TABLE });
+        assert.equal(done.state, "ready", JSON.stringify(done));
+        const q = await embed(syn, "ml-prompts", { input_type: "query" });
+        const d = await embed(syn, "ml-prompts", { input_type: "document" });
+        const plain = await embed(syn, "ml-plain", { input_type: "query" });
+        assert.equal(q.fingerprint, d.fingerprint);
+        assert.notDeepEqual(q.vectors[0].vector, d.vectors[0].vector);
+        assert.notEqual(q.fingerprint, plain.fingerprint);
+        assert.equal(plain.prompt.reason, "no_prompt_table");
+        fp = q.fingerprint;
+        // The directory's config_sentence_transformers.json: the same table, the same profile.
+        assert.equal((await load(syn, { path: st, model_id: "ml-st" })).state, "ready");
+        const fromFile = await embed(syn, "ml-st", { input_type: "query" });
+        assert.equal(fromFile.fingerprint, fp);
+        assert.deepEqual(fromFile.vectors[0].vector, q.vectors[0].vector);
+        // A bad table is refused before any job, naming the field.
+        const bad = semanticError(
+          await syn.call("model.load", {
+            path: TINY,
+            model_id: "ml-bad",
+            prompts: TABLE,
+            default_prompt_name: "nope",
+          }),
+        );
+        assert.equal(bad.code, "invalid_request");
+        assert.equal(bad.details.field, "default_prompt_name");
+        // A table on a rerank model fails its load, naming prompts.
+        const rr = await load(syn, {
+          path: `${MODELS}/synapse-tiny-rerank`,
+          model_id: "ml-rerank",
+          task: "rerank",
+          prompts: TABLE,
+        });
+        assert.equal(rr.state, "failed");
+        assert.equal((rr as Any).error.details.field, "prompts");
+      } finally {
+        await syn.dispose();
+      }
+    }
+    const syn = await start();
+    try {
+      const q = await embed(syn, "ml-prompts", { input_type: "query" });
+      assert.equal(q.fingerprint, fp, "the table is recorded with the load");
+      assert.equal(q.prompt.applied, "query");
+    } finally {
+      await syn.dispose();
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("F35: a GGUF embed model on llama.cpp takes the prompt table the same way", async () => {
+  const gen = `${MODELS}/synapse-tiny-llama`;
+  const llama = (modelId: string, extra: Record<string, unknown> = {}) => ({
+    engine: "llama",
+    model_path: gen,
+    tokenizer_path: `${gen}/tokenizer.json`,
+    task: "embed",
+    model_id: modelId,
+    pooling: "mean",
+    normalize: true,
+    max_tokens: 512,
+    ...extra,
+  });
+  await using t = await startSynapse({
+    preload_models: [llama("gguf-prompts", { prompts: TABLE }), llama("gguf-plain")],
+  });
+  const call = async (model: string, params: Record<string, unknown>): Promise<Any> =>
+    resultOf(await t.syn.call("embed.query", { model, text: "hello world", ...params }));
+  const q = await call("gguf-prompts", { input_type: "query" });
+  const d = await call("gguf-prompts", { input_type: "document" });
+  const byHand = await call("gguf-prompts", { text: "query: hello world" });
+  const plain = await call("gguf-plain", { input_type: "query" });
+  assert.equal(q.fingerprint, d.fingerprint);
+  assert.notDeepEqual(q.vectors[0].vector, d.vectors[0].vector);
+  assert.deepEqual(q.vectors[0].vector, byHand.vectors[0].vector);
+  assert.deepEqual(q.real_token_counts, byHand.real_token_counts);
+  assert.notEqual(q.fingerprint, plain.fingerprint);
+  assert.equal(plain.prompt.reason, "no_prompt_table");
 });
