@@ -191,6 +191,9 @@ export async function prepareItems(
   return { prepared, errors, tokens };
 }
 
+/** A text of only whitespace, control, format (zero-width) or replacement characters. */
+const UNREADABLE = /^[\s\p{Cc}\p{Cf}\u{FFFD}]*$/u;
+
 /**
  * {@link preparedOf} of a text tokenized with a prompt prefix in front: the truncation facts are
  * moved back onto the caller's own text (`keptTextEnd`, `keptChars` minus the prefix), the
@@ -208,6 +211,17 @@ function promptedOf(
 ): PreparedItem | { error: ItemError } {
   const x = preparedOf(item, index, outcome);
   if ("error" in x) return x;
+  // The prefix's tokens must not pass off a text the model cannot read (only whitespace, control,
+  // zero-width or replacement characters) as served: refused as it is without a prompt.
+  if (prefixChars > 0 && UNREADABLE.test(item.text)) {
+    try {
+      checkContentTokens(0, `item '${item.id}'`, { item_id: item.id });
+    } catch (err) {
+      return {
+        error: { id: item.id, index, error: toSynapseError(err, "invalid_request").toWire() },
+      };
+    }
+  }
   const out: PreparedItem = {
     index: x.index,
     item: x.item,

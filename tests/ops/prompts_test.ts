@@ -95,6 +95,19 @@ Deno.test("F35: a text that already starts with the prefix is not prefixed twice
     "applied",
   ]);
   assert.equal(r.vectors[0].submitted_sha256, sha("query: cats"));
+  // A text the model cannot read is refused as without a prompt: the prefix does not pass it off.
+  const zw = semanticError(
+    await t.syn.call("embed.query", {
+      model: "tiny-prompts",
+      text: "\u200b\u200b",
+      input_type: "query",
+    }),
+  );
+  const zwBare = semanticError(
+    await t.syn.call("embed.query", { model: "tiny-prompts", text: "\u200b\u200b" }),
+  );
+  assert.equal(zw.details.reason, "no_tokens");
+  assert.equal(zw.details.reason, zwBare.details.reason);
   assert.equal(r.vectors[1].submitted_sha256, sha("cats"));
 });
 
