@@ -89,6 +89,8 @@ export interface AppliedPrompt {
    * this are offsets into the caller's text.
    */
   prefixChars: number;
+  /** {@link prefixChars} in Unicode code points (the unit of `kept_chars`). */
+  prefixCodePoints: number;
   /** `applied` (prefix added), `already_present` (the text starts with it), `empty` (prefix ""). */
   prefix: PrefixOutcome;
 }
@@ -101,7 +103,8 @@ export interface AppliedPrompt {
  *
  * @param text The caller's text.
  * @param prefix The prompt's prefix (may be empty).
- * @returns The text to tokenize, the prefix's length in UTF-16 code units, and what was done.
+ * @returns The text to tokenize, the prefix's length (UTF-16 code units and code points), and
+ *   what was done.
  *
  * @example
  * ```ts
@@ -110,15 +113,23 @@ export interface AppliedPrompt {
  * assert.deepEqual(applyPrompt("cats", "query: "), {
  *   text: "query: cats",
  *   prefixChars: 7,
+ *   prefixCodePoints: 7,
  *   prefix: "applied",
  * });
  * assert.equal(applyPrompt("query: cats", "query: ").prefix, "already_present");
  * ```
  */
 export function applyPrompt(text: string, prefix: string): AppliedPrompt {
-  if (prefix === "") return { text, prefixChars: 0, prefix: "empty" };
-  if (text.startsWith(prefix)) return { text, prefixChars: 0, prefix: "already_present" };
-  return { text: prefix + text, prefixChars: prefix.length, prefix: "applied" };
+  if (prefix === "") return { text, prefixChars: 0, prefixCodePoints: 0, prefix: "empty" };
+  if (text.startsWith(prefix)) {
+    return { text, prefixChars: 0, prefixCodePoints: 0, prefix: "already_present" };
+  }
+  return {
+    text: prefix + text,
+    prefixChars: prefix.length,
+    prefixCodePoints: [...prefix].length,
+    prefix: "applied",
+  };
 }
 
 /**

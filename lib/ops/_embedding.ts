@@ -12,7 +12,12 @@ import type { CommonParams } from "../contract/schemas.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import type { RowOutput } from "../lanes/lane.ts";
 import type { ReadyModel } from "../models/model.ts";
-import { applyPrompt, type PrefixOutcome, type PromptChoice } from "../models/prompts.ts";
+import {
+  type AppliedPrompt,
+  applyPrompt,
+  type PrefixOutcome,
+  type PromptChoice,
+} from "../models/prompts.ts";
 import type { EncodedSequence, EncodeOutcome } from "../tokenize/tokenizer.ts";
 import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
 import { checkContentTokens, checkText } from "./_text.ts";
@@ -173,15 +178,9 @@ export async function prepareItems(
   todo.forEach((i, k) => {
     const item = items[i]!;
     const a = applied[k];
-    const x = a === undefined ? preparedOf(item, offset + i, outcomes[k]!) : promptedOf(
-      item,
-      offset + i,
-      outcomes[k]!,
-      prompt!.name,
-      a.prefix,
-      texts[k]!,
-      a.prefixChars,
-    );
+    const x = a === undefined
+      ? preparedOf(item, offset + i, outcomes[k]!)
+      : promptedOf(item, offset + i, outcomes[k]!, prompt!.name, a);
     if ("error" in x) errors[i] = x.error;
     else {
       tokens += x.seq.effectiveTokens;
@@ -205,10 +204,9 @@ function promptedOf(
   index: number,
   outcome: EncodeOutcome,
   name: string,
-  prefix: PrefixOutcome,
-  tokenized: string,
-  prefixChars: number,
+  applied: AppliedPrompt,
 ): PreparedItem | { error: ItemError } {
+  const { prefix, prefixChars, prefixCodePoints } = applied;
   const x = preparedOf(item, index, outcome);
   if ("error" in x) return x;
   // The prefix's tokens must not pass off a text the model cannot read (only whitespace, control,
@@ -242,7 +240,6 @@ function promptedOf(
       );
       return { error: { id: item.id, index, error: error.toWire() } };
     }
-    const prefixCodePoints = [...tokenized.slice(0, prefixChars)].length;
     out.seq = {
       ...seq,
       keptTextEnd: seq.keptTextEnd - prefixChars,

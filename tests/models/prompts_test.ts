@@ -24,19 +24,28 @@ Deno.test("applyPrompt prefixes once: a text that already starts with the prefix
   assert.deepEqual(applyPrompt("cats", "query: "), {
     text: "query: cats",
     prefixChars: 7,
+    prefixCodePoints: 7,
     prefix: "applied",
   });
   assert.deepEqual(applyPrompt("query: cats", "query: "), {
     text: "query: cats",
     prefixChars: 0,
+    prefixCodePoints: 0,
     prefix: "already_present",
   });
   // Exactly, code unit by code unit: another case or spacing is not the prefix.
   assert.equal(applyPrompt("Query: cats", "query: ").prefix, "applied");
   assert.equal(applyPrompt("query:cats", "query: ").prefix, "applied");
-  assert.deepEqual(applyPrompt("cats", ""), { text: "cats", prefixChars: 0, prefix: "empty" });
-  // prefixChars counts UTF-16 code units (offsets into the tokenized text).
+  assert.deepEqual(applyPrompt("cats", ""), {
+    text: "cats",
+    prefixChars: 0,
+    prefixCodePoints: 0,
+    prefix: "empty",
+  });
+  // prefixChars counts UTF-16 code units (offsets into the tokenized text), prefixCodePoints
+  // code points (the unit of kept_chars).
   assert.equal(applyPrompt("x", "🔎 ").prefixChars, 3);
+  assert.equal(applyPrompt("x", "🔎 ").prefixCodePoints, 2);
 });
 
 Deno.test("parsePromptTable checks names, prefixes and the default, naming the field", () => {
