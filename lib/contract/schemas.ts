@@ -88,7 +88,7 @@ const item = z.union([
 /**
  * The prompt selector of the embed ops (issue 19, F35; lib/models/prompts.ts `selectPrompt`):
  * `input_type` picks the model's prompt by role, `prompt_name` names one; on a model without a
- * prompt table either has no effect, and the answer's `prompt` says so.
+ * prompt table nothing is applied, and the answer's `prompt` says so.
  */
 const promptSelector = {
   input_type: z.enum(["query", "document"]).optional(),

@@ -8,7 +8,7 @@
  * - `input_type` selects the model's prompt (lib/models/prompts.ts; F35): `search_query` → the
  *   prompt `query`; `search_document` → `document`, else `passage`, else none (embedded bare);
  *   `classification` / `clustering` → the prompt of that name when the table has one, else none.
- *   On a model without a prompt table it has no effect; `synapse.prompt` (and `x-synapse-prompt`)
+ *   On a model without a prompt table nothing is applied; `synapse.prompt` (and `x-synapse-prompt`)
  *   says what was applied and why. `image` is refused (text only).
  * - `truncate`: `END` (Cohere's default) cuts an over-long text's end and discloses it in
  *   `synapse.truncation_disclosures`; `NONE` refuses it (`sequence_too_long` naming `texts[i]`);

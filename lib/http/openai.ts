@@ -42,7 +42,7 @@ const JINA_TASKS = [
  * The prompt selector of a Jina `task`: `retrieval.query` → `input_type: "query"`,
  * `retrieval.passage` → `input_type: "document"` (the prompt `document`, else `passage`, else
  * bare); any other task → the prompt of that name when the model's table has one, else bare.
- * On a model without a prompt table it has no effect (`synapse.prompt` says so).
+ * On a model without a prompt table nothing is applied (`synapse.prompt` says so).
  */
 export function jinaTaskSelector(task: (typeof JINA_TASKS)[number]): PromptSelector {
   if (task === "retrieval.query") return { input_type: "query" };

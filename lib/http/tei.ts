@@ -14,8 +14,8 @@
  *   different from the model's own, it is refused naming `normalize`, since Synapse never
  *   rescales a model's vectors (their fingerprint would no longer say what they are).
  * - `prompt_name` selects a prompt of the model's prompt table (lib/models/prompts.ts; an unknown
- *   name is refused naming the known ones, as TEI does); on a model without a table it has no
- *   effect, which `x-synapse-prompt: applied=none; reason=no_prompt_table` says (the header
+ *   name is refused naming the known ones, as TEI does); on a model without a table nothing is
+ *   applied, which `x-synapse-prompt: applied=none; reason=no_prompt_table` says (the header
  *   discloses the prompt applied on every answer that has one). `dimensions` must equal the
  *   model's width.
  * - Scores: `raw_scores: false` (default) gives the logistic of the raw logit, as TEI does;

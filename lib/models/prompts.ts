@@ -65,7 +65,7 @@ export interface PromptDisclosure {
   applied: string | null;
   /**
    * Why `applied` is not simply the requested prompt: `no_prompt_table` (the model has none; the
-   * selector had no effect), `no_prompt_for_input_type` (the table has no prompt for that role:
+   * texts were embedded as given), `no_prompt_for_input_type` (the table has no prompt for that role:
    * embedded bare), `default_prompt_name` (nothing requested; the table's default applied),
    * `none_requested` (nothing requested, no default: embedded bare).
    */
@@ -228,7 +228,7 @@ export function promptTableIdentity(table: PromptTable): string {
  * Chooses the prompt of a request.
  *
  * - A model with no table: no prompt; a selector given is disclosed with `reason:
- *   "no_prompt_table"` (clients send it generically; it has no effect).
+ *   "no_prompt_table"` (clients send it generically; nothing is applied).
  * - `prompt_name`: that prompt; unknown → refused.
  * - `input_type`: `query` → `query`; `document` → `document`, else `passage`; other roles → the
  *   prompt of that name; none found → embedded bare (`no_prompt_for_input_type`).
