@@ -88,6 +88,14 @@ export const PreloadModelConfigSchema = z.strictObject({
    * this model's parity against it, and the lane needs a certificate. Never the model's own id.
    */
   reference_model: nonEmpty.optional(),
+  /**
+   * Prompt table of an embed model: prompt name → the prefix put before each text
+   * (`{query: "query: ", passage: "passage: "}`); part of the numeric profile. Absent: the
+   * model directory's `config_sentence_transformers.json` `prompts`, when there is one.
+   */
+  prompts: z.record(z.string(), z.string()).optional(),
+  /** The prompt applied when a request selects none; must name one of `prompts`. */
+  default_prompt_name: nonEmpty.optional(),
   /** Execution provider or placement hint. */
   execution: nonEmpty.optional(),
   /** Worker binary override. */

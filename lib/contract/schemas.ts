@@ -92,15 +92,26 @@ const item = z.union([
   z.strictObject({ id: itemId, text: z.string() }),
 ]);
 
-/** `embed.query {text, id?}`. */
+/**
+ * The prompt selector of the embed ops (issue 19, F35; lib/models/prompts.ts `selectPrompt`):
+ * `input_type` picks the model's prompt by role, `prompt_name` names one; on a model without a
+ * prompt table nothing is applied, and the answer's `prompt` says so.
+ */
+const promptSelector = {
+  input_type: z.enum(["query", "document"]).optional(),
+  prompt_name: wellFormedName(128).optional(),
+};
+
+/** `embed.query {text, id?, input_type?, prompt_name?}`. */
 export const EmbedQueryParams = z.strictObject({
   ...common,
   text: z.string(),
   id: itemId.optional(),
+  ...promptSelector,
 });
 export type EmbedQueryParams = z.infer<typeof EmbedQueryParams>;
 
-/** `embed.batch {items | texts, request_key?, input_type?}`. */
+/** `embed.batch {items | texts, request_key?, input_type?, prompt_name?}`. */
 /** A job's idempotency key: empty means none (inline); a job needs a non-empty one (contract.md §1). */
 const requestKey = z.string()
   .refine((s) => s.isWellFormed(), {
@@ -117,7 +128,7 @@ export const EmbedBatchParams = z.strictObject({
   items: z.array(item).optional(),
   texts: z.array(z.string()).optional(),
   request_key: requestKey,
-  input_type: z.enum(["query", "document"]).optional(),
+  ...promptSelector,
 });
 export type EmbedBatchParams = z.infer<typeof EmbedBatchParams>;
 
@@ -280,6 +291,13 @@ export const ModelLoadParams = z.strictObject({
    * model's parity against it. Never the loaded model's own id.
    */
   reference_model: wellFormedName(128).optional(),
+  /**
+   * Prompt table of an embed model (issue 19, F35): prompt name → prefix; part of the numeric
+   * profile. Absent: a local model directory's `config_sentence_transformers.json` `prompts`.
+   */
+  prompts: z.record(z.string(), z.string()).optional(),
+  /** The prompt applied when a request selects none; must name one of `prompts`. */
+  default_prompt_name: wellFormedName(128).optional(),
   request_key: wellFormedName().optional(),
   deadline_ms: z.number().int().positive().optional(),
 });

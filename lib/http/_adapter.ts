@@ -12,6 +12,7 @@ import { SynapseError } from "../contract/errors.ts";
 import type { ItemError } from "../ops/_embedding.ts";
 import type { EmbedResult } from "../ops/embed.ts";
 import type { CallOptions } from "../ops/context.ts";
+import type { PromptDisclosure, PromptSelector } from "../models/prompts.ts";
 import type { OpOutcome } from "../ops/dispatcher.ts";
 import { factsOptions, requestFacts } from "../ops/request_facts.ts";
 import type { RequestFacts } from "../ops/request_facts.ts";
@@ -30,6 +31,19 @@ export interface AdapterAnswer {
   error?: SynapseError;
   /** The fingerprint of the result, for `x-synapse-fingerprint`. */
   fingerprint?: string;
+  /** The embed answer's prompt disclosure, for `x-synapse-prompt` ({@link promptHeader}). */
+  prompt?: PromptDisclosure;
+}
+
+/**
+ * The `x-synapse-prompt` header of an embed answer's prompt disclosure (for doors whose body has
+ * no room for it, e.g. TEI's array of vectors): `applied=<name>` when a prompt was applied (the
+ * name URI-encoded), else `applied=none`, then `; reason=<reason>` when there is one, e.g.
+ * `applied=none; reason=no_prompt_table`.
+ */
+export function promptHeader(d: PromptDisclosure): string {
+  const applied = d.applied === null ? "none" : encodeURIComponent(d.applied);
+  return `applied=${applied}${d.reason === undefined ? "" : `; reason=${d.reason}`}`;
 }
 
 /** What one request did, for its log line (the server's request record). */
@@ -230,12 +244,19 @@ export function rankOrder(scores: readonly number[], topN?: number): number[] {
 export async function embedAllOrNothing(
   io: AdapterIo,
   params: { texts: string[]; model?: string; truncate?: boolean },
-  options: { maxInputs: number; dimensions?: number | null; list: string },
+  options: {
+    maxInputs: number;
+    dimensions?: number | null;
+    list: string;
+    /** The door's prompt selector (TEI `prompt_name`, Jina `task`, Cohere `input_type`). */
+    prompt?: PromptSelector;
+  },
 ): Promise<{ result: EmbedResult } | { error: SynapseError }> {
   const outcome = await callOp(io, "embed.batch", params, {
     embed: {
       inlineChunksUpTo: options.maxInputs,
       allOrNothing: true,
+      ...(options.prompt === undefined ? {} : { prompt: options.prompt }),
       ...(options.dimensions === undefined || options.dimensions === null
         ? {}
         : { requiredDims: options.dimensions }),

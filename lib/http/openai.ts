@@ -16,6 +16,7 @@ import type { OpOutcome } from "../ops/dispatcher.ts";
 import type { CallOptions } from "../ops/context.ts";
 import type { EmbedResult } from "../ops/embed.ts";
 import type { ModelsListResult } from "../ops/models.ts";
+import type { PromptDisclosure, PromptSelector } from "../models/prompts.ts";
 import { HttpRefusal } from "./_request_body.ts";
 import { httpStatusFor, openAiErrorTypeFor } from "./status_table.ts";
 import type { OpenAiErrorType } from "./status_table.ts";
@@ -26,12 +27,36 @@ import type { OpenAiErrorType } from "./status_table.ts";
  */
 export const OPENAI_MAX_INPUTS = 2048;
 
+/** Jina's embedding tasks (`task` of its `/v1/embeddings`). */
+const JINA_TASKS = [
+  "retrieval.query",
+  "retrieval.passage",
+  "text-matching",
+  "classification",
+  "separation",
+  "code.query",
+  "code.passage",
+] as const;
+
+/**
+ * The prompt selector of a Jina `task`: `retrieval.query` → `input_type: "query"`,
+ * `retrieval.passage` → `input_type: "document"` (the prompt `document`, else `passage`, else
+ * bare); any other task → the prompt of that name when the model's table has one, else bare.
+ * On a model without a prompt table nothing is applied (`synapse.prompt` says so).
+ */
+export function jinaTaskSelector(task: (typeof JINA_TASKS)[number]): PromptSelector {
+  if (task === "retrieval.query") return { input_type: "query" };
+  if (task === "retrieval.passage") return { input_type: "document" };
+  return { input_type: task };
+}
+
 /**
  * OpenAI embeddings request; unknown fields are refused (field report F16). Caller strings pass
  * the native door's checks: `model` and `user` are well-formed names, and each input text is
  * checked by the embed path itself (empty, lone surrogate …) and refused naming `input[i]`.
  * `user` and `metadata` (F24) are accepted and have no effect, named in `synapse.ignored_fields`;
- * token-id inputs (`number[]`) are refused naming `input`.
+ * token-id inputs (`number[]`) are refused naming `input`. `task` is Jina's (its embeddings API
+ * is this shape): it selects the model's prompt ({@link jinaTaskSelector}).
  */
 const OpenAiEmbeddingsRequest = z.strictObject({
   input: z.union([z.string(), z.array(z.string())]),
@@ -40,6 +65,7 @@ const OpenAiEmbeddingsRequest = z.strictObject({
   dimensions: z.number().int().positive().optional(),
   user: wellFormedName().nullable().optional(),
   metadata: z.record(z.string(), z.string()).nullable().optional(),
+  task: z.enum(JINA_TASKS).optional(),
 });
 
 /** The embeddings fields accepted without effect, in the order `synapse.ignored_fields` names them. */
@@ -95,6 +121,7 @@ export function embeddingsCall(body: unknown, signal?: AbortSignal): EmbeddingsC
         inlineChunksUpTo: OPENAI_MAX_INPUTS,
         allOrNothing: true,
         ...(p.dimensions === undefined ? {} : { requiredDims: p.dimensions }),
+        ...(p.task === undefined ? {} : { prompt: jinaTaskSelector(p.task) }),
       },
     },
     single,
@@ -124,6 +151,8 @@ export interface OpenAiAnswer {
   error?: SynapseError;
   /** The fingerprint of the vectors, for `x-synapse-fingerprint`. */
   fingerprint?: string;
+  /** The prompt disclosure, for `x-synapse-prompt`. */
+  prompt?: PromptDisclosure;
 }
 
 /**
@@ -201,6 +230,7 @@ export function embeddingsAnswer(outcome: OpOutcome, call: EmbeddingsCall): Open
   }));
   synapse.real_token_counts = res.real_token_counts;
   synapse.truncation_disclosures = res.truncation_disclosures;
+  if (res.prompt !== undefined) synapse.prompt = res.prompt;
   synapse.queue_time_ms = res.queue_time_ms;
   synapse.inference_time_ms = res.inference_time_ms;
   if (call.ignored.length > 0) synapse.ignored_fields = call.ignored;
@@ -215,7 +245,12 @@ export function embeddingsAnswer(outcome: OpOutcome, call: EmbeddingsCall): Open
     usage: { prompt_tokens: promptTokens, total_tokens: promptTokens },
     synapse,
   };
-  return { status: 200, body, fingerprint: res.fingerprint };
+  return {
+    status: 200,
+    body,
+    fingerprint: res.fingerprint,
+    ...(res.prompt === undefined ? {} : { prompt: res.prompt }),
+  };
 }
 
 /**

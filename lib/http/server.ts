@@ -14,6 +14,8 @@
  * - `POST /v1/rerank`, `POST /v2/rerank`: Cohere's and Jina's rerank shape over `rerank.score`;
  *   `POST /rerank`: TEI's shape when the body has `texts`, else Cohere's (lib/http/rerank_shapes.ts).
  * - `POST /embed`, `GET /info`: TEI's shapes over `embed.batch` and `models.list` (lib/http/tei.ts).
+ * - `POST /v1/embed`, `POST /v2/embed`: Cohere's embed shapes over `embed.batch`, `input_type`
+ *   selecting the model's prompt (lib/http/cohere_embed.ts).
  * - `POST /api/embed`, `GET /api/tags`: Ollama's shapes over `embed.batch` and `models.list`
  *   (lib/http/ollama.ts).
  * - `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI's completions shapes over
@@ -51,12 +53,18 @@ import { SYNAPSE_VERSION } from "../synapse.ts";
 import type { Synapse } from "../synapse.ts";
 import { HttpRefusal, MAX_BODY_BYTES, readJsonBody } from "./_request_body.ts";
 import { JsonBodyParser } from "./_json_body_parser.ts";
+import { cohereEmbedRoute } from "./cohere_embed.ts";
 import { embeddingsAnswer, embeddingsCall, modelsAnswer, openAiError } from "./openai.ts";
 import { isCompletionsPath, serveCompletions } from "./openai_completions.ts";
 import type { OpenAiAnswer } from "./openai.ts";
 import { httpStatusFor } from "./status_table.ts";
-import type { AdapterAnswer, AdapterIo, AdapterRoute } from "./_adapter.ts";
-import { ROUTED_OPS } from "./_adapter.ts";
+import {
+  type AdapterAnswer,
+  type AdapterIo,
+  type AdapterRoute,
+  promptHeader,
+  ROUTED_OPS,
+} from "./_adapter.ts";
 import { refuseRoutingHeaders, routingFromHeaders } from "./routing_headers.ts";
 import { rerankShapesRoute } from "./rerank_shapes.ts";
 import { teiRoute } from "./tei.ts";
@@ -558,7 +566,8 @@ async function route(
 ): Promise<Response> {
   const openAi = path === "/v1/embeddings" || path === "/v1/models" || isCompletionsPath(path);
   // The API-shaped doors (Cohere/Jina and TEI rerank, TEI, Ollama): one route lookup per file.
-  const adapter = rerankShapesRoute(path) ?? teiRoute(path) ?? ollamaRoute(path);
+  const adapter = rerankShapesRoute(path) ?? teiRoute(path) ?? ollamaRoute(path) ??
+    cohereEmbedRoute(path);
   try {
     checkHostAndOrigin(req);
     checkAccess(door, req, path);
@@ -635,6 +644,8 @@ async function route(
             "GET /v1/models",
             "POST /v1/rerank",
             "POST /v2/rerank",
+            "POST /v1/embed",
+            "POST /v2/embed",
             "POST /rerank",
             "POST /embed",
             "GET /info",
@@ -935,6 +946,7 @@ async function serveAdapter(
 function openAiResponse(answer: OpenAiAnswer | AdapterAnswer): Response {
   const headers = answer.error ? retryHeaders(answer.error) : new Headers();
   if (answer.fingerprint !== undefined) headers.set("x-synapse-fingerprint", answer.fingerprint);
+  if (answer.prompt !== undefined) headers.set("x-synapse-prompt", promptHeader(answer.prompt));
   if (answer.error instanceof HttpRefusal && answer.error.status === 405) {
     headers.set("allow", String(answer.error.details?.allow ?? ""));
   }

@@ -13,8 +13,11 @@
  *   vectors are what the model gives (normalised when its config says `normalize`); given and
  *   different from the model's own, it is refused naming `normalize`, since Synapse never
  *   rescales a model's vectors (their fingerprint would no longer say what they are).
- * - `prompt_name` is refused when given (Synapse has no prompt table); `dimensions` must equal
- *   the model's width.
+ * - `prompt_name` selects a prompt of the model's prompt table (lib/models/prompts.ts; an unknown
+ *   name is refused naming the known ones, as TEI does); on a model without a table nothing is
+ *   applied, which `x-synapse-prompt: applied=none; reason=no_prompt_table` says (the header
+ *   discloses the prompt applied on every answer that has one). `dimensions` must equal the
+ *   model's width.
  * - Scores: `raw_scores: false` (default) gives the logistic of the raw logit, as TEI does;
  *   `raw_scores: true` the raw logit.
  *
@@ -131,13 +134,6 @@ async function teiEmbed(io: AdapterIo): Promise<AdapterAnswer> {
     );
   }
   checkDirection(p.truncation_direction);
-  if (p.prompt_name !== undefined && p.prompt_name !== null) {
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot apply prompt '${p.prompt_name}': Synapse has no prompt table; prepend the prompt to each input and leave prompt_name out`,
-      { channel: true, details: { field: "prompt_name", reason: "unsupported" } },
-    );
-  }
   const model = p.model ?? undefined;
   if (p.normalize !== undefined && p.normalize !== null) {
     await checkNormalize(io, model, p.normalize);
@@ -151,10 +147,18 @@ async function teiEmbed(io: AdapterIo): Promise<AdapterAnswer> {
     maxInputs: TEI_MAX_INPUTS,
     dimensions: p.dimensions,
     list: "inputs",
+    ...(p.prompt_name === undefined || p.prompt_name === null
+      ? {}
+      : { prompt: { prompt_name: p.prompt_name } }),
   });
   if ("error" in served) return teiErrorOf(served.error, single);
   const res = served.result;
-  return { status: 200, body: res.vectors.map((v) => v.vector), fingerprint: res.fingerprint };
+  return {
+    status: 200,
+    body: res.vectors.map((v) => v.vector),
+    fingerprint: res.fingerprint,
+    ...(res.prompt === undefined ? {} : { prompt: res.prompt }),
+  };
 }
 
 /**

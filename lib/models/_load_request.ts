@@ -37,6 +37,10 @@ export interface LoadRequest {
   pin?: boolean;
   /** Model id of the reference lane with the same weights (`ModelSource.referenceModel`). */
   reference_model?: string;
+  /** Prompt table of an embed model (`ModelSource.prompts`): name → prefix. */
+  prompts?: Record<string, string>;
+  /** The prompt applied when a request selects none; must name one of `prompts`. */
+  default_prompt_name?: string;
   request_key?: string;
   deadline_ms?: number;
 }

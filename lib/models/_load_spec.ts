@@ -6,9 +6,11 @@
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
+import { canonicalJson, type JsonValue } from "../identity/jcs.ts";
 import type { ArtifactFormat, Digest } from "../cache/types.ts";
 import type { Pooling } from "../engines/ort/pooling.ts";
 import type { ModelEngine, ModelSource, ModelTask } from "./model.ts";
+import type { PromptTable } from "./prompts.ts";
 
 /** A file of a loaded model, in the cache. */
 export interface ResolvedFile {
@@ -42,6 +44,12 @@ export interface LoadSpec {
    * `ModelSource.referenceModel`): recorded with the load, so it holds after a restart.
    */
   reference_model?: string;
+  /**
+   * The model's prompt table (`model.load` `prompts` / `default_prompt_name`, a local model
+   * directory's `config_sentence_transformers.json`, a catalog backend's): recorded with the
+   * load, so the same table (and fingerprint) holds after a restart.
+   */
+  prompts?: PromptTable;
 }
 
 /**
@@ -69,6 +77,7 @@ export function sourceFromSpec(spec: LoadSpec, blobPath: (d: Digest) => string):
     artifactDigest: spec.files.model.digest,
     ...(spec.not_default ? { notDefault: true } : {}),
     ...(spec.reference_model === undefined ? {} : { referenceModel: spec.reference_model }),
+    ...(spec.prompts === undefined ? {} : { prompts: spec.prompts }),
     ...(spec.max_tokens === undefined
       ? { maxTokensDefault: 8192 }
       : { maxTokens: spec.max_tokens }),
@@ -89,6 +98,7 @@ export function sameLoad(a: LoadSpec, b: LoadSpec): boolean {
       s.files.tokenizer?.digest ?? null,
       s.files.config?.digest ?? null,
       s.reference_model ?? null,
+      s.prompts === undefined ? null : canonicalJson(s.prompts as unknown as JsonValue),
     ]);
   return d(a) === d(b);
 }

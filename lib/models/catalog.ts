@@ -19,6 +19,7 @@
 import { jcsSha256, type JsonValue } from "../identity/jcs.ts";
 import type { Pooling } from "../engines/ort/pooling.ts";
 import type { ModelEngine, ModelTask } from "./model.ts";
+import type { PromptTable } from "./prompts.ts";
 
 /** Revision of this catalog's schema and content as served by `models.catalog`. */
 export const CATALOG_REVISION = 1;
@@ -70,6 +71,12 @@ export interface CatalogBackend {
   max_tokens: number;
   /** Pinned values of the catalog self-check, where the catalog has them. */
   self_check_expected?: SelfCheckExpected;
+  /**
+   * The model's upstream prompt table (an asymmetric embedding model: queries carry an
+   * instruction), exactly as its model card / `config_sentence_transformers.json` publish it;
+   * part of the lane's numeric profile and of `manifest_digest`.
+   */
+  prompts?: PromptTable;
 }
 
 /** One catalog model. */
@@ -270,6 +277,11 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
         pooling: "cls",
         normalize: true,
         max_tokens: 512,
+        // The model card's query instruction for retrieval (passages are embedded bare); its
+        // config_sentence_transformers.json carries no prompts.
+        prompts: {
+          prompts: { query: "Represent this sentence for searching relevant passages: " },
+        },
       }],
     },
     {
@@ -295,6 +307,15 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
         pooling: "last_token",
         normalize: true,
         max_tokens: 8192,
+        // Qwen/Qwen3-Embedding-0.6B config_sentence_transformers.json: `prompts` as published
+        // (no space after "Query:"; documents bare), `default_prompt_name: null`.
+        prompts: {
+          prompts: {
+            query:
+              "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:",
+            document: "",
+          },
+        },
       }],
     },
     {

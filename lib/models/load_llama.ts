@@ -38,6 +38,8 @@ import {
   type ReadyModel,
   type TokenizerSource,
 } from "./model.ts";
+import { loadPromptTable, promptProfileField } from "./prompts.ts";
+import type { PromptTable } from "./prompts.ts";
 
 /** Makes the engine of a GGUF model (the registry owns it from then on). */
 export type LlamaEngineFactory = (spec: LlamaModelSpec, source: ModelSource) => LlamaEngine;
@@ -66,6 +68,8 @@ export interface LlamaLoaded {
   dims: number;
   gguf: GgufFacts;
   engine: LlamaEngine;
+  /** The model's prompt table (embed models that declare one). */
+  prompts?: PromptTable;
 }
 
 /**
@@ -137,6 +141,7 @@ export async function loadLlamaModel(
     );
   }
   const { contextSize, maxTokens } = llamaLimits(modelId, src, facts);
+  const prompts = await loadPromptTable(src);
   const mode = src.task === "generate" ? "generate" : "embed";
   const spec: LlamaModelSpec = {
     modelId,
@@ -188,6 +193,7 @@ export async function loadLlamaModel(
       max_micro_batch_tokens: engine.limits.maxMicroBatchTokens,
       max_sequences: engine.limits.maxSequences,
     },
+    ...promptProfileField(prompts),
     thread_policy: ctx.threadPolicy,
     operation: src.task,
   };
@@ -202,6 +208,7 @@ export async function loadLlamaModel(
     dims: mode === "embed" ? dims : 0,
     gguf: facts,
     engine,
+    ...(prompts === undefined ? {} : { prompts }),
   };
 }
 
@@ -243,6 +250,7 @@ export function llamaReadyModel(
     maxTokens: l.maxTokens,
     testModel: l.testModel,
     identity: l.identity,
+    ...(l.prompts === undefined ? {} : { prompts: l.prompts }),
     interactive: new Lane({
       ...base,
       cls: entry.task === "generate" ? "decode" : "interactive",

@@ -19,6 +19,8 @@ import type { Admission } from "../sched/admission.ts";
 import type { LaneScheduler } from "../sched/lane_scheduler.ts";
 import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
 import type { ModelEntry, ModelSource, ReadyModel } from "./model.ts";
+import { loadPromptTable, promptProfileField } from "./prompts.ts";
+import type { PromptTable } from "./prompts.ts";
 
 /** Prompt-template identity of the cross-encoder pair layout (part of rerank profiles). */
 export const RERANK_PAIR_TEMPLATE = "synapse-rerank-cls-query-sep-doc-sep-v1";
@@ -43,6 +45,8 @@ export interface OrtLoaded {
   coldLoadMs: number;
   interactive: OrtEngine;
   bulk: OrtEngine;
+  /** The model's prompt table (embed models that declare one). */
+  prompts?: PromptTable;
 }
 
 /**
@@ -85,6 +89,7 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
   if (!(weights instanceof SynapseError)) checkDeclaredDtype(src, weights.dtype, "ort");
   const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
   const config = await readConfig(src);
+  const prompts = await loadPromptTable(src);
   const maxPos = typeof config.max_position_embeddings === "number"
     ? config.max_position_embeddings
     : 512;
@@ -158,6 +163,7 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
       max_sequences: ORT_MICRO_BATCH.maxSequences,
     },
     ...(task === "rerank" ? { prompt_template: RERANK_PAIR_TEMPLATE } : {}),
+    ...promptProfileField(prompts),
     thread_policy: ctx.threadPolicy,
     operation: task,
   };
@@ -169,6 +175,7 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
     coldLoadMs,
     interactive,
     bulk,
+    ...(prompts === undefined ? {} : { prompts }),
   };
 }
 
@@ -242,6 +249,7 @@ export function ortReadyModel(
     identity: o.interactive.identity,
     interactive: ortLane("ort-interactive", o.interactive, "interactive", ctx),
     bulk: ortLane("ort-bulk", o.bulk, "bulk", ctx),
+    ...(o.prompts === undefined ? {} : { prompts: o.prompts }),
   };
 }
 

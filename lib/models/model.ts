@@ -11,6 +11,7 @@ import type { GgufFacts } from "../engines/llama/gguf.ts";
 import type { Pooling } from "../engines/ort/pooling.ts";
 import type { NumericProfile } from "../identity/numeric_profile.ts";
 import type { Lane } from "../lanes/lane.ts";
+import type { PromptTable } from "./prompts.ts";
 import type { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
 
 export type { EngineIdentity, ModelTask };
@@ -91,6 +92,17 @@ export interface ModelSource {
    * reason `reference_not_loaded`).
    */
   referenceModel?: string;
+  /**
+   * The model's prompt table (preload `prompts` / `default_prompt_name`, `model.load` params, a
+   * catalog entry), checked (lib/models/prompts.ts). Absent: the loader reads
+   * {@link promptsConfigPath} when set. Embed models only.
+   */
+  prompts?: PromptTable;
+  /**
+   * The model directory's `config_sentence_transformers.json`, read at load for its `prompts` and
+   * `default_prompt_name` when {@link prompts} is absent; a missing file is no table.
+   */
+  promptsConfigPath?: string;
   /** llama: worker program override (`worker_bin`). */
   workerBin?: string;
   /** llama: socket directory (`worker_runtime_dir`). */
@@ -132,6 +144,11 @@ export interface ReadyModel {
   readonly bulk: Lane;
   /** GGUF facts (llama models). */
   readonly gguf?: GgufFacts;
+  /**
+   * The model's prompt table (embed models that declare one); its identity is the profile's
+   * `prompt_template`.
+   */
+  readonly prompts?: PromptTable;
 }
 
 /** A model known to the registry, in any state. */

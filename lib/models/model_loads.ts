@@ -48,6 +48,8 @@ import {
 import { type FileRef, type LoadRequest, resolveLoadFiles } from "./_load_request.ts";
 import { inferTask, modelIdFor } from "./_load_infer.ts";
 import { checkReferenceModel } from "./sources.ts";
+import { parsePromptTable, readSentenceTransformersPrompts, ST_CONFIG_FILE } from "./prompts.ts";
+import type { PromptTable } from "./prompts.ts";
 import {
   checkFormat,
   type LoadSpec,
@@ -213,6 +215,8 @@ export class ModelLoads {
     if (req.model_id !== undefined && req.reference_model !== undefined) {
       checkReferenceModel(req.model_id, req.reference_model, "reference_model");
     }
+    // A bad prompt table is refused before a job exists, naming the field.
+    parsePromptTable(req.prompts, req.default_prompt_name, "prompts", req.model_id ?? "model.load");
     // Refuse what cannot work before a job exists: unpinned sources, missing files.
     const plan = resolveLoadFiles(req, this.#hfEndpoint);
     const job = this.#jobs.create(
@@ -732,6 +736,7 @@ export class ModelLoads {
       if (req.reference_model !== undefined) {
         checkReferenceModel(modelId, req.reference_model, "reference_model");
       }
+      const prompts = await loadRequestPrompts(req, modelId);
       job.view.model_id = modelId;
       job.view.task = task;
       job.view.task_reason = inferred === undefined ? "asked" : inferred.reason;
@@ -754,6 +759,7 @@ export class ModelLoads {
         ...(req.pin === false ? {} : { pin_owner: this.#owner("model", modelId) }),
         ...(notDefault ? { not_default: true } : {}),
         ...(req.reference_model === undefined ? {} : { reference_model: req.reference_model }),
+        ...(prompts === undefined ? {} : { prompts }),
       };
       let loaded = this.#specs.get(modelId);
       const entry = this.registry.list().find((m) => m.modelId === modelId);
@@ -843,6 +849,7 @@ export class ModelLoads {
         lane_id: catalogLaneId(model, backend.backend),
         manifest_digest: manifest,
         pin_owner: this.#owner("catalog", model.id),
+        ...(backend.prompts === undefined ? {} : { prompts: backend.prompts }),
       };
       for (const f of Object.values(spec.files)) await this.cache.pin(f!.digest, spec.pin_owner);
       this.#jobs.set(job, "committed");
@@ -917,4 +924,29 @@ export class ModelLoads {
       for (const l of leases) l.release();
     }
   }
+}
+
+/**
+ * The prompt table of a `model.load`: the request's `prompts` / `default_prompt_name`, else (a
+ * local `path`) the `config_sentence_transformers.json` in the model's directory, else none.
+ *
+ * @throws {SynapseError} as `parsePromptTable` / `readSentenceTransformersPrompts`.
+ */
+async function loadRequestPrompts(
+  req: LoadRequest,
+  modelId: string,
+): Promise<PromptTable | undefined> {
+  if (req.prompts !== undefined || req.default_prompt_name !== undefined) {
+    return parsePromptTable(req.prompts, req.default_prompt_name, "prompts", modelId);
+  }
+  if (req.path === undefined || (req.source !== undefined && req.source !== "path")) {
+    return undefined;
+  }
+  let dir = req.path.replace(/\/+$/, "");
+  try {
+    if (!Deno.statSync(dir).isDirectory) dir = dir.slice(0, dir.lastIndexOf("/")) || ".";
+  } catch {
+    return undefined;
+  }
+  return await readSentenceTransformersPrompts(`${dir}/${ST_CONFIG_FILE}`, modelId);
 }

@@ -9,6 +9,7 @@ import type { SynapseConfig } from "../config/types.ts";
 import { SynapseError } from "../contract/errors.ts";
 import type { Pooling } from "../engines/ort/pooling.ts";
 import type { ModelSource, ModelTask } from "./model.ts";
+import { parsePromptTable, ST_CONFIG_FILE } from "./prompts.ts";
 
 /** Directory of the generated test models (scripts/gen_models.ts). */
 export const FIXTURE_MODELS_DIR: string = fileURLToPath(
@@ -99,20 +100,33 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
   };
   if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
   else source.maxTokensDefault = preloadMaxTokensDefault(entry);
-  return withDeclarations(source, entry);
+  return withDeclarations(source, entry, dir);
 }
 
 /**
- * The declarations every engine honours: `dtype` (checked against the weights at load) and
- * `reference_model` (the probe's reference; never the model itself).
+ * The declarations every engine honours: `dtype` (checked against the weights at load),
+ * `reference_model` (the probe's reference; never the model itself) and the prompt table
+ * (`prompts`, `default_prompt_name`; else the model directory's
+ * `config_sentence_transformers.json`, read at load).
  *
+ * @param dir The model directory.
  * @throws {SynapseError} `invalid_request {field: "preload_models.reference_model"}` for a
- *   reference naming the model itself.
+ *   reference naming the model itself; `invalid_request` naming `preload_models.prompts` or
+ *   `preload_models.default_prompt_name` for a bad prompt table (lib/models/prompts.ts).
  */
 function withDeclarations(
   source: ModelSource,
   entry: SynapseConfig["preload_models"][number],
+  dir: string,
 ): ModelSource {
+  const prompts = parsePromptTable(
+    entry.prompts,
+    entry.default_prompt_name,
+    "preload_models.prompts",
+    source.modelId,
+  );
+  if (prompts !== undefined) source.prompts = prompts;
+  else if (entry.prompts === undefined) source.promptsConfigPath = `${dir}/${ST_CONFIG_FILE}`;
   if (entry.dtype !== undefined) source.dtype = entry.dtype;
   if (entry.reference_model !== undefined) {
     checkReferenceModel(source.modelId, entry.reference_model, "preload_models.reference_model");
@@ -180,7 +194,7 @@ function llamaSourceFromPreload(entry: SynapseConfig["preload_models"][number]):
   if (entry.artifact_digest !== undefined) source.artifactDigest = entry.artifact_digest;
   if (entry.worker_bin !== undefined) source.workerBin = entry.worker_bin;
   if (entry.worker_runtime_dir !== undefined) source.workerRuntimeDir = entry.worker_runtime_dir;
-  return withDeclarations(source, entry);
+  return withDeclarations(source, entry, dir);
 }
 
 /** `path` when a file is there (a broken link or a directory is not a tokenizer.json). */

@@ -11,6 +11,12 @@ import type { WireError } from "../contract/errors.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import type { RowOutput } from "../lanes/lane.ts";
 import type { ReadyModel } from "../models/model.ts";
+import {
+  type AppliedPrompt,
+  applyPrompt,
+  type PrefixOutcome,
+  type PromptChoice,
+} from "../models/prompts.ts";
 import type { EncodedSequence, EncodeOutcome } from "../tokenize/tokenizer.ts";
 import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
 import { checkContentTokens, checkText } from "./_text.ts";
@@ -43,6 +49,17 @@ export interface TruncationDisclosure {
    * kept tokens cover — `content_sha256` is the SHA-256 of exactly that prefix (F26).
    */
   kept_chars?: number;
+  /**
+   * The prompt applied to the item (issue 19, F35), when one was: its name. Token counts and
+   * truncation include its prefix; `content_sha256`, `submitted_sha256` and `kept_chars` are of
+   * the caller's own text.
+   */
+  prompt_name?: string;
+  /**
+   * With `prompt_name`: `applied` (the prefix was put before the text), `already_present` (the
+   * text already started with it, so it was not put twice), `empty` (the prompt's prefix is "").
+   */
+  prompt_prefix?: PrefixOutcome;
 }
 
 /** An item the operation could not serve; the rest of the batch was. */
@@ -67,6 +84,8 @@ export interface PreparedItem {
   seq: EncodedSequence;
   /** Hex SHA-256 of the item's UTF-8 text, when computed where it was tokenized. */
   submittedSha256?: string;
+  /** The prompt applied before tokenizing (`seq` is of the prefixed text; offsets are the caller's). */
+  prompt?: { name: string; prefix: PrefixOutcome };
 }
 
 /** Result of {@link prepareItems}. */
@@ -115,6 +134,11 @@ export interface PrepareOptions {
   checked?: (ItemError | undefined)[];
   /** Stops the tokenizing (the request was cancelled or timed out). */
   signal?: AbortSignal;
+  /**
+   * The prompt to put before each text (lib/models/prompts.ts `selectPrompt`): tokenized with
+   * the text, so counts and truncation include it; truncation cuts the text, never the prefix.
+   */
+  prompt?: PromptChoice;
 }
 
 /**
@@ -136,7 +160,12 @@ export async function prepareItems(
   const errors = options.checked ?? checkItemTexts(items, offset);
   const todo: number[] = [];
   for (let i = 0; i < items.length; i++) if (errors[i] === undefined) todo.push(i);
-  const outcomes = await pool.encodeItems(model.tokenizer, todo.map((i) => items[i]!.text), {
+  const prompt = options.prompt;
+  const applied = todo.map((i) =>
+    prompt === undefined ? undefined : applyPrompt(items[i]!.text, prompt.prefix)
+  );
+  const texts = todo.map((i, k) => applied[k]?.text ?? items[i]!.text);
+  const outcomes = await pool.encodeItems(model.tokenizer, texts, {
     maxTokens: model.maxTokens,
     truncate: options.truncate,
     itemIds: todo.map((i) => items[i]!.id),
@@ -147,7 +176,10 @@ export async function prepareItems(
   let tokens = 0;
   todo.forEach((i, k) => {
     const item = items[i]!;
-    const x = preparedOf(item, offset + i, outcomes[k]!);
+    const a = applied[k];
+    const x = a === undefined
+      ? preparedOf(item, offset + i, outcomes[k]!)
+      : promptedOf(item, offset + i, outcomes[k]!, prompt!.name, a);
     if ("error" in x) errors[i] = x.error;
     else {
       tokens += x.seq.effectiveTokens;
@@ -155,6 +187,65 @@ export async function prepareItems(
     }
   });
   return { prepared, errors, tokens };
+}
+
+/** A text of only whitespace, control, format (zero-width) or replacement characters. */
+const UNREADABLE = /^[\s\p{Cc}\p{Cf}\u{FFFD}]*$/u;
+
+/**
+ * {@link preparedOf} of a text tokenized with a prompt prefix in front: the truncation facts are
+ * moved back onto the caller's own text (`keptTextEnd`, `keptChars` minus the prefix), the
+ * tokenizer's hash of the prefixed text is dropped (the caller's is hashed instead), and an item
+ * whose kept tokens do not reach past the prefix is refused (truncation never cuts the prefix).
+ */
+function promptedOf(
+  item: EmbedItem,
+  index: number,
+  outcome: EncodeOutcome,
+  name: string,
+  applied: AppliedPrompt,
+): PreparedItem | { error: ItemError } {
+  const { prefix, prefixChars, prefixCodePoints } = applied;
+  const x = preparedOf(item, index, outcome);
+  if ("error" in x) return x;
+  // The prefix's tokens must not pass off a text the model cannot read (only whitespace, control,
+  // zero-width or replacement characters) as served: refused as it is without a prompt.
+  if (prefixChars > 0 && UNREADABLE.test(item.text)) {
+    try {
+      checkContentTokens(0, `item '${item.id}'`, { item_id: item.id });
+    } catch (err) {
+      return {
+        error: { id: item.id, index, error: toSynapseError(err, "invalid_request").toWire() },
+      };
+    }
+  }
+  const out: PreparedItem = {
+    index: x.index,
+    item: x.item,
+    seq: x.seq,
+    prompt: { name, prefix },
+    // The tokenizer hashed the prefixed text; `vectorLine` hashes the caller's instead.
+    ...(prefixChars === 0 && x.submittedSha256 !== undefined
+      ? { submittedSha256: x.submittedSha256 }
+      : {}),
+  };
+  const seq = x.seq;
+  if (prefixChars > 0 && seq.truncated && seq.keptTextEnd !== undefined) {
+    if (seq.keptTextEnd <= prefixChars) {
+      const error = new SynapseError(
+        "sequence_too_long",
+        `Cannot embed item '${item.id}': the prompt '${name}' alone fills the model's token limit, so none of the text would be kept; shorten the prompt or raise max_tokens`,
+        { details: { item_id: item.id, prompt_name: name, reason: "prompt_fills_max_tokens" } },
+      );
+      return { error: { id: item.id, index, error: error.toWire() } };
+    }
+    out.seq = {
+      ...seq,
+      keptTextEnd: seq.keptTextEnd - prefixChars,
+      ...(seq.keptChars === undefined ? {} : { keptChars: seq.keptChars - prefixCodePoints }),
+    };
+  }
+  return out;
 }
 
 /** One item's tokenizer outcome as a prepared item or its item error. */
@@ -228,7 +319,9 @@ export function vectorLine(
       submitted_sha256: submittedSha256,
     },
     count: x.seq.effectiveTokens,
-    disclosure: disclosureOf(x.seq),
+    disclosure: x.prompt === undefined
+      ? disclosureOf(x.seq)
+      : { ...disclosureOf(x.seq), prompt_name: x.prompt.name, prompt_prefix: x.prompt.prefix },
   };
 }
 

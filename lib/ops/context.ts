@@ -7,6 +7,7 @@
  */
 import type { ModelRegistry } from "../models/model_registry.ts";
 import type { ModelLoads } from "../models/model_loads.ts";
+import type { PromptSelector } from "../models/prompts.ts";
 import type { Admission } from "../sched/admission.ts";
 import type { SynapseConfig } from "../config/types.ts";
 import type { JobStore } from "../store/job_store.ts";
@@ -155,4 +156,9 @@ export interface EmbedCallOptions {
    * are not run) and answer what was refused: the caller refuses the whole request anyway.
    */
   allOrNothing?: boolean;
+  /**
+   * The request's prompt selector (`input_type` / `prompt_name`, or a door's mapping of its own
+   * field: TEI `prompt_name`, Jina `task`, Cohere `input_type`); see lib/models/prompts.ts.
+   */
+  prompt?: PromptSelector;
 }

@@ -19,6 +19,12 @@ import {
 } from "../contract/schemas.ts";
 import type { CommonParams } from "../contract/schemas.ts";
 import type { ReadyModel } from "../models/model.ts";
+import {
+  type PromptChoice,
+  type PromptDisclosure,
+  type PromptSelector,
+  selectPrompt,
+} from "../models/prompts.ts";
 import type { LaneBatchResult } from "../lanes/lane.ts";
 import { submitEmbedJob } from "./jobs.ts";
 import type { EmbedJobRequest, JobAccepted } from "./jobs.ts";
@@ -48,14 +54,35 @@ export interface EmbedResult extends Envelope {
   truncation_disclosures: TruncationDisclosure[];
   /** Items refused, by id; absent when every item was served. */
   item_errors?: ItemError[];
+  /**
+   * The prompt of the request (issue 19, F35): what was requested, the prompt name applied to
+   * every item (or null) and why; present when the request selected a prompt or the model has a
+   * prompt table. Each item's `truncation_disclosures` entry says whether its prefix was applied
+   * or already there.
+   */
+  prompt?: PromptDisclosure;
   /** Milliseconds from admission to the first engine call. */
   queue_time_ms: number;
   /** Milliseconds of engine work. */
   inference_time_ms: number;
 }
 
+/** The prompt selector of a request's `input_type` / `prompt_name`. */
+function selectorOf(p: { input_type?: string; prompt_name?: string }): PromptSelector {
+  return {
+    ...(p.input_type === undefined ? {} : { input_type: p.input_type }),
+    ...(p.prompt_name === undefined ? {} : { prompt_name: p.prompt_name }),
+  };
+}
+
+/** `options` with the request's prompt selector set. */
+function withSelector(options: CallOptions, selector: PromptSelector): CallOptions {
+  if (selector.input_type === undefined && selector.prompt_name === undefined) return options;
+  return { ...options, embed: { ...options.embed, prompt: selector } };
+}
+
 /**
- * `embed.query {text, id?}` → an envelope with one vector.
+ * `embed.query {text, id?, input_type?, prompt_name?}` → an envelope with one vector.
  *
  * @throws {SynapseError} channel `invalid_request` for malformed params; semantic errors
  *   (`invalid_request` for empty text, `sequence_too_long`, `engine_output_invalid`,
@@ -68,7 +95,7 @@ export async function embedQuery(
 ): Promise<EmbedResult> {
   const p = parseParams("embed.query", EmbedQueryParams, rawParams);
   const item = { id: p.id ?? "0", text: p.text };
-  const res = await embedItems(ctx, p, [item], options);
+  const res = await embedItems(ctx, p, [item], withSelector(options, selectorOf(p)));
   if (!("vectors" in res)) throw new Error("A single item became a job. This is a bug");
   const err = res.item_errors?.[0];
   if (err) throw wireToError(err.error);
@@ -81,9 +108,12 @@ export async function embedQuery(
  * a `request_key`, a durable job `{module_generation, job_id, state, request_key,
  * pages_available}` whose pages `embed.result` reads.
  *
+ * `input_type` / `prompt_name` select the model's prompt (lib/models/prompts.ts; F35): applied
+ * before tokenizing, disclosed in `prompt` and per item.
+ *
  * @throws {SynapseError} channel `invalid_request` for malformed params, an empty batch or a
- *   duplicate id; semantic `invalid_request` naming `input_type` when one is given (no model has
- *   a query/document prompt table yet, F35); semantic `invalid_request` naming the limit for an over-limit batch without a
+ *   duplicate id; semantic `invalid_request` naming `prompt_name` for a name the model's table
+ *   lacks (`details.known`) or both selectors given; semantic `invalid_request` naming the limit for an over-limit batch without a
  *   `request_key`; `idempotency_conflict` for a key reused with another request; refusals as
  *   {@link embedQuery}, per item in `item_errors`.
  */
@@ -111,37 +141,7 @@ export async function embedBatch(
   const items: EmbedItem[] = raw.map((it, i) =>
     typeof it === "string" ? { id: String(i), text: it } : { id: it.id, text: it.text }
   );
-  if (p.input_type !== undefined) {
-    refuseInputType(resolveModel(ctx, requestedModel(p), "embed", routingOf(p)), p.input_type);
-  }
-  return await embedItems(ctx, p, items, options, p.request_key);
-}
-
-/**
- * Refuses `input_type` (field report F35): applying it needs the model's query/document prompt
- * table, and no served model has one yet (their profiles carry no `prompt_template` for an
- * embed model), so every text is embedded as given. Accepting it would embed queries as
- * documents invisibly; the caller sends the request without `input_type` (the vectors are the
- * same either way) and prepends a model's own instruction to its texts where it wants one.
- *
- * @param model The model the request resolved to.
- * @param inputType The requested `input_type`.
- * @throws {SynapseError} semantic `invalid_request` `{field: "input_type", reason:
- *   "no_prompt_table", input_type, model_id}`.
- */
-function refuseInputType(model: ReadyModel, inputType: string): never {
-  throw new SynapseError(
-    "invalid_request",
-    `Cannot apply input_type '${inputType}': model '${model.modelId}' has no query/document prompt table in Synapse, so every text is embedded as given, a query exactly like a document; send the request without input_type (the vectors are the same either way), or prepend the model's own query instruction to the texts yourself`,
-    {
-      details: {
-        field: "input_type",
-        reason: "no_prompt_table",
-        input_type: inputType,
-        model_id: model.modelId,
-      },
-    },
-  );
+  return await embedItems(ctx, p, items, withSelector(options, selectorOf(p)), p.request_key);
 }
 
 /**
@@ -169,9 +169,15 @@ export async function embedItems(
   checkItems(items);
   const model = resolveModel(ctx, requestedModel(p), "embed", routingOf(p));
   checkDims(model, options.embed?.requiredDims);
+  const { choice: prompt, disclosure } = selectPrompt(
+    model.prompts,
+    options.embed?.prompt ?? {},
+    model.modelId,
+  );
   const chunksUpTo = requestKey === undefined ? options.embed?.inlineChunksUpTo : undefined;
   if (chunksUpTo !== undefined) {
-    return await embedInChunks(ctx, model, p, items, chunksUpTo, options);
+    const res = await embedInChunks(ctx, model, p, items, chunksUpTo, options, prompt);
+    return disclosure === undefined ? res : { ...res, prompt: disclosure };
   }
   const truncate = p.truncate ?? false;
   let bytes = 0;
@@ -182,7 +188,13 @@ export async function embedItems(
     const limit = items.length > limits.max_items
       ? { limit: "inline.max_items", items: items.length, max: limits.max_items }
       : { limit: "inline.byte_budget", bytes, max: limits.byte_budget };
-    return submitJob(ctx, requestKey, limit, { model, items, truncate, bytes });
+    return submitJob(ctx, requestKey, limit, {
+      model,
+      items,
+      truncate,
+      bytes,
+      ...promptOfJob(options.embed?.prompt, prompt, disclosure),
+    });
   }
   const checked = checkItemTexts(items);
   const lane = model.interactive;
@@ -195,6 +207,7 @@ export async function embedItems(
     truncate,
     checked,
     ...(options.signal === undefined ? {} : { signal: options.signal }),
+    ...(prompt === undefined ? {} : { prompt }),
   });
   if (tokens > limits.max_tokens) {
     permit.release();
@@ -206,13 +219,28 @@ export async function embedItems(
       bytes,
       prepared,
       itemErrors: errors.filter((e): e is ItemError => e !== undefined),
+      ...promptOfJob(options.embed?.prompt, prompt, disclosure),
     });
   }
   const out = await lane.run(
     { kind: "embed", rows: prepared.map((x) => x.seq) },
     { permit, ...(options.signal === undefined ? {} : { signal: options.signal }), label: "embed" },
   );
-  return assemble(ctx, model, prepared, errors, out);
+  const res = assemble(ctx, model, prepared, errors, out);
+  return disclosure === undefined ? res : { ...res, prompt: disclosure };
+}
+
+/** The prompt fields of a job request: the selector (bound by the request digest), choice, disclosure. */
+function promptOfJob(
+  selector: PromptSelector | undefined,
+  prompt: PromptChoice | undefined,
+  disclosure: PromptDisclosure | undefined,
+): Pick<EmbedJobRequest, "promptSelector" | "prompt" | "promptDisclosure"> {
+  return {
+    ...(selector === undefined ? {} : { promptSelector: selector }),
+    ...(prompt === undefined ? {} : { prompt }),
+    ...(disclosure === undefined ? {} : { promptDisclosure: disclosure }),
+  };
 }
 
 function checkItems(items: EmbedItem[]): void {
@@ -356,6 +384,7 @@ async function embedInChunks(
   items: EmbedItem[],
   upTo: number,
   options: CallOptions,
+  prompt: PromptChoice | undefined,
 ): Promise<EmbedResult> {
   if (items.length > upTo) {
     throw new SynapseError(
@@ -387,6 +416,7 @@ async function embedInChunks(
       offset: a,
       checked: checked.slice(a, b),
       ...(signal === undefined ? {} : { signal }),
+      ...(prompt === undefined ? {} : { prompt }),
     });
     for (let i = 0; i < b - a; i++) {
       const e = chunk.errors[i];

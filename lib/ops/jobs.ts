@@ -17,6 +17,7 @@ import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import { requestDigest } from "../identity/request_digest.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import type { ReadyModel } from "../models/model.ts";
+import type { PromptChoice, PromptDisclosure, PromptSelector } from "../models/prompts.ts";
 import { quantumTokensFor, takeQuantum } from "../sched/quantum.ts";
 import type { JobRow, JobState } from "../store/job_types.ts";
 import {
@@ -74,6 +75,8 @@ export interface EmbedResultPage extends Envelope {
   item_errors?: ItemError[];
   /** The job's failure, when it failed. */
   error?: WireError;
+  /** The job's prompt disclosure (as `embed.batch`'s `prompt`), when it had one. */
+  prompt?: PromptDisclosure;
   /** The op that made the job: `embed.batch`, or `rerank.score` (whose pages hold `scores`). */
   kind: string;
   /**
@@ -95,6 +98,15 @@ export interface EmbedJobRequest {
   itemErrors?: ItemError[];
   truncate: boolean;
   bytes: number;
+  /**
+   * The request's prompt selector (`input_type` / `prompt_name`): part of the request digest, so
+   * a job with another selector is another job.
+   */
+  promptSelector?: PromptSelector;
+  /** The prompt applied before tokenizing (when the job tokenizes). */
+  prompt?: PromptChoice;
+  /** The answer-level prompt disclosure, kept with the job for `embed.result`. */
+  promptDisclosure?: PromptDisclosure;
 }
 
 /** Items tokenized per slice before the job yields the event loop. */
@@ -112,7 +124,16 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
   const digest = requestDigest({
     op: "embed.batch",
     modelId: req.model.modelId,
-    constraints: { truncate: req.truncate, fingerprint: req.model.fingerprint },
+    constraints: {
+      truncate: req.truncate,
+      fingerprint: req.model.fingerprint,
+      ...(req.promptSelector?.input_type === undefined
+        ? {}
+        : { input_type: req.promptSelector.input_type }),
+      ...(req.promptSelector?.prompt_name === undefined
+        ? {}
+        : { prompt_name: req.promptSelector.prompt_name }),
+    },
     items: req.items.map((it, i) => ({ id: it.id, contentSha256: submitted[i]! })),
   });
   return admitDurableJob(ctx, {
@@ -123,6 +144,7 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
     truncate: req.truncate,
     itemsTotal: req.items.length,
     bytes: req.bytes,
+    ...(req.promptDisclosure === undefined ? {} : { prompt: req.promptDisclosure }),
   }, (jobId) => runEmbedJob(ctx, jobId, req, submitted));
 }
 
@@ -138,6 +160,8 @@ export interface DurableJobInput {
   itemsTotal: number;
   /** Request bytes, held against the byte budget until the job ends. */
   bytes: number;
+  /** The answer-level prompt disclosure (embed jobs), stored with the job's params. */
+  prompt?: PromptDisclosure;
 }
 
 /**
@@ -166,6 +190,7 @@ export function admitDurableJob(
       fingerprint: input.model.fingerprint,
       truncate: input.truncate,
       items_total: input.itemsTotal,
+      ...(input.prompt === undefined ? {} : { prompt: input.prompt }),
     },
     itemsTotal: input.itemsTotal,
     tokensTotal: 0,
@@ -260,6 +285,7 @@ async function runEmbedJob(
           {
             truncate: req.truncate,
             offset: i,
+            ...(req.prompt === undefined ? {} : { prompt: req.prompt }),
           },
         );
         prepared.push(...r.prepared);
@@ -383,7 +409,11 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
   }
   const pageNo = p.page ?? 0;
   const stored = store.readPage(job.jobId, pageNo);
-  const params = job.params as { model_id?: string; fingerprint?: string };
+  const params = job.params as {
+    model_id?: string;
+    fingerprint?: string;
+    prompt?: PromptDisclosure;
+  };
   const model = ctx.registry.list().find((m) => m.modelId === params.model_id)?.ready;
   const rerank = job.kind === "rerank.score";
   let body: StoredPage & Partial<RerankJobPage> = emptyPage();
@@ -430,5 +460,6 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
   }
   if (body.item_errors && body.item_errors.length > 0) out.item_errors = body.item_errors;
   if (job.error) out.error = job.error;
+  if (params.prompt !== undefined) out.prompt = params.prompt;
   return out;
 }

@@ -7,6 +7,7 @@
  */
 import { AdmissionStatusParams, ModelsListParams, parseParams } from "../contract/schemas.ts";
 import type { ModelEntry } from "../models/model.ts";
+import type { PromptTable } from "../models/prompts.ts";
 import type { LaneStatusRow } from "../models/lane_status.ts";
 import type { SelfCheckView } from "../models/model_loads.ts";
 import type { OpContext } from "./context.ts";
@@ -91,6 +92,11 @@ export interface ModelRow {
   worker?: Record<string, unknown>;
   pooling?: string;
   normalize?: boolean;
+  /**
+   * A ready embed model's prompt table (`{prompts, default_prompt_name?}`; lib/models/prompts.ts):
+   * the names `input_type` / `prompt_name` select from. Absent: no table.
+   */
+  prompts?: PromptTable;
   /** Present and true for generated test fixtures. */
   test_model?: true;
   /** The model id its source declares as its reference lane (`reference_model`), when any. */
@@ -217,6 +223,7 @@ export function modelRow(
     const p = r?.profile.pooling;
     row.pooling = typeof p === "string" ? p : m.source.pooling;
     row.normalize = r ? r.profile.normalization === "l2" : m.source.normalize;
+    if (r?.prompts !== undefined) row.prompts = r.prompts;
   }
   if (m.testModel) row.test_model = true;
   if (m.coldLoadMs !== undefined) row.warm_load_cost_hint_ms = Math.round(m.coldLoadMs);

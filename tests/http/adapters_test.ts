@@ -310,9 +310,9 @@ Deno.test("TEI /embed answers [[floats]] equal to embed.batch's; normalize and t
     await d.t.syn.call("embed.batch", { texts: ["ok", LONG], truncate: true }),
   );
   assert.deepEqual(cut.body, cutNative.vectors.map((v: { vector: number[] }) => v.vector));
-  // Refused by name: a prompt, an unknown field, a width the model does not have, a bad body.
+  // Refused by name: an unknown field, a width the model does not have, a bad body. (A
+  // prompt_name is served: tests/http/input_type_test.ts.)
   const cases: [unknown, string][] = [
-    [{ inputs: "x", prompt_name: "query" }, "prompt_name"],
     [{ inputs: "x", extra: 1 }, "extra"],
     [{ inputs: "x", dimensions: 7 }, "dimensions"],
     [{ inputs: [1, 2] }, "inputs[0]"],

@@ -26,7 +26,10 @@ export const CALL_METHODS: readonly (readonly [method: string, params: string])[
     "embed.query",
     "{text, id?, model?, truncate?, target_fingerprint?, required_fingerprint?, deadline_ms?}",
   ],
-  ["embed.batch", "{items: [{id, text} | text] | texts: [text], request_key?, input_type?, …}"],
+  [
+    "embed.batch",
+    "{items: [{id, text} | text] | texts: [text], request_key?, input_type?, prompt_name?, …}",
+  ],
   ["embed.result", "{job_id, page?}: a durable job's status and one result page"],
   ["rerank.score", "{query, candidates: [text], model?, truncate?, …}"],
   ["microllm.oneshot", "{prompt, max_tokens, grammar?, model?, …}"],

@@ -1,5 +1,6 @@
 /**
- * `ck-synapse embed [--model ID] [--json] [--truncate] [--url URL] TEXT...`: one text is
+ * `ck-synapse embed [--model ID] [--json] [--truncate] [--input-type query|document | --prompt
+ * NAME] [--url URL] TEXT...`: one text is
  * `embed.query`, several are `embed.batch`. `embed --file PATH --request-key KEY` embeds a JSONL
  * file as one `embed.batch`, following the durable job it becomes (see `../_embed_file.ts`).
  *
@@ -21,7 +22,8 @@ import type { CliIO, Command } from "../_command.ts";
 import { runEmbedFile } from "../_embed_file.ts";
 
 const USAGE =
-  `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--url URL | --subc [FILE]] TEXT...
+  `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--input-type T | --prompt NAME]
+                        [--url URL | --subc [FILE]] TEXT...
        ck-synapse embed --file PATH --request-key KEY [--model ID] [--truncate] [--out PATH]
                         [--no-progress] [--json] [--url URL | --subc [FILE]]
 
@@ -38,6 +40,9 @@ stops polling (a server keeps running the job) and prints the job id.
 
   --model ID          model to use (default: the first embed model)
   --truncate          cut over-long texts to the model's limit and disclose it, instead of refusing
+  --input-type T      query or document: the model's prompt for that role (its prompt table; no
+                      effect on a model without one, and the output says so)
+  --prompt NAME       the model's prompt of that name (prompt_name)
   --json              print the result (or the error) as JSON; with --file the lines are JSONL
                       anyway, and --json prints a refusal of the batch as JSON on stdout
 ${serverFlagsUsage(20)}
@@ -58,6 +63,7 @@ interface EmbedPrintable {
   dims: number;
   vectors: { id: string; vector: number[] }[];
   real_token_counts: number[];
+  prompt?: { requested: string | null; applied: string | null; reason?: string };
   truncation_disclosures: {
     submitted_tokens: number;
     effective_tokens: number;
@@ -78,6 +84,8 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     model: { type: "string" },
     json: { type: "boolean" },
     truncate: { type: "boolean" },
+    "input-type": { type: "string" },
+    prompt: { type: "string" },
     url: { type: "string" },
     subc: SUBC_CLIENT_FLAG,
     file: { type: "string" },
@@ -85,6 +93,11 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     out: { type: "string" },
     "no-progress": { type: "boolean" },
   });
+  for (const flag of ["input-type", "prompt"] as const) {
+    if (values[flag] !== undefined && values.file !== undefined) {
+      throw new UsageError(`Cannot use --${flag} with --file`);
+    }
+  }
   if (values.file !== undefined) {
     if (positionals.length > 0) {
       throw new UsageError(`Cannot embed --file: unexpected TEXT '${positionals[0]}'`);
@@ -112,6 +125,8 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
   const common: Record<string, unknown> = {};
   if (values.model !== undefined) common.model = values.model;
   if (values.truncate) common.truncate = true;
+  if (values["input-type"] !== undefined) common.input_type = values["input-type"];
+  if (values.prompt !== undefined) common.prompt_name = values.prompt;
   const [method, params] = positionals.length === 1
     ? ["embed.query", { ...common, text: positionals[0] }]
     : ["embed.batch", { ...common, texts: positionals }];
@@ -136,6 +151,10 @@ function printSummary(res: EmbedPrintable, io: CliIO): void {
   io.out(`model        ${res.model_id}${res.test_model ? " (test model)" : ""}`);
   io.out(`fingerprint  ${res.fingerprint}`);
   io.out(`dims         ${res.dims}`);
+  if (res.prompt !== undefined) {
+    const why = res.prompt.reason === undefined ? "" : ` (${res.prompt.reason})`;
+    io.out(`prompt       ${res.prompt.applied ?? "none"}${why}`);
+  }
   res.vectors.forEach((v, k) => {
     const d = res.truncation_disclosures[k];
     const tokens = res.real_token_counts[k] ?? 0;
