@@ -88,6 +88,14 @@ export const PreloadModelConfigSchema = z.strictObject({
    * this model's parity against it, and the lane needs a certificate. Never the model's own id.
    */
   reference_model: nonEmpty.optional(),
+  /**
+   * Matryoshka widths the model was trained to be cut to, e.g. `[64, 128, 256, 512, 768]`:
+   * strictly ascending positive integers, each at most the model's width (checked at load; embed
+   * models only). A request's `dimensions` may then name one: the vectors are the first `n`
+   * values, L2-normalised when the model normalises, under a derived fingerprint. Absent: only
+   * the full width is served.
+   */
+  matryoshka_dims: z.array(positiveInt).min(1).max(64).optional(),
   /** Execution provider or placement hint. */
   execution: nonEmpty.optional(),
   /** Worker binary override. */

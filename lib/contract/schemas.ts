@@ -90,6 +90,11 @@ export const EmbedQueryParams = z.strictObject({
   ...common,
   text: z.string(),
   id: itemId.optional(),
+  /**
+   * Vector width: the model's own, or one of its `matryoshka_dims` (a derived space with its own
+   * fingerprint, lib/models/matryoshka.ts); anything else is refused naming `dimensions`.
+   */
+  dimensions: z.number().int().positive().optional(),
 });
 export type EmbedQueryParams = z.infer<typeof EmbedQueryParams>;
 
@@ -111,6 +116,8 @@ export const EmbedBatchParams = z.strictObject({
   texts: z.array(z.string()).optional(),
   request_key: requestKey,
   input_type: z.enum(["query", "document"]).optional(),
+  /** Vector width, as `embed.query`'s `dimensions`; a job keeps it (it is in the request digest). */
+  dimensions: z.number().int().positive().optional(),
 });
 export type EmbedBatchParams = z.infer<typeof EmbedBatchParams>;
 
@@ -269,6 +276,11 @@ export const ModelLoadParams = z.strictObject({
    * model's parity against it. Never the loaded model's own id.
    */
   reference_model: wellFormedName(128).optional(),
+  /**
+   * Matryoshka widths the model was trained to be cut to (issue 19): strictly ascending positive
+   * integers, each at most the model's width (checked at load; embed models only).
+   */
+  matryoshka_dims: z.array(z.number().int().positive()).min(1).max(64).optional(),
   request_key: wellFormedName().optional(),
   deadline_ms: z.number().int().positive().optional(),
 });

@@ -13,8 +13,10 @@
  *   vectors are what the model gives (normalised when its config says `normalize`); given and
  *   different from the model's own, it is refused naming `normalize`, since Synapse never
  *   rescales a model's vectors (their fingerprint would no longer say what they are).
- * - `prompt_name` is refused when given (Synapse has no prompt table); `dimensions` must equal
- *   the model's width.
+ * - `prompt_name` is refused when given (Synapse has no prompt table); `dimensions` is the
+ *   model's width or one of its `matryoshka_dims` (the first `n` values, L2-normalised again when
+ *   the model normalises, under a derived fingerprint in `x-synapse-fingerprint`); any other
+ *   width is refused naming `dimensions`.
  * - Scores: `raw_scores: false` (default) gives the logistic of the raw logit, as TEI does;
  *   `raw_scores: true` the raw logit.
  *

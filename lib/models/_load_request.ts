@@ -37,6 +37,8 @@ export interface LoadRequest {
   pin?: boolean;
   /** Model id of the reference lane with the same weights (`ModelSource.referenceModel`). */
   reference_model?: string;
+  /** Matryoshka widths (`ModelSource.matryoshkaDims`). */
+  matryoshka_dims?: number[];
   request_key?: string;
   deadline_ms?: number;
 }

@@ -42,6 +42,11 @@ export interface LoadSpec {
    * `ModelSource.referenceModel`): recorded with the load, so it holds after a restart.
    */
   reference_model?: string;
+  /**
+   * Matryoshka widths (`model.load` `matryoshka_dims`, a catalog entry's; see
+   * `ModelSource.matryoshkaDims`): recorded with the load, so they hold after a restart.
+   */
+  matryoshka_dims?: number[];
 }
 
 /**
@@ -69,6 +74,7 @@ export function sourceFromSpec(spec: LoadSpec, blobPath: (d: Digest) => string):
     artifactDigest: spec.files.model.digest,
     ...(spec.not_default ? { notDefault: true } : {}),
     ...(spec.reference_model === undefined ? {} : { referenceModel: spec.reference_model }),
+    ...(spec.matryoshka_dims === undefined ? {} : { matryoshkaDims: [...spec.matryoshka_dims] }),
     ...(spec.max_tokens === undefined
       ? { maxTokensDefault: 8192 }
       : { maxTokens: spec.max_tokens }),
@@ -89,6 +95,7 @@ export function sameLoad(a: LoadSpec, b: LoadSpec): boolean {
       s.files.tokenizer?.digest ?? null,
       s.files.config?.digest ?? null,
       s.reference_model ?? null,
+      s.matryoshka_dims ?? null,
     ]);
   return d(a) === d(b);
 }

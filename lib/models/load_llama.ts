@@ -31,6 +31,7 @@ import {
   tokenizerCheckTexts,
 } from "../tokenize/gguf_tokenizer.ts";
 import { checkDeclaredDtype, identityOf } from "./load_ort.ts";
+import { checkMatryoshkaDims } from "./matryoshka.ts";
 import {
   LLAMA_CONTEXT_CAP,
   type ModelEntry,
@@ -66,6 +67,8 @@ export interface LlamaLoaded {
   dims: number;
   gguf: GgufFacts;
   engine: LlamaEngine;
+  /** The source's `matryoshka_dims`, checked against the model's width. */
+  matryoshkaDims?: readonly number[];
 }
 
 /**
@@ -166,6 +169,12 @@ export async function loadLlamaModel(
     }
   }
   const { dims, coldLoadMs, identity } = loaded;
+  try {
+    checkMatryoshkaDims(src, mode === "embed" ? dims : 0);
+  } catch (err) {
+    await engine.dispose().catch(() => {});
+    throw err;
+  }
   const engineId: EngineIdentity = {
     engine: identity.engine,
     version: identity.version,
@@ -202,6 +211,7 @@ export async function loadLlamaModel(
     dims: mode === "embed" ? dims : 0,
     gguf: facts,
     engine,
+    ...(src.matryoshkaDims === undefined ? {} : { matryoshkaDims: [...src.matryoshkaDims] }),
   };
 }
 
@@ -240,6 +250,7 @@ export function llamaReadyModel(
     profile: l.profile,
     ...identityOf(l.profile),
     dims: l.dims,
+    ...(l.matryoshkaDims === undefined ? {} : { matryoshkaDims: l.matryoshkaDims }),
     maxTokens: l.maxTokens,
     testModel: l.testModel,
     identity: l.identity,

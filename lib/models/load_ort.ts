@@ -10,6 +10,7 @@
 import { SynapseError } from "../contract/errors.ts";
 import { onnxWeightDtype } from "../cache/validate.ts";
 import { fingerprint, numericProfileId } from "../identity/numeric_profile.ts";
+import { checkMatryoshkaDims } from "./matryoshka.ts";
 import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import type { OrtLane } from "../engines/ort/ort_lane.ts";
@@ -43,6 +44,8 @@ export interface OrtLoaded {
   coldLoadMs: number;
   interactive: OrtEngine;
   bulk: OrtEngine;
+  /** The source's `matryoshka_dims`, checked against the model's width. */
+  matryoshkaDims?: readonly number[];
 }
 
 /**
@@ -136,6 +139,12 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
     await ctx.interactive.unload(modelId).catch(() => {});
     throw weights;
   }
+  try {
+    checkMatryoshkaDims(src, interactive.dims);
+  } catch (err) {
+    await ctx.interactive.unload(modelId).catch(() => {});
+    throw err;
+  }
   const dtype = weights.dtype;
   const bulk = OrtEngine.lazy(ctx.bulk, spec, interactive.dims);
   const profile: NumericProfile = {
@@ -169,6 +178,7 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
     coldLoadMs,
     interactive,
     bulk,
+    ...(src.matryoshkaDims === undefined ? {} : { matryoshkaDims: [...src.matryoshkaDims] }),
   };
 }
 
@@ -237,6 +247,7 @@ export function ortReadyModel(
     profile: o.profile,
     ...identityOf(o.profile),
     dims: o.interactive.dims,
+    ...(o.matryoshkaDims === undefined ? {} : { matryoshkaDims: o.matryoshkaDims }),
     maxTokens: o.maxTokens,
     testModel: o.testModel,
     identity: o.interactive.identity,

@@ -48,6 +48,7 @@ import {
 import { type FileRef, type LoadRequest, resolveLoadFiles } from "./_load_request.ts";
 import { inferTask, modelIdFor } from "./_load_infer.ts";
 import { checkReferenceModel } from "./sources.ts";
+import { checkMatryoshkaDims } from "./matryoshka.ts";
 import {
   checkFormat,
   type LoadSpec,
@@ -212,6 +213,17 @@ export class ModelLoads {
     if (req.model_id !== undefined) this.#checkIdFree(req.model_id, true);
     if (req.model_id !== undefined && req.reference_model !== undefined) {
       checkReferenceModel(req.model_id, req.reference_model, "reference_model");
+    }
+    if (req.matryoshka_dims !== undefined) {
+      // The order and the task now; the widths against the model's once it is loaded.
+      checkMatryoshkaDims(
+        {
+          modelId: req.model_id ?? req.repo ?? req.path ?? req.url ?? "model",
+          task: req.task ?? "embed",
+          matryoshkaDims: req.matryoshka_dims,
+        },
+        Number.MAX_SAFE_INTEGER,
+      );
     }
     // Refuse what cannot work before a job exists: unpinned sources, missing files.
     const plan = resolveLoadFiles(req, this.#hfEndpoint);
@@ -542,10 +554,18 @@ export class ModelLoads {
     }
   }
 
-  /** The registry source of a spec, whose `verify` checks (and heals) its blobs first. */
+  /**
+   * The registry source of a spec, whose `verify` checks (and heals) its blobs first. A catalog
+   * model takes its entry's `matryoshka_dims` (the catalog in this build) unless the spec has its own.
+   */
   #source(spec: LoadSpec, job?: Job): ModelSource {
+    const matryoshka = spec.matryoshka_dims ??
+      (spec.catalog_id === undefined
+        ? undefined
+        : this.catalog.find((m) => m.id === spec.catalog_id)?.matryoshka_dims);
     return {
       ...sourceFromSpec(spec, (d) => this.cache.blobPath(d)),
+      ...(matryoshka === undefined ? {} : { matryoshkaDims: [...matryoshka] }),
       verify: () => this.#verifySpec(spec, job),
     };
   }
@@ -754,6 +774,7 @@ export class ModelLoads {
         ...(req.pin === false ? {} : { pin_owner: this.#owner("model", modelId) }),
         ...(notDefault ? { not_default: true } : {}),
         ...(req.reference_model === undefined ? {} : { reference_model: req.reference_model }),
+        ...(req.matryoshka_dims === undefined ? {} : { matryoshka_dims: req.matryoshka_dims }),
       };
       let loaded = this.#specs.get(modelId);
       const entry = this.registry.list().find((m) => m.modelId === modelId);

@@ -103,8 +103,9 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
 }
 
 /**
- * The declarations every engine honours: `dtype` (checked against the weights at load) and
- * `reference_model` (the probe's reference; never the model itself).
+ * The declarations every engine honours: `dtype` (checked against the weights at load),
+ * `reference_model` (the probe's reference; never the model itself) and `matryoshka_dims`
+ * (checked against the model's width at load, lib/models/matryoshka.ts).
  *
  * @throws {SynapseError} `invalid_request {field: "preload_models.reference_model"}` for a
  *   reference naming the model itself.
@@ -118,6 +119,7 @@ function withDeclarations(
     checkReferenceModel(source.modelId, entry.reference_model, "preload_models.reference_model");
     source.referenceModel = entry.reference_model;
   }
+  if (entry.matryoshka_dims !== undefined) source.matryoshkaDims = [...entry.matryoshka_dims];
   return source;
 }
 

@@ -38,6 +38,7 @@ import {
 import { utf8Length } from "./_text.ts";
 import type { CallOptions, EmbedCallOptions, OpContext } from "./context.ts";
 import { resolveModel } from "./_resolve_model.ts";
+import { type ServedSpace, servedValues, servedVariant } from "../models/matryoshka.ts";
 
 export type { EmbedItem, EmbedVector, ItemError, TruncationDisclosure };
 
@@ -56,10 +57,14 @@ export interface EmbedResult extends Envelope {
 }
 
 /**
- * `embed.query {text, id?}` → an envelope with one vector.
+ * `embed.query {text, id?, dimensions?}` → an envelope with one vector. `dimensions` names the
+ * model's width or one of its `matryoshka_dims`: the vector is then the first `dimensions` values
+ * (L2-normalised again when the model normalises) and the envelope's `fingerprint` and `dims` are
+ * the derived space's (lib/models/matryoshka.ts).
  *
  * @throws {SynapseError} channel `invalid_request` for malformed params; semantic errors
- *   (`invalid_request` for empty text, `sequence_too_long`, `engine_output_invalid`,
+ *   (`invalid_request` for empty text, `invalid_request {field: "dimensions", allowed_dims,
+ *   model_id}` for a width the model does not serve, `sequence_too_long`, `engine_output_invalid`,
  *   `unknown_model`, `model_loading`, `queue_full`, `deadline_exceeded`) for refusals.
  */
 export async function embedQuery(
@@ -77,7 +82,8 @@ export async function embedQuery(
 }
 
 /**
- * `embed.batch {items | texts, request_key?, input_type?}` → an envelope with one vector per served item, or,
+ * `embed.batch {items | texts, request_key?, input_type?, dimensions?}` → an envelope with one
+ * vector per served item (`dimensions` as in {@link embedQuery}; a job keeps it), or,
  * over the inline limits (`inline.max_items`, `inline.max_tokens`, `inline.byte_budget`) and with
  * a `request_key`, a durable job `{module_generation, job_id, state, request_key,
  * pages_available}` whose pages `embed.result` reads.
@@ -161,7 +167,7 @@ function refuseInputType(model: ReadyModel, inputType: string): never {
  */
 export async function embedItems(
   ctx: OpContext,
-  p: CommonParams,
+  p: CommonParams & { dimensions?: number },
   items: EmbedItem[],
   options: CallOptions = {},
   requestKey?: string,
@@ -169,11 +175,12 @@ export async function embedItems(
   const limits = ctx.config.inline;
   checkItems(items);
   const model = resolveModel(ctx, requestedModel(p), "embed");
-  checkFingerprint(model, p);
-  checkDims(model, options.embed?.requiredDims);
+  // The space served: the model's own, or a Matryoshka width of it (its own fingerprint).
+  const space = servedVariant(model, p.dimensions ?? options.embed?.requiredDims);
+  checkFingerprint({ ...model, fingerprint: space.fingerprint }, p);
   const chunksUpTo = requestKey === undefined ? options.embed?.inlineChunksUpTo : undefined;
   if (chunksUpTo !== undefined) {
-    return await embedInChunks(ctx, model, p, items, chunksUpTo, options);
+    return await embedInChunks(ctx, model, space, p, items, chunksUpTo, options);
   }
   const truncate = p.truncate ?? false;
   let bytes = 0;
@@ -184,7 +191,7 @@ export async function embedItems(
     const limit = items.length > limits.max_items
       ? { limit: "inline.max_items", items: items.length, max: limits.max_items }
       : { limit: "inline.byte_budget", bytes, max: limits.byte_budget };
-    return submitJob(ctx, requestKey, limit, { model, items, truncate, bytes });
+    return submitJob(ctx, requestKey, limit, { model, space, items, truncate, bytes });
   }
   const checked = checkItemTexts(items);
   const lane = model.interactive;
@@ -203,6 +210,7 @@ export async function embedItems(
     const limit = { limit: "inline.max_tokens", tokens, max: limits.max_tokens };
     return submitJob(ctx, requestKey, limit, {
       model,
+      space,
       items,
       truncate,
       bytes,
@@ -214,7 +222,7 @@ export async function embedItems(
     { kind: "embed", rows: prepared.map((x) => x.seq) },
     { permit, ...(options.signal === undefined ? {} : { signal: options.signal }), label: "embed" },
   );
-  return assemble(ctx, model, prepared, errors, out);
+  return assemble(ctx, model, space, prepared, errors, out);
 }
 
 function checkItems(items: EmbedItem[]): void {
@@ -262,15 +270,17 @@ function submitJob(
 function assemble(
   ctx: OpContext,
   model: ReadyModel,
+  space: ServedSpace,
   prepared: PreparedItem[],
   errors: (ItemError | undefined)[],
   out: LaneBatchResult,
 ): EmbedResult {
   const served = newServed();
-  collectRows(model, prepared, out, served, (e) => errors[e.index] = e);
+  collectRows(model, space, prepared, out, served, (e) => errors[e.index] = e);
   return buildResult(
     ctx,
     model,
+    space,
     served,
     errors.filter((e): e is ItemError => e !== undefined),
     out.queueTimeMs,
@@ -292,6 +302,7 @@ function newServed(): Served {
 /** Adds a lane run's rows to `served`; a row the lane could not serve goes to `onError`. */
 function collectRows(
   model: ReadyModel,
+  space: ServedSpace,
   prepared: readonly PreparedItem[],
   out: LaneBatchResult,
   served: Served,
@@ -303,7 +314,7 @@ function collectRows(
       onError(rowError(model, x, row));
       return;
     }
-    const line = vectorLine(model, x, row.values);
+    const line = vectorLine(model, x, servedValues(model, space, row.values));
     served.vectors.push(line.vector);
     served.counts.push(line.count);
     served.disclosures.push(line.disclosure);
@@ -313,6 +324,7 @@ function collectRows(
 function buildResult(
   ctx: OpContext,
   model: ReadyModel,
+  space: ServedSpace,
   served: Served,
   errors: ItemError[],
   queueTimeMs: number,
@@ -320,9 +332,9 @@ function buildResult(
 ): EmbedResult {
   const result: EmbedResult = {
     ...buildEnvelope({
-      fingerprint: model.fingerprint,
+      fingerprint: space.fingerprint,
       tableEpoch: ctx.tableEpoch(),
-      dims: model.dims,
+      dims: space.dims,
       engine: model.identity,
       moduleGeneration: ctx.moduleGeneration,
       modelId: model.modelId,
@@ -353,6 +365,7 @@ function buildResult(
 async function embedInChunks(
   ctx: OpContext,
   model: ReadyModel,
+  space: ServedSpace,
   p: CommonParams,
   items: EmbedItem[],
   upTo: number,
@@ -374,7 +387,7 @@ async function embedInChunks(
   const served = newServed();
   let queueMs = 0;
   let inferenceMs = 0;
-  const done = () => buildResult(ctx, model, served, errors, queueMs, inferenceMs);
+  const done = () => buildResult(ctx, model, space, served, errors, queueMs, inferenceMs);
   if (embed.allOrNothing && errors.length > 0) return done();
   for (const [a, b, bytes] of inlineChunks(items, limits.max_items, limits.byte_budget)) {
     signal?.throwIfAborted();
@@ -410,7 +423,7 @@ async function embedInChunks(
       );
       queueMs += out.queueTimeMs;
       inferenceMs += out.inferenceMs;
-      collectRows(model, group, out, served, (e) => errors.push(e));
+      collectRows(model, space, group, out, served, (e) => errors.push(e));
       if (embed.allOrNothing && errors.length > 0) return done();
     }
   }
@@ -467,19 +480,4 @@ export function tokenGroups(
   }
   if (group.length > 0) groups.push(group);
   return groups;
-}
-
-/**
- * Refuses a request whose required vector width differs from the model's.
- *
- * @throws {SynapseError} semantic `invalid_request` `{field: "dimensions", dims, dimensions}`.
- */
-function checkDims(model: ReadyModel, dimensions: number | undefined): void {
-  if (dimensions !== undefined && dimensions !== model.dims) {
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot embed with dimensions ${dimensions}: model '${model.modelId}' produces ${model.dims}-dimensional vectors, and Synapse never shortens or projects vectors; omit dimensions or give ${model.dims}`,
-      { details: { field: "dimensions", dims: model.dims, dimensions, model_id: model.modelId } },
-    );
-  }
 }

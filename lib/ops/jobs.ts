@@ -17,6 +17,7 @@ import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import { requestDigest } from "../identity/request_digest.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import type { ReadyModel } from "../models/model.ts";
+import { type ServedSpace, servedValues } from "../models/matryoshka.ts";
 import { quantumTokensFor, takeQuantum } from "../sched/quantum.ts";
 import type { JobRow, JobState } from "../store/job_types.ts";
 import {
@@ -88,6 +89,11 @@ export interface EmbedResultPage extends Envelope {
 export interface EmbedJobRequest {
   requestKey: string;
   model: ReadyModel;
+  /**
+   * The space served (lib/models/matryoshka.ts): a Matryoshka width enters the request digest's
+   * constraints (`dimensions`) and the job's params; absent: the model's own space.
+   */
+  space?: ServedSpace;
   items: EmbedItem[];
   /** Items already tokenized (small over-token batches); otherwise the job tokenizes. */
   prepared?: PreparedItem[];
@@ -112,7 +118,12 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
   const digest = requestDigest({
     op: "embed.batch",
     modelId: req.model.modelId,
-    constraints: { truncate: req.truncate, fingerprint: req.model.fingerprint },
+    constraints: {
+      truncate: req.truncate,
+      fingerprint: req.space?.fingerprint ?? req.model.fingerprint,
+      // Only a cut width: `dimensions` equal to the model's is the same request as none.
+      ...(req.space?.truncate === undefined ? {} : { dimensions: req.space.truncate }),
+    },
     items: req.items.map((it, i) => ({ id: it.id, contentSha256: submitted[i]! })),
   });
   return admitDurableJob(ctx, {
@@ -120,6 +131,7 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
     requestDigest: digest,
     kind: "embed.batch",
     model: req.model,
+    ...(req.space?.truncate === undefined ? {} : { space: req.space }),
     truncate: req.truncate,
     itemsTotal: req.items.length,
     bytes: req.bytes,
@@ -134,6 +146,8 @@ export interface DurableJobInput {
   /** The op that makes the job (`embed.batch`, `rerank.score`). */
   kind: string;
   model: ReadyModel;
+  /** A Matryoshka width served (its fingerprint and dims are the job's); absent: the model's. */
+  space?: ServedSpace;
   truncate: boolean;
   itemsTotal: number;
   /** Request bytes, held against the byte budget until the job ends. */
@@ -163,7 +177,8 @@ export function admitDurableJob(
     moduleGeneration: ctx.moduleGeneration,
     params: {
       model_id: input.model.modelId,
-      fingerprint: input.model.fingerprint,
+      fingerprint: input.space?.fingerprint ?? input.model.fingerprint,
+      ...(input.space === undefined ? {} : { dims: input.space.dims }),
       truncate: input.truncate,
       items_total: input.itemsTotal,
     },
@@ -201,7 +216,7 @@ export function admitDurableJob(
     attached,
     items_total: job.itemsTotal ?? input.itemsTotal,
     model_id: input.model.modelId,
-    fingerprint: input.model.fingerprint,
+    fingerprint: input.space?.fingerprint ?? input.model.fingerprint,
   };
 }
 
@@ -301,7 +316,10 @@ async function runEmbedJob(
           (page.item_errors ??= []).push(rowError(req.model, x, row));
           return;
         }
-        const line = vectorLine(req.model, x, row.values, submittedSha256[x.index]!);
+        const values = req.space === undefined
+          ? row.values
+          : servedValues(req.model, req.space, row.values);
+        const line = vectorLine(req.model, x, values, submittedSha256[x.index]!);
         add(line.vector, line.count, line.disclosure);
       });
       start = end;
@@ -383,7 +401,7 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
   }
   const pageNo = p.page ?? 0;
   const stored = store.readPage(job.jobId, pageNo);
-  const params = job.params as { model_id?: string; fingerprint?: string };
+  const params = job.params as { model_id?: string; fingerprint?: string; dims?: number };
   const model = ctx.registry.list().find((m) => m.modelId === params.model_id)?.ready;
   const rerank = job.kind === "rerank.score";
   let body: StoredPage & Partial<RerankJobPage> = emptyPage();
@@ -402,7 +420,7 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
       fingerprint: params.fingerprint ?? model?.fingerprint ?? "",
       tableEpoch: ctx.tableEpoch(),
       // The model may not be loaded here (a store-only CLI instance): the page's vectors say.
-      dims: rerank ? 1 : model?.dims ?? body.vectors?.[0]?.vector?.length ?? 0,
+      dims: rerank ? 1 : params.dims ?? model?.dims ?? body.vectors?.[0]?.vector?.length ?? 0,
       engine: model?.identity ?? ORT_ENGINE,
       moduleGeneration: ctx.moduleGeneration,
       modelId: params.model_id ?? "",
