@@ -22,7 +22,10 @@ import type { CliIO, Command } from "../_command.ts";
  * loads no operation code.
  */
 export const CALL_METHODS: readonly (readonly [method: string, params: string])[] = [
-  ["embed.query", "{text, id?, model?, truncate?, required_fingerprint?, deadline_ms?}"],
+  [
+    "embed.query",
+    "{text, id?, model?, truncate?, dimensions?, required_fingerprint?, deadline_ms?}",
+  ],
   ["embed.batch", "{items: [{id, text} | text] | texts: [text], request_key?, input_type?, …}"],
   ["embed.result", "{job_id, page?}: a durable job's status and one result page"],
   ["rerank.score", "{query, candidates: [text], model?, truncate?, …}"],
