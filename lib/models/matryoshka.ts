@@ -116,6 +116,21 @@ export function matryoshkaVariants(model: MatryoshkaModel): MatryoshkaVariant[] 
 }
 
 /**
+ * The width at which a model serves fingerprint `fp`: its full width for its own fingerprint, a
+ * declared Matryoshka width for a derived one, else `undefined`. What routing by fingerprint
+ * (`target_fingerprint`, `required_fingerprint`) asks of a candidate model: it matches `fp` when
+ * this is defined, and is then served at that width.
+ *
+ * @param model The ready model.
+ * @param fp A fingerprint (64 hex).
+ * @returns The width in values, or `undefined` when no space of the model has that fingerprint.
+ */
+export function matryoshkaWidthOf(model: MatryoshkaModel, fp: string): number | undefined {
+  if (fp === model.fingerprint) return model.dims;
+  return matryoshkaVariants(model).find((v) => v.fingerprint === fp)?.dims;
+}
+
+/**
  * The space a request is served in ({@link servedVariant}): `truncate` is set when the vectors are
  * cut to a Matryoshka width.
  */

@@ -38,7 +38,12 @@ import {
 import { utf8Length } from "./_text.ts";
 import type { CallOptions, EmbedCallOptions, OpContext } from "./context.ts";
 import { resolveModel } from "./_resolve_model.ts";
-import { type ServedSpace, servedValues, servedVariant } from "../models/matryoshka.ts";
+import {
+  matryoshkaWidthOf,
+  type ServedSpace,
+  servedValues,
+  servedVariant,
+} from "../models/matryoshka.ts";
 
 export type { EmbedItem, EmbedVector, ItemError, TruncationDisclosure };
 
@@ -167,7 +172,7 @@ function refuseInputType(model: ReadyModel, inputType: string): never {
  */
 export async function embedItems(
   ctx: OpContext,
-  p: CommonParams & { dimensions?: number },
+  p: CommonParams & { dimensions?: number; target_fingerprint?: string },
   items: EmbedItem[],
   options: CallOptions = {},
   requestKey?: string,
@@ -175,8 +180,12 @@ export async function embedItems(
   const limits = ctx.config.inline;
   checkItems(items);
   const model = resolveModel(ctx, requestedModel(p), "embed");
-  // The space served: the model's own, or a Matryoshka width of it (its own fingerprint).
-  const space = servedVariant(model, p.dimensions ?? options.embed?.requiredDims);
+  // The space served: the model's own, or a Matryoshka width of it (its own fingerprint) asked
+  // by `dimensions`, or named by its fingerprint.
+  const space = servedVariant(
+    model,
+    p.dimensions ?? options.embed?.requiredDims ?? widthNamedBy(model, p),
+  );
   checkFingerprint({ ...model, fingerprint: space.fingerprint }, p);
   const chunksUpTo = requestKey === undefined ? options.embed?.inlineChunksUpTo : undefined;
   if (chunksUpTo !== undefined) {
@@ -223,6 +232,23 @@ export async function embedItems(
     { permit, ...(options.signal === undefined ? {} : { signal: options.signal }), label: "embed" },
   );
   return assemble(ctx, model, space, prepared, errors, out);
+}
+
+/**
+ * The Matryoshka width a request names by fingerprint when it gives no `dimensions`: its
+ * `required_fingerprint`, else its `target_fingerprint`, when that is one of the model's derived
+ * spaces (lib/models/matryoshka.ts `matryoshkaWidthOf`); otherwise none (the full width).
+ */
+function widthNamedBy(
+  model: ReadyModel,
+  p: CommonParams & { target_fingerprint?: string },
+): number | undefined {
+  for (const fp of [p.required_fingerprint, p.target_fingerprint]) {
+    if (fp === undefined || fp === model.fingerprint) continue;
+    const n = matryoshkaWidthOf(model, fp);
+    if (n !== undefined) return n;
+  }
+  return undefined;
 }
 
 function checkItems(items: EmbedItem[]): void {

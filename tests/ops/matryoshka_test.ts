@@ -9,7 +9,11 @@
 import assert from "node:assert/strict";
 import { serveHttp } from "../../lib/http/server.ts";
 import { fingerprint, numericProfileId } from "../../lib/identity/numeric_profile.ts";
-import { matryoshkaVariant, matryoshkaVariants } from "../../lib/models/matryoshka.ts";
+import {
+  matryoshkaVariant,
+  matryoshkaVariants,
+  matryoshkaWidthOf,
+} from "../../lib/models/matryoshka.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import {
   channelError,
@@ -131,6 +135,36 @@ Deno.test("embed.query dimensions: 16 is the unit-normalised first 16 of the poo
     }),
   );
   assert.equal(wrong.code, "substitution_rejected");
+  // Without dimensions, a fingerprint of a derived space selects its width.
+  const named = resultOf(
+    await t.syn.call("embed.query", {
+      model: "mat",
+      text: TEXT,
+      required_fingerprint: cut.fingerprint,
+    }),
+  );
+  assert.equal(named.dims, 16);
+  assert.deepEqual(named.vectors[0].vector, v);
+  const batchNamed = resultOf(
+    await t.syn.call("embed.batch", {
+      model: "mat",
+      texts: [TEXT],
+      required_fingerprint: cut.fingerprint,
+    }),
+  );
+  assert.equal(batchNamed.fingerprint, cut.fingerprint);
+  assert.equal(matryoshkaWidthOf(m, cut.fingerprint), 16);
+  assert.equal(matryoshkaWidthOf(m, full.fingerprint), 32);
+  assert.equal(matryoshkaWidthOf(m, rawCut.fingerprint), undefined);
+  // Another model's derived fingerprint is still refused.
+  const other = semanticError(
+    await t.syn.call("embed.query", {
+      model: "mat",
+      text: TEXT,
+      required_fingerprint: rawCut.fingerprint,
+    }),
+  );
+  assert.equal(other.code, "substitution_rejected");
 });
 
 Deno.test("dimensions equal to the full width is the plain profile; an undeclared model or width is refused naming the allowed dims", async () => {
