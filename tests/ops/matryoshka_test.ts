@@ -402,3 +402,36 @@ Deno.test("model.load matryoshka_dims: served at load, kept with the load, refus
   assert.equal(failed.error?.code, "invalid_request");
   assert.equal(failed.error?.details?.field, "matryoshka_dims");
 });
+
+Deno.test("a GGUF embed model (llama worker) serves its declared widths the same way; a width over its own fails the load", async () => {
+  const GEN = `${MODELS}/synapse-tiny-llama`;
+  const entry = (modelId: string, dims: number[]) => ({
+    engine: "llama",
+    model_path: GEN,
+    tokenizer_path: `${GEN}/tokenizer.json`,
+    task: "embed",
+    model_id: modelId,
+    pooling: "mean",
+    normalize: true,
+    max_tokens: 512,
+    matryoshka_dims: dims,
+  });
+  await using t = await startSynapse({
+    preload_models: [entry("gguf", [8]), entry("gguf-wide", [1 << 20])],
+  }, { log: nullLog });
+  const r = await rows(t);
+  assert.equal(r.gguf.state, "ready", JSON.stringify(r.gguf.error));
+  assert.equal(r["gguf-wide"].state, "failed");
+  assert.equal(r["gguf-wide"].error.details.reason, "exceeds_dims");
+  const full = resultOf(await t.syn.call("embed.query", { model: "gguf", text: TEXT }));
+  const cut = resultOf(
+    await t.syn.call("embed.query", { model: "gguf", text: TEXT, dimensions: 8 }),
+  );
+  assert.ok(full.dims > 8);
+  assert.equal(cut.dims, 8);
+  assert.equal(cut.fingerprint, r.gguf.matryoshka[0].fingerprint);
+  assert.notEqual(cut.fingerprint, full.fingerprint);
+  const v: number[] = cut.vectors[0].vector;
+  assert.ok(Math.abs(norm(v) - 1) < 1e-6);
+  assertClose(v, normalised(full.vectors[0].vector.slice(0, 8)), 1e-6, "gguf dims 8");
+});
