@@ -1,5 +1,5 @@
 /**
- * `ck-synapse embed [--model ID] [--json] [--truncate] [--url URL] TEXT...`: one text is
+ * `ck-synapse embed [--model ID] [--json] [--truncate] [--dimensions N] [--url URL] TEXT...`: one text is
  * `embed.query`, several are `embed.batch`. `embed --file PATH --request-key KEY` embeds a JSONL
  * file as one `embed.batch`, following the durable job it becomes (see `../_embed_file.ts`).
  *
@@ -20,10 +20,10 @@ import {
 import type { CliIO, Command } from "../_command.ts";
 import { runEmbedFile } from "../_embed_file.ts";
 
-const USAGE =
-  `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--url URL | --subc [FILE]] TEXT...
-       ck-synapse embed --file PATH --request-key KEY [--model ID] [--truncate] [--out PATH]
-                        [--no-progress] [--json] [--url URL | --subc [FILE]]
+const USAGE = `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--dimensions N]
+                        [--url URL | --subc [FILE]] TEXT...
+       ck-synapse embed --file PATH --request-key KEY [--model ID] [--truncate] [--dimensions N]
+                        [--out PATH] [--no-progress] [--json] [--url URL | --subc [FILE]]
 
 Embeds one text (embed.query) or several (embed.batch) and prints the model, fingerprint, dims,
 token counts and the first 8 values of each vector; --json prints the whole result envelope.
@@ -38,6 +38,8 @@ stops polling (a server keeps running the job) and prints the job id.
 
   --model ID          model to use (default: the first embed model)
   --truncate          cut over-long texts to the model's limit and disclose it, instead of refusing
+  --dimensions N      vector width: the model's own or one of its matryoshka_dims (a derived
+                      space with its own fingerprint); another width is refused
   --json              print the result (or the error) as JSON; with --file the lines are JSONL
                       anyway, and --json prints a refusal of the batch as JSON on stdout
 ${serverFlagsUsage(20)}
@@ -78,6 +80,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     model: { type: "string" },
     json: { type: "boolean" },
     truncate: { type: "boolean" },
+    dimensions: { type: "string" },
     url: { type: "string" },
     subc: SUBC_CLIENT_FLAG,
     file: { type: "string" },
@@ -85,6 +88,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     out: { type: "string" },
     "no-progress": { type: "boolean" },
   });
+  const dimensions = dimensionsFlag(values.dimensions);
   if (values.file !== undefined) {
     if (positionals.length > 0) {
       throw new UsageError(`Cannot embed --file: unexpected TEXT '${positionals[0]}'`);
@@ -98,6 +102,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
       requestKey: key,
       model: values.model,
       truncate: values.truncate ?? false,
+      ...(dimensions === undefined ? {} : { dimensions }),
       out: values.out,
       url: values.url,
       subc: values.subc,
@@ -112,6 +117,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
   const common: Record<string, unknown> = {};
   if (values.model !== undefined) common.model = values.model;
   if (values.truncate) common.truncate = true;
+  if (dimensions !== undefined) common.dimensions = dimensions;
   const [method, params] = positionals.length === 1
     ? ["embed.query", { ...common, text: positionals[0] }]
     : ["embed.batch", { ...common, texts: positionals }];
@@ -130,6 +136,20 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
   } finally {
     await client.close();
   }
+}
+
+/**
+ * The `--dimensions` value as a positive integer.
+ *
+ * @throws {UsageError} for anything else.
+ */
+function dimensionsFlag(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!/^[0-9]+$/.test(value) || !Number.isSafeInteger(n) || n < 1) {
+    throw new UsageError(`Cannot embed: --dimensions must be a positive integer, got '${value}'`);
+  }
+  return n;
 }
 
 function printSummary(res: EmbedPrintable, io: CliIO): void {
