@@ -32,6 +32,8 @@ export interface EmbedFileOptions {
   model?: string;
   /** Cut over-long texts instead of refusing them. @default false */
   truncate?: boolean;
+  /** Vector width (`embed.batch` `dimensions`: the model's own or one of its Matryoshka widths). */
+  dimensions?: number;
   /** Output path. @default stdout */
   out?: string;
   /** Server URL. @default an embedded instance */
@@ -91,6 +93,7 @@ async function embedItems(
   };
   if (opts.model !== undefined) params.model = opts.model;
   if (opts.truncate) params.truncate = true;
+  if (opts.dimensions !== undefined) params.dimensions = opts.dimensions;
   const outcome = await client.call("embed.batch", params);
   if (outcome.kind !== "result") return reportRefusal(outcome, io, opts.json ?? false);
   const res = (outcome.body as { result: InlineResult | JobAccepted }).result;

@@ -96,6 +96,14 @@ export const PreloadModelConfigSchema = z.strictObject({
   prompts: z.record(z.string(), z.string()).optional(),
   /** The prompt applied when a request selects none; must name one of `prompts`. */
   default_prompt_name: nonEmpty.optional(),
+  /**
+   * Matryoshka widths the model was trained to be cut to, e.g. `[64, 128, 256, 512, 768]`:
+   * strictly ascending positive integers, each at most the model's width (checked at load; embed
+   * models only). A request's `dimensions` may then name one: the vectors are the first `n`
+   * values, L2-normalised when the model normalises, under a derived fingerprint. Absent: only
+   * the full width is served.
+   */
+  matryoshka_dims: z.array(positiveInt).min(1).max(64).optional(),
   /** Execution provider or placement hint. */
   execution: nonEmpty.optional(),
   /** Worker binary override. */

@@ -108,6 +108,11 @@ export const EmbedQueryParams = z.strictObject({
   text: z.string(),
   id: itemId.optional(),
   ...promptSelector,
+  /**
+   * Vector width: the model's own, or one of its `matryoshka_dims` (a derived space with its own
+   * fingerprint, lib/models/matryoshka.ts); anything else is refused naming `dimensions`.
+   */
+  dimensions: z.number().int().positive().optional(),
 });
 export type EmbedQueryParams = z.infer<typeof EmbedQueryParams>;
 
@@ -129,6 +134,8 @@ export const EmbedBatchParams = z.strictObject({
   texts: z.array(z.string()).optional(),
   request_key: requestKey,
   ...promptSelector,
+  /** Vector width, as `embed.query`'s `dimensions`; a job keeps it (it is in the request digest). */
+  dimensions: z.number().int().positive().optional(),
 });
 export type EmbedBatchParams = z.infer<typeof EmbedBatchParams>;
 
@@ -298,6 +305,11 @@ export const ModelLoadParams = z.strictObject({
   prompts: z.record(z.string(), z.string()).optional(),
   /** The prompt applied when a request selects none; must name one of `prompts`. */
   default_prompt_name: wellFormedName(128).optional(),
+  /**
+   * Matryoshka widths the model was trained to be cut to (issue 19): strictly ascending positive
+   * integers, each at most the model's width (checked at load; embed models only).
+   */
+  matryoshka_dims: z.array(z.number().int().positive()).min(1).max(64).optional(),
   request_key: wellFormedName().optional(),
   deadline_ms: z.number().int().positive().optional(),
 });

@@ -236,7 +236,7 @@ export function rankOrder(scores: readonly number[], topN?: number): number[] {
 
 /**
  * One all-or-nothing `embed.batch` of an embeddings door: up to `maxInputs` texts served as inline
- * chunks, `dimensions` (when given) required of the model, the first refused input named
+ * chunks, `dimensions` (when given) served as the model's width or a Matryoshka width of it, the first refused input named
  * `<list>[i]`.
  *
  * @returns The result, or the error to answer in the door's shape.

@@ -13,7 +13,9 @@
  * - `keep_alive` and `options` tune Ollama's own runner (how long a model stays loaded, context
  *   size, threads, sampling); they are accepted and have no effect — a model here
  *   stays loaded while it is configured, and reads up to its `max_tokens`.
- * - `dimensions` must equal the model's width.
+ * - `dimensions` is the model's width or one of its `matryoshka_dims` (the first `n` values,
+ *   L2-normalised again when the model normalises, under a derived fingerprint in
+ *   `x-synapse-fingerprint`); any other width is refused naming `dimensions`.
  *
  * Errors are Ollama's `{error}` (plus Synapse's `code`) with the status of the one status table
  * (unknown model: 404, as Ollama).

@@ -2,7 +2,7 @@
  * The OpenAI-shaped door (`POST /v1/embeddings`, `GET /v1/models`): a mapping of params and
  * results around the one dispatcher, nothing more. An embeddings request becomes an `embed.batch`
  * call (`texts`, `model`) with the door's call options — up to {@link OPENAI_MAX_INPUTS} inputs
- * served as inline chunks under the same lane admission, `dimensions` checked against the model,
+ * served as inline chunks under the same lane admission, `dimensions` served as the model's width or one of its Matryoshka widths (else refused),
  * all or nothing — and the outcome becomes OpenAI's response or error body. Model resolution,
  * the disposed check, text checks and admission all happen below, exactly as for
  * `/v1/ops/embed.batch`.

@@ -16,8 +16,10 @@
  * - `prompt_name` selects a prompt of the model's prompt table (lib/models/prompts.ts; an unknown
  *   name is refused naming the known ones, as TEI does); on a model without a table nothing is
  *   applied, which `x-synapse-prompt: applied=none; reason=no_prompt_table` says (the header
- *   discloses the prompt applied on every answer that has one). `dimensions` must equal the
- *   model's width.
+ *   discloses the prompt applied on every answer that has one). `dimensions` is the model's width
+ *   or one of its `matryoshka_dims` (the first `n` values, L2-normalised again when the model
+ *   normalises, under a derived fingerprint in `x-synapse-fingerprint`); any other width is
+ *   refused naming `dimensions`.
  * - Scores: `raw_scores: false` (default) gives the logistic of the raw logit, as TEI does;
  *   `raw_scores: true` the raw logit.
  *

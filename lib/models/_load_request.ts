@@ -41,6 +41,8 @@ export interface LoadRequest {
   prompts?: Record<string, string>;
   /** The prompt applied when a request selects none; must name one of `prompts`. */
   default_prompt_name?: string;
+  /** Matryoshka widths (`ModelSource.matryoshkaDims`). */
+  matryoshka_dims?: number[];
   request_key?: string;
   deadline_ms?: number;
 }

@@ -50,6 +50,11 @@ export interface LoadSpec {
    * load, so the same table (and fingerprint) holds after a restart.
    */
   prompts?: PromptTable;
+  /**
+   * Matryoshka widths (`model.load` `matryoshka_dims`, a catalog entry's; see
+   * `ModelSource.matryoshkaDims`): recorded with the load, so they hold after a restart.
+   */
+  matryoshka_dims?: number[];
 }
 
 /**
@@ -78,6 +83,7 @@ export function sourceFromSpec(spec: LoadSpec, blobPath: (d: Digest) => string):
     ...(spec.not_default ? { notDefault: true } : {}),
     ...(spec.reference_model === undefined ? {} : { referenceModel: spec.reference_model }),
     ...(spec.prompts === undefined ? {} : { prompts: spec.prompts }),
+    ...(spec.matryoshka_dims === undefined ? {} : { matryoshkaDims: [...spec.matryoshka_dims] }),
     ...(spec.max_tokens === undefined
       ? { maxTokensDefault: 8192 }
       : { maxTokens: spec.max_tokens }),
@@ -99,6 +105,7 @@ export function sameLoad(a: LoadSpec, b: LoadSpec): boolean {
       s.files.config?.digest ?? null,
       s.reference_model ?? null,
       s.prompts === undefined ? null : canonicalJson(s.prompts as unknown as JsonValue),
+      s.matryoshka_dims ?? null,
     ]);
   return d(a) === d(b);
 }

@@ -89,6 +89,12 @@ export interface CatalogModel {
   upstream: { hf_repo: string; revision: string };
   /** Vector width (embed), 1 (rerank), 0 (generate). */
   dims: number;
+  /**
+   * Matryoshka widths the upstream model was trained to be cut to (its model card), served by
+   * `dimensions` under derived fingerprints (lib/models/matryoshka.ts); absent for a model not
+   * Matryoshka-trained. Not part of `manifest_digest` (it changes no file and no lane).
+   */
+  matryoshka_dims?: number[];
   backends: CatalogBackend[];
   /** Why the model has no backend here, when `backends` is empty. */
   no_backend_reason?: string;
@@ -293,6 +299,9 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
       default_for_task: false,
       upstream: { hf_repo: QWEN3_EMBED[0], revision: QWEN3_EMBED[1] },
       dims: 1024,
+      // The model card: MRL support, "user-defined output dimensions ranging from 32 to 1024";
+      // the usual widths of that range.
+      matryoshka_dims: [32, 64, 128, 256, 512, 768, 1024],
       backends: [{
         backend: "llama",
         files: {

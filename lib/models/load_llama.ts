@@ -31,6 +31,7 @@ import {
   tokenizerCheckTexts,
 } from "../tokenize/gguf_tokenizer.ts";
 import { checkDeclaredDtype, identityOf } from "./load_ort.ts";
+import { checkMatryoshkaDims } from "./matryoshka.ts";
 import {
   LLAMA_CONTEXT_CAP,
   type ModelEntry,
@@ -70,6 +71,8 @@ export interface LlamaLoaded {
   engine: LlamaEngine;
   /** The model's prompt table (embed models that declare one). */
   prompts?: PromptTable;
+  /** The source's `matryoshka_dims`, checked against the model's width. */
+  matryoshkaDims?: readonly number[];
 }
 
 /**
@@ -171,6 +174,12 @@ export async function loadLlamaModel(
     }
   }
   const { dims, coldLoadMs, identity } = loaded;
+  try {
+    checkMatryoshkaDims(src, mode === "embed" ? dims : 0);
+  } catch (err) {
+    await engine.dispose().catch(() => {});
+    throw err;
+  }
   const engineId: EngineIdentity = {
     engine: identity.engine,
     version: identity.version,
@@ -209,6 +218,7 @@ export async function loadLlamaModel(
     gguf: facts,
     engine,
     ...(prompts === undefined ? {} : { prompts }),
+    ...(src.matryoshkaDims === undefined ? {} : { matryoshkaDims: [...src.matryoshkaDims] }),
   };
 }
 
@@ -247,6 +257,7 @@ export function llamaReadyModel(
     profile: l.profile,
     ...identityOf(l.profile),
     dims: l.dims,
+    ...(l.matryoshkaDims === undefined ? {} : { matryoshkaDims: l.matryoshkaDims }),
     maxTokens: l.maxTokens,
     testModel: l.testModel,
     identity: l.identity,

@@ -10,6 +10,7 @@
 import { SynapseError } from "../contract/errors.ts";
 import { onnxWeightDtype } from "../cache/validate.ts";
 import { fingerprint, numericProfileId } from "../identity/numeric_profile.ts";
+import { checkMatryoshkaDims } from "./matryoshka.ts";
 import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import type { OrtLane } from "../engines/ort/ort_lane.ts";
@@ -47,6 +48,8 @@ export interface OrtLoaded {
   bulk: OrtEngine;
   /** The model's prompt table (embed models that declare one). */
   prompts?: PromptTable;
+  /** The source's `matryoshka_dims`, checked against the model's width. */
+  matryoshkaDims?: readonly number[];
 }
 
 /**
@@ -141,6 +144,12 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
     await ctx.interactive.unload(modelId).catch(() => {});
     throw weights;
   }
+  try {
+    checkMatryoshkaDims(src, interactive.dims);
+  } catch (err) {
+    await ctx.interactive.unload(modelId).catch(() => {});
+    throw err;
+  }
   const dtype = weights.dtype;
   const bulk = OrtEngine.lazy(ctx.bulk, spec, interactive.dims);
   const profile: NumericProfile = {
@@ -176,6 +185,7 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
     interactive,
     bulk,
     ...(prompts === undefined ? {} : { prompts }),
+    ...(src.matryoshkaDims === undefined ? {} : { matryoshkaDims: [...src.matryoshkaDims] }),
   };
 }
 
@@ -244,6 +254,7 @@ export function ortReadyModel(
     profile: o.profile,
     ...identityOf(o.profile),
     dims: o.interactive.dims,
+    ...(o.matryoshkaDims === undefined ? {} : { matryoshkaDims: o.matryoshkaDims }),
     maxTokens: o.maxTokens,
     testModel: o.testModel,
     identity: o.interactive.identity,

@@ -103,6 +103,13 @@ export interface ModelSource {
    * `default_prompt_name` when {@link prompts} is absent; a missing file is no table.
    */
   promptsConfigPath?: string;
+  /**
+   * Matryoshka widths the model was trained to be cut to (preload `matryoshka_dims`, the
+   * `model.load` param, a catalog entry): ascending positive integers, each at most the model's
+   * width, checked at load (lib/models/matryoshka.ts `checkMatryoshkaDims`). A request's
+   * `dimensions` may name one; it is served under a derived fingerprint. Embed models only.
+   */
+  matryoshkaDims?: readonly number[];
   /** llama: worker program override (`worker_bin`). */
   workerBin?: string;
   /** llama: socket directory (`worker_runtime_dir`). */
@@ -135,6 +142,11 @@ export interface ReadyModel {
   readonly fingerprint: string;
   /** Vector width (embed), 1 (rerank), 0 (generate). */
   readonly dims: number;
+  /**
+   * The source's checked `matryoshka_dims` (embed models that declare them): the widths a request
+   * may ask for by `dimensions`, each served under its derived profile (lib/models/matryoshka.ts).
+   */
+  readonly matryoshkaDims?: readonly number[];
   /** Longest sequence in tokens, specials included (the profile's `max_context_tokens` for ORT). */
   readonly maxTokens: number;
   readonly testModel: boolean;

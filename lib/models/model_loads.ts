@@ -50,6 +50,7 @@ import { inferTask, modelIdFor } from "./_load_infer.ts";
 import { checkReferenceModel } from "./sources.ts";
 import { parsePromptTable, readSentenceTransformersPrompts, ST_CONFIG_FILE } from "./prompts.ts";
 import type { PromptTable } from "./prompts.ts";
+import { checkMatryoshkaDims } from "./matryoshka.ts";
 import {
   checkFormat,
   type LoadSpec,
@@ -217,6 +218,17 @@ export class ModelLoads {
     }
     // A bad prompt table is refused before a job exists, naming the field.
     parsePromptTable(req.prompts, req.default_prompt_name, "prompts", req.model_id ?? "model.load");
+    if (req.matryoshka_dims !== undefined) {
+      // The order and the task now; the widths against the model's once it is loaded.
+      checkMatryoshkaDims(
+        {
+          modelId: req.model_id ?? req.repo ?? req.path ?? req.url ?? "model",
+          task: req.task ?? "embed",
+          matryoshkaDims: req.matryoshka_dims,
+        },
+        Number.MAX_SAFE_INTEGER,
+      );
+    }
     // Refuse what cannot work before a job exists: unpinned sources, missing files.
     const plan = resolveLoadFiles(req, this.#hfEndpoint);
     const job = this.#jobs.create(
@@ -546,10 +558,18 @@ export class ModelLoads {
     }
   }
 
-  /** The registry source of a spec, whose `verify` checks (and heals) its blobs first. */
+  /**
+   * The registry source of a spec, whose `verify` checks (and heals) its blobs first. A catalog
+   * model takes its entry's `matryoshka_dims` (the catalog in this build) unless the spec has its own.
+   */
   #source(spec: LoadSpec, job?: Job): ModelSource {
+    const matryoshka = spec.matryoshka_dims ??
+      (spec.catalog_id === undefined
+        ? undefined
+        : this.catalog.find((m) => m.id === spec.catalog_id)?.matryoshka_dims);
     return {
       ...sourceFromSpec(spec, (d) => this.cache.blobPath(d)),
+      ...(matryoshka === undefined ? {} : { matryoshkaDims: [...matryoshka] }),
       verify: () => this.#verifySpec(spec, job),
     };
   }
@@ -760,6 +780,7 @@ export class ModelLoads {
         ...(notDefault ? { not_default: true } : {}),
         ...(req.reference_model === undefined ? {} : { reference_model: req.reference_model }),
         ...(prompts === undefined ? {} : { prompts }),
+        ...(req.matryoshka_dims === undefined ? {} : { matryoshka_dims: req.matryoshka_dims }),
       };
       let loaded = this.#specs.get(modelId);
       const entry = this.registry.list().find((m) => m.modelId === modelId);

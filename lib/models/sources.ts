@@ -105,9 +105,10 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
 
 /**
  * The declarations every engine honours: `dtype` (checked against the weights at load),
- * `reference_model` (the probe's reference; never the model itself) and the prompt table
+ * `reference_model` (the probe's reference; never the model itself), the prompt table
  * (`prompts`, `default_prompt_name`; else the model directory's
- * `config_sentence_transformers.json`, read at load).
+ * `config_sentence_transformers.json`, read at load) and `matryoshka_dims` (checked against the
+ * model's width at load, lib/models/matryoshka.ts).
  *
  * @param dir The model directory.
  * @throws {SynapseError} `invalid_request {field: "preload_models.reference_model"}` for a
@@ -132,6 +133,7 @@ function withDeclarations(
     checkReferenceModel(source.modelId, entry.reference_model, "preload_models.reference_model");
     source.referenceModel = entry.reference_model;
   }
+  if (entry.matryoshka_dims !== undefined) source.matryoshkaDims = [...entry.matryoshka_dims];
   return source;
 }
 

@@ -15,6 +15,7 @@ import type { OpContext } from "./context.ts";
 import type { AliasEquivalent } from "../identity/aliases.ts";
 import { catalogLaneId } from "../models/catalog.ts";
 import { defaultModelOf } from "../models/model_registry.ts";
+import { matryoshkaVariants } from "../models/matryoshka.ts";
 import { admitCertified, servedCertified } from "../probe/certification.ts";
 
 /** What {@link resolveModel} reads from the module context. */
@@ -164,17 +165,29 @@ type Match = "exact" | "probe" | "declared";
 
 const MATCH_RANK: Readonly<Record<Match, number>> = { exact: 0, probe: 1, declared: 2 };
 
-/** How `served` matches `wanted`: the same, equivalent by a live probe row, by a declared row. */
+/**
+ * Every fingerprint a model serves: its own, then each Matryoshka width's derived one
+ * (lib/models/matryoshka.ts; a request selects the width with `dimensions` or by naming it).
+ */
+function fingerprintsOf(model: ReadyModel): string[] {
+  return [model.fingerprint, ...matryoshkaVariants(model).map((v) => v.fingerprint)];
+}
+
+/**
+ * How a model serving `served` (one fingerprint, or all of a model's) matches `wanted`: the
+ * same, equivalent by a live probe row, by a declared row.
+ */
 function matchOf(
   ctx: ResolveContext,
-  served: string,
+  served: string | readonly string[],
   wanted: string,
   equivalents?: readonly AliasEquivalent[],
 ): Match | undefined {
-  if (served === wanted) return "exact";
+  const set = typeof served === "string" ? [served] : served;
+  if (set.includes(wanted)) return "exact";
   let match: Match | undefined;
   for (const e of equivalents ?? ctx.aliases.equivalentsOf(wanted, ctx.now())) {
-    if (e.fingerprint !== served) continue;
+    if (!set.includes(e.fingerprint)) continue;
     if (e.source === "probe") return "probe";
     match = "declared";
   }
@@ -227,27 +240,54 @@ function requireServes(
   model: ReadyModel,
   field: "target_fingerprint" | "required_fingerprint",
   routing: RoutingParams,
+  space?: string,
 ): void {
   const wanted = routing[field];
   if (wanted === undefined) return;
-  const match = matchOf(ctx, model.fingerprint, wanted);
+  const served = space ?? fingerprintsOf(model);
+  const match = matchOf(ctx, served, wanted);
   if (match !== undefined && admits(match, routing)) return;
   const reason = refusedWhy(match, "fingerprint_mismatch");
   const what = field === "required_fingerprint" ? "required" : "target";
+  const fingerprint = space ?? model.fingerprint;
   throw new SynapseError(
     "substitution_rejected",
-    `Cannot serve model '${model.modelId}': its fingerprint ${model.fingerprint} is not the ${what} ${wanted}${
+    `Cannot serve model '${model.modelId}': its fingerprint ${fingerprint} is not the ${what} ${wanted}${
       hintOf(reason)
     }`,
     {
       details: {
         model_id: model.modelId,
-        fingerprint: model.fingerprint,
+        fingerprint,
         [field]: wanted,
         reason,
       },
     },
   );
+}
+
+/**
+ * Refuses a request whose `required_fingerprint` / `target_fingerprint` the space it is about to
+ * be served in does not satisfy (exactly, or by an equivalent the request admits): once a model
+ * serves several spaces (Matryoshka widths, lib/models/matryoshka.ts), {@link resolveModel}
+ * checks that the model serves the fingerprint in some space, and the op checks the space it
+ * chose (`dimensions`) with this, before any work.
+ *
+ * @param ctx Module context.
+ * @param model The resolved model.
+ * @param fingerprint The fingerprint of the space to be served.
+ * @param routing The request's routing params.
+ * @throws {SynapseError} `substitution_rejected {model_id, fingerprint, required_fingerprint |
+ *   target_fingerprint, reason}`.
+ */
+export function requireSpace(
+  ctx: ResolveContext,
+  model: ReadyModel,
+  fingerprint: string,
+  routing: RoutingParams,
+): void {
+  requireServes(ctx, model, "required_fingerprint", routing, fingerprint);
+  requireServes(ctx, model, "target_fingerprint", routing, fingerprint);
 }
 
 /**
@@ -268,9 +308,9 @@ function routeToFingerprint(
   let equivalents: readonly AliasEquivalent[] | undefined;
   let requiredMiss: ReadyModel | undefined;
   for (const entry of ready) {
-    const its = entry.ready!.fingerprint;
+    const its = fingerprintsOf(entry.ready!);
     // The alias table is read once, and only when some model does not serve the target itself.
-    if (its !== target) equivalents ??= ctx.aliases.equivalentsOf(target, ctx.now());
+    if (!its.includes(target)) equivalents ??= ctx.aliases.equivalentsOf(target, ctx.now());
     const match = matchOf(ctx, its, target, equivalents);
     if (match === undefined) continue;
     if (!admits(match, routing)) {

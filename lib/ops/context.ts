@@ -147,8 +147,10 @@ export interface EmbedCallOptions {
    */
   inlineChunksUpTo?: number;
   /**
-   * Refuse with `invalid_request` naming `dimensions` unless the model's vectors are this wide
-   * (OpenAI's `dimensions`; Synapse never shortens or projects vectors).
+   * The door's `dimensions` (OpenAI, TEI, Ollama): serve vectors this wide — the model's own
+   * width, or one of its declared `matryoshka_dims` (a derived space with its own fingerprint,
+   * lib/models/matryoshka.ts); any other width is refused with `invalid_request` naming
+   * `dimensions` and the allowed widths.
    */
   requiredDims?: number;
   /**

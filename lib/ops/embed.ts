@@ -42,7 +42,13 @@ import {
 } from "./_embedding.ts";
 import { utf8Length } from "./_text.ts";
 import type { CallOptions, EmbedCallOptions, OpContext } from "./context.ts";
-import { resolveModel, routingOf } from "./_resolve_model.ts";
+import { requireSpace, resolveModel, routingOf } from "./_resolve_model.ts";
+import {
+  matryoshkaWidthOf,
+  type ServedSpace,
+  servedValues,
+  servedVariant,
+} from "../models/matryoshka.ts";
 
 export type { EmbedItem, EmbedVector, ItemError, TruncationDisclosure };
 
@@ -82,10 +88,14 @@ function withSelector(options: CallOptions, selector: PromptSelector): CallOptio
 }
 
 /**
- * `embed.query {text, id?, input_type?, prompt_name?}` → an envelope with one vector.
+ * `embed.query {text, id?, input_type?, prompt_name?, dimensions?}` → an envelope with one vector.
+ * `dimensions` names the model's width or one of its `matryoshka_dims`: the vector is then the
+ * first `dimensions` values (L2-normalised again when the model normalises) and the envelope's
+ * `fingerprint` and `dims` are the derived space's (lib/models/matryoshka.ts).
  *
  * @throws {SynapseError} channel `invalid_request` for malformed params; semantic errors
- *   (`invalid_request` for empty text, `sequence_too_long`, `engine_output_invalid`,
+ *   (`invalid_request` for empty text, `invalid_request {field: "dimensions", allowed_dims,
+ *   model_id}` for a width the model does not serve, `sequence_too_long`, `engine_output_invalid`,
  *   `unknown_model`, `model_loading`, `queue_full`, `deadline_exceeded`) for refusals.
  */
 export async function embedQuery(
@@ -103,7 +113,8 @@ export async function embedQuery(
 }
 
 /**
- * `embed.batch {items | texts, request_key?, input_type?}` → an envelope with one vector per served item, or,
+ * `embed.batch {items | texts, request_key?, input_type?, dimensions?}` → an envelope with one
+ * vector per served item (`dimensions` as in {@link embedQuery}; a job keeps it), or,
  * over the inline limits (`inline.max_items`, `inline.max_tokens`, `inline.byte_budget`) and with
  * a `request_key`, a durable job `{module_generation, job_id, state, request_key,
  * pages_available}` whose pages `embed.result` reads.
@@ -160,15 +171,22 @@ export async function embedBatch(
  */
 export async function embedItems(
   ctx: OpContext,
-  p: CommonParams,
+  p: CommonParams & { dimensions?: number; target_fingerprint?: string },
   items: EmbedItem[],
   options: CallOptions = {},
   requestKey?: string,
 ): Promise<EmbedResult | JobAccepted> {
   const limits = ctx.config.inline;
   checkItems(items);
-  const model = resolveModel(ctx, requestedModel(p), "embed", routingOf(p));
-  checkDims(model, options.embed?.requiredDims);
+  const routing = routingOf(p);
+  const model = resolveModel(ctx, requestedModel(p), "embed", routing);
+  // The space served: the model's own, or a Matryoshka width of it (its own fingerprint) asked
+  // by `dimensions`, or named by its fingerprint.
+  const space = servedVariant(
+    model,
+    p.dimensions ?? options.embed?.requiredDims ?? widthNamedBy(model, p),
+  );
+  requireSpace(ctx, model, space.fingerprint, routing);
   const { choice: prompt, disclosure } = selectPrompt(
     model.prompts,
     options.embed?.prompt ?? {},
@@ -176,7 +194,7 @@ export async function embedItems(
   );
   const chunksUpTo = requestKey === undefined ? options.embed?.inlineChunksUpTo : undefined;
   if (chunksUpTo !== undefined) {
-    const res = await embedInChunks(ctx, model, p, items, chunksUpTo, options, prompt);
+    const res = await embedInChunks(ctx, model, space, p, items, chunksUpTo, options, prompt);
     return disclosure === undefined ? res : { ...res, prompt: disclosure };
   }
   const truncate = p.truncate ?? false;
@@ -190,6 +208,7 @@ export async function embedItems(
       : { limit: "inline.byte_budget", bytes, max: limits.byte_budget };
     return submitJob(ctx, requestKey, limit, {
       model,
+      space,
       items,
       truncate,
       bytes,
@@ -214,6 +233,7 @@ export async function embedItems(
     const limit = { limit: "inline.max_tokens", tokens, max: limits.max_tokens };
     return submitJob(ctx, requestKey, limit, {
       model,
+      space,
       items,
       truncate,
       bytes,
@@ -226,7 +246,7 @@ export async function embedItems(
     { kind: "embed", rows: prepared.map((x) => x.seq) },
     { permit, ...(options.signal === undefined ? {} : { signal: options.signal }), label: "embed" },
   );
-  const res = assemble(ctx, model, prepared, errors, out);
+  const res = assemble(ctx, model, space, prepared, errors, out);
   return disclosure === undefined ? res : { ...res, prompt: disclosure };
 }
 
@@ -241,6 +261,23 @@ function promptOfJob(
     ...(prompt === undefined ? {} : { prompt }),
     ...(disclosure === undefined ? {} : { promptDisclosure: disclosure }),
   };
+}
+
+/**
+ * The Matryoshka width a request names by fingerprint when it gives no `dimensions`: its
+ * `required_fingerprint`, else its `target_fingerprint`, when that is one of the model's derived
+ * spaces (lib/models/matryoshka.ts `matryoshkaWidthOf`); otherwise none (the full width).
+ */
+function widthNamedBy(
+  model: ReadyModel,
+  p: CommonParams & { target_fingerprint?: string },
+): number | undefined {
+  for (const fp of [p.required_fingerprint, p.target_fingerprint]) {
+    if (fp === undefined || fp === model.fingerprint) continue;
+    const n = matryoshkaWidthOf(model, fp);
+    if (n !== undefined) return n;
+  }
+  return undefined;
 }
 
 function checkItems(items: EmbedItem[]): void {
@@ -288,15 +325,17 @@ function submitJob(
 function assemble(
   ctx: OpContext,
   model: ReadyModel,
+  space: ServedSpace,
   prepared: PreparedItem[],
   errors: (ItemError | undefined)[],
   out: LaneBatchResult,
 ): EmbedResult {
   const served = newServed();
-  collectRows(model, prepared, out, served, (e) => errors[e.index] = e);
+  collectRows(model, space, prepared, out, served, (e) => errors[e.index] = e);
   return buildResult(
     ctx,
     model,
+    space,
     served,
     errors.filter((e): e is ItemError => e !== undefined),
     out.queueTimeMs,
@@ -318,6 +357,7 @@ function newServed(): Served {
 /** Adds a lane run's rows to `served`; a row the lane could not serve goes to `onError`. */
 function collectRows(
   model: ReadyModel,
+  space: ServedSpace,
   prepared: readonly PreparedItem[],
   out: LaneBatchResult,
   served: Served,
@@ -329,7 +369,7 @@ function collectRows(
       onError(rowError(model, x, row));
       return;
     }
-    const line = vectorLine(model, x, row.values);
+    const line = vectorLine(model, x, servedValues(model, space, row.values));
     served.vectors.push(line.vector);
     served.counts.push(line.count);
     served.disclosures.push(line.disclosure);
@@ -339,6 +379,7 @@ function collectRows(
 function buildResult(
   ctx: OpContext,
   model: ReadyModel,
+  space: ServedSpace,
   served: Served,
   errors: ItemError[],
   queueTimeMs: number,
@@ -346,10 +387,10 @@ function buildResult(
 ): EmbedResult {
   const result: EmbedResult = {
     ...buildEnvelope({
-      fingerprint: model.fingerprint,
+      fingerprint: space.fingerprint,
       tableEpoch: ctx.tableEpoch(),
-      equivalentTo: ctx.equivalentTo(model.fingerprint),
-      dims: model.dims,
+      equivalentTo: ctx.equivalentTo(space.fingerprint),
+      dims: space.dims,
       engine: model.identity,
       moduleGeneration: ctx.moduleGeneration,
       modelId: model.modelId,
@@ -380,6 +421,7 @@ function buildResult(
 async function embedInChunks(
   ctx: OpContext,
   model: ReadyModel,
+  space: ServedSpace,
   p: CommonParams,
   items: EmbedItem[],
   upTo: number,
@@ -402,7 +444,7 @@ async function embedInChunks(
   const served = newServed();
   let queueMs = 0;
   let inferenceMs = 0;
-  const done = () => buildResult(ctx, model, served, errors, queueMs, inferenceMs);
+  const done = () => buildResult(ctx, model, space, served, errors, queueMs, inferenceMs);
   if (embed.allOrNothing && errors.length > 0) return done();
   for (const [a, b, bytes] of inlineChunks(items, limits.max_items, limits.byte_budget)) {
     signal?.throwIfAborted();
@@ -439,7 +481,7 @@ async function embedInChunks(
       );
       queueMs += out.queueTimeMs;
       inferenceMs += out.inferenceMs;
-      collectRows(model, group, out, served, (e) => errors.push(e));
+      collectRows(model, space, group, out, served, (e) => errors.push(e));
       if (embed.allOrNothing && errors.length > 0) return done();
     }
   }
@@ -496,19 +538,4 @@ export function tokenGroups(
   }
   if (group.length > 0) groups.push(group);
   return groups;
-}
-
-/**
- * Refuses a request whose required vector width differs from the model's.
- *
- * @throws {SynapseError} semantic `invalid_request` `{field: "dimensions", dims, dimensions}`.
- */
-function checkDims(model: ReadyModel, dimensions: number | undefined): void {
-  if (dimensions !== undefined && dimensions !== model.dims) {
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot embed with dimensions ${dimensions}: model '${model.modelId}' produces ${model.dims}-dimensional vectors, and Synapse never shortens or projects vectors; omit dimensions or give ${model.dims}`,
-      { details: { field: "dimensions", dims: model.dims, dimensions, model_id: model.modelId } },
-    );
-  }
 }

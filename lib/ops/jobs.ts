@@ -18,6 +18,7 @@ import { requestDigest } from "../identity/request_digest.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import type { ReadyModel } from "../models/model.ts";
 import type { PromptChoice, PromptDisclosure, PromptSelector } from "../models/prompts.ts";
+import { type ServedSpace, servedValues } from "../models/matryoshka.ts";
 import { quantumTokensFor, takeQuantum } from "../sched/quantum.ts";
 import type { JobRow, JobState } from "../store/job_types.ts";
 import {
@@ -91,6 +92,11 @@ export interface EmbedResultPage extends Envelope {
 export interface EmbedJobRequest {
   requestKey: string;
   model: ReadyModel;
+  /**
+   * The space served (lib/models/matryoshka.ts): a Matryoshka width enters the request digest's
+   * constraints (`dimensions`) and the job's params; absent: the model's own space.
+   */
+  space?: ServedSpace;
   items: EmbedItem[];
   /** Items already tokenized (small over-token batches); otherwise the job tokenizes. */
   prepared?: PreparedItem[];
@@ -126,7 +132,9 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
     modelId: req.model.modelId,
     constraints: {
       truncate: req.truncate,
-      fingerprint: req.model.fingerprint,
+      fingerprint: req.space?.fingerprint ?? req.model.fingerprint,
+      // Only a cut width: `dimensions` equal to the model's is the same request as none.
+      ...(req.space?.truncate === undefined ? {} : { dimensions: req.space.truncate }),
       ...(req.promptSelector?.input_type === undefined
         ? {}
         : { input_type: req.promptSelector.input_type }),
@@ -141,6 +149,7 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
     requestDigest: digest,
     kind: "embed.batch",
     model: req.model,
+    ...(req.space?.truncate === undefined ? {} : { space: req.space }),
     truncate: req.truncate,
     itemsTotal: req.items.length,
     bytes: req.bytes,
@@ -156,6 +165,8 @@ export interface DurableJobInput {
   /** The op that makes the job (`embed.batch`, `rerank.score`). */
   kind: string;
   model: ReadyModel;
+  /** A Matryoshka width served (its fingerprint and dims are the job's); absent: the model's. */
+  space?: ServedSpace;
   truncate: boolean;
   itemsTotal: number;
   /** Request bytes, held against the byte budget until the job ends. */
@@ -187,7 +198,8 @@ export function admitDurableJob(
     moduleGeneration: ctx.moduleGeneration,
     params: {
       model_id: input.model.modelId,
-      fingerprint: input.model.fingerprint,
+      fingerprint: input.space?.fingerprint ?? input.model.fingerprint,
+      ...(input.space === undefined ? {} : { dims: input.space.dims }),
       truncate: input.truncate,
       items_total: input.itemsTotal,
       ...(input.prompt === undefined ? {} : { prompt: input.prompt }),
@@ -226,7 +238,7 @@ export function admitDurableJob(
     attached,
     items_total: job.itemsTotal ?? input.itemsTotal,
     model_id: input.model.modelId,
-    fingerprint: input.model.fingerprint,
+    fingerprint: input.space?.fingerprint ?? input.model.fingerprint,
   };
 }
 
@@ -327,7 +339,10 @@ async function runEmbedJob(
           (page.item_errors ??= []).push(rowError(req.model, x, row));
           return;
         }
-        const line = vectorLine(req.model, x, row.values, submittedSha256[x.index]!);
+        const values = req.space === undefined
+          ? row.values
+          : servedValues(req.model, req.space, row.values);
+        const line = vectorLine(req.model, x, values, submittedSha256[x.index]!);
         add(line.vector, line.count, line.disclosure);
       });
       start = end;
@@ -412,6 +427,7 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
   const params = job.params as {
     model_id?: string;
     fingerprint?: string;
+    dims?: number;
     prompt?: PromptDisclosure;
   };
   const model = ctx.registry.list().find((m) => m.modelId === params.model_id)?.ready;
@@ -434,7 +450,7 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
       tableEpoch: ctx.tableEpoch(),
       equivalentTo: fingerprint === "" ? [] : ctx.equivalentTo(fingerprint),
       // The model may not be loaded here (a store-only CLI instance): the page's vectors say.
-      dims: rerank ? 1 : model?.dims ?? body.vectors?.[0]?.vector?.length ?? 0,
+      dims: rerank ? 1 : params.dims ?? model?.dims ?? body.vectors?.[0]?.vector?.length ?? 0,
       engine: model?.identity ?? ORT_ENGINE,
       moduleGeneration: ctx.moduleGeneration,
       modelId: params.model_id ?? "",

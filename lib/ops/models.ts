@@ -12,6 +12,7 @@ import type { LaneStatusRow } from "../models/lane_status.ts";
 import type { SelfCheckView } from "../models/model_loads.ts";
 import type { OpContext } from "./context.ts";
 import type { AliasRow } from "../identity/aliases.ts";
+import { matryoshkaVariants } from "../models/matryoshka.ts";
 import { servedByTask } from "./_resolve_model.ts";
 import type { InlineConfig } from "../config/types.ts";
 import { modelStatus } from "./status.ts";
@@ -69,7 +70,18 @@ export interface ModelRow {
   state_reason?: StateReason;
   task: "embed" | "rerank" | "generate";
   engine: string;
+  /**
+   * The model's fingerprint, then those of its Matryoshka widths (`matryoshka`), narrowest
+   * first: every space a request can be served in.
+   */
   fingerprints: string[];
+  /**
+   * Embed models that declare `matryoshka_dims`: each width below the full one with the
+   * fingerprint and numeric profile id of its derived space (ask for it with `dimensions`).
+   */
+  matryoshka?: { dims: number; fingerprint: string; numeric_profile_id: string }[];
+  /** The declared `matryoshka_dims` (as the source gives them), when any. */
+  matryoshka_dims?: number[];
   numeric_profile_id?: string;
   recommended_batch: { rows: number; token_budget: number };
   max_tokens: number;
@@ -178,7 +190,7 @@ export function modelRow(
     ...(status.state_reason === undefined ? {} : { state_reason: status.state_reason }),
     task: m.task,
     engine: m.engine,
-    fingerprints: r ? [r.fingerprint] : [],
+    fingerprints: r ? [r.fingerprint, ...matryoshkaVariants(r).map((v) => v.fingerprint)] : [],
     // What one engine call of this model holds (the lane cuts micro-batches to it).
     recommended_batch: r
       ? {
@@ -199,6 +211,14 @@ export function modelRow(
     ...(m.shapeCap === undefined ? {} : { shape_cap: m.shapeCap }),
   };
   if (m.source.referenceModel !== undefined) row.reference_model = m.source.referenceModel;
+  if (m.source.matryoshkaDims !== undefined) row.matryoshka_dims = [...m.source.matryoshkaDims];
+  if (r?.matryoshkaDims !== undefined) {
+    row.matryoshka = matryoshkaVariants(r).map((v) => ({
+      dims: v.dims,
+      fingerprint: v.fingerprint,
+      numeric_profile_id: v.numericProfileId,
+    }));
+  }
   try {
     row.artifact_bytes = Deno.statSync(m.source.modelPath).size;
   } catch { /* not readable: no size */ }

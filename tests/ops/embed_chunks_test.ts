@@ -99,7 +99,8 @@ Deno.test("embed.batch in inline chunks refuses more than its bound, and a width
   assert.equal(dims.code, "invalid_request");
   assert.equal(dims.details.field, "dimensions");
   assert.equal(dims.details.dims, 32);
-  assert.match(dims.message, /32-dimensional vectors, and Synapse never shortens/);
+  assert.deepEqual(dims.details.allowed_dims, []);
+  assert.match(dims.message, /declares no matryoshka_dims, so it serves only its full 32-dim/);
   resultOf(
     await t.syn.call("embed.batch", { texts: ["a"] }, {
       embed: { inlineChunksUpTo: 2048, requiredDims: 32 },

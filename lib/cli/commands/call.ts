@@ -24,7 +24,7 @@ import type { CliIO, Command } from "../_command.ts";
 export const CALL_METHODS: readonly (readonly [method: string, params: string])[] = [
   [
     "embed.query",
-    "{text, id?, model?, truncate?, target_fingerprint?, required_fingerprint?, deadline_ms?}",
+    "{text, id?, model?, truncate?, dimensions?, target_fingerprint?, required_fingerprint?, deadline_ms?}",
   ],
   [
     "embed.batch",

@@ -1,6 +1,6 @@
 /**
- * `ck-synapse embed [--model ID] [--json] [--truncate] [--input-type query|document | --prompt
- * NAME] [--url URL] TEXT...`: one text is
+ * `ck-synapse embed [--model ID] [--json] [--truncate] [--dimensions N] [--input-type
+ * query|document | --prompt NAME] [--url URL] TEXT...`: one text is
  * `embed.query`, several are `embed.batch`. `embed --file PATH --request-key KEY` embeds a JSONL
  * file as one `embed.batch`, following the durable job it becomes (see `../_embed_file.ts`).
  *
@@ -22,10 +22,10 @@ import type { CliIO, Command } from "../_command.ts";
 import { runEmbedFile } from "../_embed_file.ts";
 
 const USAGE =
-  `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--input-type T | --prompt NAME]
-                        [--url URL | --subc [FILE]] TEXT...
-       ck-synapse embed --file PATH --request-key KEY [--model ID] [--truncate] [--out PATH]
-                        [--no-progress] [--json] [--url URL | --subc [FILE]]
+  `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--dimensions N]
+                        [--input-type T | --prompt NAME] [--url URL | --subc [FILE]] TEXT...
+       ck-synapse embed --file PATH --request-key KEY [--model ID] [--truncate] [--dimensions N]
+                        [--out PATH] [--no-progress] [--json] [--url URL | --subc [FILE]]
 
 Embeds one text (embed.query) or several (embed.batch) and prints the model, fingerprint, dims,
 token counts and the first 8 values of each vector; --json prints the whole result envelope.
@@ -43,6 +43,8 @@ stops polling (a server keeps running the job) and prints the job id.
   --input-type T      query or document: the model's prompt for that role (its prompt table; no
                       effect on a model without one, and the output says so)
   --prompt NAME       the model's prompt of that name (prompt_name)
+  --dimensions N      vector width: the model's own or one of its matryoshka_dims (a derived
+                      space with its own fingerprint); another width is refused
   --json              print the result (or the error) as JSON; with --file the lines are JSONL
                       anyway, and --json prints a refusal of the batch as JSON on stdout
 ${serverFlagsUsage(20)}
@@ -86,6 +88,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     truncate: { type: "boolean" },
     "input-type": { type: "string" },
     prompt: { type: "string" },
+    dimensions: { type: "string" },
     url: { type: "string" },
     subc: SUBC_CLIENT_FLAG,
     file: { type: "string" },
@@ -98,6 +101,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
       throw new UsageError(`Cannot use --${flag} with --file`);
     }
   }
+  const dimensions = dimensionsFlag(values.dimensions);
   if (values.file !== undefined) {
     if (positionals.length > 0) {
       throw new UsageError(`Cannot embed --file: unexpected TEXT '${positionals[0]}'`);
@@ -111,6 +115,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
       requestKey: key,
       model: values.model,
       truncate: values.truncate ?? false,
+      ...(dimensions === undefined ? {} : { dimensions }),
       out: values.out,
       url: values.url,
       subc: values.subc,
@@ -127,6 +132,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
   if (values.truncate) common.truncate = true;
   if (values["input-type"] !== undefined) common.input_type = values["input-type"];
   if (values.prompt !== undefined) common.prompt_name = values.prompt;
+  if (dimensions !== undefined) common.dimensions = dimensions;
   const [method, params] = positionals.length === 1
     ? ["embed.query", { ...common, text: positionals[0] }]
     : ["embed.batch", { ...common, texts: positionals }];
@@ -145,6 +151,20 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
   } finally {
     await client.close();
   }
+}
+
+/**
+ * The `--dimensions` value as a positive integer.
+ *
+ * @throws {UsageError} for anything else.
+ */
+function dimensionsFlag(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!/^[0-9]+$/.test(value) || !Number.isSafeInteger(n) || n < 1) {
+    throw new UsageError(`Cannot embed: --dimensions must be a positive integer, got '${value}'`);
+  }
+  return n;
 }
 
 function printSummary(res: EmbedPrintable, io: CliIO): void {
