@@ -40,8 +40,9 @@ export interface TruncationDisclosure {
    */
   submitted_tokens_is_lower_bound?: true;
   /**
-   * Truncated items only: how many characters (Unicode code points) of the caller's text the
-   * kept tokens cover — `content_sha256` is the SHA-256 of exactly that prefix (F26).
+   * How many characters (Unicode code points, the unit of `tokenize` offsets) of the caller's
+   * text the kept tokens cover — `content_sha256` is the SHA-256 of exactly that prefix (F26):
+   * the text's whole length for an uncut vector item. Rerank documents carry it when cut.
    */
   kept_chars?: number;
 }
@@ -229,8 +230,21 @@ export function vectorLine(
       submitted_sha256: submittedSha256,
     },
     count: x.seq.effectiveTokens,
-    disclosure: disclosureOf(x.seq),
+    // F26: an uncut item's kept_chars is its whole length (content_sha256 = submitted_sha256).
+    disclosure: x.seq.truncated
+      ? disclosureOf(x.seq)
+      : { ...disclosureOf(x.seq), kept_chars: codePoints(x.item.text) },
   };
+}
+
+/** Unicode code points of a text (the unit of `kept_chars` and of tokenize offsets). */
+function codePoints(text: string): number {
+  let n = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0xdc00 || c > 0xdfff) n++;
+  }
+  return n;
 }
 
 /** The truncation disclosure of a sequence. */

@@ -24,6 +24,7 @@ import {
   modelUnload,
 } from "./model_ops.ts";
 import { probeReport, probeStart, probeStatus } from "./probe.ts";
+import { detokenizeOp, tokenizeOp } from "./tokenize.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 import { asOperationError } from "./_errors.ts";
 
@@ -95,6 +96,8 @@ export const OPERATIONS: Readonly<Record<string, Operation>> = Object.freeze({
   "probe.start": { kind: "mutate", access: "owner", handler: probeStart },
   "probe.status": { kind: "query", access: "open", handler: probeStatus },
   "probe.report": { kind: "query", access: "open", handler: probeReport },
+  "tokenize": { kind: "query", access: "open", handler: tokenizeOp },
+  "detokenize": { kind: "query", access: "open", handler: detokenizeOp },
 });
 
 /**

@@ -31,6 +31,7 @@ import type {
   RerankScoreParams,
 } from "../contract/schemas.ts";
 import type { probeReport, probeStart, probeStatus } from "./probe.ts";
+import type { detokenizeOp, DetokenizeParams, tokenizeOp, TokenizeParams } from "./tokenize.ts";
 import type { embedBatch, embedQuery } from "./embed.ts";
 import type { embedResult } from "./jobs.ts";
 import type { microllmOneshot, MicrollmOneshotParams } from "./microllm.ts";
@@ -126,6 +127,14 @@ export interface SynapseOperations {
   "probe.report": {
     params: z.input<typeof ProbeReportParams>;
     result: ResultOf<typeof probeReport>;
+  };
+  "tokenize": {
+    params: z.input<typeof TokenizeParams>;
+    result: ResultOf<typeof tokenizeOp>;
+  };
+  "detokenize": {
+    params: z.input<typeof DetokenizeParams>;
+    result: ResultOf<typeof detokenizeOp>;
   };
 }
 

@@ -31,6 +31,8 @@ const TYPED_METHODS = {
   "probe.start": true,
   "probe.status": true,
   "probe.report": true,
+  "tokenize": true,
+  "detokenize": true,
 } satisfies Record<SynapseMethod, true>;
 
 Deno.test("SynapseOperations has a row for exactly the dispatcher's operations", () => {

@@ -44,6 +44,8 @@ export const CALL_METHODS: readonly (readonly [method: string, params: string])[
   ["probe.start", "{models?, request_key?, deadline_ms?}: certify lanes on this machine, as a job"],
   ["probe.status", "{job_id}: a probe job's state and lanes (progress, failed checks)"],
   ["probe.report", "{}: certification and performance rows, each lane's serving admission"],
+  ["tokenize", "{texts, model?, add_special_tokens?}: ids, count, code-point offsets per text"],
+  ["detokenize", "{ids, model?, skip_special_tokens?}: the text of token ids"],
 ];
 
 const width = Math.max(...CALL_METHODS.map(([m]) => m.length));
