@@ -15,7 +15,7 @@ import { parseParams, requestedModel, wellFormedName } from "../contract/schemas
 import type { ReadyModel } from "../models/model.ts";
 import { toCodePointOffsets } from "../tokenize/token_offsets.ts";
 import type { TokenizedText } from "../tokenize/tokenizer.ts";
-import type { OpContext } from "./context.ts";
+import type { CallOptions, OpContext } from "./context.ts";
 
 /** Most texts one `tokenize` call takes. */
 export const TOKENIZE_MAX_TEXTS = 1000;
@@ -104,7 +104,11 @@ export interface DetokenizeResult {
  *   "prompt_name", reason: "no_prompt_table", model_id}` when a prompt is asked for (no model
  *   has a prompt table in this build); `unknown_model`, `model_loading` as the registry.
  */
-export function tokenizeOp(ctx: OpContext, rawParams: unknown): TokenizeResult {
+export async function tokenizeOp(
+  ctx: OpContext,
+  rawParams: unknown,
+  options: CallOptions = {},
+): Promise<TokenizeResult> {
   const p = parseParams("tokenize", TokenizeParams, rawParams);
   let chars = 0;
   p.texts.forEach((text, i) => {
@@ -130,15 +134,18 @@ export function tokenizeOp(ctx: OpContext, rawParams: unknown): TokenizeResult {
   const model = modelFor(ctx, requestedModel(p));
   if (p.prompt_name !== undefined) refusePromptName(model, p.prompt_name);
   const addSpecial = p.add_special_tokens ?? true;
+  // Off the event loop past a few hundred characters (the tokenizer pool's Worker threads).
+  const tokenized = await ctx.tokenizers.tokenizeTexts(model.tokenizer, p.texts, {
+    addSpecial,
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+  });
   return {
     module_generation: ctx.moduleGeneration,
     model_id: model.modelId,
     fingerprint: model.fingerprint,
     sanitized_tokenizer_digest: model.profile.sanitized_tokenizer_digest,
     max_tokens: model.maxTokens,
-    items: p.texts.map((text) =>
-      itemOf(model, text, model.tokenizer.tokenizeText(text, addSpecial))
-    ),
+    items: p.texts.map((text, i) => itemOf(model, text, tokenized[i]!)),
   };
 }
 

@@ -19,9 +19,11 @@
  * byte fallback) share one span. A token's end also takes in the combining marks right after it
  * when they add no token of their own (an uncased model strips them).
  *
- * Cost: each token's end is found by bisection over its run, tokenizing prefixes of the run
- * only, so a text costs about (tokens × log2(run length)) tokenizations of one run each — linear
- * in the text for texts made of words.
+ * Cost: a run up to 64 code units is tokenized at every prefix length (the rule exactly; longer
+ * runs by bisection), one run at a time, so a text of words costs a few short tokenizations per
+ * token — linear in the text (on the fixtures, about 0.1 ms per token for WordPiece and 1 ms for
+ * SentencePiece BPE, whose library tokenizer is slow); the `tokenize` operation runs it on the
+ * tokenizer pool's workers.
  *
  * @module
  */

@@ -8,6 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { SanitizedTokenizer } from "../../lib/tokenize/tokenizer.ts";
+import { TokenizerPool } from "../../lib/tokenize/tokenizer_pool.ts";
 import { toCodePointOffsets, toUtf8Offsets } from "../../lib/tokenize/token_offsets.ts";
 import { MODELS, ROOT } from "../_helpers.ts";
 import { allTokenizers } from "./_tokenizers.ts";
@@ -89,4 +90,14 @@ Deno.test("offset conversions: code points and UTF-8 bytes", () => {
   assert.deepEqual(toCodePointOffsets(text, [0, 1, 2, 4, 5]), [0, 1, 2, 3, 4]);
   assert.deepEqual(toUtf8Offsets(text, [0, 1, 2, 4, 5]), [0, 1, 3, 7, 10]);
   assert.deepEqual(toCodePointOffsets("", []), []);
+});
+
+Deno.test("TokenizerPool.tokenizeTexts on a worker thread equals tokenizeText inline", async () => {
+  const tok = await SanitizedTokenizer.fromFile(`${MODELS}/synapse-tiny-llama/tokenizer.json`);
+  await using pool = new TokenizerPool({ size: 1, inlineMaxChars: 0 });
+  const texts = [TEXT, "", "x"];
+  const worker = await pool.tokenizeTexts(tok, texts, { addSpecial: true });
+  assert.deepEqual(worker, texts.map((t) => tok.tokenizeText(t, true)));
+  const bare = await pool.tokenizeTexts(tok, [TEXT], { addSpecial: false });
+  assert.deepEqual(bare, [tok.tokenizeText(TEXT, false)]);
 });
