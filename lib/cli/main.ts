@@ -29,6 +29,7 @@ import { pullCommand } from "./commands/pull.ts";
 import { rerankCommand } from "./commands/rerank.ts";
 import { rmCommand } from "./commands/rm.ts";
 import { generateCommand } from "./commands/generate.ts";
+import { tokenizeCommand } from "./commands/tokenize.ts";
 import { serveCommand } from "./commands/serve.ts";
 import { VERSION_LINE, versionCommand } from "./commands/version.ts";
 
@@ -40,6 +41,7 @@ export const COMMANDS: readonly Command[] = Object.freeze([
   jobCommand,
   rerankCommand,
   generateCommand,
+  tokenizeCommand,
   pullCommand,
   probeCommand,
   aliasesCommand,

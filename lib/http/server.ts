@@ -18,6 +18,8 @@
  *   selecting the model's prompt (lib/http/cohere_embed.ts).
  * - `POST /api/embed`, `GET /api/tags`: Ollama's shapes over `embed.batch` and `models.list`
  *   (lib/http/ollama.ts).
+ * - `POST /tokenize` (TEI's with `inputs`, llama.cpp's with `content`), `POST /decode` (TEI),
+ *   `POST /detokenize` (llama.cpp): over `tokenize` / `detokenize` (lib/http/tokenize_doors.ts).
  * - `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI's completions shapes over
  *   `microllm.oneshot` (lib/http/openai_completions.ts), greedy only, JSON or server-sent events.
  * - `GET /health`: the service status of lib/ops/status.ts; never touches an engine.
@@ -68,6 +70,7 @@ import {
 import { refuseRoutingHeaders, routingFromHeaders } from "./routing_headers.ts";
 import { rerankShapesRoute } from "./rerank_shapes.ts";
 import { teiRoute } from "./tei.ts";
+import { tokenizeRoute } from "./tokenize_doors.ts";
 import { ollamaRoute } from "./ollama.ts";
 import { metricsResponse, throughDoor } from "./metrics.ts";
 import { OPERATIONS } from "../ops/dispatcher.ts";
@@ -567,7 +570,7 @@ async function route(
   const openAi = path === "/v1/embeddings" || path === "/v1/models" || isCompletionsPath(path);
   // The API-shaped doors (Cohere/Jina and TEI rerank, TEI, Ollama): one route lookup per file.
   const adapter = rerankShapesRoute(path) ?? teiRoute(path) ?? ollamaRoute(path) ??
-    cohereEmbedRoute(path);
+    cohereEmbedRoute(path) ?? tokenizeRoute(path);
   try {
     checkHostAndOrigin(req);
     checkAccess(door, req, path);
@@ -649,6 +652,9 @@ async function route(
             "POST /rerank",
             "POST /embed",
             "GET /info",
+            "POST /tokenize",
+            "POST /decode",
+            "POST /detokenize",
             "POST /api/embed",
             "GET /api/tags",
             "POST /api/embeddings",

@@ -45,8 +45,9 @@ export interface TruncationDisclosure {
    */
   submitted_tokens_is_lower_bound?: true;
   /**
-   * Truncated items only: how many characters (Unicode code points) of the caller's text the
-   * kept tokens cover — `content_sha256` is the SHA-256 of exactly that prefix (F26).
+   * How many characters (Unicode code points, the unit of `tokenize` offsets) of the caller's
+   * text the kept tokens cover — `content_sha256` is the SHA-256 of exactly that prefix (F26):
+   * the text's whole length for an uncut vector item. Rerank documents carry it when cut.
    */
   kept_chars?: number;
   /**
@@ -319,10 +320,26 @@ export function vectorLine(
       submitted_sha256: submittedSha256,
     },
     count: x.seq.effectiveTokens,
-    disclosure: x.prompt === undefined
-      ? disclosureOf(x.seq)
-      : { ...disclosureOf(x.seq), prompt_name: x.prompt.name, prompt_prefix: x.prompt.prefix },
+    // F26: an uncut item's kept_chars is its whole length (content_sha256 = submitted_sha256);
+    // with a prompt, counts are of the prefixed text and the hashes of the caller's own.
+    disclosure: {
+      ...disclosureOf(x.seq),
+      ...(x.seq.truncated ? {} : { kept_chars: codePoints(x.item.text) }),
+      ...(x.prompt === undefined
+        ? {}
+        : { prompt_name: x.prompt.name, prompt_prefix: x.prompt.prefix }),
+    },
   };
+}
+
+/** Unicode code points of a text (the unit of `kept_chars` and of tokenize offsets). */
+function codePoints(text: string): number {
+  let n = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0xdc00 || c > 0xdfff) n++;
+  }
+  return n;
 }
 
 /** The truncation disclosure of a sequence. */

@@ -25,6 +25,7 @@ import {
 } from "./model_ops.ts";
 import { probeReport, probeStart, probeStatus } from "./probe.ts";
 import { aliasDeclare, aliasesCheckIndex, aliasRetract } from "./aliases.ts";
+import { detokenizeOp, tokenizeOp } from "./tokenize.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 import { asOperationError } from "./_errors.ts";
 
@@ -101,6 +102,8 @@ export const OPERATIONS: Readonly<Record<string, Operation>> = Object.freeze({
   "aliases.check_index": { kind: "query", access: "open", handler: aliasesCheckIndex },
   "alias.declare": { kind: "mutate", access: "owner", handler: aliasDeclare },
   "alias.retract": { kind: "mutate", access: "owner", handler: aliasRetract },
+  "tokenize": { kind: "query", access: "open", handler: tokenizeOp },
+  "detokenize": { kind: "query", access: "open", handler: detokenizeOp },
 });
 
 /**

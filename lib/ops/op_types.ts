@@ -38,6 +38,7 @@ import type {
   aliasRetract,
   CheckIndexParams,
 } from "./aliases.ts";
+import type { detokenizeOp, DetokenizeParams, tokenizeOp, TokenizeParams } from "./tokenize.ts";
 import type { embedBatch, embedQuery } from "./embed.ts";
 import type { embedResult } from "./jobs.ts";
 import type { microllmOneshot, MicrollmOneshotParams } from "./microllm.ts";
@@ -145,6 +146,14 @@ export interface SynapseOperations {
   "alias.retract": {
     params: z.input<typeof AliasPairParams>;
     result: ResultOf<typeof aliasRetract>;
+  };
+  "tokenize": {
+    params: z.input<typeof TokenizeParams>;
+    result: ResultOf<typeof tokenizeOp>;
+  };
+  "detokenize": {
+    params: z.input<typeof DetokenizeParams>;
+    result: ResultOf<typeof detokenizeOp>;
   };
 }
 

@@ -7,7 +7,13 @@
  */
 import { SynapseError } from "../contract/errors.ts";
 import type { ErrorCode } from "../contract/errors.ts";
-import type { EncodedSequence, EncodeOutcome, EncodePlan, SpecialSpan } from "./tokenizer.ts";
+import type {
+  EncodedSequence,
+  EncodeOutcome,
+  EncodePlan,
+  SpecialSpan,
+  TokenizedText,
+} from "./tokenizer.ts";
 
 /** Main thread → worker. */
 export type PoolRequest =
@@ -35,12 +41,21 @@ export type PoolRequest =
     hash: boolean;
     /** Special-token spans of each text (a chat template's scaffolding); absent: none. */
     specialSpans?: (SpecialSpan[] | undefined)[];
+  }
+  | {
+    /** `SanitizedTokenizer.tokenizeText` of each text (the `tokenize` operation). */
+    type: "tokenize_text";
+    id: number;
+    key: string;
+    texts: string[];
+    addSpecial: boolean;
   };
 
 /** Worker → main thread. */
 export type PoolResponse =
   | { type: "loaded"; key: string; error?: WireFailure }
   | { type: "encoded"; id: number; outcomes: WireOutcome[] }
+  | { type: "tokenized"; id: number; items: TokenizedText[] }
   | { type: "failed"; id: number; error: WireFailure };
 
 /** An error as it crosses the thread boundary. */

@@ -46,6 +46,18 @@ function handle(req: PoolRequest): void {
     });
     return;
   }
+  if (req.type === "tokenize_text") {
+    try {
+      post({
+        type: "tokenized",
+        id: req.id,
+        items: req.texts.map((t) => tok.tokenizeText(t, req.addSpecial)),
+      });
+    } catch (err) {
+      post({ type: "failed", id: req.id, error: toWireFailure(err) });
+    }
+    return;
+  }
   try {
     const outcomes = tok.encodeMany(req.texts, {
       maxTokens: req.maxTokens,

@@ -21,6 +21,7 @@ import { sha256Hex } from "../identity/sha256.ts";
 import { TokenBytes } from "./token_bytes.ts";
 import { TokenBound } from "./token_bound.ts";
 import type { LowerBound } from "./token_bound.ts";
+import { tokenSpans } from "./token_offsets.ts";
 
 /** One encoded sequence, ready for an engine. */
 export interface EncodedSequence {
@@ -38,8 +39,10 @@ export interface EncodedSequence {
   keptContentIds: number[];
   /**
    * When truncated: the UTF-16 length of the (last) text's prefix the kept tokens cover — the
-   * shortest prefix whose tokenization starts with exactly the kept tokens, so it ends where the
-   * last kept token ends in the caller's own text (field report F26: `content_sha256` hashes it).
+   * end of the last kept token's span as {@link SanitizedTokenizer.tokenizeText} (the `tokenize`
+   * operation) gives it (`token_offsets.ts`: the shortest prefix whose tokenization starts with
+   * the tokens up to it), so it ends where the last kept token ends in the caller's own text
+   * (field report F26: `content_sha256` hashes it).
    */
   keptTextEnd?: number;
   /** {@link keptTextEnd} in Unicode code points (the disclosed `kept_chars`). */
@@ -50,6 +53,25 @@ export interface EncodedSequence {
    * text's tokens (everything else is exact). Absent or false otherwise.
    */
   submittedTokensIsLowerBound?: boolean;
+}
+
+/**
+ * One text tokenized for the `tokenize` operation: every token with its id, piece, whether it is
+ * special, and its span in the caller's text. Content tokens are exactly those of
+ * {@link SanitizedTokenizer.encode} (same ids, same count).
+ */
+export interface TokenizedText {
+  /** Token ids, special tokens included when asked for. */
+  ids: number[];
+  /** Each token's vocabulary piece (`##ing`, `▁world`, `Ġworld`, `[CLS]`). */
+  pieces: string[];
+  /** Whether each token was added by the post-processor (CLS, SEP, BOS, EOS). */
+  special: boolean[];
+  /**
+   * Each token's `[start, end)` in UTF-16 code units of the caller's text (the rule of
+   * `token_offsets.ts`); a special token has the empty span where it sits.
+   */
+  spans: [number, number][];
 }
 
 /** Options of {@link SanitizedTokenizer.encode}. */
@@ -168,6 +190,7 @@ export class SanitizedTokenizer {
   #bound: TokenBound | undefined;
   #specials: Map<string, SpecialToken>;
   #specialsByFirst: Map<number, string[]>;
+  #pieceOf: (string | undefined)[] | undefined;
 
   private constructor(json: Record<string, unknown>, config: Record<string, unknown>) {
     const sanitized = { ...json, padding: null, truncation: null };
@@ -508,6 +531,68 @@ export class SanitizedTokenizer {
     return this.#tok.decode(ids, { skip_special_tokens: true });
   }
 
+  /**
+   * Decodes ids back to text.
+   *
+   * @param ids Token ids, each one the vocabulary has ({@link hasId}).
+   * @param skipSpecialTokens Leave special tokens out. @default true
+   * @returns The text ("" for no ids).
+   */
+  decodeIds(ids: readonly number[], skipSpecialTokens = true): string {
+    if (ids.length === 0) return "";
+    return this.#tok.decode([...ids], { skip_special_tokens: skipSpecialTokens });
+  }
+
+  /** Whether `id` is a token id of the vocabulary (added tokens included). */
+  hasId(id: number): boolean {
+    this.#pieceOf ??= this.idToToken();
+    return Number.isInteger(id) && id >= 0 && this.#pieceOf[id] !== undefined;
+  }
+
+  /** The vocabulary piece of an id, or undefined. */
+  pieceOf(id: number): string | undefined {
+    this.#pieceOf ??= this.idToToken();
+    return this.#pieceOf[id];
+  }
+
+  /**
+   * Tokenizes one text with each token's span in the text (the `tokenize` operation). The
+   * content tokens and ids are exactly {@link encode}'s for the same text; with `addSpecial`
+   * (the default) the special tokens are placed as {@link encode} places them, so
+   * `ids.length` is the count every embedding operation reports for this text.
+   *
+   * @param text The caller's text.
+   * @param addSpecial Add the model's special tokens. @default true
+   * @returns Ids, pieces, special flags and spans (UTF-16 code units).
+   */
+  tokenizeText(text: string, addSpecial = true): TokenizedText {
+    const content = this.#tokenizeLong(text);
+    const { starts, ends } = tokenSpans((t) => this.tokenize(t), text, content);
+    const idOf = (piece: string) => this.#vocab.get(piece) ?? this.#unkId;
+    const out: TokenizedText = { ids: [], pieces: [], special: [], spans: [] };
+    const placeholder = (i: number) => `\u0000${i}`;
+    const sequence = addSpecial && this.#post !== null
+      ? this.#post(content.map((_, i) => placeholder(i)), null, true).tokens
+      : content.map((_, i) => placeholder(i));
+    let at = 0;
+    for (const token of sequence) {
+      if (token.startsWith("\u0000")) {
+        const i = Number(token.slice(1));
+        out.ids.push(idOf(content[i]!));
+        out.pieces.push(content[i]!);
+        out.special.push(false);
+        out.spans.push([starts[i]!, ends[i]!]);
+        at = ends[i]!;
+      } else {
+        out.ids.push(idOf(token));
+        out.pieces.push(token);
+        out.special.push(true);
+        out.spans.push([at, at]);
+      }
+    }
+    return out;
+  }
+
   #plan(text: string, options: PlanEncodeOptions, memo: PairMemo): EncodePlan {
     const { maxTokens } = options;
     checkMaxTokens(maxTokens);
@@ -578,37 +663,6 @@ export class SanitizedTokenizer {
   }
 
   /**
-   * The UTF-16 length of the shortest prefix of `text` whose tokenization starts with `kept`
-   * (the first tokens of `text`'s own): galloping then bisecting over prefix lengths, about
-   * 2·log2(end) tokenizations of at most 2·end code units. Never splits a surrogate pair.
-   */
-  #keptEnd(text: string, kept: readonly string[]): number {
-    const k = kept.length;
-    if (k === 0) return 0;
-    const holds = (end: number): boolean => {
-      const t = this.#tokenizeLong(text.slice(0, end));
-      if (t.length < k) return false;
-      for (let i = 0; i < k; i++) if (t[i] !== kept[i]) return false;
-      return true;
-    };
-    let lo = 0;
-    let hi = Math.min(text.length, 64);
-    while (hi < text.length && !holds(hi)) {
-      lo = hi;
-      hi = Math.min(text.length, hi * 2);
-    }
-    if (hi === text.length && !holds(hi)) return text.length;
-    while (hi - lo > 1) {
-      const mid = (lo + hi) >>> 1;
-      if (holds(mid)) hi = mid;
-      else lo = mid;
-    }
-    const c = text.charCodeAt(hi);
-    if (c >= 0xdc00 && c <= 0xdfff && hi < text.length) hi++;
-    return hi;
-  }
-
-  /**
    * {@link tokenize}, on the compacted text when it is long (same tokens, see
    * `TokenBound.compact`): a multi-megabyte word costs a scan, not a tokenization.
    */
@@ -667,7 +721,12 @@ export class SanitizedTokenizer {
       submittedTokensIsLowerBound: lastIsPrefix,
     };
     if (truncated && lastText !== undefined) {
-      const end = this.#keptEnd(lastText, kept);
+      // The end of the last kept token's span, exactly as `tokenize` gives it (F26).
+      const end = kept.length === 0
+        ? 0
+        : tokenSpans((t) => this.tokenize(t), lastText, last, { limit: kept.length }).ends[
+          kept.length - 1
+        ]!;
       seq.keptTextEnd = end;
       let chars = 0;
       for (let i = 0; i < end; i++) {

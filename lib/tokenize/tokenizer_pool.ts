@@ -15,7 +15,13 @@ import { SynapseError } from "../contract/errors.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import { fromWireFailure, fromWireOutcome } from "./_pool_protocol.ts";
 import type { PoolRequest, PoolResponse } from "./_pool_protocol.ts";
-import type { EncodeOutcome, EncodePlan, SanitizedTokenizer, SpecialSpan } from "./tokenizer.ts";
+import type {
+  EncodeOutcome,
+  EncodePlan,
+  SanitizedTokenizer,
+  SpecialSpan,
+  TokenizedText,
+} from "./tokenizer.ts";
 
 /** Options of {@link TokenizerPool}. */
 export interface TokenizerPoolOptions {
@@ -90,8 +96,8 @@ interface Source {
 
 interface Task {
   source: Source;
-  request: Extract<PoolRequest, { type: "encode" }>;
-  resolve(outcomes: EncodeOutcome[]): void;
+  request: Extract<PoolRequest, { type: "encode" | "tokenize_text" }>;
+  resolve(outcomes: EncodeOutcome[] | TokenizedText[]): void;
   reject(reason: unknown): void;
   signal: AbortSignal | undefined;
   onAbort: (() => void) | undefined;
@@ -320,13 +326,50 @@ export class TokenizerPool implements AsyncDisposable {
     return outcomes;
   }
 
+  /**
+   * {@link SanitizedTokenizer.tokenizeText} of each text (ids, pieces, spans: the `tokenize`
+   * operation), on a worker thread when the texts are longer than `inlineMaxChars` in all.
+   *
+   * @throws the signal's reason when it aborts; `disposed` when the pool is gone.
+   */
+  async tokenizeTexts(
+    tokenizer: SanitizedTokenizer,
+    texts: readonly string[],
+    options: { addSpecial: boolean; signal?: AbortSignal },
+  ): Promise<TokenizedText[]> {
+    this.#ensureNotDisposed();
+    options.signal?.throwIfAborted();
+    let chars = 0;
+    for (const t of texts) chars += t.length;
+    if (chars <= this.inlineMaxChars) {
+      return texts.map((t) => tokenizer.tokenizeText(t, options.addSpecial));
+    }
+    return await this.#submit(sourceOf(tokenizer), {
+      type: "tokenize_text",
+      id: this.#nextId++,
+      key: "",
+      texts: [...texts],
+      addSpecial: options.addSpecial,
+    }, options.signal) as TokenizedText[];
+  }
+
   #submit(
     source: Source,
     request: Extract<PoolRequest, { type: "encode" }>,
     signal: AbortSignal | undefined,
-  ): Promise<EncodeOutcome[]> {
+  ): Promise<EncodeOutcome[]>;
+  #submit(
+    source: Source,
+    request: Extract<PoolRequest, { type: "encode" | "tokenize_text" }>,
+    signal: AbortSignal | undefined,
+  ): Promise<EncodeOutcome[] | TokenizedText[]>;
+  #submit(
+    source: Source,
+    request: Extract<PoolRequest, { type: "encode" | "tokenize_text" }>,
+    signal: AbortSignal | undefined,
+  ): Promise<EncodeOutcome[] | TokenizedText[]> {
     request.key = source.key;
-    return new Promise<EncodeOutcome[]>((resolve, reject) => {
+    return new Promise<EncodeOutcome[] | TokenizedText[]>((resolve, reject) => {
       const task: Task = { source, request, resolve, reject, signal, onAbort: undefined };
       if (signal !== undefined) {
         task.onAbort = () => this.#abort(task);
@@ -394,6 +437,7 @@ export class TokenizerPool implements AsyncDisposable {
     slot.task = undefined;
     this.#settle(task, () => {
       if (msg.type === "encoded") task.resolve(msg.outcomes.map(fromWireOutcome));
+      else if (msg.type === "tokenized") task.resolve(msg.items);
       else task.reject(fromWireFailure(msg.error));
     });
     this.#dispatch();

@@ -34,6 +34,8 @@ const TYPED_METHODS = {
   "aliases.check_index": true,
   "alias.declare": true,
   "alias.retract": true,
+  "tokenize": true,
+  "detokenize": true,
 } satisfies Record<SynapseMethod, true>;
 
 Deno.test("SynapseOperations has a row for exactly the dispatcher's operations", () => {

@@ -402,7 +402,7 @@ Deno.test("serveHttp() over a real instance", async (t) => {
       assert.equal(a.synapse.items[0].index, 0);
       assert.match(a.synapse.items[0].content_sha256, /^[0-9a-f]{64}$/);
       assert.deepEqual(a.synapse.truncation_disclosures, [
-        { submitted_tokens: 3, effective_tokens: 3, truncated: false },
+        { submitted_tokens: 3, effective_tokens: 3, truncated: false, kept_chars: 5 },
       ]);
       // The same vector as embed.query.
       const q = await s.post("/v1/ops/embed.query", JSON.stringify({ text: "apple" }));

@@ -27,6 +27,7 @@ Deno.test("embed.query answers the envelope with a 64-hex fingerprint and per-it
     submitted_tokens: 4,
     effective_tokens: 4,
     truncated: false,
+    kept_chars: 11, // F26: an uncut item covers its whole text
   }]);
   assert.equal(r.model_id, "synapse-tiny-embed");
   assert.equal(r.test_model, true);
@@ -95,6 +96,7 @@ Deno.test("F2: max_tokens is served untruncated, max_tokens + 1 is sequence_too_
     submitted_tokens: 512,
     effective_tokens: 512,
     truncated: false,
+    kept_chars: exact.length,
   }]);
   assert.equal(r.vectors[0].content_sha256, r.vectors[0].submitted_sha256);
 
@@ -139,7 +141,7 @@ Deno.test("F3: a batch far over the context is cut only at the model's certified
       submitted_tokens: n + 2,
       effective_tokens: kept + 2,
       truncated: n + 2 > limit,
-      ...(n + 2 > limit ? { kept_chars: Array(kept).fill("word").join(" ").length } : {}),
+      kept_chars: Array(kept).fill("word").join(" ").length, // the whole text when uncut (F26)
     });
     assert.equal(r.real_token_counts[i], kept + 2);
     assert.equal(r.vectors[i].submitted_sha256, sha(items[i]!.text));

@@ -50,7 +50,8 @@ Deno.test("F26: a truncated item's content_sha256 hashes the caller's own kept t
     }),
   );
   assert.equal(alone.truncation_disclosures[0].truncated, false);
-  assert.equal(alone.truncation_disclosures[0].kept_chars, undefined);
+  // Uncut: kept_chars is the whole text (F26).
+  assert.equal(alone.truncation_disclosures[0].kept_chars, dc.kept_chars);
   assert.equal(alone.vectors[0].submitted_sha256, r.vectors[0].content_sha256);
   assert.equal(alone.vectors[0].content_sha256, alone.vectors[0].submitted_sha256);
   assert.deepEqual(alone.vectors[0].vector, r.vectors[0].vector);

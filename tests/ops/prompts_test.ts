@@ -450,3 +450,30 @@ Deno.test("F35: a GGUF embed model on llama.cpp takes the prompt table the same 
   assert.notEqual(q.fingerprint, plain.fingerprint);
   assert.equal(plain.prompt.reason, "no_prompt_table");
 });
+
+Deno.test("F35: tokenize with prompt_name counts the prompted text as embed does; a model without a table refuses it", async () => {
+  await using t = await withTable();
+  const tok: Any = resultOf(
+    await t.syn.call("tokenize", { model: "tiny-prompts", texts: ["cats"], prompt_name: "query" }),
+  );
+  assert.deepEqual(tok.prompt, { requested: "query", selector: "prompt_name", applied: "query" });
+  const q: Any = resultOf(
+    await t.syn.call("embed.query", { model: "tiny-prompts", text: "cats", prompt_name: "query" }),
+  );
+  assert.equal(tok.items[0].count, q.real_token_counts[0]);
+  // The offsets index the prompted text: its pieces spell "query: cats".
+  const text = "query: cats";
+  const cps = [...text];
+  const spelled = tok.items[0].offsets.map(([a, b]: [number, number]) => cps.slice(a, b).join(""))
+    .join("");
+  assert.equal(spelled.replaceAll(" ", ""), text.replaceAll(" ", ""));
+  const plain: Any = resultOf(
+    await t.syn.call("tokenize", { model: "tiny-prompts", texts: ["cats"] }),
+  );
+  assert.ok(tok.items[0].count > plain.items[0].count);
+  const refused = semanticError(
+    await t.syn.call("tokenize", { model: "tiny-plain", texts: ["cats"], prompt_name: "query" }),
+  );
+  assert.equal(refused.code, "invalid_request");
+  assert.equal(refused.details.reason, "no_prompt_table");
+});

@@ -1,8 +1,8 @@
 /**
  * Field report F26 on the real fixture tokenizers: a truncated text's kept tokens cover a prefix
  * of the caller's own text that ends exactly where the last kept token ends (`keptTextEnd`,
- * `keptChars` in code points), the same rule for every tokenizer family, inline and in a pool
- * worker.
+ * `keptChars` in code points: the end of that token's `tokenize` span, lib/tokenize/
+ * token_offsets.ts), the same rule for every tokenizer family, inline and in a pool worker.
  */
 import assert from "node:assert/strict";
 import { readGgufMetadata } from "../../lib/engines/llama/gguf.ts";
@@ -50,10 +50,17 @@ Deno.test("F26: a truncated text's kept prefix ends where its last kept token en
         const kept = seq.keptContentIds;
         const again = tok.encode(prefix, { maxTokens: 4096 }).keptContentIds;
         assert.deepEqual(again.slice(0, kept.length), kept, `${name} ${maxTokens}`);
-        // … and one code point less does not start with them: the last kept token ends there.
+        // … and one code point less does not start with them — the last kept token ends there —
+        // unless that code point adds no token of its own: the rest of a word one [UNK] stands
+        // for, or a mark an uncased model strips, belongs to the token (its `tokenize` span, as
+        // Hugging Face's offsets give an [UNK] the whole word).
         const shorter = [...prefix].slice(0, -1).join("");
         const less = tok.encode(shorter, { maxTokens: 4096 }).keptContentIds;
-        assert.notDeepEqual(less.slice(0, kept.length), kept, `${name} ${maxTokens}`);
+        const addsNoToken = tok.tokenize(shorter).length === tok.tokenize(prefix).length &&
+          !/\s$/u.test(prefix);
+        if (!addsNoToken) {
+          assert.notDeepEqual(less.slice(0, kept.length), kept, `${name} ${maxTokens}`);
+        }
       }
     }
   }

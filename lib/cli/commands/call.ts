@@ -62,6 +62,8 @@ export const CALL_METHODS: readonly (readonly [method: string, params: string])[
     "alias.retract",
     "{left|fingerprint_a, right|fingerprint_b, evidence?}: needs alias_admin_enabled",
   ],
+  ["tokenize", "{texts, model?, add_special_tokens?}: ids, count, code-point offsets per text"],
+  ["detokenize", "{ids, model?, skip_special_tokens?}: the text of token ids"],
 ];
 
 const width = Math.max(...CALL_METHODS.map(([m]) => m.length));

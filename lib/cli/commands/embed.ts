@@ -21,8 +21,7 @@ import {
 import type { CliIO, Command } from "../_command.ts";
 import { runEmbedFile } from "../_embed_file.ts";
 
-const USAGE =
-  `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--dimensions N]
+const USAGE = `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--dimensions N]
                         [--input-type T | --prompt NAME] [--url URL | --subc [FILE]] TEXT...
        ck-synapse embed --file PATH --request-key KEY [--model ID] [--truncate] [--dimensions N]
                         [--out PATH] [--no-progress] [--json] [--url URL | --subc [FILE]]

@@ -1,0 +1,260 @@
+/**
+ * `tokenize` and `detokenize` (issue 19 item 6): the served model's own tokenizer — the sanitized
+ * tokenizer.json, or the one built from a GGUF's vocabulary — so a chunker cuts with exactly the
+ * tokens the embedding operations count. Query operations; they run no engine.
+ *
+ * **Offsets are Unicode code points** of the caller's text, the unit of `kept_chars` (F26):
+ * `[...text].slice(start, end).join("")` in JS, `text[start:end]` in Python. How spans are found
+ * is `lib/tokenize/token_offsets.ts`.
+ *
+ * @module
+ */
+import { z } from "zod";
+import { SynapseError } from "../contract/errors.ts";
+import { parseParams, requestedModel, wellFormedName } from "../contract/schemas.ts";
+import type { ReadyModel } from "../models/model.ts";
+import { applyPrompt, type PromptDisclosure, selectPrompt } from "../models/prompts.ts";
+import { toCodePointOffsets } from "../tokenize/token_offsets.ts";
+import type { TokenizedText } from "../tokenize/tokenizer.ts";
+import type { CallOptions, OpContext } from "./context.ts";
+
+/** Most texts one `tokenize` call takes. */
+export const TOKENIZE_MAX_TEXTS = 1000;
+
+/** Most UTF-16 code units of text one `tokenize` call takes, all texts together. */
+export const TOKENIZE_MAX_CHARS = 262_144;
+
+/** Most ids one `detokenize` call takes. */
+export const DETOKENIZE_MAX_IDS = 262_144;
+
+/** `tokenize {model?, texts[], prompt_name?, add_special_tokens?}`. */
+export const TokenizeParams = z.strictObject({
+  model: wellFormedName().optional(),
+  model_id: wellFormedName().optional(),
+  texts: z.array(z.string()).min(1, { message: "must not be empty" }).max(TOKENIZE_MAX_TEXTS, {
+    message: `has more than ${TOKENIZE_MAX_TEXTS} texts`,
+  }),
+  prompt_name: z.string().optional(),
+  /** Add the model's special tokens (CLS/SEP, BOS/EOS) as the embedding ops do. @default true */
+  add_special_tokens: z.boolean().optional(),
+});
+export type TokenizeParams = z.infer<typeof TokenizeParams>;
+
+/** `detokenize {model?, ids[], skip_special_tokens?}`. */
+export const DetokenizeParams = z.strictObject({
+  model: wellFormedName().optional(),
+  model_id: wellFormedName().optional(),
+  ids: z.array(z.number().int()).max(DETOKENIZE_MAX_IDS, {
+    message: `has more than ${DETOKENIZE_MAX_IDS} ids`,
+  }),
+  /** Leave special tokens out of the text. @default true */
+  skip_special_tokens: z.boolean().optional(),
+});
+export type DetokenizeParams = z.infer<typeof DetokenizeParams>;
+
+/** One tokenized text. */
+export interface TokenizeItem {
+  /** Token ids, special tokens included unless `add_special_tokens: false`. */
+  ids: number[];
+  /**
+   * `ids.length`: with special tokens, the `real_token_counts` entry embed.query, embed.batch
+   * and microllm report for this text when it fits.
+   */
+  count: number;
+  /**
+   * `[start, end)` of each token in Unicode code points of the text; a special token has the
+   * empty span where it sits.
+   */
+  offsets: [number, number][];
+  /** Each token's vocabulary piece (`##ing`, `▁world`, `Ġworld`, `[CLS]`). */
+  pieces: string[];
+  /** Whether each token is a special token the model adds. */
+  special: boolean[];
+  /** `count > max_tokens`: the embedding ops refuse this text, or cut it with `truncate`. */
+  exceeds_max_tokens: boolean;
+}
+
+/** `tokenize` result. */
+export interface TokenizeResult {
+  module_generation: number;
+  model_id: string;
+  fingerprint: string;
+  sanitized_tokenizer_digest: string;
+  /** The model's longest sequence in tokens, special tokens included. */
+  max_tokens: number;
+  items: TokenizeItem[];
+  /**
+   * With `prompt_name`: the prompt applied (as embed's `prompt` disclosure); the ids and offsets
+   * are then of the prompted text.
+   */
+  prompt?: PromptDisclosure;
+}
+
+/** `detokenize` result. */
+export interface DetokenizeResult {
+  module_generation: number;
+  model_id: string;
+  fingerprint: string;
+  text: string;
+}
+
+/**
+ * `tokenize {model?, texts[], prompt_name?, add_special_tokens?}` → per text its ids, count,
+ * code-point offsets, pieces and whether it exceeds `max_tokens`, with the model's fingerprint
+ * and sanitized tokenizer digest. Any loaded model (embed, rerank or generate) serves; without
+ * `model`, the default embed model.
+ *
+ * @throws {SynapseError} channel `invalid_request` for malformed params, a text with a lone
+ *   surrogate (`{field: "texts.<i>"}`) or more than {@link TOKENIZE_MAX_CHARS} code units in
+ *   all (`{field: "texts", reason: "too_long"}`); semantic `invalid_request {field:
+ *   "prompt_name", reason: "no_prompt_table", model_id}` when a prompt is asked of a model without
+ *   a prompt table, or naming no prompt of its table (`details.known`); `unknown_model`,
+ *   `model_loading` as the registry.
+ */
+export async function tokenizeOp(
+  ctx: OpContext,
+  rawParams: unknown,
+  options: CallOptions = {},
+): Promise<TokenizeResult> {
+  const p = parseParams("tokenize", TokenizeParams, rawParams);
+  let chars = 0;
+  p.texts.forEach((text, i) => {
+    chars += text.length;
+    if (!text.isWellFormed()) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot tokenize texts[${i}]: it has a lone UTF-16 surrogate, so it is not valid Unicode`,
+        { channel: true, details: { field: `texts.${i}`, reason: "lone_surrogate" } },
+      );
+    }
+  });
+  if (chars > TOKENIZE_MAX_CHARS) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot tokenize ${chars} UTF-16 code units in one call: at most ${TOKENIZE_MAX_CHARS}; split the texts over several calls`,
+      {
+        channel: true,
+        details: { field: "texts", reason: "too_long", chars, max: TOKENIZE_MAX_CHARS },
+      },
+    );
+  }
+  const model = modelFor(ctx, requestedModel(p));
+  // A prompt is put before each text as embed does (lib/models/prompts.ts); the offsets then
+  // index the prompted text, as TEI's do.
+  let texts = p.texts;
+  let prompt: PromptDisclosure | undefined;
+  if (p.prompt_name !== undefined) {
+    if (model.prompts === undefined) refusePromptName(model, p.prompt_name);
+    const { choice, disclosure } = selectPrompt(
+      model.prompts,
+      { prompt_name: p.prompt_name },
+      model.modelId,
+    );
+    prompt = disclosure;
+    if (choice !== undefined) texts = texts.map((t) => applyPrompt(t, choice.prefix).text);
+  }
+  const addSpecial = p.add_special_tokens ?? true;
+  // Off the event loop past a few hundred characters (the tokenizer pool's Worker threads).
+  const tokenized = await ctx.tokenizers.tokenizeTexts(model.tokenizer, texts, {
+    addSpecial,
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+  });
+  return {
+    module_generation: ctx.moduleGeneration,
+    model_id: model.modelId,
+    fingerprint: model.fingerprint,
+    sanitized_tokenizer_digest: model.profile.sanitized_tokenizer_digest,
+    max_tokens: model.maxTokens,
+    items: texts.map((text, i) => itemOf(model, text, tokenized[i]!)),
+    ...(prompt === undefined ? {} : { prompt }),
+  };
+}
+
+function itemOf(model: ReadyModel, text: string, t: TokenizedText): TokenizeItem {
+  const flat = t.spans.flat();
+  const cp = toCodePointOffsets(text, flat);
+  const offsets: [number, number][] = t.spans.map((_, i) => [cp[2 * i]!, cp[2 * i + 1]!]);
+  return {
+    ids: t.ids,
+    count: t.ids.length,
+    offsets,
+    pieces: t.pieces,
+    special: t.special,
+    exceeds_max_tokens: t.ids.length > model.maxTokens,
+  };
+}
+
+/**
+ * `detokenize {model?, ids[], skip_special_tokens?}` → `{model_id, fingerprint, text}`: the
+ * model's tokenizer decoding the ids.
+ *
+ * @throws {SynapseError} channel `invalid_request` for malformed params; semantic
+ *   `invalid_request {field: "ids.<i>", index, id, vocab_size, model_id}` for an id the
+ *   vocabulary does not have; `unknown_model`, `model_loading` as the registry.
+ */
+export function detokenizeOp(ctx: OpContext, rawParams: unknown): DetokenizeResult {
+  const p = parseParams("detokenize", DetokenizeParams, rawParams);
+  const model = modelFor(ctx, requestedModel(p));
+  const tok = model.tokenizer;
+  p.ids.forEach((id, i) => {
+    if (!tok.hasId(id)) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot detokenize ids[${i}]: ${id} is not a token id of model '${model.modelId}'`,
+        {
+          details: {
+            field: `ids.${i}`,
+            index: i,
+            id,
+            vocab_size: tok.idToToken().length,
+            model_id: model.modelId,
+          },
+        },
+      );
+    }
+  });
+  return {
+    module_generation: ctx.moduleGeneration,
+    model_id: model.modelId,
+    fingerprint: model.fingerprint,
+    text: tok.decodeIds(p.ids, p.skip_special_tokens ?? true),
+  };
+}
+
+/**
+ * The model whose tokenizer answers: the named one, whatever its task, or the default embed
+ * model.
+ *
+ * @throws {SynapseError} as `ModelRegistry.resolve`.
+ */
+export function modelFor(
+  ctx: Pick<OpContext, "registry">,
+  modelId: string | undefined,
+): ReadyModel {
+  if (modelId === undefined) return ctx.registry.resolve(undefined, "embed");
+  const entry = ctx.registry.list().find((m) => m.modelId === modelId);
+  return ctx.registry.resolve(modelId, entry?.task ?? "embed");
+}
+
+/**
+ * Refuses a prompt: no model has a prompt table in this build. When models carry one (the
+ * `prompts` work), the prompt is applied here before tokenizing, offsets then index the
+ * prompted text, as TEI's do.
+ *
+ * @throws {SynapseError} semantic `invalid_request {field: "prompt_name", reason:
+ *   "no_prompt_table", prompt_name, model_id}`.
+ */
+function refusePromptName(model: ReadyModel, promptName: string): never {
+  throw new SynapseError(
+    "invalid_request",
+    `Cannot apply prompt '${promptName}': model '${model.modelId}' has no prompt table; prepend the prompt to each text and leave prompt_name out`,
+    {
+      details: {
+        field: "prompt_name",
+        reason: "no_prompt_table",
+        prompt_name: promptName,
+        model_id: model.modelId,
+      },
+    },
+  );
+}

@@ -1,0 +1,33 @@
+/**
+ * `ck-synapse tokenize` through the real launcher (in-process instance): the human listing shows
+ * each text's count and its tokens' ids, pieces and code-point spans; `--json` is the `tokenize`
+ * result, whose count is what `embed` reports for the same text; no TEXT is a usage error.
+ */
+import assert from "node:assert/strict";
+import { cli } from "./_launcher.ts";
+
+Deno.test("ck-synapse tokenize prints ids, pieces and spans; --json is the tokenize result; counts agree with embed", async () => {
+  const [human, json, embed, none] = await Promise.all([
+    cli(["tokenize", "Hello world", "Café"]),
+    cli(["tokenize", "--json", "Hello world"]),
+    cli(["embed", "--json", "Hello world"]),
+    cli(["tokenize"]),
+  ]);
+  assert.equal(human.code, 0, human.stderr);
+  assert.match(human.stdout, /model +synapse-tiny-embed/);
+  assert.match(human.stdout, /fingerprint +[0-9a-f]{64}/);
+  assert.match(human.stdout, /tokenizer +sha256:[0-9a-f]{64}/);
+  assert.match(human.stdout, /text 0: 4 tokens/);
+  assert.match(human.stdout, /text 1: \d+ tokens/);
+  assert.match(human.stdout, /"\[CLS\]" +\[0, 0\) +special/);
+  assert.match(human.stdout, /"hello" +\[0, 5\)/);
+  assert.equal(json.code, 0, json.stderr);
+  const r = JSON.parse(json.stdout);
+  assert.equal(r.items[0].count, 4);
+  assert.deepEqual(r.items[0].offsets.slice(1, 3), [[0, 5], [6, 11]]);
+  assert.equal(embed.code, 0, embed.stderr);
+  assert.deepEqual(JSON.parse(embed.stdout).real_token_counts, [r.items[0].count]);
+  assert.equal(r.fingerprint, JSON.parse(embed.stdout).fingerprint);
+  assert.equal(none.code, 2);
+  assert.match(none.stderr, /Cannot tokenize: give at least one TEXT/);
+});
