@@ -139,6 +139,10 @@ export interface ReportLane {
   task: string;
   /** False for the reference lane (ORT f32 on the CPU, declaring no reference). */
   certification_required: boolean;
+  /**
+   * `reference`, `certified`, `probe_required`, `certification_stale`, `certification_failed`, or
+   * `not_loaded` for a model that is loading or failed to load (no probe can run on it).
+   */
   certification_status: string;
   /** `serving`, `refused` (config `certification: "require"`), `serving_uncertified` (`"warn"`). */
   serving_admission: "serving" | "refused" | "serving_uncertified";
@@ -322,11 +326,15 @@ export function probeReport(ctx: OpContext, rawParams: unknown): ProbeReport {
       certification_required: required,
     };
     if (ready === undefined) {
+      // Not loaded (loading, failed): no probe can run on it, so no probe is named; the reason
+      // says what to look at instead.
       lanes.push({
         ...base,
-        certification_status: required ? "probe_required" : "reference",
+        certification_status: "not_loaded",
         serving_admission: "refused",
-        serving_admission_reason: `the model is ${entry.state}`,
+        serving_admission_reason: `the model is ${entry.state}${
+          entry.error === undefined ? "" : ` (${entry.error.code}: ${entry.error.message})`
+        }`,
       });
       continue;
     }

@@ -149,27 +149,55 @@ Deno.test("README: no shell example names a model a fresh install lacks (minilm)
 });
 
 Deno.test("README: the curl examples of /v1/embeddings and /api/embed run as written on a fresh install", async () => {
-  const commands = (await readmeCommands()).filter((c) =>
+  const all = (await readmeCommands()).filter((c) =>
     /^curl -s 127\.0\.0\.1:8080\/(v1\/embeddings|api\/embed) /.test(c)
   );
+  // The Matryoshka example runs against the config the README shows beside it (tiny-mrl).
+  const commands = all.filter((c) => !c.includes('"tiny-mrl"'));
+  const mrl = all.filter((c) => c.includes('"tiny-mrl"'));
   assert.equal(commands.length, 3, commands.join("\n"));
+  assert.equal(mrl.length, 1, all.join("\n"));
+  const run = async (c: string, hostPort: string) => {
+    const out = await new Deno.Command("bash", {
+      args: ["-c", c.replace("127.0.0.1:8080", hostPort)],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.equal(out.code, 0, c);
+    return JSON.parse(new TextDecoder().decode(out.stdout));
+  };
   const home = await isolatedEnv();
   try {
     await using server = await serve(home);
     const hostPort = new URL(server.url).host;
     for (const c of commands) {
-      const out = await new Deno.Command("bash", {
-        args: ["-c", c.replace("127.0.0.1:8080", hostPort)],
-        stdout: "piped",
-        stderr: "piped",
-      }).output();
-      assert.equal(out.code, 0, c);
-      const body = JSON.parse(new TextDecoder().decode(out.stdout));
+      const body = await run(c, hostPort);
       const vectors = body.data ?? body.embeddings;
       assert.equal(vectors.length, 2, `${c}: ${JSON.stringify(body).slice(0, 300)}`);
     }
   } finally {
     await Deno.remove(home.dir, { recursive: true });
+  }
+  const readme = await Deno.readTextFile(`${ROOT}/README.md`);
+  assert.match(readme, /"model_id": "tiny-mrl"[^}]*"matryoshka_dims": \[16, 32\]/);
+  const tiny = `${MODELS}/synapse-tiny-embed`;
+  const withMrl = await isolatedEnv({
+    SYNAPSE_CONFIG_JSON: JSON.stringify({
+      preload_models: [{
+        engine: "ort",
+        model_id: "tiny-mrl",
+        model_path: tiny,
+        tokenizer_path: `${tiny}/tokenizer.json`,
+        matryoshka_dims: [16, 32],
+      }],
+    }),
+  });
+  try {
+    await using server = await serve(withMrl);
+    const body = await run(mrl[0]!, new URL(server.url).host);
+    assert.equal(body.data[0].embedding.length, 16, JSON.stringify(body).slice(0, 300));
+  } finally {
+    await Deno.remove(withMrl.dir, { recursive: true });
   }
 });
 

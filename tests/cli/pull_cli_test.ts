@@ -99,7 +99,10 @@ Deno.test("pull PATH into a running server: ready at once, ps lists it, embed us
       cliIn(home, ["embed", "--model", "tiny-pulled", "hello"]),
     ]);
     assert.equal(ps.code, 0, ps.stderr);
-    assert.match(ps.stdout, /^MODEL +TASK +ENGINE +STATE +SIZE +RSS +LANES +LAST USED +ORIGIN\n/);
+    assert.match(
+      ps.stdout,
+      /^MODEL +TASK +ENGINE +STATE +CERTIFIED +SIZE +RSS +LANES +LAST USED +ORIGIN\n/,
+    );
     assert.match(
       ps.stdout,
       /\ntiny-pulled +embed +ort +ready +396\.5 KiB +- +\S+ +(never|just now|\d+s ago) +runtime \(test model\)\n/,

@@ -186,7 +186,7 @@ Deno.test("planPull() refuses what cannot work before any call, saying why", () 
   }
 });
 
-Deno.test("psTable() prints size, RSS, lanes, last use and origin; - where unknown", () => {
+Deno.test("psTable() prints certification, size, RSS, lanes, last use and origin; - where unknown", () => {
   const now = 1_000_000;
   assert.deepEqual(
     psTable([
@@ -195,6 +195,7 @@ Deno.test("psTable() prints size, RSS, lanes, last use and origin; - where unkno
         task: "embed",
         engine: "ort",
         state: "ready",
+        certification: { status: "reference" },
         artifact_bytes: 406041,
         lanes: ["ort-interactive", "ort-bulk"],
         last_used_ms: now - 120_000,
@@ -213,9 +214,9 @@ Deno.test("psTable() prints size, RSS, lanes, last use and origin; - where unkno
       },
     ], now),
     [
-      "MODEL  TASK      ENGINE  STATE    SIZE       RSS       LANES                     LAST USED  ORIGIN",
-      "m      embed     ort     ready    396.5 KiB  -         ort-interactive,ort-bulk  2m ago     runtime",
-      "g      generate  llama   loading  -          64.0 MiB  -                         never      config (test model)",
+      "MODEL  TASK      ENGINE  STATE    CERTIFIED  SIZE       RSS       LANES                     LAST USED  ORIGIN",
+      "m      embed     ort     ready    reference  396.5 KiB  -         ort-interactive,ort-bulk  2m ago     runtime",
+      "g      generate  llama   loading  -          -          64.0 MiB  -                         never      config (test model)",
     ],
   );
 });

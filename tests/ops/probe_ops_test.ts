@@ -375,3 +375,33 @@ Deno.test("a probe job killed with SIGKILL mid-probe is failed_transient module_
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("probe.report names a model that failed to load as not_loaded with its error, and names no probe for it", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-probe-notloaded-" });
+  try {
+    // A model file that is not a model: its load fails (artifact_invalid or the like).
+    await Deno.writeTextFile(`${dir}/model.onnx`, "not an onnx model");
+    await Deno.copyFile(`${EMBED}/tokenizer.json`, `${dir}/tokenizer.json`);
+    await using t = await startSynapse({
+      certification: "require",
+      preload_models: [preload(EMBED, "good"), preload(dir, "broken")],
+    });
+    await t.syn.modelsSettled;
+    const rep = resultOf(await t.syn.call("probe.report", {}));
+    // deno-lint-ignore no-explicit-any
+    const broken = rep.lanes.find((l: any) => l.model_id === "broken");
+    assert.ok(broken, JSON.stringify(rep.lanes));
+    assert.equal(broken.certification_status, "not_loaded");
+    assert.equal(broken.serving_admission, "refused");
+    assert.match(broken.serving_admission_reason, /^the model is failed \(\w+: /);
+    assert.equal(broken.probe_command, undefined);
+    const { servingLines } = await import("../../lib/cli/commands/probe.ts");
+    const lines = servingLines(rep);
+    assert.ok(
+      lines.some((l) => /^refuses broken: not loaded \(the model is failed/.test(l)),
+      lines.join("\n"),
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -446,6 +446,9 @@ export function servingLines(r: ReportView): string[] {
           l.blocking_reason ?? l.certification_status
         }; certification is "warn", answers say certified: false)`;
       default:
+        if (l.certification_status === "not_loaded") {
+          return `refuses ${what}: not loaded (${l.serving_admission_reason ?? "not ready"})`;
+        }
         return `refuses ${what}: ${l.blocking_reason ?? l.certification_status}${
           l.stale_facts === undefined || l.stale_facts.length === 0
             ? ""

@@ -20,7 +20,9 @@ import { formatAgo, formatTable } from "../_table.ts";
 
 const USAGE = `usage: ck-synapse ps [--json] [--url URL | --subc [FILE]]
 
-Lists the loaded models (models.list): MODEL, TASK, ENGINE, STATE, SIZE (the model file on
+Lists the loaded models (models.list): MODEL, TASK, ENGINE, STATE, CERTIFIED (yes; reference:
+ORT f32 on the CPU, which needs no certificate; else why not: probe_required,
+certification_stale, certification_failed), SIZE (the model file on
 disk), RSS (resident memory of its worker process; - for in-process models), LANES, LAST USED
 (when a request last ended on it) and ORIGIN (config: preload_models or the test models;
 runtime: 'pull URL|PATH' or model.load; catalog: 'pull ID'). --json prints the models.list
@@ -43,6 +45,8 @@ export interface PsRow {
   last_used_ms?: number | null;
   origin?: string;
   test_model?: boolean;
+  /** The lane's certification on this machine (`models.list` `certification`). */
+  certification?: { status: string };
 }
 
 /** The `ps` command. */
@@ -62,12 +66,24 @@ export const psCommand: Command = {
  */
 export function psTable(rows: readonly PsRow[], now: number): string[] {
   return formatTable(
-    ["MODEL", "TASK", "ENGINE", "STATE", "SIZE", "RSS", "LANES", "LAST USED", "ORIGIN"],
+    [
+      "MODEL",
+      "TASK",
+      "ENGINE",
+      "STATE",
+      "CERTIFIED",
+      "SIZE",
+      "RSS",
+      "LANES",
+      "LAST USED",
+      "ORIGIN",
+    ],
     rows.map((m) => [
       m.model_id,
       m.task,
       m.engine,
       m.state,
+      certifiedCell(m.certification?.status),
       m.artifact_bytes === undefined ? "-" : formatBytes(m.artifact_bytes),
       m.worker_rss_bytes === undefined ? "-" : formatBytes(m.worker_rss_bytes),
       m.lanes === undefined || m.lanes.length === 0 ? "-" : m.lanes.join(","),
@@ -75,6 +91,12 @@ export function psTable(rows: readonly PsRow[], now: number): string[] {
       (m.origin ?? "config") + (m.test_model ? " (test model)" : ""),
     ]),
   );
+}
+
+/** The CERTIFIED cell: `yes`, `reference`, the status that keeps it from serving, or `-`. */
+function certifiedCell(status: string | undefined): string {
+  if (status === undefined) return "-";
+  return status === "certified" ? "yes" : status;
 }
 
 async function runPs(args: string[], io: CliIO): Promise<number> {
