@@ -50,10 +50,13 @@ Deno.test("embed --file runs a job and writes one line per item in file order; j
     for (const l of lines) {
       assert.deepEqual(
         Object.keys(l).sort(),
-        ["content_sha256", "id", "submitted_sha256", "tokens", "truncated", "vector"],
+        ["content_sha256", "id", "kept_chars", "submitted_sha256", "tokens", "truncated", "vector"],
       );
       assert.equal(l.vector.length, 32);
       assert.equal(l.truncated, false);
+      // F26: an uncut item keeps all of its text, so the two hashes agree.
+      assert.ok(Number.isInteger(l.kept_chars) && l.kept_chars > 0, JSON.stringify(l));
+      assert.equal(l.content_sha256, l.submitted_sha256);
       assert.ok(l.tokens > 0);
     }
 
