@@ -104,7 +104,8 @@ async function teiTokenize(io: AdapterIo, body: unknown): Promise<AdapterAnswer>
   const enc = new TextEncoder();
   const dec = new TextDecoder();
   const out = r.result.items.map((item, k) => {
-    const text = texts[k]!;
+    // With a prompt the offsets index the prompted text (TEI's offsets do too).
+    const text = item.tokenized_text ?? texts[k]!;
     const bytes = enc.encode(text);
     const byteAt = codePointByteOffsets(text);
     return item.ids.map((id, i) => {

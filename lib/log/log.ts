@@ -59,7 +59,8 @@ export const MODULE_ID = "synapse";
  * workers: forwarded worker output, crashes), `synapse.perf` (the perf sampler), `synapse.log`
  * (the log itself: a malformed `CK_LOG`, a file it cannot write), `synapse.panic` (an uncaught
  * error, one line per line of its stack), `synapse.subc` (the subc bus: registration, routes,
- * one line per request, how the session ended).
+ * one line per request, how the session ended), `synapse.probe` (probes and catalog
+ * self-checks), `synapse.alias` (alias rows declared and retracted, by an operator or the probe).
  */
 export const LOGGERS = [
   "synapse",
@@ -73,6 +74,7 @@ export const LOGGERS = [
   "synapse.panic",
   "synapse.subc",
   "synapse.probe",
+  "synapse.alias",
 ] as const;
 
 /** What to do with a malformed `CK_LOG*` value. */

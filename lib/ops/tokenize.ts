@@ -62,10 +62,19 @@ export interface TokenizeItem {
    */
   count: number;
   /**
-   * `[start, end)` of each token in Unicode code points of the text; a special token has the
-   * empty span where it sits.
+   * `[start, end)` of each token in Unicode code points of the text tokenized — the caller's
+   * text, or with `prompt_name` the prompted text given in {@link tokenized_text} (the prefix's
+   * tokens first, then the caller's text shifted by {@link prefix_chars}); a special token has
+   * the empty span where it sits.
    */
   offsets: [number, number][];
+  /** With `prompt_name` applied: the text tokenized (the prefix, then the caller's text). */
+  tokenized_text?: string;
+  /**
+   * With `prompt_name`: code points of the prefix put before the caller's text (0 when it was
+   * already there or empty); subtract it from an offset to index the caller's text.
+   */
+  prefix_chars?: number;
   /** Each token's vocabulary piece (`##ing`, `▁world`, `Ġworld`, `[CLS]`). */
   pieces: string[];
   /** Whether each token is a special token the model adds. */
@@ -143,6 +152,7 @@ export async function tokenizeOp(
   // index the prompted text, as TEI's do.
   let texts = p.texts;
   let prompt: PromptDisclosure | undefined;
+  let prefixChars: number[] | undefined;
   if (p.prompt_name !== undefined) {
     if (model.prompts === undefined) refusePromptName(model, p.prompt_name);
     const { choice, disclosure } = selectPrompt(
@@ -151,7 +161,11 @@ export async function tokenizeOp(
       model.modelId,
     );
     prompt = disclosure;
-    if (choice !== undefined) texts = texts.map((t) => applyPrompt(t, choice.prefix).text);
+    if (choice !== undefined) {
+      const applied = texts.map((t) => applyPrompt(t, choice.prefix));
+      texts = applied.map((a) => a.text);
+      prefixChars = applied.map((a) => a.prefixCodePoints);
+    }
   }
   const addSpecial = p.add_special_tokens ?? true;
   // Off the event loop past a few hundred characters (the tokenizer pool's Worker threads).
@@ -165,7 +179,12 @@ export async function tokenizeOp(
     fingerprint: model.fingerprint,
     sanitized_tokenizer_digest: model.profile.sanitized_tokenizer_digest,
     max_tokens: model.maxTokens,
-    items: texts.map((text, i) => itemOf(model, text, tokenized[i]!)),
+    items: texts.map((text, i) => {
+      const item = itemOf(model, text, tokenized[i]!);
+      return prefixChars === undefined
+        ? item
+        : { ...item, tokenized_text: text, prefix_chars: prefixChars[i]! };
+    }),
     ...(prompt === undefined ? {} : { prompt }),
   };
 }

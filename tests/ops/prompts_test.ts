@@ -13,6 +13,8 @@ import { createHash } from "node:crypto";
 import { loadConfig } from "../../lib/config/loader.ts";
 import { createSynapse, type Synapse } from "../../lib/synapse.ts";
 import { MODELS, preload, resultOf, semanticError, startSynapse } from "../_helpers.ts";
+import { serveHttp } from "../../lib/http/server.ts";
+import { nullLog } from "../../lib/log/log.ts";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");
 const TINY = `${MODELS}/synapse-tiny-embed`;
@@ -467,6 +469,26 @@ Deno.test("F35: tokenize with prompt_name counts the prompted text as embed does
   const spelled = tok.items[0].offsets.map(([a, b]: [number, number]) => cps.slice(a, b).join(""))
     .join("");
   assert.equal(spelled.replaceAll(" ", ""), text.replaceAll(" ", ""));
+  assert.equal(tok.items[0].tokenized_text, text);
+  assert.equal(tok.items[0].prefix_chars, [..."query: "].length);
+  // TEI's /tokenize slices the prompted text with them: every token's text is its piece there.
+  await using server = serveHttp(t.syn, { log: nullLog });
+  const res = await fetch(`http://127.0.0.1:${server.port}/tokenize`, {
+    method: "POST",
+    body: JSON.stringify({ inputs: "cats", prompt_name: "query", model: "tiny-prompts" }),
+  });
+  assert.equal(res.status, 200);
+  const [tei]: Any = await res.json();
+  const enc = new TextEncoder();
+  const bytes = enc.encode(text);
+  for (const tk of tei) {
+    if (tk.special) continue;
+    assert.equal(tk.text, new TextDecoder().decode(bytes.subarray(tk.start, tk.stop)));
+  }
+  assert.equal(
+    tei.filter((tk: Any) => !tk.special).map((tk: Any) => tk.text).join("").replaceAll(" ", ""),
+    "query:cats",
+  );
   const plain: Any = resultOf(
     await t.syn.call("tokenize", { model: "tiny-prompts", texts: ["cats"] }),
   );
