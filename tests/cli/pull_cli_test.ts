@@ -105,7 +105,7 @@ Deno.test("pull PATH into a running server: ready at once, ps lists it, embed us
     );
     assert.match(
       ps.stdout,
-      /\ntiny-pulled +embed +ort +ready +396\.5 KiB +- +\S+ +(never|just now|\d+s ago) +runtime \(test model\)\n/,
+      /\ntiny-pulled +embed +ort +ready +reference +396\.5 KiB +- +\S+ +(never|just now|\d+s ago) +runtime \(test model\)\n/,
     );
     const row = (JSON.parse(psJson.stdout) as { models: PsRowJson[] }).models.find((m) =>
       m.model_id === "tiny-pulled"
