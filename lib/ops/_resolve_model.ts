@@ -106,8 +106,10 @@ export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string
  * Routing (issue 19; {@link RoutingParams}), all before any work — no text is tokenized, nothing
  * is admitted or queued for a refused request:
  * - `required_epoch` above this instance's `table_epoch` refuses first.
- * - `target_fingerprint` without `model` picks, among the ready models of the task, one whose
- *   fingerprint is the target; failing that, with `allow_equivalent`, one whose fingerprint is
+ * - `target_fingerprint` without `model` picks, among the ready models of the task, one that
+ *   serves the target (its own fingerprint, or one of its Matryoshka widths' derived ones:
+ *   lib/models/matryoshka.ts; the op then serves that width, checked by {@link requireSpace});
+ *   failing that, with `allow_equivalent`, one whose fingerprint is
  *   currently equivalent to it (probe rows; declared rows only with `accept_declared`). Exact
  *   matches come first, then probe-equivalent, then declared-equivalent; within each, a model
  *   that passes the certification gate certified before one that does not. With `model`, that
