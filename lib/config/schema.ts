@@ -49,11 +49,14 @@ export const PreloadModelConfigSchema = z.strictObject({
   task: PreloadTaskSchema.optional(),
   /** Expected artifact digest (`sha256:<hex>`). */
   artifact_digest: nonEmpty.optional(),
-  /** Artifact format, e.g. `onnx`, `gguf`. */
+  /** Artifact format: the engine's own (`onnx` for `ort`, `gguf` for `llama`), else boot refuses. */
   format: nonEmpty.optional(),
   /** Path of the model's `config.json`. */
   config_path: nonEmpty.optional(),
-  /** Upstream revision of the artifact. */
+  /**
+   * Upstream revision: refused at boot (a preloaded model is the files at `model_path`; pin a
+   * download with `model.load {source: "hf", repo, revision}`).
+   */
   revision: nonEmpty.optional(),
   /**
    * Pooling.
@@ -74,9 +77,15 @@ export const PreloadModelConfigSchema = z.strictObject({
    * the model's limit refuses the load (`artifact_invalid`).
    */
   max_tokens: positiveInt.optional(),
-  /** Quantization, e.g. `q8_0`, `f16`. */
+  /**
+   * Quantization the lane serves, e.g. `q8_0`, `f16`: checked at load against the file (an ONNX
+   * model's weight dtype, a GGUF's `general.file_type`); another value fails the model.
+   */
   quant: nonEmpty.optional(),
-  /** Model family, e.g. `bert`. */
+  /**
+   * Model family, e.g. `bert`: checked at load against the architecture the files name
+   * (`config.json` `model_type`, GGUF `general.architecture`); another value fails the model.
+   */
   family: nonEmpty.optional(),
   /**
    * Storage dtype of the weights, e.g. `f16`: checked against the model file at load (an ONNX
@@ -104,7 +113,7 @@ export const PreloadModelConfigSchema = z.strictObject({
    * the full width is served.
    */
   matryoshka_dims: z.array(positiveInt).min(1).max(64).optional(),
-  /** Execution provider or placement hint. */
+  /** Where the lanes run: only `cpu` in this build; another value refuses boot. */
   execution: nonEmpty.optional(),
   /** Worker binary override. */
   worker_bin: nonEmpty.optional(),

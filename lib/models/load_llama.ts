@@ -30,7 +30,12 @@ import {
   ggufTokenizer,
   tokenizerCheckTexts,
 } from "../tokenize/gguf_tokenizer.ts";
-import { checkDeclaredDtype, identityOf } from "./load_ort.ts";
+import {
+  checkDeclaredDtype,
+  checkDeclaredFamily,
+  checkDeclaredQuant,
+  identityOf,
+} from "./load_ort.ts";
 import { checkMatryoshkaDims } from "./matryoshka.ts";
 import {
   LLAMA_CONTEXT_CAP,
@@ -123,6 +128,8 @@ export async function loadLlamaModel(
   }
   const facts = await readGgufFacts(src.modelPath, modelId);
   checkDeclaredDtype(src, facts.dtype, "llama");
+  checkDeclaredQuant(src, facts.quant, "llama");
+  checkDeclaredFamily(src, facts.architecture, "GGUF general.architecture");
   let testModel = src.testModel === true;
   // A config.json beside the GGUF may label a generated test model (scripts/gen_gguf.ts).
   try {

@@ -89,9 +89,17 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
     if (!(err instanceof SynapseError)) throw err;
     weights = err;
   }
-  if (!(weights instanceof SynapseError)) checkDeclaredDtype(src, weights.dtype, "ort");
+  if (!(weights instanceof SynapseError)) {
+    checkDeclaredDtype(src, weights.dtype, "ort");
+    checkDeclaredQuant(src, weights.dtype, "ort");
+  }
   const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
   const config = await readConfig(src);
+  checkDeclaredFamily(
+    src,
+    typeof config.model_type === "string" ? config.model_type : undefined,
+    "config.json model_type",
+  );
   const prompts = await loadPromptTable(src);
   const maxPos = typeof config.max_position_embeddings === "number"
     ? config.max_position_embeddings
@@ -210,6 +218,70 @@ export function checkDeclaredDtype(src: ModelSource, weights: string, engine: st
         dtype: src.dtype,
         weights_dtype: weights,
         engine,
+      },
+    },
+  );
+}
+
+/**
+ * Refuses a load whose declared `quant` (preload `quant`) is not the quantization the lane
+ * serves: the fingerprint's `quant` (contract.md §4), the weights' dtype for an ONNX model
+ * (`f32`, `f16`, `bf16`) and `general.file_type` for a GGUF (`f16`, `q8_0`, `q4_k_m`, …). The
+ * engine runs the weights as stored and quantizes nothing at load, so a declaration is a check.
+ * Compared case-insensitively (`Q8_0` is `q8_0`).
+ *
+ * @param src The source.
+ * @param served The quantization the lane serves (lower case).
+ * @param engine Engine name for the message.
+ * @throws {SynapseError} `invalid_request {model_id, field: "quant", quant, served_quant, engine}`.
+ */
+export function checkDeclaredQuant(src: ModelSource, served: string, engine: string): void {
+  if (src.quant === undefined || src.quant.toLowerCase() === served) return;
+  throw new SynapseError(
+    "invalid_request",
+    `Cannot load model '${src.modelId}': it declares quant '${src.quant}', but the file is ${served} and engine '${engine}' runs it as stored (it quantizes nothing at load); drop quant or set it to '${served}'`,
+    {
+      details: {
+        model_id: src.modelId,
+        field: "quant",
+        quant: src.quant,
+        served_quant: served,
+        engine,
+      },
+    },
+  );
+}
+
+/**
+ * Refuses a load whose declared `family` (preload `family`) is not the model's architecture as
+ * its own files name it: `model_type` of an ONNX model's `config.json`, `general.architecture`
+ * of a GGUF. A model whose files name none cannot be checked, so the declaration is refused too.
+ * Compared case-insensitively.
+ *
+ * @param src The source.
+ * @param actual The architecture the files name, or `undefined` when they name none.
+ * @param where Where the architecture was read, for the message (`config.json model_type`).
+ * @throws {SynapseError} `invalid_request {model_id, field: "family", family, model_family}`
+ *   (`model_family` null when the files name none).
+ */
+export function checkDeclaredFamily(
+  src: ModelSource,
+  actual: string | undefined,
+  where: string,
+): void {
+  if (src.family === undefined) return;
+  if (actual !== undefined && src.family.toLowerCase() === actual.toLowerCase()) return;
+  throw new SynapseError(
+    "invalid_request",
+    actual === undefined
+      ? `Cannot load model '${src.modelId}': it declares family '${src.family}', but its files name no architecture (${where}) to check it against; drop family`
+      : `Cannot load model '${src.modelId}': it declares family '${src.family}', but its ${where} is '${actual}'; drop family or set it to '${actual}'`,
+    {
+      details: {
+        model_id: src.modelId,
+        field: "family",
+        family: src.family,
+        model_family: actual ?? null,
       },
     },
   );

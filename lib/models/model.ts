@@ -85,6 +85,18 @@ export interface ModelSource {
    */
   dtype?: string;
   /**
+   * Declared quantization (preload `quant`), e.g. `q8_0`: checked at load against the
+   * quantization the lane serves (the fingerprint's `quant`); another refuses the load
+   * (`invalid_request`, `details.field: "quant"`).
+   */
+  quant?: string;
+  /**
+   * Declared model family (preload `family`), e.g. `bert`: checked at load against the
+   * architecture the files name (`config.json` `model_type`, GGUF `general.architecture`);
+   * another, or files naming none, refuses the load (`details.field: "family"`).
+   */
+  family?: string;
+  /**
    * Model id of the reference lane with the same weights (preload `reference_model`, the
    * `model.load` param `reference_model`): the probe checks this model's parity against that
    * model's lanes, and a lane that declares one needs a certificate (step 10). Never the model's

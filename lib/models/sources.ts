@@ -104,7 +104,9 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
 }
 
 /**
- * The declarations every engine honours: `dtype` (checked against the weights at load),
+ * The declarations every engine honours: `format`, `revision` and `execution`
+ * ({@link checkPreloadPlacement}), `dtype`, `quant` and `family` (checked against the files at
+ * load, lib/models/load_ort.ts),
  * `reference_model` (the probe's reference; never the model itself), the prompt table
  * (`prompts`, `default_prompt_name`; else the model directory's
  * `config_sentence_transformers.json`, read at load) and `matryoshka_dims` (checked against the
@@ -113,7 +115,8 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
  * @param dir The model directory.
  * @throws {SynapseError} `invalid_request {field: "preload_models.reference_model"}` for a
  *   reference naming the model itself; `invalid_request` naming `preload_models.prompts` or
- *   `preload_models.default_prompt_name` for a bad prompt table (lib/models/prompts.ts).
+ *   `preload_models.default_prompt_name` for a bad prompt table (lib/models/prompts.ts); the
+ *   refusals of {@link checkPreloadPlacement}.
  */
 function withDeclarations(
   source: ModelSource,
@@ -128,13 +131,79 @@ function withDeclarations(
   );
   if (prompts !== undefined) source.prompts = prompts;
   else if (entry.prompts === undefined) source.promptsConfigPath = `${dir}/${ST_CONFIG_FILE}`;
+  checkPreloadPlacement(source, entry);
   if (entry.dtype !== undefined) source.dtype = entry.dtype;
+  if (entry.quant !== undefined) source.quant = entry.quant;
+  if (entry.family !== undefined) source.family = entry.family;
   if (entry.reference_model !== undefined) {
     checkReferenceModel(source.modelId, entry.reference_model, "preload_models.reference_model");
     source.referenceModel = entry.reference_model;
   }
   if (entry.matryoshka_dims !== undefined) source.matryoshkaDims = [...entry.matryoshka_dims];
   return source;
+}
+
+/** The only `execution` a preload entry may declare: every lane of this build runs on the CPU. */
+export const PRELOAD_EXECUTION = "cpu";
+
+/**
+ * Checks the declarations of a preload entry that say where and from what it runs, before any
+ * file is read (issue 19 item 8: none is accepted and ignored):
+ * - `format` must be the engine's file format (`onnx` for `ort`, `gguf` for `llama`; case
+ *   ignored): the loader reads only that format.
+ * - `revision` is refused: a preloaded model is the files at `model_path`, which have no upstream
+ *   revision to pin; a download is pinned by `model.load {source: "hf", repo, revision}`.
+ * - `execution` must be `cpu` (case ignored): every lane of this build runs on the CPU (the
+ *   ONNX Runtime CPU provider, a CPU build of llama.cpp); a GPU provider is not in this build.
+ *
+ * @param source The source built so far (its `modelId` names the entry).
+ * @param entry The preload entry.
+ * @throws {SynapseError} `invalid_request {model_id, field: "preload_models.format" |
+ *   "preload_models.revision" | "preload_models.execution", value, ...}`.
+ */
+export function checkPreloadPlacement(
+  source: ModelSource,
+  entry: SynapseConfig["preload_models"][number],
+): void {
+  const id = source.modelId;
+  const want = (source.engine ?? "ort") === "llama" ? "gguf" : "onnx";
+  if (entry.format !== undefined && entry.format.toLowerCase() !== want) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot preload '${id}': format '${entry.format}' is not what engine '${
+        source.engine ?? "ort"
+      }' reads ('${want}'); drop format or set it to '${want}'`,
+      {
+        details: {
+          model_id: id,
+          field: "preload_models.format",
+          value: entry.format,
+          format: want,
+        },
+      },
+    );
+  }
+  if (entry.revision !== undefined) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot preload '${id}': revision '${entry.revision}' pins an upstream download, but a preloaded model is the files at model_path and has no revision to check; drop revision, or load a pinned download with model.load {source: "hf", repo, revision} (ck-synapse pull)`,
+      { details: { model_id: id, field: "preload_models.revision", value: entry.revision } },
+    );
+  }
+  if (entry.execution !== undefined && entry.execution.toLowerCase() !== PRELOAD_EXECUTION) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot preload '${id}': execution '${entry.execution}' is not available: every lane of this build runs on the CPU (the ONNX Runtime CPU provider, a CPU build of llama.cpp); drop execution or set it to 'cpu'`,
+      {
+        details: {
+          model_id: id,
+          field: "preload_models.execution",
+          value: entry.execution,
+          accepted: [PRELOAD_EXECUTION],
+        },
+      },
+    );
+  }
 }
 
 /**
