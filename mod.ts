@@ -47,6 +47,19 @@ export { SubcWireError } from "./lib/subc/errors.ts";
 export type { SubcWireReason } from "./lib/subc/errors.ts";
 export type { EmbedResult, EmbedVector, ItemError, TruncationDisclosure } from "./lib/ops/embed.ts";
 export type { RerankResult } from "./lib/ops/rerank.ts";
+export type {
+  AliasEvidence,
+  AliasRow,
+  AliasSource,
+  CheckIndexResult,
+  DeclaredAliasEvidence,
+  ProbeAliasEvidence,
+  RetractedPair,
+} from "./lib/identity/aliases.ts";
+export type { AliasChangeResult, CheckIndexOpResult } from "./lib/ops/aliases.ts";
+export type { RoutingParams } from "./lib/ops/_resolve_model.ts";
+export type { DetokenizeResult, TokenizeItem, TokenizeResult } from "./lib/ops/tokenize.ts";
+export type { PromptDisclosure, PromptTable } from "./lib/models/prompts.ts";
 export type { EmbedResultPage, JobAccepted } from "./lib/ops/jobs.ts";
 export type { MicrollmResult } from "./lib/ops/microllm.ts";
 export type { AdmissionStatusResult, ModelsListResult } from "./lib/ops/models.ts";

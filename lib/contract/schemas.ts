@@ -49,6 +49,38 @@ export const wellFormedName = (max: number = NAME_MAX_CHARS, min = 1): z.ZodStri
       message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
     }) as unknown as z.ZodString;
 
+/**
+ * A fingerprint as a caller writes it: a {@link wellFormedName}, with a 64-hex value of either
+ * case read as its lowercase form (hex is case-blind, and contract.md §4 writes fingerprints in
+ * lowercase, so `ABC…` and `abc…` name one space). Any other string is kept as written, and the
+ * operation refuses or routes on it by its own rule.
+ *
+ * @param max Longest accepted length. @default NAME_MAX_CHARS
+ */
+export const fingerprintName = (max: number = NAME_MAX_CHARS) =>
+  wellFormedName(max).transform((s) => /^[0-9A-Fa-f]{64}$/.test(s) ? s.toLowerCase() : s);
+
+/**
+ * The routing params (contract.md §1 common params; lib/ops/_resolve_model.ts): which model, by
+ * the fingerprint it serves, answers. Part of {@link COMMON_PARAMS}; `tokenize` and `detokenize`
+ * take them alone.
+ */
+export const ROUTING_PARAMS = {
+  /**
+   * Route to a ready model serving this fingerprint (or, with `allow_equivalent`, one equivalent
+   * to it); with `model`, that model must serve it (lib/ops/_resolve_model.ts).
+   */
+  target_fingerprint: fingerprintName().optional(),
+  /** Refuse with `substitution_rejected` unless the model serves this fingerprint (or an allowed equivalent). */
+  required_fingerprint: fingerprintName().optional(),
+  /** A live probe-measured alias of the target / required fingerprint satisfies it. */
+  allow_equivalent: z.boolean().optional(),
+  /** Refuse with `substitution_rejected` unless this instance's `table_epoch` is at least this. */
+  required_epoch: z.number().int().nonnegative().optional(),
+  /** With `allow_equivalent`, declared-only alias rows count too. */
+  accept_declared: z.boolean().optional(),
+};
+
 /** Common params of embed / rerank / microllm (contract.md §1), without `truncate`. */
 export const COMMON_PARAMS = {
   /** Model id; `model_id` is an accepted alias. */
@@ -58,19 +90,7 @@ export const COMMON_PARAMS = {
   deadline_ms: z.number().int().positive().optional(),
   /** Longest acceptable queue wait in ms. @default 5000 (config `inline.max_queue_ms`) */
   max_queue_ms: z.number().int().nonnegative().optional(),
-  /**
-   * Route to a ready model serving this fingerprint (or, with `allow_equivalent`, one equivalent
-   * to it); with `model`, that model must serve it (lib/ops/_resolve_model.ts).
-   */
-  target_fingerprint: wellFormedName().optional(),
-  /** Refuse with `substitution_rejected` unless the model serves this fingerprint (or an allowed equivalent). */
-  required_fingerprint: wellFormedName().optional(),
-  /** A live probe-measured alias of the target / required fingerprint satisfies it. */
-  allow_equivalent: z.boolean().optional(),
-  /** Refuse with `substitution_rejected` unless this instance's `table_epoch` is at least this. */
-  required_epoch: z.number().int().nonnegative().optional(),
-  /** With `allow_equivalent`, declared-only alias rows count too. */
-  accept_declared: z.boolean().optional(),
+  ...ROUTING_PARAMS,
 };
 
 /** The common params plus `truncate` (embed and rerank). */
@@ -97,7 +117,7 @@ const item = z.union([
  * `input_type` picks the model's prompt by role, `prompt_name` names one; on a model without a
  * prompt table nothing is applied, and the answer's `prompt` says so.
  */
-const promptSelector = {
+export const PROMPT_SELECTOR = {
   input_type: z.enum(["query", "document"]).optional(),
   prompt_name: wellFormedName(128).optional(),
 };
@@ -107,7 +127,7 @@ export const EmbedQueryParams = z.strictObject({
   ...common,
   text: z.string(),
   id: itemId.optional(),
-  ...promptSelector,
+  ...PROMPT_SELECTOR,
   /**
    * Vector width: the model's own, or one of its `matryoshka_dims` (a derived space with its own
    * fingerprint, lib/models/matryoshka.ts); anything else is refused naming `dimensions`.
@@ -133,7 +153,7 @@ export const EmbedBatchParams = z.strictObject({
   items: z.array(item).optional(),
   texts: z.array(z.string()).optional(),
   request_key: requestKey,
-  ...promptSelector,
+  ...PROMPT_SELECTOR,
   /** Vector width, as `embed.query`'s `dimensions`; a job keeps it (it is in the request digest). */
   dimensions: z.number().int().positive().optional(),
 });

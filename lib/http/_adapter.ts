@@ -71,8 +71,17 @@ export interface AdapterIo {
   routing?: RoutingParams;
 }
 
-/** The operations whose model the routing constraints choose (they take the common params). */
-export const ROUTED_OPS: ReadonlySet<string> = new Set(["embed.batch", "rerank.score"]);
+/**
+ * The operations whose model the routing constraints choose (they take the routing params). A
+ * route of another operation (a model listing, the version) serves no model, and its routing
+ * headers choose nothing.
+ */
+export const ROUTED_OPS: ReadonlySet<string> = new Set([
+  "embed.batch",
+  "rerank.score",
+  "tokenize",
+  "detokenize",
+]);
 
 /** A route of a door, found by path. */
 export interface AdapterRoute {

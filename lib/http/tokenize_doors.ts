@@ -14,7 +14,11 @@
  *   it are text (F25); it is disclosed as `synapse.parse_special: false`.
  *
  * `POST /tokenize` is both: a body with `inputs` is TEI's, one with `content` llama.cpp's.
- * `model` (Synapse's) picks a model; the default embed model otherwise.
+ * `model` (Synapse's) picks a model; the default embed model otherwise; the routing headers
+ * (`x-synapse-target-fingerprint`, …; lib/http/routing_headers.ts) choose as on every
+ * model-serving door. The prompt is chosen as TEI /embed chooses it (the model's default prompt
+ * applies without `prompt_name`; on a model with no prompt table `prompt_name` applies nothing),
+ * disclosed in `x-synapse-prompt`.
  *
  * @module
  */
@@ -118,7 +122,13 @@ async function teiTokenize(io: AdapterIo, body: unknown): Promise<AdapterAnswer>
       return { id, text: dec.decode(bytes.subarray(start, stop)), special: false, start, stop };
     });
   });
-  return { status: 200, body: out, fingerprint: r.result.fingerprint };
+  return {
+    status: 200,
+    body: out,
+    fingerprint: r.result.fingerprint,
+    // The prompt chosen, in x-synapse-prompt, as TEI /embed discloses it.
+    ...(r.result.prompt === undefined ? {} : { prompt: r.result.prompt }),
+  };
 }
 
 async function teiDecode(io: AdapterIo): Promise<AdapterAnswer> {

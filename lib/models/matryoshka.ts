@@ -218,7 +218,9 @@ export function servedValues(
  * distinct positive integers, each at most the model's width.
  *
  * @param src The source (its `modelId`, `task` and `matryoshkaDims`).
- * @param dims The model's vector width, known once the engine loaded it.
+ * @param dims The model's vector width, known once the engine loaded it; `undefined` before the
+ *   load (`model.load` checks the task and the order before a job exists): the width check is
+ *   then left to the load, and `details.dims` is null.
  * @param field The field to name (`matryoshka_dims`, `preload_models.matryoshka_dims`).
  *   @default "matryoshka_dims"
  * @throws {SynapseError} `invalid_request {model_id, field, matryoshka_dims, dims, reason}` with
@@ -226,7 +228,7 @@ export function servedValues(
  */
 export function checkMatryoshkaDims(
   src: Pick<ModelSource, "modelId" | "task" | "matryoshkaDims">,
-  dims: number,
+  dims: number | undefined,
   field = "matryoshka_dims",
 ): void {
   const list = src.matryoshkaDims;
@@ -240,7 +242,7 @@ export function checkMatryoshkaDims(
           model_id: src.modelId,
           field,
           matryoshka_dims: [...list],
-          dims,
+          dims: dims ?? null,
           reason,
         },
       },
@@ -258,7 +260,7 @@ export function checkMatryoshkaDims(
     if (i > 0 && n <= list[i - 1]!) {
       refuse("not_ascending", "must be strictly ascending (each width once)");
     }
-    if (n > dims) {
+    if (dims !== undefined && n > dims) {
       refuse("exceeds_dims", `holds ${n}, wider than the model's ${dims}-dimensional vectors`);
     }
   }

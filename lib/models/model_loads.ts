@@ -226,7 +226,7 @@ export class ModelLoads {
           task: req.task ?? "embed",
           matryoshkaDims: req.matryoshka_dims,
         },
-        Number.MAX_SAFE_INTEGER,
+        undefined,
       );
     }
     // Refuse what cannot work before a job exists: unpinned sources, missing files.
@@ -761,6 +761,12 @@ export class ModelLoads {
       job.view.task = task;
       job.view.task_reason = inferred === undefined ? "asked" : inferred.reason;
       if (inferred?.surprise !== undefined) this.#note(job, inferred.surprise);
+      if (
+        prompts !== undefined && req.prompts === undefined && req.default_prompt_name === undefined
+      ) {
+        // A table the caller did not send changes the vectors: say where it came from.
+        this.#note(job, promptTableNote(prompts));
+      }
       // A task chosen against mixed signals never takes over a default that serves already.
       const current = defaultModelOf(this.registry.list(), task);
       const notDefault = inferred?.surprise !== undefined && current !== undefined &&
@@ -945,6 +951,20 @@ export class ModelLoads {
       for (const l of leases) l.release();
     }
   }
+}
+
+/**
+ * The note of a prompt table read from the model directory's `config_sentence_transformers.json`:
+ * its names and prefixes, the default, and what selects one.
+ */
+export function promptTableNote(table: PromptTable): string {
+  const names = Object.entries(table.prompts).map(([n, p]) => `${n} ${JSON.stringify(p)}`);
+  const def = table.default_prompt_name === undefined
+    ? ""
+    : `; default ${table.default_prompt_name}`;
+  return `prompt table from ${ST_CONFIG_FILE}: ${
+    names.join(", ") || "(empty)"
+  }${def}; input_type / prompt_name select a prompt, and the table is part of the fingerprint`;
 }
 
 /**

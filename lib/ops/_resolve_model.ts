@@ -147,19 +147,32 @@ export function resolveModel(
   modelId: string | undefined,
   task: ModelTask,
   routing: RoutingParams = {},
+  options: ResolveOptions = {},
 ): ReadyModel {
+  const gate = options.certificationGate ?? true;
   checkEpoch(ctx, routing);
   const target = routing.target_fingerprint;
   if (target !== undefined && modelId === undefined) {
-    const model = routeToFingerprint(ctx, task, target, routing);
+    const model = routeToFingerprint(ctx, task, target, routing, gate);
     requireServes(ctx, model, "required_fingerprint", routing);
     return model;
   }
   const model = resolveLoaded(ctx, modelId, task);
   requireServes(ctx, model, "target_fingerprint", routing);
   requireServes(ctx, model, "required_fingerprint", routing);
-  admitCertified(ctx, model);
+  if (gate) admitCertified(ctx, model);
   return model;
+}
+
+/** Options of {@link resolveModel}. */
+export interface ResolveOptions {
+  /**
+   * Pass the serving gate (`not_certified` for an uncertified lane in `require` mode). False
+   * only for an operation that runs no engine, so no lane's numbers: `tokenize`, `detokenize`
+   * (a tokenizer is the same whether its lane is certified or not). A routed target still
+   * prefers a certified candidate. @default true
+   */
+  certificationGate?: boolean;
 }
 
 /** How a served fingerprint satisfies a wanted one. */
@@ -301,6 +314,7 @@ function routeToFingerprint(
   task: ModelTask,
   target: string,
   routing: RoutingParams,
+  gate = true,
 ): ReadyModel {
   const ready = ctx.registry.list().filter((e) =>
     e.task === task && e.state === "ready" && e.ready !== undefined
@@ -348,7 +362,7 @@ function routeToFingerprint(
     uncertified ??= model;
   }
   if (uncertified !== undefined) {
-    admitCertified(ctx, uncertified);
+    if (gate) admitCertified(ctx, uncertified);
     return uncertified;
   }
   if (firstError !== undefined) throw firstError;

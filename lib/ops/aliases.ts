@@ -10,7 +10,7 @@
  */
 import { z } from "zod";
 import { invalidRequest, SynapseError } from "../contract/errors.ts";
-import { parseParams, wellFormedName } from "../contract/schemas.ts";
+import { fingerprintName, parseParams } from "../contract/schemas.ts";
 import {
   type DeclaredAliasEvidence,
   isFingerprint,
@@ -44,7 +44,7 @@ export const ALIAS_MEAN_COSINE_THRESHOLD = 0.9999;
  */
 export const ALIAS_MIN_COSINE_THRESHOLD = 0.999;
 
-const fingerprintField = wellFormedName(64);
+const fingerprintField = fingerprintName(64);
 const EvidenceParam = z.record(z.string(), z.unknown());
 
 /** `alias.declare` / `alias.retract` params: `left|fingerprint_a`, `right|fingerprint_b`, `evidence?`. */
@@ -290,7 +290,7 @@ function oneOf(
 function requireFingerprint(method: string, field: string, value: string): void {
   if (isFingerprint(value)) return;
   throw invalidRequest(
-    `Cannot ${method}: field '${field}' is not a fingerprint (64 lowercase hex characters): '${
+    `Cannot ${method}: field '${field}' is not a fingerprint (64 hex characters): '${
       String(value).slice(0, 80)
     }'`,
     { field },

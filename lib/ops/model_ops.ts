@@ -28,6 +28,7 @@ import {
   manifestDigest,
 } from "../models/catalog.ts";
 import type { ModelJobView, SelfCheckView } from "../models/model_loads.ts";
+import type { PromptTable } from "../models/prompts.ts";
 import type { OpContext } from "./context.ts";
 import { modelStatus } from "./status.ts";
 
@@ -176,9 +177,19 @@ export interface CatalogRow {
   /** Loaded and serving in this instance (state as models.list says it). */
   loaded_state: string | null;
   dims: number;
+  /**
+   * The Matryoshka widths a request's `dimensions` may cut this model's vectors to (each served
+   * under its own derived fingerprint); null for a model not Matryoshka-trained.
+   */
+  matryoshka_dims: number[] | null;
   backends: {
     backend: string;
     lane_id: string;
+    /**
+     * The lane's prompt table (`input_type` / `prompt_name` select a prefix; part of its
+     * fingerprint), as the upstream model publishes it; null for a lane with none.
+     */
+    prompts: PromptTable | null;
     fingerprint: string | null;
     runnable: boolean;
     reason: string | null;
@@ -237,6 +248,12 @@ async function catalogRow(ctx: OpContext, m: CatalogModel): Promise<CatalogRow> 
     return {
       backend: b.backend,
       lane_id: catalogLaneId(m, b.backend),
+      prompts: b.prompts === undefined ? null : {
+        prompts: { ...b.prompts.prompts },
+        ...(b.prompts.default_prompt_name === undefined
+          ? {}
+          : { default_prompt_name: b.prompts.default_prompt_name }),
+      },
       fingerprint: entry?.ready && entry.engine === b.backend ? entry.ready.fingerprint : null,
       runnable: reason === null,
       reason,
@@ -269,6 +286,7 @@ async function catalogRow(ctx: OpContext, m: CatalogModel): Promise<CatalogRow> 
     install_state: backends.some((b) => b.installed) ? "installed" : "not_installed",
     loaded_state: entry === undefined ? null : modelStatus(entry, ctx.now(), ctx).state,
     dims: m.dims,
+    matryoshka_dims: m.matryoshka_dims === undefined ? null : [...m.matryoshka_dims],
     backends,
     ...(m.no_backend_reason === undefined ? {} : { no_backend_reason: m.no_backend_reason }),
   };

@@ -11,12 +11,19 @@
  */
 import { z } from "zod";
 import { SynapseError } from "../contract/errors.ts";
-import { parseParams, requestedModel, wellFormedName } from "../contract/schemas.ts";
-import type { ReadyModel } from "../models/model.ts";
+import {
+  parseParams,
+  PROMPT_SELECTOR,
+  requestedModel,
+  ROUTING_PARAMS,
+  wellFormedName,
+} from "../contract/schemas.ts";
+import type { ModelTask, ReadyModel } from "../models/model.ts";
 import { applyPrompt, type PromptDisclosure, selectPrompt } from "../models/prompts.ts";
 import { toCodePointOffsets } from "../tokenize/token_offsets.ts";
 import type { TokenizedText } from "../tokenize/tokenizer.ts";
 import type { CallOptions, OpContext } from "./context.ts";
+import { resolveModel, routingOf, type RoutingParams } from "./_resolve_model.ts";
 
 /** Most texts one `tokenize` call takes. */
 export const TOKENIZE_MAX_TEXTS = 1000;
@@ -27,23 +34,28 @@ export const TOKENIZE_MAX_CHARS = 262_144;
 /** Most ids one `detokenize` call takes. */
 export const DETOKENIZE_MAX_IDS = 262_144;
 
-/** `tokenize {model?, texts[], prompt_name?, add_special_tokens?}`. */
+/**
+ * `tokenize {model?, texts[], input_type?, prompt_name?, add_special_tokens?, <routing>}`: the
+ * prompt selector and the routing params as embed takes them.
+ */
 export const TokenizeParams = z.strictObject({
   model: wellFormedName().optional(),
   model_id: wellFormedName().optional(),
   texts: z.array(z.string()).min(1, { message: "must not be empty" }).max(TOKENIZE_MAX_TEXTS, {
     message: `has more than ${TOKENIZE_MAX_TEXTS} texts`,
   }),
-  prompt_name: z.string().optional(),
+  ...PROMPT_SELECTOR,
+  ...ROUTING_PARAMS,
   /** Add the model's special tokens (CLS/SEP, BOS/EOS) as the embedding ops do. @default true */
   add_special_tokens: z.boolean().optional(),
 });
 export type TokenizeParams = z.infer<typeof TokenizeParams>;
 
-/** `detokenize {model?, ids[], skip_special_tokens?}`. */
+/** `detokenize {model?, ids[], skip_special_tokens?, <routing>}`. */
 export const DetokenizeParams = z.strictObject({
   model: wellFormedName().optional(),
   model_id: wellFormedName().optional(),
+  ...ROUTING_PARAMS,
   ids: z.array(z.number().int()).max(DETOKENIZE_MAX_IDS, {
     message: `has more than ${DETOKENIZE_MAX_IDS} ids`,
   }),
@@ -63,15 +75,15 @@ export interface TokenizeItem {
   count: number;
   /**
    * `[start, end)` of each token in Unicode code points of the text tokenized — the caller's
-   * text, or with `prompt_name` the prompted text given in {@link tokenized_text} (the prefix's
+   * text, or when a prompt was applied the prompted text given in {@link tokenized_text} (the prefix's
    * tokens first, then the caller's text shifted by {@link prefix_chars}); a special token has
    * the empty span where it sits.
    */
   offsets: [number, number][];
-  /** With `prompt_name` applied: the text tokenized (the prefix, then the caller's text). */
+  /** When a prompt was applied: the text tokenized (the prefix, then the caller's text). */
   tokenized_text?: string;
   /**
-   * With `prompt_name`: code points of the prefix put before the caller's text (0 when it was
+   * When a prompt was applied: code points of the prefix put before the caller's text (0 when it was
    * already there or empty); subtract it from an offset to index the caller's text.
    */
   prefix_chars?: number;
@@ -93,8 +105,9 @@ export interface TokenizeResult {
   max_tokens: number;
   items: TokenizeItem[];
   /**
-   * With `prompt_name`: the prompt applied (as embed's `prompt` disclosure); the ids and offsets
-   * are then of the prompted text.
+   * The prompt chosen, exactly as embed's `prompt` disclosure (present when the request carried
+   * a selector or the model has a prompt table); when one was applied the ids and offsets are of
+   * the prompted text.
    */
   prompt?: PromptDisclosure;
 }
@@ -108,17 +121,20 @@ export interface DetokenizeResult {
 }
 
 /**
- * `tokenize {model?, texts[], prompt_name?, add_special_tokens?}` → per text its ids, count,
- * code-point offsets, pieces and whether it exceeds `max_tokens`, with the model's fingerprint
- * and sanitized tokenizer digest. Any loaded model (embed, rerank or generate) serves; without
- * `model`, the default embed model.
+ * `tokenize {model?, texts[], input_type?, prompt_name?, add_special_tokens?, <routing>}` → per
+ * text its ids, count, code-point offsets, pieces and whether it exceeds `max_tokens`, with the
+ * model's fingerprint and sanitized tokenizer digest. Any loaded model (embed, rerank or
+ * generate) serves; without `model`, the default embed model, or the one the routing params
+ * choose ({@link modelFor}). The prompt is chosen as embed chooses it (a selector, else the
+ * model's `default_prompt_name`; a selector on a model with no table is disclosed with `reason:
+ * "no_prompt_table"` and applies nothing), so `count` is what embed counts for the same request.
  *
  * @throws {SynapseError} channel `invalid_request` for malformed params, a text with a lone
  *   surrogate (`{field: "texts.<i>"}`) or more than {@link TOKENIZE_MAX_CHARS} code units in
  *   all (`{field: "texts", reason: "too_long"}`); semantic `invalid_request {field:
- *   "prompt_name", reason: "no_prompt_table", model_id}` when a prompt is asked of a model without
- *   a prompt table, or naming no prompt of its table (`details.known`); `unknown_model`,
- *   `model_loading` as the registry.
+ *   "prompt_name", reason: "unknown_prompt_name", known}` for a prompt name the model's table
+ *   lacks, `reason: "conflicting_selectors"` for both selectors; `substitution_rejected` as the
+ *   routing rules; `unknown_model`, `model_loading` as the registry.
  */
 export async function tokenizeOp(
   ctx: OpContext,
@@ -147,25 +163,21 @@ export async function tokenizeOp(
       },
     );
   }
-  const model = modelFor(ctx, requestedModel(p));
-  // A prompt is put before each text as embed does (lib/models/prompts.ts); the offsets then
-  // index the prompted text, as TEI's do.
+  const model = modelFor(ctx, requestedModel(p), routingOf(p));
+  // The prompt is chosen and put before each text exactly as embed does (lib/models/prompts.ts
+  // `selectPrompt`: a selector, else the model's default_prompt_name), so the counts are the
+  // ones embed reports; the offsets then index the prompted text, as TEI's do.
   let texts = p.texts;
-  let prompt: PromptDisclosure | undefined;
   let prefixChars: number[] | undefined;
-  if (p.prompt_name !== undefined) {
-    if (model.prompts === undefined) refusePromptName(model, p.prompt_name);
-    const { choice, disclosure } = selectPrompt(
-      model.prompts,
-      { prompt_name: p.prompt_name },
-      model.modelId,
-    );
-    prompt = disclosure;
-    if (choice !== undefined) {
-      const applied = texts.map((t) => applyPrompt(t, choice.prefix));
-      texts = applied.map((a) => a.text);
-      prefixChars = applied.map((a) => a.prefixCodePoints);
-    }
+  const selector = {
+    ...(p.input_type === undefined ? {} : { input_type: p.input_type }),
+    ...(p.prompt_name === undefined ? {} : { prompt_name: p.prompt_name }),
+  };
+  const { choice, disclosure: prompt } = selectPrompt(model.prompts, selector, model.modelId);
+  if (choice !== undefined) {
+    const applied = texts.map((t) => applyPrompt(t, choice.prefix));
+    texts = applied.map((a) => a.text);
+    prefixChars = applied.map((a) => a.prefixCodePoints);
   }
   const addSpecial = p.add_special_tokens ?? true;
   // Off the event loop past a few hundred characters (the tokenizer pool's Worker threads).
@@ -213,7 +225,7 @@ function itemOf(model: ReadyModel, text: string, t: TokenizedText): TokenizeItem
  */
 export function detokenizeOp(ctx: OpContext, rawParams: unknown): DetokenizeResult {
   const p = parseParams("detokenize", DetokenizeParams, rawParams);
-  const model = modelFor(ctx, requestedModel(p));
+  const model = modelFor(ctx, requestedModel(p), routingOf(p));
   const tok = model.tokenizer;
   p.ids.forEach((id, i) => {
     if (!tok.hasId(id)) {
@@ -240,40 +252,45 @@ export function detokenizeOp(ctx: OpContext, rawParams: unknown): DetokenizeResu
   };
 }
 
-/**
- * The model whose tokenizer answers: the named one, whatever its task, or the default embed
- * model.
- *
- * @throws {SynapseError} as `ModelRegistry.resolve`.
- */
-export function modelFor(
-  ctx: Pick<OpContext, "registry">,
-  modelId: string | undefined,
-): ReadyModel {
-  if (modelId === undefined) return ctx.registry.resolve(undefined, "embed");
-  const entry = ctx.registry.list().find((m) => m.modelId === modelId);
-  return ctx.registry.resolve(modelId, entry?.task ?? "embed");
-}
+/** Tasks a routed target is looked for in, in order, when the request names no model. */
+const ROUTED_TASKS: readonly ModelTask[] = ["embed", "rerank", "generate"];
 
 /**
- * Refuses a prompt: no model has a prompt table in this build. When models carry one (the
- * `prompts` work), the prompt is applied here before tokenizing, offsets then index the
- * prompted text, as TEI's do.
+ * The model whose tokenizer answers: the named one, whatever its task, or the default embed
+ * model; with routing params (`target_fingerprint`, `required_fingerprint`, `allow_equivalent`,
+ * `accept_declared`, `required_epoch`), the model they choose by the rules of embed
+ * (lib/ops/_resolve_model.ts), a target without `model` being looked for among the embed, then
+ * rerank, then generate models. No certification gate: a tokenizer runs no engine, so it is the
+ * same whether its lane is certified or not (a certified candidate is still preferred).
  *
- * @throws {SynapseError} semantic `invalid_request {field: "prompt_name", reason:
- *   "no_prompt_table", prompt_name, model_id}`.
+ * @throws {SynapseError} as `ModelRegistry.resolve`; `substitution_rejected` as
+ *   {@link resolveModel} (for a target no model of any task serves: the embed task's refusal).
  */
-function refusePromptName(model: ReadyModel, promptName: string): never {
-  throw new SynapseError(
-    "invalid_request",
-    `Cannot apply prompt '${promptName}': model '${model.modelId}' has no prompt table; prepend the prompt to each text and leave prompt_name out`,
-    {
-      details: {
-        field: "prompt_name",
-        reason: "no_prompt_table",
-        prompt_name: promptName,
-        model_id: model.modelId,
-      },
-    },
-  );
+export function modelFor(
+  ctx: Parameters<typeof resolveModel>[0],
+  modelId: string | undefined,
+  routing: RoutingParams = {},
+): ReadyModel {
+  const entry = modelId === undefined
+    ? undefined
+    : ctx.registry.list().find((m) => m.modelId === modelId);
+  const task = entry?.task ?? "embed";
+  const routed = Object.keys(routing).length > 0;
+  if (!routed) return ctx.registry.resolve(modelId, task);
+  const gate = { certificationGate: false };
+  if (modelId !== undefined || routing.target_fingerprint === undefined) {
+    return resolveModel(ctx, modelId, task, routing, gate);
+  }
+  let first: unknown;
+  for (const t of ROUTED_TASKS) {
+    try {
+      return resolveModel(ctx, undefined, t, routing, gate);
+    } catch (err) {
+      const noMatch = err instanceof SynapseError && err.code === "substitution_rejected" &&
+        err.details?.reason === "no_match";
+      if (!noMatch) throw err;
+      first ??= err;
+    }
+  }
+  throw first;
 }

@@ -65,6 +65,20 @@ Deno.test("probe run --json certifies the tiny llama lane; probe report and prob
     assert.equal(embed.code, 0, embed.stderr);
     assert.equal(JSON.parse(embed.stdout).provenance.certified, true);
 
+    // The same probe again attaches to the job that ran it; --again probes anew.
+    const same = await cliIn(home, ["probe", "run", "--json"]);
+    assert.equal(same.code, 0, same.stderr);
+    assert.equal(JSON.parse(same.stdout).job.job_id, out.job.job_id);
+    const again = await cliIn(home, ["probe", "run", "--again", "--json"]);
+    assert.equal(again.code, 0, again.stderr);
+    const againJob = JSON.parse(again.stdout).job;
+    assert.notEqual(againJob.job_id, out.job.job_id);
+    assert.equal(againJob.state, "done");
+    assert.match(againJob.request_key, /^probe-again-\d+-[0-9a-f]{8}$/);
+    const both = await cliIn(home, ["probe", "run", "--again", "--request-key", "k"]);
+    assert.equal(both.code, 2);
+    assert.match(both.stderr, /Cannot use --again with --request-key/);
+
     // Another OS build: another machine profile, so the row is stale and the lane refuses.
     const rotated: Home = {
       dir: home.dir,

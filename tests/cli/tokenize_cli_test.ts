@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { cli } from "./_launcher.ts";
+import { MODELS } from "../_helpers.ts";
 
 Deno.test("ck-synapse tokenize prints ids, pieces and spans; --json is the tokenize result; counts agree with embed", async () => {
   const [human, json, embed, none] = await Promise.all([
@@ -30,4 +31,34 @@ Deno.test("ck-synapse tokenize prints ids, pieces and spans; --json is the token
   assert.equal(r.fingerprint, JSON.parse(embed.stdout).fingerprint);
   assert.equal(none.code, 2);
   assert.match(none.stderr, /Cannot tokenize: give at least one TEXT/);
+});
+
+Deno.test("ck-synapse tokenize --input-type / --prompt put the model's prompt first, as embed does: the same count", async () => {
+  const tiny = `${MODELS}/synapse-tiny-embed`;
+  const env = {
+    SYNAPSE_CONFIG_JSON: JSON.stringify({
+      preload_models: [{
+        engine: "ort",
+        model_path: tiny,
+        tokenizer_path: `${tiny}/tokenizer.json`,
+        model_id: "tiny-prompts",
+        prompts: { query: "query: ", passage: "passage: " },
+      }],
+    }),
+  };
+  const [human, json, embed, both] = await Promise.all([
+    cli(["tokenize", "--input-type", "query", "cats"], env),
+    cli(["tokenize", "--json", "--prompt", "passage", "cats"], env),
+    cli(["embed", "--json", "--prompt", "passage", "cats"], env),
+    cli(["tokenize", "--prompt", "nope", "cats"], env),
+  ]);
+  assert.equal(human.code, 0, human.stderr);
+  assert.match(human.stdout, /\nprompt +query\n/);
+  assert.match(human.stdout, /\n {2}tokenized "query: cats" \(prefix 7 code points\)\n/);
+  assert.equal(json.code, 0, json.stderr);
+  const r = JSON.parse(json.stdout);
+  assert.equal(r.items[0].tokenized_text, "passage: cats");
+  assert.deepEqual(JSON.parse(embed.stdout).real_token_counts, [r.items[0].count]);
+  assert.equal(both.code, 1);
+  assert.match(both.stderr, /no prompt of that name/);
 });

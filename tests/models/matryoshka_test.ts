@@ -114,6 +114,15 @@ Deno.test("checkMatryoshkaDims refuses by reason, naming the field", () => {
   assert.equal(reason([]), "empty");
   assert.equal(reason([1], "rerank", 1), "not_embed");
   checkMatryoshkaDims({ modelId: "m", task: "embed" }, 32);
+  // Before a load (model.load checks the order before a job exists) the width is unknown: any
+  // width passes, and a refusal says dims null rather than a made-up number.
+  checkMatryoshkaDims({ modelId: "m", task: "embed", matryoshkaDims: [16, 1 << 20] }, undefined);
+  assert.throws(
+    () => checkMatryoshkaDims({ modelId: "m", task: "embed", matryoshkaDims: [32, 16] }, undefined),
+    (e: unknown) =>
+      e instanceof SynapseError && e.details?.reason === "not_ascending" &&
+      e.details?.dims === null && !/9007199254740991/.test(e.message),
+  );
 });
 
 Deno.test("a preload entry's matryoshka_dims becomes the source's; the catalog declares qwen3-embedding's", () => {

@@ -682,6 +682,13 @@ Deno.test("models.catalog of the shipped catalog: sizes are exact where every si
       "tokenizer",
       "config",
     ]);
+    // What shapes a lane's vectors beyond its files is in the row: prompts and Matryoshka widths.
+    assert.equal(minilm.matryoshka_dims, null);
+    assert.equal(minilm.backends[0].prompts, null);
+    const qwen = rows.find((m: { id: string }) => m.id === "qwen3-embedding-0.6b");
+    assert.deepEqual(qwen.matryoshka_dims, [32, 64, 128, 256, 512, 768, 1024]);
+    assert.deepEqual(Object.keys(qwen.backends[0].prompts.prompts), ["query", "document"]);
+    assert.match(qwen.backends[0].prompts.prompts.query, /^Instruct: .*\nQuery:$/);
     const gen = resultOf(
       await syn.call("models.catalog", { task: "generate", runnable_here: true }),
     );

@@ -382,7 +382,16 @@ Deno.test("F35: model.load takes prompts (or the directory's config_sentence_tra
         assert.equal(plain.prompt.reason, "no_prompt_table");
         fp = q.fingerprint;
         // The directory's config_sentence_transformers.json: the same table, the same profile.
-        assert.equal((await load(syn, { path: st, model_id: "ml-st" })).state, "ready");
+        const stJob: Any = await load(syn, { path: st, model_id: "ml-st" });
+        assert.equal(stJob.state, "ready");
+        // The job says where the table came from (pull prints it as a note).
+        assert.ok(
+          stJob.notes.includes(
+            'prompt table from config_sentence_transformers.json: query "query: ", passage "passage: "; input_type / prompt_name select a prompt, and the table is part of the fingerprint',
+          ),
+          JSON.stringify(stJob.notes),
+        );
+        assert.equal(done.notes, undefined, "a table the caller sent needs no note");
         const fromFile = await embed(syn, "ml-st", { input_type: "query" });
         assert.equal(fromFile.fingerprint, fp);
         assert.deepEqual(fromFile.vectors[0].vector, q.vectors[0].vector);
@@ -453,7 +462,7 @@ Deno.test("F35: a GGUF embed model on llama.cpp takes the prompt table the same 
   assert.equal(plain.prompt.reason, "no_prompt_table");
 });
 
-Deno.test("F35: tokenize with prompt_name counts the prompted text as embed does; a model without a table refuses it", async () => {
+Deno.test("F35: tokenize with prompt_name counts the prompted text as embed does; a model without a table says so and applies nothing", async () => {
   await using t = await withTable();
   const tok: Any = resultOf(
     await t.syn.call("tokenize", { model: "tiny-prompts", texts: ["cats"], prompt_name: "query" }),
@@ -493,9 +502,46 @@ Deno.test("F35: tokenize with prompt_name counts the prompted text as embed does
     await t.syn.call("tokenize", { model: "tiny-prompts", texts: ["cats"] }),
   );
   assert.ok(tok.items[0].count > plain.items[0].count);
-  const refused = semanticError(
+  assert.deepEqual(plain.prompt, { requested: null, applied: null, reason: "none_requested" });
+  // input_type selects as embed does.
+  const byRole: Any = resultOf(
+    await t.syn.call("tokenize", { model: "tiny-prompts", texts: ["cats"], input_type: "query" }),
+  );
+  assert.deepEqual(byRole.items[0].ids, tok.items[0].ids);
+  // A model without a table: as embed, the selector applies nothing and the answer says so.
+  const none: Any = resultOf(
     await t.syn.call("tokenize", { model: "tiny-plain", texts: ["cats"], prompt_name: "query" }),
   );
-  assert.equal(refused.code, "invalid_request");
-  assert.equal(refused.details.reason, "no_prompt_table");
+  assert.deepEqual(none.prompt, {
+    requested: "query",
+    selector: "prompt_name",
+    applied: null,
+    reason: "no_prompt_table",
+  });
+  assert.equal(none.items[0].tokenized_text, undefined);
+  const plainEmbed: Any = resultOf(
+    await t.syn.call("embed.query", { model: "tiny-plain", text: "cats", prompt_name: "query" }),
+  );
+  assert.equal(none.items[0].count, plainEmbed.real_token_counts[0]);
+  // An unknown name of a model with a table is refused, as embed refuses it.
+  const unknown = semanticError(
+    await t.syn.call("tokenize", { model: "tiny-prompts", texts: ["cats"], prompt_name: "nope" }),
+  );
+  assert.equal(unknown.code, "invalid_request");
+  assert.equal(unknown.details.reason, "unknown_prompt_name");
+});
+
+Deno.test("F35: with default_prompt_name, tokenize without a selector applies the default as embed does: the same count", async () => {
+  await using t = await withTable(TABLE, { default_prompt_name: "passage" });
+  const tok: Any = resultOf(
+    await t.syn.call("tokenize", { model: "tiny-prompts", texts: ["cats"] }),
+  );
+  const emb: Any = resultOf(
+    await t.syn.call("embed.query", { model: "tiny-prompts", text: "cats" }),
+  );
+  assert.equal(emb.prompt.applied, "passage");
+  assert.deepEqual(tok.prompt, emb.prompt);
+  assert.equal(tok.items[0].count, emb.real_token_counts[0]);
+  assert.equal(tok.items[0].tokenized_text, "passage: cats");
+  assert.equal(tok.items[0].prefix_chars, [..."passage: "].length);
 });

@@ -100,6 +100,56 @@ Deno.test("target_fingerprint routes to the one of two loaded models that serves
   assert.equal(rr.fingerprint, fp.rr);
 });
 
+Deno.test("fingerprints are case-blind: upper-case hex routes, requires, declares and checks as its lowercase form", async () => {
+  await using t = await twoEmbeds({ alias_admin_enabled: true });
+  const fp = await fingerprints(t);
+  const up = fp["e-long"]!.toUpperCase();
+  const q = resultOf(
+    await t.syn.call("embed.query", {
+      text: "x",
+      target_fingerprint: up,
+      required_fingerprint: up,
+    }),
+  );
+  assert.equal(q.model_id, "e-long");
+  assert.equal(q.fingerprint, fp["e-long"]);
+  // An alias declared in upper case is stored, and answered, in lowercase.
+  const other = "ab".repeat(32);
+  const d = resultOf(
+    await t.syn.call("alias.declare", { left: other.toUpperCase(), right: up }),
+  );
+  assert.deepEqual([d.fingerprint_a, d.fingerprint_b], [fp["e-long"]!, other].sort());
+  const again = resultOf(await t.syn.call("alias.declare", { left: other, right: fp["e-long"] }));
+  assert.equal(again.changed, false, "the lowercase pair is the same row");
+  const check = resultOf(
+    await t.syn.call("aliases.check_index", {
+      index_fingerprint: other.toUpperCase(),
+      provenance_set: [up],
+    }),
+  );
+  assert.equal(check.status, "valid");
+  // A compat door's header takes upper case too.
+  const server = serveHttp(t.syn, { log: nullLog });
+  try {
+    const res = await fetch(`http://127.0.0.1:${server.port}/v1/embeddings`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-synapse-target-fingerprint": up },
+      body: JSON.stringify({ input: ["apples"] }),
+    });
+    const body = await res.json();
+    assert.equal(res.status, 200, JSON.stringify(body));
+    assert.equal(body.model, "e-long");
+    assert.equal(res.headers.get("x-synapse-fingerprint"), fp["e-long"]);
+  } finally {
+    await server.shutdown();
+  }
+  // Mixed case that is not 64 hex stays what it was: no model serves it.
+  const e = semanticError(
+    await t.syn.call("embed.query", { text: "x", target_fingerprint: `${up.slice(0, 63)}G` }),
+  );
+  assert.equal(e.code, "substitution_rejected");
+});
+
 Deno.test("a target no model serves is substitution_rejected naming what is served, before any work", async () => {
   await using t = await twoEmbeds();
   const fp = await fingerprints(t);
@@ -273,6 +323,79 @@ function llamaEmbed(modelId: string) {
     max_tokens: 512,
   };
 }
+
+Deno.test("tokenize and detokenize route by fingerprint across tasks (native and TEI headers), with no certification gate", async () => {
+  await using t = await startSynapse({
+    certification: "require",
+    preload_models: [
+      preload(EMBED, "e-short", { task: "embed", max_tokens: 32 }),
+      preload(EMBED, "e-long", { task: "embed", max_tokens: 64 }),
+      preload(RERANK, "rr", { task: "rerank" }),
+      llamaEmbed("e-llama"),
+    ],
+  }, { log: nullLog });
+  await t.syn.modelsSettled;
+  const fp = await fingerprints(t);
+  for (const id of ["e-long", "rr", "e-llama"]) {
+    const tok = resultOf(
+      await t.syn.call("tokenize", { texts: ["hello world"], target_fingerprint: fp[id] }),
+    );
+    assert.equal(tok.model_id, id);
+    assert.equal(tok.fingerprint, fp[id]);
+    const de = resultOf(await t.syn.call("detokenize", { ids: [1], target_fingerprint: fp[id] }));
+    assert.equal(de.model_id, id);
+  }
+  // The uncertified llama lane refuses embed in require mode, but its tokenizer answers.
+  const refused = semanticError(
+    await t.syn.call("embed.query", { text: "x", target_fingerprint: fp["e-llama"] }),
+  );
+  assert.equal(refused.code, "not_certified");
+  // A named model must serve a required fingerprint; a target nothing serves is refused.
+  const miss = semanticError(
+    await t.syn.call("tokenize", {
+      model: "e-short",
+      texts: ["a"],
+      required_fingerprint: fp["e-long"],
+    }),
+  );
+  assert.equal(miss.code, "substitution_rejected");
+  const none = semanticError(
+    await t.syn.call("tokenize", { texts: ["a"], target_fingerprint: "0".repeat(64) }),
+  );
+  assert.equal(none.code, "substitution_rejected");
+  assert.equal(none.details.reason, "no_match");
+  const behind = semanticError(
+    await t.syn.call("detokenize", { ids: [1], required_epoch: 1_000_000 }),
+  );
+  assert.equal(behind.details.reason, "table_epoch_behind");
+  // TEI's /tokenize takes the routing headers like every model-serving door.
+  const server = serveHttp(t.syn, { log: nullLog });
+  try {
+    const res = await fetch(`http://127.0.0.1:${server.port}/tokenize`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        "x-synapse-target-fingerprint": fp["e-long"]!,
+      },
+      body: JSON.stringify({ inputs: "hello world" }),
+    });
+    assert.equal(res.status, 200, await res.clone().text());
+    assert.equal(res.headers.get("x-synapse-fingerprint"), fp["e-long"]);
+    await res.body?.cancel();
+    const bad = await fetch(`http://127.0.0.1:${server.port}/tokenize`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        "x-synapse-target-fingerprint": "0".repeat(64),
+      },
+      body: JSON.stringify({ inputs: "hello world" }),
+    });
+    assert.equal(bad.status, 422);
+    await bad.body?.cancel();
+  } finally {
+    await server.shutdown();
+  }
+});
 
 Deno.test("a routed target passes the certification gate: not_certified in require mode, served uncertified in warn", async () => {
   for (const mode of ["require", "warn"] as const) {

@@ -124,7 +124,7 @@ Deno.test("tokenize (ORT tokenizer.json): counts equal embed.query, embed.batch 
   assert.ok(lr.items[0].count > lr.max_tokens);
 });
 
-Deno.test("detokenize refuses an id out of vocabulary by index; tokenize refuses prompt_name and a lone surrogate by name", async () => {
+Deno.test("detokenize refuses an id out of vocabulary by index; tokenize discloses a prompt it cannot apply and refuses a lone surrogate by name", async () => {
   await using t = await startSynapse();
   const e = semanticError(await t.syn.call("detokenize", { ids: [101, 10_000_000] }));
   assert.equal(e.code, "invalid_request");
@@ -133,10 +133,15 @@ Deno.test("detokenize refuses an id out of vocabulary by index; tokenize refuses
   assert.equal(e.details.id, 10_000_000);
   const neg = semanticError(await t.syn.call("detokenize", { ids: [-1] }));
   assert.equal(neg.details.field, "ids.0");
-  const p = semanticError(await t.syn.call("tokenize", { texts: ["a"], prompt_name: "query" }));
-  assert.equal(p.code, "invalid_request");
-  assert.equal(p.details.field, "prompt_name");
-  assert.equal(p.details.reason, "no_prompt_table");
+  // A model without a prompt table: the selector applies nothing, and the answer says so.
+  const p = resultOf(await t.syn.call("tokenize", { texts: ["a"], prompt_name: "query" }));
+  assert.equal(p.prompt.reason, "no_prompt_table");
+  assert.equal(p.prompt.applied, null);
+  const both = semanticError(
+    await t.syn.call("tokenize", { texts: ["a"], prompt_name: "q", input_type: "query" }),
+  );
+  assert.equal(both.code, "invalid_request");
+  assert.equal(both.details.reason, "conflicting_selectors");
   const lone = await t.syn.call("tokenize", { texts: ["ok", "bad \ud800"] });
   assert.equal(lone.kind, "channel");
   if (lone.kind === "channel") assert.equal(lone.error.details?.field, "texts.1");
@@ -261,9 +266,14 @@ Deno.test("doors: TEI POST /tokenize and /decode, llama.cpp POST /tokenize and /
     const dec = await post("/decode", { ids: item.ids });
     assert.equal(dec.status, 200);
     assert.deepEqual(dec.body, [resultOf(await t.syn.call("detokenize", { ids: item.ids })).text]);
+    // prompt_name on a model without a prompt table applies nothing, as TEI /embed: disclosed.
     const prompt = await post("/tokenize", { inputs: "a", prompt_name: "query" });
-    assert.equal(prompt.status, 400);
-    assert.equal(prompt.body.code, "invalid_request");
+    assert.equal(prompt.status, 200);
+    assert.deepEqual(
+      prompt.body[0].map((tk: { id: number }) => tk.id),
+      resultOf(await t.syn.call("tokenize", { texts: ["a"] })).items[0].ids,
+    );
+    assert.equal(prompt.headers.get("x-synapse-prompt"), "applied=none; reason=no_prompt_table");
     // llama.cpp: {content} → {tokens}; add_special defaults to false.
     const ll = await post("/tokenize", { content: text });
     assert.equal(ll.status, 200, JSON.stringify(ll.body));

@@ -29,8 +29,8 @@ import type { ClientOutcome, SynapseClient } from "../client.ts";
 export const PROBE_TIMEOUT_MS = 180_000;
 
 const USAGE =
-  `usage: ck-synapse probe run [--model ID]... [--deadline-ms N] [--request-key KEY] [--json]
-                       [--url URL | --subc [FILE]]
+  `usage: ck-synapse probe run [--model ID]... [--deadline-ms N] [--request-key KEY | --again]
+                       [--json] [--url URL | --subc [FILE]]
        ck-synapse probe status JOB [--json] [--url URL | --subc [FILE]]
        ck-synapse probe report [--json] [--url URL | --subc [FILE]]
 
@@ -52,7 +52,10 @@ report  prints each loaded lane's certification and serving admission, the certi
   --deadline-ms N     fail the job deadline_exceeded past N ms (default: ${PROBE_TIMEOUT_MS} per lane
                       to probe, the probe timeout)
   --request-key KEY   the job's idempotency key (default: one derived from the models, their
-                      profiles and this machine: the same probe attaches to the same job)
+                      profiles and this machine: the same probe attaches to the same job, so
+                      a second 'probe run' of unchanged lanes reprints the first one's results)
+  --again             probe again although this probe already ran (a fresh request key,
+                      probe-again-<time>-<random>); the new rows replace the old ones
   --json              print JSON (and a refusal as JSON)
 ${serverFlagsUsage(18)}
 
@@ -148,6 +151,7 @@ async function runProbe(args: string[], io: CliIO): Promise<number> {
     model: { type: "string", multiple: true },
     "deadline-ms": { type: "string" },
     "request-key": { type: "string" },
+    again: { type: "boolean" },
     json: { type: "boolean" },
     url: { type: "string" },
     subc: SUBC_CLIENT_FLAG,
@@ -162,7 +166,7 @@ async function runProbe(args: string[], io: CliIO): Promise<number> {
     );
   }
   if (sub !== "run") {
-    for (const f of ["model", "deadline-ms", "request-key"] as const) {
+    for (const f of ["model", "deadline-ms", "request-key", "again"] as const) {
       if (values[f] !== undefined) {
         throw new UsageError(`Cannot use --${f} with 'probe ${sub}' (it is for 'probe run')`);
       }
@@ -193,6 +197,12 @@ async function runProbe(args: string[], io: CliIO): Promise<number> {
       );
     }
   }
+  if (values.again === true && values["request-key"] !== undefined) {
+    throw new UsageError(
+      "Cannot use --again with --request-key: --again picks a fresh key itself; give one or the other",
+    );
+  }
+  const requestKey = values.again === true ? againKey() : values["request-key"];
   const client = await openClient(values, io);
   try {
     if (sub === "report") return await report(client, json, io);
@@ -201,7 +211,7 @@ async function runProbe(args: string[], io: CliIO): Promise<number> {
       {
         models: values.model ?? [],
         ...(deadlineMs === undefined ? {} : { deadlineMs }),
-        ...(values["request-key"] === undefined ? {} : { requestKey: values["request-key"] }),
+        ...(requestKey === undefined ? {} : { requestKey }),
       },
       io,
       { json, progress: json ? "off" : "lines" },
@@ -209,6 +219,17 @@ async function runProbe(args: string[], io: CliIO): Promise<number> {
   } finally {
     await client.close();
   }
+}
+
+/**
+ * A request key no earlier probe used (`--again`): `probe-again-<epoch ms>-<8 random hex>`, so
+ * the probe runs again instead of attaching to the job that already ran it.
+ */
+export function againKey(): string {
+  const rand = crypto.getRandomValues(new Uint8Array(4));
+  return `probe-again-${Date.now()}-${
+    Array.from(rand, (b) => b.toString(16).padStart(2, "0")).join("")
+  }`;
 }
 
 /** How many lanes a probe of `req.models` runs: those named, else those needing a certificate. */

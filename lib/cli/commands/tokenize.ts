@@ -1,5 +1,6 @@
 /**
- * `ck-synapse tokenize [--model ID] [--json] [--url URL] TEXT...`: `tokenize`.
+ * `ck-synapse tokenize [--model ID] [--input-type T | --prompt NAME] [--json] [--url URL]
+ * TEXT...`: `tokenize`.
  *
  * @module
  */
@@ -16,15 +17,21 @@ import {
 import type { CliIO, Command } from "../_command.ts";
 import type { TokenizeResult } from "../../ops/tokenize.ts";
 
-const USAGE = `usage: ck-synapse tokenize [--model ID] [--json] [--url URL | --subc [FILE]] TEXT...
+const USAGE = `usage: ck-synapse tokenize [--model ID] [--input-type T | --prompt NAME] [--json]
+                          [--url URL | --subc [FILE]] TEXT...
 
 Tokenizes each TEXT with the model's own tokenizer (special tokens included, as the embedding
 operations count them) and prints, per text, its token count and each token's id, piece and
-span [start, end) in Unicode code points of the text; --json prints the whole result.
+span [start, end) in Unicode code points of the text; --json prints the whole result. The
+model's prompt is put before each text as embed puts it (the one --input-type or --prompt
+selects, else the model's default prompt), so the count is the one embed reports; the spans
+then index the prompted text, printed first.
 
-  --model ID    model whose tokenizer to use (default: the first embed model)
-  --json        print the result (or the error) as JSON
-${serverFlagsUsage(14)}
+  --model ID          model whose tokenizer to use (default: the first embed model)
+  --input-type T      query or document: the model's prompt for that role, as embed --input-type
+  --prompt NAME       the model's prompt of that name, as embed --prompt
+  --json              print the result (or the error) as JSON
+${serverFlagsUsage(20)}
 
 Exit status: 0 tokenized, 1 refused, 2 channel error, unreachable server, or usage error.`;
 
@@ -39,6 +46,8 @@ export const tokenizeCommand: Command = {
 async function runTokenize(args: string[], io: CliIO): Promise<number> {
   const { values, positionals } = parseCommandArgs(args, {
     model: { type: "string" },
+    "input-type": { type: "string" },
+    prompt: { type: "string" },
     json: { type: "boolean" },
     url: { type: "string" },
     subc: SUBC_CLIENT_FLAG,
@@ -46,6 +55,8 @@ async function runTokenize(args: string[], io: CliIO): Promise<number> {
   if (positionals.length === 0) throw new UsageError("Cannot tokenize: give at least one TEXT");
   const params: Record<string, unknown> = { texts: positionals };
   if (values.model !== undefined) params.model = values.model;
+  if (values["input-type"] !== undefined) params.input_type = values["input-type"];
+  if (values.prompt !== undefined) params.prompt_name = values.prompt;
   const client = await openClient(values, io);
   try {
     const outcome = await client.call("tokenize", params);
@@ -55,9 +66,20 @@ async function runTokenize(args: string[], io: CliIO): Promise<number> {
     io.out(`model        ${res.model_id}`);
     io.out(`fingerprint  ${res.fingerprint}`);
     io.out(`tokenizer    ${res.sanitized_tokenizer_digest}  (max_tokens ${res.max_tokens})`);
+    if (res.prompt !== undefined) {
+      const why = res.prompt.reason === undefined ? "" : ` (${res.prompt.reason})`;
+      io.out(`prompt       ${res.prompt.applied ?? "none"}${why}`);
+    }
     res.items.forEach((item, k) => {
       const over = item.exceeds_max_tokens ? `  (exceeds max_tokens ${res.max_tokens})` : "";
       io.out(`text ${k}: ${item.count} tokens${over}`);
+      if (item.tokenized_text !== undefined) {
+        io.out(
+          `  tokenized ${
+            JSON.stringify(item.tokenized_text)
+          } (prefix ${item.prefix_chars} code points)`,
+        );
+      }
       item.ids.forEach((id, i) => {
         const [s, e] = item.offsets[i]!;
         const mark = item.special[i] ? "  special" : "";
