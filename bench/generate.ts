@@ -62,26 +62,34 @@ const prompts = [
 const tokenizer = await SanitizedTokenizer.fromFile(`${MODEL_DIR}/tokenizer.json`);
 const promptIds = prompts.map((p) => tokenizer.encode(p, { maxTokens: 512, truncate: true }).ids);
 
+/**
+ * The benchmark's config: one llama model of the 135M-shaped GGUF (`entry` adds its id, task
+ * and limits), inline limits raised for the run, and `certification: "warn"` — a speed
+ * benchmark serves the llama lanes uncertified (bench:probe measures the probe).
+ */
+function benchConfig(entry: Record<string, unknown>): string {
+  return JSON.stringify({
+    knob: "balanced",
+    certification: "warn",
+    inline: { max_items: 1_000_000, max_tokens: 1_000_000_000, byte_budget: 1 << 30 },
+    preload_models: [{
+      engine: "llama",
+      model_path: MODEL_DIR,
+      tokenizer_path: `${MODEL_DIR}/tokenizer.json`,
+      ...entry,
+    }],
+  });
+}
+
 const tmp = await Deno.makeTempDir({ prefix: "synapse-bench-" });
 const env = {
   XDG_DATA_HOME: `${tmp}/data`,
   XDG_CONFIG_HOME: `${tmp}/config`,
   HOME: tmp,
-  SYNAPSE_CONFIG_JSON: JSON.stringify({
-    knob: "balanced",
-    // A speed benchmark: the llama lanes serve uncertified (bench:probe measures the probe).
-    certification: "warn",
-    inline: { max_items: 1_000_000, max_tokens: 1_000_000_000, byte_budget: 1 << 30 },
-    preload_models: [
-      {
-        engine: "llama",
-        model_path: MODEL_DIR,
-        tokenizer_path: `${MODEL_DIR}/tokenizer.json`,
-        model_id: "llama-135m-gen",
-        task: "generate",
-        max_tokens: CONTEXT,
-      },
-    ],
+  SYNAPSE_CONFIG_JSON: benchConfig({
+    model_id: "llama-135m-gen",
+    task: "generate",
+    max_tokens: CONTEXT,
   }),
 };
 const corpus = await buildCorpus({ root: ROOT, size: passages });
@@ -196,21 +204,11 @@ if (only === undefined || only === "embed") {
   const env2 = {
     ...env,
     XDG_DATA_HOME: `${tmp}/data2`,
-    SYNAPSE_CONFIG_JSON: JSON.stringify({
-      knob: "balanced",
-      certification: "warn",
-      inline: { max_items: 1_000_000, max_tokens: 1_000_000_000, byte_budget: 1 << 30 },
-      preload_models: [
-        {
-          engine: "llama",
-          model_path: MODEL_DIR,
-          tokenizer_path: `${MODEL_DIR}/tokenizer.json`,
-          model_id: "llama-135m-embed",
-          task: "embed",
-          max_tokens: 512,
-          normalize: true,
-        },
-      ],
+    SYNAPSE_CONFIG_JSON: benchConfig({
+      model_id: "llama-135m-embed",
+      task: "embed",
+      max_tokens: 512,
+      normalize: true,
     }),
   };
   const syn2 = await createSynapse({

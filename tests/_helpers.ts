@@ -38,12 +38,19 @@ export async function startSynapse(
     // its llama models uncertified); a test about certification sets `certification` itself.
     SYNAPSE_CONFIG_JSON: JSON.stringify({ certification: "warn", ...overrides }),
   };
-  const { config } = loadConfig({ env, cwd: dir });
-  const syn = await createSynapse({
-    config,
-    env,
-    ...(options.log === undefined ? {} : { log: options.log }),
-  });
+  let syn: Synapse;
+  try {
+    const { config } = loadConfig({ env, cwd: dir });
+    syn = await createSynapse({
+      config,
+      env,
+      ...(options.log === undefined ? {} : { log: options.log }),
+    });
+  } catch (err) {
+    // A refused boot leaves no temp dir behind (tests assert refusals through this too).
+    await Deno.remove(dir, { recursive: true });
+    throw err;
+  }
   return {
     syn,
     dir,

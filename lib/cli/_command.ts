@@ -313,6 +313,40 @@ export function reportError(outcome: ClientOutcome, io: CliIO): number {
 }
 
 /**
+ * One operation call, printed: opens the client the flags name ({@link openClient}), calls
+ * `method`, and prints the outcome — the JSON payload with `--json` ({@link printJsonOutcome}),
+ * else a refusal as one `error:` line ({@link reportError}) or a result through `print` — then
+ * closes the client. The typed one-call commands (`rerank`, `tokenize`, `generate`) are this
+ * with their own `print`.
+ *
+ * @param flags `--json`, `--url` and `--subc`, as parsed.
+ * @param io Where to print.
+ * @param method The operation (`rerank.score`).
+ * @param params Its params.
+ * @param print Prints a result payload (human output).
+ * @returns The exit code of the outcome ({@link exitCodeOf}).
+ * @throws as {@link openClient}.
+ */
+export async function callAndPrint<T>(
+  flags: ServerFlags & { json?: boolean | undefined },
+  io: CliIO,
+  method: string,
+  params: Record<string, unknown>,
+  print: (result: T) => void,
+): Promise<number> {
+  const client = await openClient(flags, io);
+  try {
+    const outcome = await client.call(method, params);
+    if (flags.json) return printJsonOutcome(outcome, io);
+    if (outcome.kind !== "result") return reportError(outcome, io);
+    print((outcome.body as { result: T }).result);
+    return exitCodeOf(outcome);
+  } finally {
+    await client.close();
+  }
+}
+
+/**
  * Prints a refusal: as JSON on stdout with `--json` ({@link printJsonOutcome}), else as one
  * `error:` line on stderr ({@link reportError}).
  *

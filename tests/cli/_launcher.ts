@@ -86,13 +86,24 @@ export interface Served extends AsyncDisposable {
   stop(): Promise<{ code: number; stderr: string }>;
 }
 
+/** Options of {@link serve}. */
+export interface ServeOptions {
+  /**
+   * What "up" means: `healthy`, `/health` answers ok (every model ready); `loaded`, every model
+   * of `models.list` is `ready` or `not_certified` (loaded, refusing for want of a certificate:
+   * what a probe test starts from). @default "healthy"
+   */
+  until?: "healthy" | "loaded";
+}
+
 /**
- * Starts `serve --http 127.0.0.1:0` in a home and waits for `/health` to answer ok.
+ * Starts `serve --http 127.0.0.1:0` in a home and waits until it is up ({@link ServeOptions}).
  *
  * @param home The home.
+ * @param options What to wait for.
  * @returns The server; dispose (or stop) it.
  */
-export async function serve(home: Home): Promise<Served> {
+export async function serve(home: Home, options: ServeOptions = {}): Promise<Served> {
   const child = new Deno.Command(LAUNCHER, {
     args: ["serve", "--http", "127.0.0.1:0"],
     env: home.env,
@@ -139,8 +150,7 @@ export async function serve(home: Home): Promise<Served> {
     // Keep reading stderr (the request log) so the child never blocks on a full pipe.
     drained = rest();
     for (;;) {
-      const body: { status: string } = await (await fetch(`${url}/health`)).json();
-      if (body.status === "ok") break;
+      if (await isUp(url, options.until ?? "healthy")) break;
       assert.ok(Date.now() < deadline, "models did not become ready");
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -156,4 +166,15 @@ export async function serve(home: Home): Promise<Served> {
     await stop();
     throw err;
   }
+}
+
+async function isUp(url: string, until: "healthy" | "loaded"): Promise<boolean> {
+  if (until === "healthy") {
+    const body: { status: string } = await (await fetch(`${url}/health`)).json();
+    return body.status === "ok";
+  }
+  const res = await fetch(`${url}/v1/ops/models.list`, { method: "POST", body: "{}" });
+  const body: { result?: { models: { state: string }[] } } = await res.json();
+  return body.result?.models.every((m) => m.state === "ready" || m.state === "not_certified") ??
+    false;
 }

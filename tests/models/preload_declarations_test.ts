@@ -9,9 +9,7 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "../../lib/config/loader.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
-import { nullLog } from "../../lib/log/log.ts";
 import { sourceFromPreload } from "../../lib/models/sources.ts";
-import { createSynapse } from "../../lib/synapse.ts";
 import type { Synapse } from "../../lib/synapse.ts";
 import { MODELS, preload, resultOf, startSynapse } from "../_helpers.ts";
 
@@ -76,26 +74,12 @@ Deno.test("format must be the engine's own file format; revision is refused; exe
 });
 
 Deno.test("a preload entry with a refused declaration refuses boot by name", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "synapse-preload-decl-" });
-  try {
-    const env = {
-      XDG_DATA_HOME: `${dir}/data`,
-      XDG_CONFIG_HOME: `${dir}/config`,
-      HOME: dir,
-      SYNAPSE_CONFIG_JSON: JSON.stringify({
-        preload_models: [preload(EMBED, "e", { execution: "cuda" })],
-      }),
-    };
-    const { config } = loadConfig({ env, cwd: dir });
-    await assert.rejects(
-      createSynapse({ config, env, log: nullLog }),
-      (e: unknown) =>
-        e instanceof SynapseError && e.code === "invalid_request" &&
-        e.details?.field === "preload_models.execution",
-    );
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
+  await assert.rejects(
+    startSynapse({ preload_models: [preload(EMBED, "e", { execution: "cuda" })] }),
+    (e: unknown) =>
+      e instanceof SynapseError && e.code === "invalid_request" &&
+      e.details?.field === "preload_models.execution",
+  );
 });
 
 Deno.test("ONNX: quant is checked against the weights and family against config.json model_type", async () => {
@@ -172,20 +156,13 @@ Deno.test("GGUF: quant is checked against general.file_type and family against g
   const r = await rows(t.syn);
   assert.equal(r.ok.state, "ready");
   assert.equal(t.syn.registry.resolve("ok", "generate").profile.quant, "f32");
-  assert.equal(r["as-q4"].state, "failed");
-  assert.deepEqual(r["as-q4"].error.details, {
-    model_id: "as-q4",
-    field: "quant",
-    quant: "q4_k_m",
-    served_quant: "f32",
-    engine: "llama",
-  });
-  assert.equal(r["as-qwen"].state, "failed");
-  assert.deepEqual(r["as-qwen"].error.details, {
-    model_id: "as-qwen",
-    field: "family",
-    family: "qwen3",
-    model_family: "llama",
-  });
+  const failed: [string, Record<string, unknown>][] = [
+    ["as-q4", { field: "quant", quant: "q4_k_m", served_quant: "f32", engine: "llama" }],
+    ["as-qwen", { field: "family", family: "qwen3", model_family: "llama" }],
+  ];
+  for (const [id, details] of failed) {
+    assert.equal(r[id].state, "failed", id);
+    assert.deepEqual(r[id].error.details, { model_id: id, ...details });
+  }
   assert.match(r["as-qwen"].error.message, /GGUF general\.architecture is 'llama'/);
 });

@@ -8,7 +8,8 @@
  */
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
-import { MODELS, preload, resultOf, ROOT, semanticError, startSynapse } from "../_helpers.ts";
+import { serve } from "../cli/_launcher.ts";
+import { MODELS, preload, resultOf, semanticError, startSynapse } from "../_helpers.ts";
 import { channelError } from "../_helpers.ts";
 import { serveHttp } from "../../lib/http/server.ts";
 import { newKey } from "../../lib/http/owner_key.ts";
@@ -238,43 +239,10 @@ interface Server {
   base: string;
 }
 
+/** A `ck-synapse serve` child on `env`'s home, once up (`until: "loaded"`, tests/cli/_launcher.ts). */
 async function startServer(env: Record<string, string>): Promise<Server> {
-  const child = new Deno.Command(`${ROOT}/ck-synapse`, {
-    args: ["serve", "--http", "127.0.0.1:0"],
-    env,
-    clearEnv: true,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  void child.stdout.pipeTo(new WritableStream());
-  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
-  let buf = "";
-  while (true) {
-    const { value, done } = await reader.read();
-    if (done) {
-      const st = await child.status;
-      throw new Error(`server exited before listening (${st.code}): ${buf}`);
-    }
-    buf += value;
-    const m = buf.match(/listening on (http:\/\/\S+)/);
-    if (m) {
-      (async () => {
-        while (!(await reader.read()).done) { /* drain */ }
-      })();
-      const base = m[1]!;
-      for (const hungAt = Date.now() + 600_000; Date.now() < hungAt;) {
-        const r = await call(base, "models.list", {}, undefined);
-        // Loaded: ready, or refusing for want of a certificate (what the probe is for).
-        // deno-lint-ignore no-explicit-any
-        if (r.models.every((x: any) => x.state === "ready" || x.state === "not_certified")) {
-          return { child, base };
-        }
-        await new Promise((r) => setTimeout(r, 50));
-      }
-      throw new Error("model never became ready");
-    }
-  }
+  const served = await serve({ env, dir: env.HOME! }, { until: "loaded" });
+  return { child: served.child, base: served.url };
 }
 
 // deno-lint-ignore no-explicit-any

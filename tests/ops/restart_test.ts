@@ -8,49 +8,18 @@
  */
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
-import { cosine, MINILM, ROOT } from "../_helpers.ts";
+import { serve } from "../cli/_launcher.ts";
+import { cosine, MINILM } from "../_helpers.ts";
 
 interface Server {
   child: Deno.ChildProcess;
   base: string;
 }
 
+/** A `ck-synapse serve` child on `env`'s home, once up (`until: "healthy"`, tests/cli/_launcher.ts). */
 async function startServer(env: Record<string, string>): Promise<Server> {
-  const child = new Deno.Command(`${ROOT}/ck-synapse`, {
-    args: ["serve", "--http", "127.0.0.1:0"],
-    env,
-    clearEnv: true,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  // "listening on …" comes on stderr, with the log; stdout is kept drained.
-  void child.stdout.pipeTo(new WritableStream());
-  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
-  let buf = "";
-  while (true) {
-    const { value, done } = await reader.read();
-    if (done) {
-      const st = await child.status;
-      throw new Error(`server exited before listening (${st.code}): ${buf}`);
-    }
-    buf += value;
-    const m = buf.match(/listening on (http:\/\/\S+)/);
-    if (m) {
-      (async () => {
-        while (!(await reader.read()).done) { /* drain */ }
-      })();
-      const base = m[1]!;
-      // Wait for the model (however long the machine takes; 10 minutes means hung).
-      for (const hungAt = Date.now() + 600_000; Date.now() < hungAt;) {
-        const h = await fetch(`${base}/health`);
-        const body = await h.json();
-        if (body.status === "ok") return { child, base };
-        await new Promise((r) => setTimeout(r, 50));
-      }
-      throw new Error("model never became ready");
-    }
-  }
+  const served = await serve({ env, dir: env.HOME! }, { until: "healthy" });
+  return { child: served.child, base: served.url };
 }
 
 // deno-lint-ignore no-explicit-any

@@ -5,12 +5,9 @@
  * @module
  */
 import {
-  exitCodeOf,
+  callAndPrint,
   noteUncertified,
-  openClient,
   parseCommandArgs,
-  printJsonOutcome,
-  reportError,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -89,12 +86,7 @@ async function runGenerate(args: string[], io: CliIO): Promise<number> {
       );
     }
   }
-  const client = await openClient(values, io);
-  try {
-    const outcome = await client.call("microllm.oneshot", params);
-    if (values.json) return printJsonOutcome(outcome, io);
-    if (outcome.kind !== "result") return reportError(outcome, io);
-    const res = (outcome.body as { result: GeneratePrintable }).result;
+  return await callAndPrint<GeneratePrintable>(values, io, "microllm.oneshot", params, (res) => {
     io.out(res.text);
     io.err(
       `model ${res.model_id}${
@@ -107,8 +99,5 @@ async function runGenerate(args: string[], io: CliIO): Promise<number> {
         `text repaired to valid UTF-8: ${res.text_repair.dropped_tail_bytes} incomplete tail bytes dropped, ${res.text_repair.replaced_sequences} invalid sequences replaced`,
       );
     }
-    return exitCodeOf(outcome);
-  } finally {
-    await client.close();
-  }
+  });
 }

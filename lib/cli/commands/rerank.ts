@@ -4,12 +4,9 @@
  * @module
  */
 import {
-  exitCodeOf,
+  callAndPrint,
   noteUncertified,
-  openClient,
   parseCommandArgs,
-  printJsonOutcome,
-  reportError,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -59,12 +56,7 @@ async function runRerank(args: string[], io: CliIO): Promise<number> {
   if (positionals.length === 0) throw new UsageError("Cannot rerank: give at least one DOC");
   const params: Record<string, unknown> = { query: values.query, candidates: positionals };
   if (values.model !== undefined) params.model = values.model;
-  const client = await openClient(values, io);
-  try {
-    const outcome = await client.call("rerank.score", params);
-    if (values.json) return printJsonOutcome(outcome, io);
-    if (outcome.kind !== "result") return reportError(outcome, io);
-    const res = (outcome.body as { result: RerankPrintable }).result;
+  return await callAndPrint<RerankPrintable>(values, io, "rerank.score", params, (res) => {
     io.out(`model        ${res.model_id}${res.test_model ? " (test model)" : ""}`);
     io.out(`fingerprint  ${res.fingerprint}`);
     io.out("scores (raw, input order):");
@@ -80,8 +72,5 @@ async function runRerank(args: string[], io: CliIO): Promise<number> {
       );
     });
     noteUncertified(res, io);
-    return exitCodeOf(outcome);
-  } finally {
-    await client.close();
-  }
+  });
 }

@@ -5,11 +5,8 @@
  * @module
  */
 import {
-  exitCodeOf,
-  openClient,
+  callAndPrint,
   parseCommandArgs,
-  printJsonOutcome,
-  reportError,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -57,12 +54,7 @@ async function runTokenize(args: string[], io: CliIO): Promise<number> {
   if (values.model !== undefined) params.model = values.model;
   if (values["input-type"] !== undefined) params.input_type = values["input-type"];
   if (values.prompt !== undefined) params.prompt_name = values.prompt;
-  const client = await openClient(values, io);
-  try {
-    const outcome = await client.call("tokenize", params);
-    if (values.json) return printJsonOutcome(outcome, io);
-    if (outcome.kind !== "result") return reportError(outcome, io);
-    const res = (outcome.body as { result: TokenizeResult }).result;
+  return await callAndPrint<TokenizeResult>(values, io, "tokenize", params, (res) => {
     io.out(`model        ${res.model_id}`);
     io.out(`fingerprint  ${res.fingerprint}`);
     io.out(`tokenizer    ${res.sanitized_tokenizer_digest}  (max_tokens ${res.max_tokens})`);
@@ -88,8 +80,5 @@ async function runTokenize(args: string[], io: CliIO): Promise<number> {
         );
       });
     });
-    return exitCodeOf(outcome);
-  } finally {
-    await client.close();
-  }
+  });
 }
