@@ -100,6 +100,69 @@ export function parseCommandArgs<O extends ArgOptions>(
 export const SUBC_CLIENT_FLAG: { readonly type: "string" } = Object.freeze({ type: "string" });
 
 /**
+ * The routing flags of the commands that choose a model (`embed`, `tokenize`): the routing params
+ * of docs/operations.md "Routing by fingerprint", as flags. Spread into a command's
+ * `parseCommandArgs` options; {@link routingParams} reads them back.
+ */
+export const ROUTING_FLAGS = Object.freeze(
+  {
+    "target-fingerprint": { type: "string" },
+    "required-fingerprint": { type: "string" },
+    "allow-equivalent": { type: "boolean" },
+    "accept-declared": { type: "boolean" },
+    "required-epoch": { type: "string" },
+  } as const,
+);
+
+/** The usage lines of {@link ROUTING_FLAGS}, the flag column `width` wide. */
+export function routingFlagsUsage(width: number): string {
+  const flag = (name: string, what: string): string => `  ${name.padEnd(width)}${what}`;
+  return [
+    flag(
+      "--target-fingerprint FP",
+      "serve with the model whose fingerprint is FP (target_fingerprint)",
+    ),
+    flag("--required-fingerprint FP", "refuse unless the model serves FP (required_fingerprint)"),
+    flag("--allow-equivalent", "a probe-measured alias of FP satisfies it (allow_equivalent)"),
+    flag("--accept-declared", "with --allow-equivalent, a declared alias too (accept_declared)"),
+    flag("--required-epoch N", "refuse unless the alias table epoch is at least N"),
+  ].join("\n");
+}
+
+/**
+ * The routing params a command's {@link ROUTING_FLAGS} set (none when no flag is given). The
+ * values are checked by the operation (a malformed fingerprint is its `invalid_request`).
+ *
+ * @throws {UsageError} for a `--required-epoch` that is not a whole number ≥ 0.
+ */
+export function routingParams(values: {
+  "target-fingerprint"?: string | undefined;
+  "required-fingerprint"?: string | undefined;
+  "allow-equivalent"?: boolean | undefined;
+  "accept-declared"?: boolean | undefined;
+  "required-epoch"?: string | undefined;
+}): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  if (values["target-fingerprint"] !== undefined) {
+    out.target_fingerprint = values["target-fingerprint"];
+  }
+  if (values["required-fingerprint"] !== undefined) {
+    out.required_fingerprint = values["required-fingerprint"];
+  }
+  if (values["allow-equivalent"]) out.allow_equivalent = true;
+  if (values["accept-declared"]) out.accept_declared = true;
+  const epoch = values["required-epoch"];
+  if (epoch !== undefined) {
+    const n = Number(epoch);
+    if (!/^\d+$/.test(epoch) || !Number.isSafeInteger(n)) {
+      throw new UsageError(`Cannot use --required-epoch ${epoch}: give a whole number >= 0`);
+    }
+    out.required_epoch = n;
+  }
+  return out;
+}
+
+/**
  * `--subc` without a path becomes `--subc=`: the empty path, which means "find the connection
  * file by the ladder" (`SUBC_CONNECTION_FILE`, …). The next argument is the connection file only
  * when it is one: it ends in `.json` or names an existing file; anything else (another flag, a

@@ -34,6 +34,8 @@ export interface EmbedFileOptions {
   truncate?: boolean;
   /** Vector width (`embed.batch` `dimensions`: the model's own or one of its Matryoshka widths). */
   dimensions?: number;
+  /** The routing params (`target_fingerprint`, …) of the batch. @default none */
+  routing?: Record<string, unknown>;
   /** Output path. @default stdout */
   out?: string;
   /** Server URL. @default an embedded instance */
@@ -88,6 +90,7 @@ async function embedItems(
 ): Promise<number> {
   const started = Date.now();
   const params: Record<string, unknown> = {
+    ...opts.routing,
     items: items.map((it) => ({ id: it.id, text: it.text })),
     request_key: opts.requestKey,
   };

@@ -50,15 +50,20 @@ export const wellFormedName = (max: number = NAME_MAX_CHARS, min = 1): z.ZodStri
     }) as unknown as z.ZodString;
 
 /**
- * A fingerprint as a caller writes it: a {@link wellFormedName}, with a 64-hex value of either
- * case read as its lowercase form (hex is case-blind, and contract.md §4 writes fingerprints in
- * lowercase, so `ABC…` and `abc…` name one space). Any other string is kept as written, and the
- * operation refuses or routes on it by its own rule.
+ * A fingerprint as a caller writes it: 64 hex characters (a SHA-256; docs/operations.md
+ * "Fingerprints"), of either case, read as its lowercase form (hex is case-blind, and every
+ * answer writes fingerprints in lowercase, so `ABC…` and `abc…` name one space). Anything else
+ * is a malformed param: channel `invalid_request` naming the field, never a routing miss.
  *
- * @param max Longest accepted length. @default NAME_MAX_CHARS
+ * @param max Longest accepted length before the hex check (a longer value is refused by
+ *   length first, never echoed). @default NAME_MAX_CHARS
  */
 export const fingerprintName = (max: number = NAME_MAX_CHARS) =>
-  wellFormedName(max).transform((s) => /^[0-9A-Fa-f]{64}$/.test(s) ? s.toLowerCase() : s);
+  wellFormedName(max)
+    .refine((s) => /^[0-9A-Fa-f]{64}$/.test(s), {
+      message: "is not a fingerprint (64 hex characters)",
+    })
+    .transform((s) => s.toLowerCase());
 
 /**
  * The routing params (contract.md §1 common params; lib/ops/_resolve_model.ts): which model, by

@@ -9,7 +9,6 @@
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
-import { NAME_MAX_CHARS } from "../contract/schemas.ts";
 import type { RoutingParams } from "../ops/_resolve_model.ts";
 
 /** The routing headers, by the param each one sets. */
@@ -24,9 +23,9 @@ export const ROUTING_HEADERS: Readonly<Record<keyof RoutingParams, string>> = Ob
 /**
  * The routing constraints a request's headers carry.
  *
- * - `x-synapse-target-fingerprint`, `x-synapse-required-fingerprint`: a fingerprint, 1 to
- *   {@link NAME_MAX_CHARS} characters, no whitespace or control characters (surrounding
- *   whitespace is trimmed, as HTTP does).
+ * - `x-synapse-target-fingerprint`, `x-synapse-required-fingerprint`: a fingerprint, 64 hex
+ *   characters of either case (read as lowercase; surrounding whitespace is trimmed, as HTTP
+ *   does).
  * - `x-synapse-allow-equivalent`, `x-synapse-accept-declared`: `true` or `false` (any case).
  * - `x-synapse-required-epoch`: a non-negative decimal integer (at most 2^53 − 1).
  *
@@ -41,14 +40,10 @@ export function routingFromHeaders(headers: Headers): RoutingParams {
     const v = headers.get(ROUTING_HEADERS[key]);
     if (v === null) continue;
     const s = v.trim();
-    // deno-lint-ignore no-control-regex
-    if (s === "" || s.length > NAME_MAX_CHARS || /[\s\x00-\x1f\x7f]/.test(s)) {
-      throw badHeader(
-        ROUTING_HEADERS[key],
-        `must be a fingerprint (1 to ${NAME_MAX_CHARS} characters, no spaces)`,
-      );
+    if (!/^[0-9A-Fa-f]{64}$/.test(s)) {
+      throw badHeader(ROUTING_HEADERS[key], "must be a fingerprint (64 hex characters)");
     }
-    out[key] = s;
+    out[key] = s.toLowerCase();
   }
   for (const key of ["allow_equivalent", "accept_declared"] as const) {
     const v = headers.get(ROUTING_HEADERS[key]);

@@ -96,13 +96,19 @@ export interface RetractedPair {
 /** What {@link checkIndex} found. */
 export interface CheckIndexResult {
   /**
-   * `valid`: no pair of fingerprints the index depends on has been retracted (every pair it
-   * mixes is still equivalent, or was never aliased). `migration_required`: the index mixes
-   * vectors of a pair that is no longer equivalent and must be rebuilt.
+   * `valid`: every fingerprint the index holds vectors of is its own or live-equivalent to it,
+   * and no pair of them has been retracted. `migration_required`: the index mixes vectors of a
+   * pair that is no longer equivalent (`retracted_pair`), or of a fingerprint that was never
+   * equivalent to the index's (`not_equivalent`), and must be rebuilt.
    */
   status: "valid" | "migration_required";
   /** The first retracted pair (in `(a, b)` order) contained in the index's fingerprints. */
   retracted_pair?: RetractedPair;
+  /**
+   * With no retracted pair: the provenance fingerprints that are neither the index's nor
+   * equivalent to it by a live row (sorted) — vectors of another space mixed into the index.
+   */
+  not_equivalent?: string[];
   /**
    * The fingerprint to rebuild the index under: the index fingerprint when something here
    * serves it; otherwise a served fingerprint still equivalent to it (probe-measured first, then
@@ -211,18 +217,23 @@ export interface CheckIndexOptions {
 
 /**
  * Checks an index built from vectors of several fingerprints against the alias table at `t`
- * (contract.md §4): `migration_required` when a **retracted pair** — a pair with a row retracted
- * at or before `t` and no row active at `t` — lies wholly inside the index's fingerprints, which
- * are `provenance_set` together with `index_fingerprint` (its queries are embedded under that one,
- * so it is part of what the index mixes). A pair declared again after its retraction is
- * equivalent again, and no longer counts as retracted.
+ * (docs/operations.md "aliases.check_index"). `migration_required` when either
+ * - a **retracted pair** — a pair with a row retracted at or before `t` and no row active at
+ *   `t` — lies wholly inside the index's fingerprints, which are `provenance_set` together with
+ *   `index_fingerprint` (its queries are embedded under that one, so it is part of what the index
+ *   mixes); a pair declared again after its retraction is equivalent again, and no longer counts
+ *   as retracted; or
+ * - a provenance fingerprint is neither the index fingerprint nor equivalent to it by a live row
+ *   (equivalence is pairwise, never transitive): vectors of a space that was never the index's
+ *   (`not_equivalent`).
  *
  * @param rows The alias table.
  * @param indexFingerprint The fingerprint the index is kept under.
  * @param provenanceSet The fingerprints of the vectors in it.
  * @param t Unix ms.
  * @param options Which fingerprints are served (for `rebuild_target`).
- * @returns `valid`, or `migration_required` naming the first retracted pair and a rebuild target.
+ * @returns `valid`, or `migration_required` naming the first retracted pair (or the fingerprints
+ *   not equivalent) and a rebuild target.
  */
 export function checkIndex(
   rows: readonly AliasRow[],
@@ -254,7 +265,15 @@ export function checkIndex(
       (p.a === retracted.fingerprint_a && compareCodePoints(p.b, retracted.fingerprint_b) < 0)
     ) retracted = candidate;
   }
-  if (retracted === undefined) return { status: "valid" };
+  let notEquivalent: string[] | undefined;
+  if (retracted === undefined) {
+    const live = new Set(equivalentsOf(rows, indexFingerprint, t).map((e) => e.fingerprint));
+    const outside = [...new Set(provenanceSet)].filter((f) =>
+      f !== indexFingerprint && !live.has(f)
+    );
+    if (outside.length === 0) return { status: "valid" };
+    notEquivalent = outside.sort(compareCodePoints);
+  }
   const served = options.served ?? (() => false);
   let target = indexFingerprint;
   if (!served(indexFingerprint)) {
@@ -265,7 +284,8 @@ export function checkIndex(
   }
   return {
     status: "migration_required",
-    retracted_pair: retracted,
+    ...(retracted === undefined ? {} : { retracted_pair: retracted }),
+    ...(notEquivalent === undefined ? {} : { not_equivalent: notEquivalent }),
     rebuild_target: target,
     rebuild_target_served: served(target),
   };

@@ -17,6 +17,7 @@ import {
   orderPair,
   type ProbeAliasEvidence,
 } from "../identity/aliases.ts";
+import { matryoshkaVariants } from "../models/matryoshka.ts";
 import type { ProbeLaneResult } from "../probe/types.ts";
 import type { OpContext } from "./context.ts";
 
@@ -81,6 +82,8 @@ export interface CheckIndexOpResult {
   table_epoch: number;
   status: "valid" | "migration_required";
   retracted_pair?: { fingerprint_a: string; fingerprint_b: string; valid_to_ms: number };
+  /** Provenance fingerprints neither the index's nor live-equivalent to it (no retracted pair). */
+  not_equivalent?: string[];
   rebuild_target?: string;
   rebuild_target_served?: boolean;
 }
@@ -126,7 +129,8 @@ export function aliasRetract(ctx: OpContext, rawParams: unknown): AliasChangeRes
 /**
  * `aliases.check_index {index_fingerprint, provenance_set[]}`: `valid`, or `migration_required`
  * naming the first retracted pair inside the index's fingerprints (`provenance_set` and
- * `index_fingerprint`) and the `rebuild_target`: the index fingerprint when a loaded model serves
+ * `index_fingerprint`), or else the provenance fingerprints not live-equivalent to the index's
+ * (`not_equivalent`: another space mixed in), and the `rebuild_target`: the index fingerprint when a loaded model serves
  * it, else a served fingerprint still equivalent to it, else the index fingerprint
  * (`rebuild_target_served: false`: load a model that serves it). Rows and epoch are read in one
  * transaction.
@@ -140,8 +144,13 @@ export function aliasesCheckIndex(ctx: OpContext, rawParams: unknown): CheckInde
   p.provenance_set.forEach((fp, i) =>
     requireFingerprint("aliases.check_index", `provenance_set.${i}`, fp)
   );
+  // Every space a loaded model serves: its own and each Matryoshka width's.
   const served = new Set(
-    ctx.registry.list().flatMap((m) => m.ready === undefined ? [] : [m.ready.fingerprint]),
+    ctx.registry.list().flatMap((m) =>
+      m.ready === undefined
+        ? []
+        : [m.ready.fingerprint, ...matryoshkaVariants(m.ready).map((v) => v.fingerprint)]
+    ),
   );
   const answer = ctx.aliases.checkIndex(p.index_fingerprint, p.provenance_set, ctx.now(), {
     served: (fp) => served.has(fp),

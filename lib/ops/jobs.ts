@@ -1,25 +1,23 @@
 /**
- * Durable embedding jobs (contract.md §1, §8): an `embed.batch` over the inline limits with a
- * `request_key` becomes a job in the store; it runs in bulk quanta on the bulk lane (so
+ * Durable embedding jobs (docs/operations.md "Jobs"): an `embed.batch` over the inline limits
+ * with a `request_key` becomes a job in the store; it runs in bulk quanta on the bulk lane (so
  * interactive work preempts between quanta) and commits its results in pages of at most
- * `jobs.result_page_bytes` while it runs. `embed.result {job_id, page}` reads any committed page
- * in any job state.
+ * `jobs.result_page_bytes` while it runs (the shared machinery: lib/ops/_durable_job.ts).
+ * `embed.result {job_id, page}` reads any committed page of any durable job in any state.
  *
  * @module
  */
-import { SynapseError, toSynapseError } from "../contract/errors.ts";
+import { SynapseError } from "../contract/errors.ts";
 import type { WireError } from "../contract/errors.ts";
 import { buildEnvelope } from "../contract/envelope.ts";
 import { servedCertified } from "../probe/certification.ts";
 import type { Envelope } from "../contract/envelope.ts";
 import { EmbedResultParams, parseParams } from "../contract/schemas.ts";
-import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
 import { requestDigest } from "../identity/request_digest.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import type { ReadyModel } from "../models/model.ts";
 import type { PromptChoice, PromptDisclosure, PromptSelector } from "../models/prompts.ts";
 import { type ServedSpace, servedValues } from "../models/matryoshka.ts";
-import { quantumTokensFor, takeQuantum } from "../sched/quantum.ts";
 import type { JobRow, JobState } from "../store/job_types.ts";
 import {
   type EmbedItem,
@@ -32,22 +30,36 @@ import {
   vectorLine,
 } from "./_embedding.ts";
 import type { OpContext } from "./context.ts";
-import type { RerankJobPage, RerankJobScore } from "./rerank_jobs.ts";
-import { asOperationError } from "./_errors.ts";
+import {
+  admitDurableJob,
+  endFailedJob,
+  type JobAccepted,
+  JobPages,
+  runQuanta,
+  type StoredJobParams,
+  TOKENIZE_SLICE,
+} from "./_durable_job.ts";
 
-/** Response of an `embed.batch` that became (or attached to) a job (contract.md §1). */
-export interface JobAccepted {
-  module_generation: number;
-  job_id: string;
-  state: JobState;
-  request_key: string;
-  pages_available: number;
-  /** True when the request attached to an existing job with the same key and digest. */
-  attached: boolean;
-  items_total: number;
-  model_id: string;
-  fingerprint: string;
+export type { JobAccepted } from "./_durable_job.ts";
+
+/** One scored candidate of a rerank job page (lib/ops/rerank_jobs.ts). */
+export interface RerankJobScore {
+  /** Index into the request's `candidates`. */
+  index: number;
+  /** Raw logit (`score_kind: "raw_logit"`). */
+  score: number;
 }
+
+/** A stored page of a rerank job (lib/ops/rerank_jobs.ts). */
+export interface RerankJobPage {
+  scores: RerankJobScore[];
+  real_token_counts: number[];
+  truncation_disclosures: TruncationDisclosure[];
+  item_errors?: ItemError[];
+}
+
+/** The engine of a page whose job recorded none and whose model is not loaded. */
+const UNKNOWN_ENGINE = Object.freeze({ engine: "unknown", version: "unknown" });
 
 /** One page of job results as stored. */
 interface StoredPage {
@@ -115,9 +127,6 @@ export interface EmbedJobRequest {
   promptDisclosure?: PromptDisclosure;
 }
 
-/** Items tokenized per slice before the job yields the event loop. */
-const TOKENIZE_SLICE = 256;
-
 /**
  * Mints (or attaches to) the durable job of an over-limit `embed.batch`, and starts it.
  *
@@ -157,131 +166,15 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
   }, (jobId) => runEmbedJob(ctx, jobId, req, submitted));
 }
 
-/** What {@link admitDurableJob} mints a job from. */
-export interface DurableJobInput {
-  requestKey: string;
-  /** The request digest the key is bound to. */
-  requestDigest: string;
-  /** The op that makes the job (`embed.batch`, `rerank.score`). */
-  kind: string;
-  model: ReadyModel;
-  /** A Matryoshka width served (its fingerprint and dims are the job's); absent: the model's. */
-  space?: ServedSpace;
-  truncate: boolean;
-  itemsTotal: number;
-  /** Request bytes, held against the byte budget until the job ends. */
-  bytes: number;
-  /** The answer-level prompt disclosure (embed jobs), stored with the job's params. */
-  prompt?: PromptDisclosure;
-}
-
-/**
- * Mints (or attaches to) a durable job and, when fresh, starts `run` under one bulk-lane admission
- * for the whole job (its bytes count against the budget until it ends; an attach, a retry, is
- * never counted twice). A refused admission ends the fresh job `failed_transient`, so the same
- * key mints a new job next time instead of attaching to one that never runs. The shared path of
- * every durable job (embed.batch, rerank.score).
- *
- * @throws {SynapseError} `idempotency_conflict`; `invalid_request` for a bad key; `queue_full`.
- */
-export function admitDurableJob(
-  ctx: OpContext,
-  input: DurableJobInput,
-  run: (jobId: string) => Promise<void>,
-): JobAccepted {
-  const jobs = ctx.jobs;
-  const ttl = ctx.config.jobs;
-  const { job, attached } = jobs.store.admit({
-    requestKey: input.requestKey,
-    requestDigest: input.requestDigest,
-    kind: input.kind,
-    moduleGeneration: ctx.moduleGeneration,
-    params: {
-      model_id: input.model.modelId,
-      fingerprint: input.space?.fingerprint ?? input.model.fingerprint,
-      ...(input.space === undefined ? {} : { dims: input.space.dims }),
-      truncate: input.truncate,
-      items_total: input.itemsTotal,
-      ...(input.prompt === undefined ? {} : { prompt: input.prompt }),
-    },
-    itemsTotal: input.itemsTotal,
-    tokensTotal: 0,
-    ttls: {
-      executionMs: ttl.execution_ttl_ms,
-      retentionMs: ttl.result_retention_ttl_ms,
-      resumeMs: ttl.resume_deadline_ms,
-    },
-  });
-  if (!attached) {
-    let permit;
-    try {
-      permit = input.model.bulk.admit({
-        bytes: input.bytes,
-        deadlineMs: ttl.execution_ttl_ms,
-        maxQueueMs: Number.MAX_SAFE_INTEGER,
-      });
-    } catch (err) {
-      const e = toSynapseError(err, "queue_full");
-      jobs.store.finish(job.jobId, "failed_transient", e.toWire());
-      throw e;
-    }
-    const running = run(job.jobId).finally(() => permit.release());
-    jobs.running.set(job.jobId, running);
-    running.finally(() => jobs.running.delete(job.jobId));
-  }
-  return {
-    module_generation: ctx.moduleGeneration,
-    job_id: job.jobId,
-    state: job.state,
-    request_key: job.requestKey,
-    pages_available: job.pageCount,
-    attached,
-    items_total: job.itemsTotal ?? input.itemsTotal,
-    model_id: input.model.modelId,
-    fingerprint: input.space?.fingerprint ?? input.model.fingerprint,
-  };
-}
-
 async function runEmbedJob(
   ctx: OpContext,
   jobId: string,
   req: EmbedJobRequest,
   submittedSha256: string[],
 ): Promise<void> {
-  const store = ctx.jobs.store;
-  const pageBytes = ctx.config.jobs.result_page_bytes;
-  const lane = req.model.bulk;
-  let pageNo = 0;
-  // Progress stored with a page counts only items whose results are committed (readable).
-  let committedItems = 0;
-  let committedTokens = 0;
-  let pageTokens = 0;
-  let page: StoredPage = emptyPage();
-  let pageSize = 0;
-  const commit = (): void => {
-    if (page.vectors.length === 0 && (page.item_errors?.length ?? 0) === 0) return;
-    const itemCount = page.vectors.length + (page.item_errors?.length ?? 0);
-    committedItems += itemCount;
-    committedTokens += pageTokens;
-    pageTokens = 0;
-    store.commitPage(jobId, pageNo++, itemCount, JSON.stringify(page), {
-      itemsDone: committedItems,
-      tokensDone: committedTokens,
-    });
-    page = emptyPage();
-    pageSize = 0;
-  };
-  const add = (v: EmbedVector, count: number, d: TruncationDisclosure): void => {
-    const size = 64 + JSON.stringify(v).length;
-    if (pageSize > 0 && pageSize + size > pageBytes) commit();
-    page.vectors.push(v);
-    page.real_token_counts.push(count);
-    pageTokens += count;
-    page.truncation_disclosures.push(d);
-    pageSize += size;
-  };
+  const pages = new JobPages<StoredPage>(ctx, jobId, emptyPage, (p) => p.vectors.length);
   try {
-    store.markRunning(jobId);
+    ctx.jobs.store.markRunning(jobId);
     let prepared = req.prepared;
     let itemErrors = req.itemErrors ?? [];
     if (prepared === undefined) {
@@ -305,102 +198,42 @@ async function runEmbedJob(
       }
     }
     if (itemErrors.length > 0) {
-      page.item_errors = [...itemErrors];
-      pageSize += JSON.stringify(itemErrors).length;
+      const errors = [...itemErrors];
+      pages.add(JSON.stringify(errors).length, 0, (p) => void (p.item_errors = errors));
     }
-    // Globally length-sorted, so each quantum's micro-batches pad little.
-    const order = [...prepared].sort((a, b) => a.seq.ids.length - b.seq.ids.length);
-    const lengths = order.map((p) => p.seq.ids.length);
-    let start = 0;
-    while (start < order.length) {
-      const tps = lane.tokensPerSecond;
-      const quantum = tps > 0
-        ? quantumTokensFor(tps, { maxTokens: ctx.config.jobs.bulk_quantum_tokens })
-        : Math.min(1024, ctx.config.jobs.bulk_quantum_tokens);
-      const end = takeQuantum(lengths, start, quantum);
-      const slice = order.slice(start, end);
-      // One quantum per run: it joins the back of the bulk queue, so interactive work preempts
-      // between quanta (contract.md §6).
-      const out = await lane.run(
-        { kind: "embed", rows: slice.map((x) => x.seq) },
-        { label: `${jobId}@${start}` },
-      );
-      ctx.log("debug", "synapse.jobs", "job quantum", {
-        job: jobId,
-        from: start,
-        rows: slice.length,
-        tokens: lengths.slice(start, end).reduce((a, b) => a + b, 0),
-        queue_ms: out.queueTimeMs,
-        inference_ms: Math.round(out.inferenceMs * 1000) / 1000,
-      });
+    await runQuanta(ctx, jobId, req.model, "embed", [...prepared], (slice, out) => {
       slice.forEach((x, k) => {
         const row = out.rows[k]!;
         if (row.kind !== "ok") {
-          (page.item_errors ??= []).push(rowError(req.model, x, row));
+          // On the page, not against its byte budget (a row error is a few dozen bytes).
+          pages.add(0, 0, (p) => void (p.item_errors ??= []).push(rowError(req.model, x, row)));
           return;
         }
         const values = req.space === undefined
           ? row.values
           : servedValues(req.model, req.space, row.values);
         const line = vectorLine(req.model, x, values, submittedSha256[x.index]!);
-        add(line.vector, line.count, line.disclosure);
+        pages.add(64 + JSON.stringify(line.vector).length, line.count, (p) => {
+          p.vectors.push(line.vector);
+          p.real_token_counts.push(line.count);
+          p.truncation_disclosures.push(line.disclosure);
+        });
       });
-      start = end;
-    }
-    commit();
-    store.finish(jobId, "done");
+    });
+    pages.commit();
+    ctx.jobs.store.finish(jobId, "done");
     ctx.log("info", "synapse.jobs", "job done", {
       job: jobId,
       model: req.model.modelId,
       items: req.items.length,
-      pages: pageNo,
+      pages: pages.pageCount,
     });
   } catch (err) {
-    endFailedJob(ctx, jobId, err, commit, {
+    endFailedJob(ctx, jobId, err, () => pages.commit(), {
       model: req.model.modelId,
       items: req.items.length,
     });
   }
-}
-
-/**
- * Ends a durable job whose run threw: commits the page in hand (what was computed stays
- * readable), then fails the job `failed_transient` or `failed_permanent` by the error's class —
- * except on `disposed` (the instance is shutting down: a stop, or the subc daemon going away),
- * where the job is not failed (a permanent `disposed` would tell its caller never to retry): it
- * stays running in the store, and the next boot fails it `module_restarted`, transient and safe
- * to resubmit with the same key. The shared end of every durable job.
- *
- * @param commit Commits the page in hand (may throw when the store is gone).
- * @param facts Log fields of the job (model, items, op).
- */
-export function endFailedJob(
-  ctx: OpContext,
-  jobId: string,
-  err: unknown,
-  commit: () => void,
-  facts: Record<string, string | number>,
-): void {
-  const e = asOperationError(err, ctx, `job ${jobId}`);
-  try {
-    commit();
-  } catch { /* the store is gone, or refused: the pages committed before stay */ }
-  if (e.code === "disposed") {
-    ctx.log("info", "synapse.jobs", "job interrupted by shutdown", { job: jobId });
-    return;
-  }
-  ctx.log(e.errorClass === "transient" ? "warn" : "error", "synapse.jobs", "job failed", {
-    job: jobId,
-    ...facts,
-    outcome: e.code,
-  });
-  try {
-    ctx.jobs.store.finish(
-      jobId,
-      e.errorClass === "transient" ? "failed_transient" : "failed_permanent",
-      e.toWire(),
-    );
-  } catch { /* the store is gone (disposed): the next boot inherits the job */ }
 }
 
 function emptyPage(): StoredPage {
@@ -424,12 +257,7 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
   }
   const pageNo = p.page ?? 0;
   const stored = store.readPage(job.jobId, pageNo);
-  const params = job.params as {
-    model_id?: string;
-    fingerprint?: string;
-    dims?: number;
-    prompt?: PromptDisclosure;
-  };
+  const params = job.params as Partial<StoredJobParams>;
   const model = ctx.registry.list().find((m) => m.modelId === params.model_id)?.ready;
   const rerank = job.kind === "rerank.score";
   let body: StoredPage & Partial<RerankJobPage> = emptyPage();
@@ -451,7 +279,9 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
       equivalentTo: fingerprint === "" ? [] : ctx.equivalentTo(fingerprint),
       // The model may not be loaded here (a store-only CLI instance): the page's vectors say.
       dims: rerank ? 1 : params.dims ?? model?.dims ?? body.vectors?.[0]?.vector?.length ?? 0,
-      engine: model?.identity ?? ORT_ENGINE,
+      // The engine that computed the pages, as the job recorded it; a job from before that
+      // record says only what its model's lanes run now, or nothing when it is not loaded.
+      engine: params.engine ?? model?.identity ?? UNKNOWN_ENGINE,
       moduleGeneration: ctx.moduleGeneration,
       modelId: params.model_id ?? "",
       testModel: model?.testModel ?? false,

@@ -53,7 +53,7 @@ import type { JobState } from "../store/job_types.ts";
 import type { CertRow, ProbeCheck, ProbeLaneResult, ShapeClass } from "../probe/types.ts";
 import type { StoredKnobAssignment, StoredPerfRow } from "../probe/certification_store.ts";
 import type { JobsContext, OpContext } from "./context.ts";
-import { endFailedJob } from "./jobs.ts";
+import { endFailedJob } from "./_durable_job.ts";
 import {
   certificationOf,
   laneCertificationClass,

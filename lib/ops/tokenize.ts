@@ -19,7 +19,12 @@ import {
   wellFormedName,
 } from "../contract/schemas.ts";
 import type { ModelTask, ReadyModel } from "../models/model.ts";
-import { applyPrompt, type PromptDisclosure, selectPrompt } from "../models/prompts.ts";
+import {
+  applyPrompt,
+  type PrefixOutcome,
+  type PromptDisclosure,
+  selectPrompt,
+} from "../models/prompts.ts";
 import { toCodePointOffsets } from "../tokenize/token_offsets.ts";
 import type { TokenizedText } from "../tokenize/tokenizer.ts";
 import type { CallOptions, OpContext } from "./context.ts";
@@ -87,6 +92,12 @@ export interface TokenizeItem {
    * already there or empty); subtract it from an offset to index the caller's text.
    */
   prefix_chars?: number;
+  /**
+   * When a prompt was chosen: what was done to this text, as embed's truncation disclosure
+   * says it — `applied` (the prefix put first), `already_present` (the text starts with it, so it
+   * was not put twice), `empty` (the prompt's prefix is "").
+   */
+  prompt_prefix?: PrefixOutcome;
   /** Each token's vocabulary piece (`##ing`, `▁world`, `Ġworld`, `[CLS]`). */
   pieces: string[];
   /** Whether each token is a special token the model adds. */
@@ -169,6 +180,7 @@ export async function tokenizeOp(
   // ones embed reports; the offsets then index the prompted text, as TEI's do.
   let texts = p.texts;
   let prefixChars: number[] | undefined;
+  let outcomes: PrefixOutcome[] | undefined;
   const selector = {
     ...(p.input_type === undefined ? {} : { input_type: p.input_type }),
     ...(p.prompt_name === undefined ? {} : { prompt_name: p.prompt_name }),
@@ -178,6 +190,7 @@ export async function tokenizeOp(
     const applied = texts.map((t) => applyPrompt(t, choice.prefix));
     texts = applied.map((a) => a.text);
     prefixChars = applied.map((a) => a.prefixCodePoints);
+    outcomes = applied.map((a) => a.prefix);
   }
   const addSpecial = p.add_special_tokens ?? true;
   // Off the event loop past a few hundred characters (the tokenizer pool's Worker threads).
@@ -193,9 +206,12 @@ export async function tokenizeOp(
     max_tokens: model.maxTokens,
     items: texts.map((text, i) => {
       const item = itemOf(model, text, tokenized[i]!);
-      return prefixChars === undefined
-        ? item
-        : { ...item, tokenized_text: text, prefix_chars: prefixChars[i]! };
+      return prefixChars === undefined ? item : {
+        ...item,
+        tokenized_text: text,
+        prefix_chars: prefixChars[i]!,
+        prompt_prefix: outcomes![i]!,
+      };
     }),
     ...(prompt === undefined ? {} : { prompt }),
   };

@@ -62,3 +62,30 @@ Deno.test("ck-synapse tokenize --input-type / --prompt put the model's prompt fi
   assert.equal(both.code, 1);
   assert.match(both.stderr, /no prompt of that name/);
 });
+
+Deno.test("embed and tokenize take the routing flags: --target-fingerprint, --required-fingerprint, --required-epoch", async () => {
+  const first = await cli(["tokenize", "--json", "x"]);
+  assert.equal(first.code, 0, first.stderr);
+  const fp = JSON.parse(first.stdout).fingerprint as string;
+  const none = "0".repeat(64);
+  const [routed, embedOk, embedMiss, tokMiss, badEpoch, behind] = await Promise.all([
+    cli(["tokenize", "--json", "--target-fingerprint", fp.toUpperCase(), "x"]),
+    cli(["embed", "--json", "--required-fingerprint", fp, "hello"]),
+    cli(["embed", "--required-fingerprint", none, "hello"]),
+    cli(["tokenize", "--target-fingerprint", none, "x"]),
+    cli(["embed", "--required-epoch", "soon", "hello"]),
+    cli(["embed", "--json", "--required-epoch", "999", "hello"]),
+  ]);
+  assert.equal(routed.code, 0, routed.stderr);
+  assert.equal(JSON.parse(routed.stdout).fingerprint, fp);
+  assert.equal(embedOk.code, 0, embedOk.stderr);
+  assert.equal(JSON.parse(embedOk.stdout).fingerprint, fp);
+  assert.equal(embedMiss.code, 1);
+  assert.match(embedMiss.stderr, /substitution_rejected/);
+  assert.equal(tokMiss.code, 1);
+  assert.match(tokMiss.stderr, /substitution_rejected/);
+  assert.equal(badEpoch.code, 2);
+  assert.match(badEpoch.stderr, /Cannot use --required-epoch soon/);
+  assert.equal(behind.code, 1);
+  assert.equal(JSON.parse(behind.stdout).error.details.reason, "table_epoch_behind");
+});

@@ -86,6 +86,11 @@ Deno.test("routingFromHeaders parses each header and refuses a malformed value n
       required_epoch: 7,
     },
   );
+  // Hex is case-blind: an upper-case fingerprint is read as its lowercase form.
+  assert.deepEqual(
+    routingFromHeaders(new Headers({ "x-synapse-target-fingerprint": "AB".repeat(32) })),
+    { target_fingerprint: "ab".repeat(32) },
+  );
   for (
     const [header, value] of [
       ["x-synapse-allow-equivalent", "yes"],
@@ -94,6 +99,9 @@ Deno.test("routingFromHeaders parses each header and refuses a malformed value n
       ["x-synapse-required-epoch", "1.5"],
       ["x-synapse-required-epoch", "99999999999999999999"],
       ["x-synapse-target-fingerprint", "a b"],
+      ["x-synapse-target-fingerprint", "abc"],
+      ["x-synapse-target-fingerprint", "g".repeat(64)],
+      ["x-synapse-required-fingerprint", "a".repeat(65)],
       ["x-synapse-required-fingerprint", "x".repeat(300)],
     ] as [string, string][]
   ) {

@@ -85,13 +85,30 @@ Deno.test("equivalentsOf lists live pairs only, not transitively, probe over dec
   assert.strictEqual(activeRowOf(rows, A, D, 60), undefined);
 });
 
-Deno.test("checkIndex: valid while every pair it mixes is live or never aliased", () => {
-  const rows = [row(A, B, 0, null), row(C, D, 0, 10)];
+Deno.test("checkIndex: valid while every fingerprint it mixes is the index's or live-equivalent to it", () => {
+  const rows = [row(A, B, 0, null), row(C, D, 0, 10), row(A, C, 0, null)];
   assert.deepStrictEqual(checkIndex(rows, A, [A, B], 20), { status: "valid" });
-  // C~D is retracted, but the index does not mix them.
+  assert.deepStrictEqual(checkIndex(rows, A, [A], 20), { status: "valid" });
+  assert.deepStrictEqual(checkIndex(rows, A, [], 20), { status: "valid" });
+  // C~D is retracted, but the index does not mix them (and A~C is live).
   assert.deepStrictEqual(checkIndex(rows, A, [A, C], 20), { status: "valid" });
   // Before the retraction time the pair was live.
   assert.deepStrictEqual(checkIndex(rows, C, [C, D], 5), { status: "valid" });
+});
+
+Deno.test("checkIndex: a fingerprint never equivalent to the index's is not_equivalent (equivalence is not transitive)", () => {
+  const rows = [row(A, B, 0, null), row(B, C, 0, null)];
+  // D was never aliased with anything: another space mixed in.
+  assert.deepStrictEqual(checkIndex(rows, A, [A, D, B], 20), {
+    status: "migration_required",
+    not_equivalent: [D],
+    rebuild_target: A,
+    rebuild_target_served: false,
+  });
+  // A~B and B~C do not make C equivalent to A.
+  assert.deepStrictEqual(checkIndex(rows, A, [C, B], 20).not_equivalent, [C]);
+  // Seen from B, both are live.
+  assert.deepStrictEqual(checkIndex(rows, B, [A, C], 20), { status: "valid" });
 });
 
 Deno.test("checkIndex: migration_required names the retracted pair and a rebuild target", () => {

@@ -126,6 +126,17 @@ Deno.test("alias.declare → epoch bump → equivalent_to on the next envelope �
         table_epoch: 1,
         status: "valid",
       });
+      // A fingerprint never aliased with the index's: another space mixed in.
+      const mixed = resultOf(
+        await syn.call("aliases.check_index", {
+          index_fingerprint: fp,
+          provenance_set: [fp, OTHER, THIRD],
+        }),
+      );
+      assert.equal(mixed.status, "migration_required");
+      assert.deepEqual(mixed.not_equivalent, [THIRD]);
+      assert.equal(mixed.retracted_pair, undefined);
+      assert.equal(mixed.rebuild_target, fp);
       const retracted = resultOf(
         await syn.call("alias.retract", {
           left: OTHER,

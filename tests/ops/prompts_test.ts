@@ -544,4 +544,12 @@ Deno.test("F35: with default_prompt_name, tokenize without a selector applies th
   assert.equal(tok.items[0].count, emb.real_token_counts[0]);
   assert.equal(tok.items[0].tokenized_text, "passage: cats");
   assert.equal(tok.items[0].prefix_chars, [..."passage: "].length);
+  assert.equal(tok.items[0].prompt_prefix, "applied");
+  // A text that already starts with the prefix is not prefixed twice, and says so.
+  const twice: Any = resultOf(
+    await t.syn.call("tokenize", { model: "tiny-prompts", texts: ["passage: cats"] }),
+  );
+  assert.equal(twice.items[0].prompt_prefix, "already_present");
+  assert.equal(twice.items[0].prefix_chars, 0);
+  assert.deepEqual(twice.items[0].ids, tok.items[0].ids);
 });

@@ -143,11 +143,14 @@ Deno.test("fingerprints are case-blind: upper-case hex routes, requires, declare
   } finally {
     await server.shutdown();
   }
-  // Mixed case that is not 64 hex stays what it was: no model serves it.
-  const e = semanticError(
-    await t.syn.call("embed.query", { text: "x", target_fingerprint: `${up.slice(0, 63)}G` }),
-  );
-  assert.equal(e.code, "substitution_rejected");
+  // What is not 64 hex is a malformed param naming the field, never a routing miss.
+  for (const bad of [`${up.slice(0, 63)}G`, "abc", `${up}0`]) {
+    for (const field of ["target_fingerprint", "required_fingerprint"]) {
+      const e = channelError(await t.syn.call("embed.query", { text: "x", [field]: bad }));
+      assert.equal(e.code, "invalid_request", `${field} ${bad}`);
+      assert.match(e.message, new RegExp(`${field}.*not a fingerprint \\(64 hex characters\\)`));
+    }
+  }
 });
 
 Deno.test("a target no model serves is substitution_rejected naming what is served, before any work", async () => {

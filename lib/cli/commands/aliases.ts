@@ -135,6 +135,9 @@ async function runAliases(args: string[], io: CliIO): Promise<number> {
           })`,
         );
       }
+      for (const f of r.not_equivalent ?? []) {
+        io.out(`  not equivalent  ${f} (never aliased with the index's fingerprint, or no longer)`);
+      }
       if (r.rebuild_target !== undefined) {
         io.out(
           `  rebuild under   ${r.rebuild_target}${
@@ -209,6 +212,7 @@ interface CheckView {
   status: "valid" | "migration_required";
   table_epoch: number;
   retracted_pair?: { fingerprint_a: string; fingerprint_b: string; valid_to_ms: number };
+  not_equivalent?: string[];
   rebuild_target?: string;
   rebuild_target_served?: boolean;
 }

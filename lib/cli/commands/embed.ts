@@ -14,6 +14,9 @@ import {
   printJsonOutcome,
   refusedItems,
   reportError,
+  ROUTING_FLAGS,
+  routingFlagsUsage,
+  routingParams,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -22,9 +25,11 @@ import type { CliIO, Command } from "../_command.ts";
 import { runEmbedFile } from "../_embed_file.ts";
 
 const USAGE = `usage: ck-synapse embed [--model ID] [--json] [--truncate] [--dimensions N]
-                        [--input-type T | --prompt NAME] [--url URL | --subc [FILE]] TEXT...
+                        [--input-type T | --prompt NAME] [ROUTING...] [--url URL | --subc [FILE]]
+                        TEXT...
        ck-synapse embed --file PATH --request-key KEY [--model ID] [--truncate] [--dimensions N]
-                        [--out PATH] [--no-progress] [--json] [--url URL | --subc [FILE]]
+                        [ROUTING...] [--out PATH] [--no-progress] [--json]
+                        [--url URL | --subc [FILE]]
 
 Embeds one text (embed.query) or several (embed.batch) and prints the model, fingerprint, dims,
 token counts and the first 8 values of each vector; --json prints the whole result envelope.
@@ -46,6 +51,8 @@ stops polling (a server keeps running the job) and prints the job id.
                       space with its own fingerprint); another width is refused
   --json              print the result (or the error) as JSON; with --file the lines are JSONL
                       anyway, and --json prints a refusal of the batch as JSON on stdout
+ROUTING (the model chosen by the fingerprint it serves; docs/operations.md "Routing"):
+${routingFlagsUsage(26)}
 ${serverFlagsUsage(20)}
   --file PATH         JSONL items to embed as one batch
   --request-key KEY   idempotency key of the batch (required with --file)
@@ -88,6 +95,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     "input-type": { type: "string" },
     prompt: { type: "string" },
     dimensions: { type: "string" },
+    ...ROUTING_FLAGS,
     url: { type: "string" },
     subc: SUBC_CLIENT_FLAG,
     file: { type: "string" },
@@ -101,6 +109,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     }
   }
   const dimensions = dimensionsFlag(values.dimensions);
+  const routing = routingParams(values);
   if (values.file !== undefined) {
     if (positionals.length > 0) {
       throw new UsageError(`Cannot embed --file: unexpected TEXT '${positionals[0]}'`);
@@ -115,6 +124,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
       model: values.model,
       truncate: values.truncate ?? false,
       ...(dimensions === undefined ? {} : { dimensions }),
+      routing,
       out: values.out,
       url: values.url,
       subc: values.subc,
@@ -126,7 +136,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
     if (values[flag] !== undefined) throw new UsageError(`Cannot use --${flag} without --file`);
   }
   if (positionals.length === 0) throw new UsageError("Cannot embed: give at least one TEXT");
-  const common: Record<string, unknown> = {};
+  const common: Record<string, unknown> = { ...routing };
   if (values.model !== undefined) common.model = values.model;
   if (values.truncate) common.truncate = true;
   if (values["input-type"] !== undefined) common.input_type = values["input-type"];

@@ -7,6 +7,9 @@
 import {
   callAndPrint,
   parseCommandArgs,
+  ROUTING_FLAGS,
+  routingFlagsUsage,
+  routingParams,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -15,6 +18,8 @@ import type { CliIO, Command } from "../_command.ts";
 import type { TokenizeResult } from "../../ops/tokenize.ts";
 
 const USAGE = `usage: ck-synapse tokenize [--model ID] [--input-type T | --prompt NAME] [--json]
+                          [--target-fingerprint FP] [--required-fingerprint FP]
+                          [--allow-equivalent] [--accept-declared] [--required-epoch N]
                           [--url URL | --subc [FILE]] TEXT...
 
 Tokenizes each TEXT with the model's own tokenizer (special tokens included, as the embedding
@@ -28,6 +33,7 @@ then index the prompted text, printed first.
   --input-type T      query or document: the model's prompt for that role, as embed --input-type
   --prompt NAME       the model's prompt of that name, as embed --prompt
   --json              print the result (or the error) as JSON
+${routingFlagsUsage(26)}
 ${serverFlagsUsage(20)}
 
 Exit status: 0 tokenized, 1 refused, 2 channel error, unreachable server, or usage error.`;
@@ -45,12 +51,13 @@ async function runTokenize(args: string[], io: CliIO): Promise<number> {
     model: { type: "string" },
     "input-type": { type: "string" },
     prompt: { type: "string" },
+    ...ROUTING_FLAGS,
     json: { type: "boolean" },
     url: { type: "string" },
     subc: SUBC_CLIENT_FLAG,
   });
   if (positionals.length === 0) throw new UsageError("Cannot tokenize: give at least one TEXT");
-  const params: Record<string, unknown> = { texts: positionals };
+  const params: Record<string, unknown> = { texts: positionals, ...routingParams(values) };
   if (values.model !== undefined) params.model = values.model;
   if (values["input-type"] !== undefined) params.input_type = values["input-type"];
   if (values.prompt !== undefined) params.prompt_name = values.prompt;

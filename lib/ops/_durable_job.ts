@@ -1,0 +1,324 @@
+/**
+ * The machinery every durable job shares (`embed.batch` and `rerank.score` over the inline
+ * limits with a `request_key`; docs/operations.md "Jobs"): minting or attaching under one
+ * bulk-lane admission ({@link admitDurableJob}), the quantum loop on the model's bulk lane
+ * ({@link runQuanta}: rows length-sorted, one quantum per lane run so interactive work preempts
+ * between quanta), the page in hand committed at `jobs.result_page_bytes` ({@link JobPages}), and
+ * the end of a job that threw ({@link endFailedJob}). The operations (lib/ops/jobs.ts,
+ * lib/ops/rerank_jobs.ts) only tokenize and turn engine rows into page lines.
+ *
+ * @module
+ */
+import { toSynapseError } from "../contract/errors.ts";
+import type { EngineIdentity } from "../identity/numeric_profile.ts";
+import type { LaneBatchResult } from "../lanes/lane.ts";
+import type { ReadyModel } from "../models/model.ts";
+import type { ServedSpace } from "../models/matryoshka.ts";
+import type { PromptDisclosure } from "../models/prompts.ts";
+import { quantumTokensFor, takeQuantum } from "../sched/quantum.ts";
+import type { JobState } from "../store/job_types.ts";
+import type { EncodedSequence } from "../tokenize/tokenizer.ts";
+import type { ItemError } from "./_embedding.ts";
+import type { OpContext } from "./context.ts";
+import { asOperationError } from "./_errors.ts";
+
+/** Items tokenized per slice before a job yields the event loop. */
+export const TOKENIZE_SLICE = 256;
+
+/** Response of a request that became (or attached to) a durable job. */
+export interface JobAccepted {
+  module_generation: number;
+  job_id: string;
+  state: JobState;
+  request_key: string;
+  pages_available: number;
+  /** True when the request attached to an existing job with the same key and digest. */
+  attached: boolean;
+  items_total: number;
+  model_id: string;
+  fingerprint: string;
+}
+
+/** What {@link admitDurableJob} mints a job from. */
+export interface DurableJobInput {
+  requestKey: string;
+  /** The request digest the key is bound to. */
+  requestDigest: string;
+  /** The op that makes the job (`embed.batch`, `rerank.score`). */
+  kind: string;
+  model: ReadyModel;
+  /** A Matryoshka width served (its fingerprint and dims are the job's); absent: the model's. */
+  space?: ServedSpace;
+  truncate: boolean;
+  itemsTotal: number;
+  /** Request bytes, held against the byte budget until the job ends. */
+  bytes: number;
+  /** The answer-level prompt disclosure (embed jobs), stored with the job's params. */
+  prompt?: PromptDisclosure;
+}
+
+/**
+ * The params a durable job keeps in the store, read back by `embed.result` in any later process
+ * (the model may be unloaded by then): the model, the space served, the engine that computed the
+ * pages, and what the request asked.
+ */
+export interface StoredJobParams {
+  model_id: string;
+  fingerprint: string;
+  /** The Matryoshka width served, when one was asked. */
+  dims?: number;
+  /** The engine of the model's lanes (jobs written before this field carry none). */
+  engine?: EngineIdentity;
+  truncate: boolean;
+  items_total: number;
+  prompt?: PromptDisclosure;
+}
+
+/**
+ * Mints (or attaches to) a durable job and, when fresh, starts `run` under one bulk-lane admission
+ * for the whole job (its bytes count against the budget until it ends; an attach, a retry, is
+ * never counted twice). A refused admission ends the fresh job `failed_transient`, so the same
+ * key mints a new job next time instead of attaching to one that never runs.
+ *
+ * @throws {SynapseError} `idempotency_conflict`; `invalid_request` for a bad key; `queue_full`.
+ */
+export function admitDurableJob(
+  ctx: OpContext,
+  input: DurableJobInput,
+  run: (jobId: string) => Promise<void>,
+): JobAccepted {
+  const jobs = ctx.jobs;
+  const ttl = ctx.config.jobs;
+  const identity = input.model.identity;
+  const params: StoredJobParams = {
+    model_id: input.model.modelId,
+    fingerprint: input.space?.fingerprint ?? input.model.fingerprint,
+    ...(input.space === undefined ? {} : { dims: input.space.dims }),
+    engine: {
+      engine: identity.engine,
+      version: identity.version,
+      ...(identity.build_flags === undefined ? {} : { build_flags: { ...identity.build_flags } }),
+    },
+    truncate: input.truncate,
+    items_total: input.itemsTotal,
+    ...(input.prompt === undefined ? {} : { prompt: input.prompt }),
+  };
+  const { job, attached } = jobs.store.admit({
+    requestKey: input.requestKey,
+    requestDigest: input.requestDigest,
+    kind: input.kind,
+    moduleGeneration: ctx.moduleGeneration,
+    params: params as unknown as Record<string, unknown>,
+    itemsTotal: input.itemsTotal,
+    tokensTotal: 0,
+    ttls: {
+      executionMs: ttl.execution_ttl_ms,
+      retentionMs: ttl.result_retention_ttl_ms,
+      resumeMs: ttl.resume_deadline_ms,
+    },
+  });
+  if (!attached) {
+    let permit;
+    try {
+      permit = input.model.bulk.admit({
+        bytes: input.bytes,
+        deadlineMs: ttl.execution_ttl_ms,
+        maxQueueMs: Number.MAX_SAFE_INTEGER,
+      });
+    } catch (err) {
+      const e = toSynapseError(err, "queue_full");
+      jobs.store.finish(job.jobId, "failed_transient", e.toWire());
+      throw e;
+    }
+    const running = run(job.jobId).finally(() => permit.release());
+    jobs.running.set(job.jobId, running);
+    running.finally(() => jobs.running.delete(job.jobId));
+  }
+  return {
+    module_generation: ctx.moduleGeneration,
+    job_id: job.jobId,
+    state: job.state,
+    request_key: job.requestKey,
+    pages_available: job.pageCount,
+    attached,
+    items_total: job.itemsTotal ?? input.itemsTotal,
+    model_id: input.model.modelId,
+    fingerprint: input.space?.fingerprint ?? input.model.fingerprint,
+  };
+}
+
+/** A page of a durable job: its lines and the items that could not be computed. */
+export interface JobPage {
+  item_errors?: ItemError[];
+}
+
+/**
+ * The page a running job fills: lines are added with their size in bytes, and the page is
+ * committed to the store (readable at once by `embed.result`) before a line would take it past
+ * `jobs.result_page_bytes`, and at the end. Progress stored with a page counts only the items
+ * and tokens of committed pages.
+ */
+export class JobPages<P extends JobPage> {
+  readonly #ctx: OpContext;
+  readonly #jobId: string;
+  readonly #empty: () => P;
+  readonly #linesOf: (page: P) => number;
+  #page: P;
+  #size = 0;
+  #tokens = 0;
+  #pageNo = 0;
+  #items = 0;
+  #committedTokens = 0;
+
+  /**
+   * @param ctx Module context (the job store, `jobs.result_page_bytes`).
+   * @param jobId The job.
+   * @param empty A new empty page.
+   * @param linesOf How many computed lines a page holds (vectors, scores), errors aside.
+   */
+  constructor(ctx: OpContext, jobId: string, empty: () => P, linesOf: (page: P) => number) {
+    this.#ctx = ctx;
+    this.#jobId = jobId;
+    this.#empty = empty;
+    this.#linesOf = linesOf;
+    this.#page = empty();
+  }
+
+  /** Pages committed so far. */
+  get pageCount(): number {
+    return this.#pageNo;
+  }
+
+  /**
+   * Adds a line of `size` bytes and `tokens` tokens: commits the page in hand first when the line
+   * would take a non-empty page past `jobs.result_page_bytes`.
+   *
+   * @param put Writes the line into the page.
+   */
+  add(size: number, tokens: number, put: (page: P) => void): void {
+    if (this.#size > 0 && this.#size + size > this.#ctx.config.jobs.result_page_bytes) {
+      this.commit();
+    }
+    put(this.#page);
+    this.#size += size;
+    this.#tokens += tokens;
+  }
+
+  /** Adds an item error of the job (a row the engine could not compute), `size` bytes. */
+  fail(error: ItemError, size = 64 + JSON.stringify(error).length): void {
+    this.add(size, 0, (page) => void (page.item_errors ??= []).push(error));
+  }
+
+  /**
+   * Commits the page in hand when it holds anything (lines or errors).
+   *
+   * @throws {SynapseError} `store_failure` when the store refuses the write.
+   */
+  commit(): void {
+    const count = this.#linesOf(this.#page) + (this.#page.item_errors?.length ?? 0);
+    if (count === 0) return;
+    this.#items += count;
+    this.#committedTokens += this.#tokens;
+    this.#ctx.jobs.store.commitPage(
+      this.#jobId,
+      this.#pageNo++,
+      count,
+      JSON.stringify(this.#page),
+      {
+        itemsDone: this.#items,
+        tokensDone: this.#committedTokens,
+      },
+    );
+    this.#page = this.#empty();
+    this.#size = 0;
+    this.#tokens = 0;
+  }
+}
+
+/**
+ * Runs a job's rows through the model's bulk lane, one quantum at a time: rows are sorted by
+ * length (so each quantum's micro-batches pad little), a quantum is as many tokens as the lane
+ * computes in the target quantum time (`quantumTokensFor`, capped at `jobs.bulk_quantum_tokens`;
+ * before the lane has measured a rate, min(1024, the cap)), and each quantum is one lane run, so
+ * it joins the back of the bulk queue and interactive work runs between quanta.
+ *
+ * @param ctx Module context.
+ * @param jobId The job (labels each run).
+ * @param model The job's model (its bulk lane runs the quanta).
+ * @param kind The engine request kind: `embed` or `score` (rerank).
+ * @param rows The rows, each with its encoded sequence; sorted here, in place.
+ * @param onQuantum Turns one quantum's engine rows into page lines (`out.rows[k]` is `slice[k]`'s).
+ * @throws {SynapseError} what the lane throws (a crash, `disposed`).
+ */
+export async function runQuanta<T extends { seq: EncodedSequence }>(
+  ctx: OpContext,
+  jobId: string,
+  model: ReadyModel,
+  kind: "embed" | "score",
+  rows: T[],
+  onQuantum: (slice: T[], out: LaneBatchResult) => void,
+): Promise<void> {
+  const lane = model.bulk;
+  rows.sort((a, b) => a.seq.ids.length - b.seq.ids.length);
+  const lengths = rows.map((r) => r.seq.ids.length);
+  for (let start = 0; start < rows.length;) {
+    const tps = lane.tokensPerSecond;
+    const cap = ctx.config.jobs.bulk_quantum_tokens;
+    const quantum = tps > 0 ? quantumTokensFor(tps, { maxTokens: cap }) : Math.min(1024, cap);
+    const end = takeQuantum(lengths, start, quantum);
+    const slice = rows.slice(start, end);
+    const out = await lane.run({ kind, rows: slice.map((r) => r.seq) }, {
+      label: `${jobId}@${start}`,
+    });
+    ctx.log("debug", "synapse.jobs", "job quantum", {
+      job: jobId,
+      from: start,
+      rows: slice.length,
+      tokens: lengths.slice(start, end).reduce((a, b) => a + b, 0),
+      queue_ms: out.queueTimeMs,
+      inference_ms: Math.round(out.inferenceMs * 1000) / 1000,
+    });
+    onQuantum(slice, out);
+    start = end;
+  }
+}
+
+/**
+ * Ends a durable job whose run threw: commits the page in hand (what was computed stays
+ * readable), then fails the job `failed_transient` or `failed_permanent` by the error's class —
+ * except on `disposed` (the instance is shutting down: a stop, or the subc daemon going away),
+ * where the job is not failed (a permanent `disposed` would tell its caller never to retry): it
+ * stays running in the store, and the next boot fails it `module_restarted`, transient and safe
+ * to resubmit with the same key.
+ *
+ * @param commit Commits the page in hand (may throw when the store is gone).
+ * @param facts Log fields of the job (model, items, op).
+ */
+export function endFailedJob(
+  ctx: OpContext,
+  jobId: string,
+  err: unknown,
+  commit: () => void,
+  facts: Record<string, string | number>,
+): void {
+  const e = asOperationError(err, ctx, `job ${jobId}`);
+  try {
+    commit();
+  } catch { /* the store is gone, or refused: the pages committed before stay */ }
+  if (e.code === "disposed") {
+    ctx.log("info", "synapse.jobs", "job interrupted by shutdown", { job: jobId });
+    return;
+  }
+  ctx.log(e.errorClass === "transient" ? "warn" : "error", "synapse.jobs", "job failed", {
+    job: jobId,
+    ...facts,
+    outcome: e.code,
+  });
+  try {
+    ctx.jobs.store.finish(
+      jobId,
+      e.errorClass === "transient" ? "failed_transient" : "failed_permanent",
+      e.toWire(),
+    );
+  } catch { /* the store is gone (disposed): the next boot inherits the job */ }
+}
