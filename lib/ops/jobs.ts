@@ -1,9 +1,9 @@
 /**
- * Durable embedding jobs (contract.md §1, §8): an `embed.batch` over the inline limits with a
- * `request_key` becomes a job in the store; it runs in bulk quanta on the bulk lane (so
- * interactive work preempts between quanta) and commits its results in pages of at most
- * `jobs.result_page_bytes` while it runs. `embed.result {job_id, page}` reads any committed page
- * in any job state.
+ * Durable embedding jobs (docs/operations.md "Inline or durable job", docs/internals.md §8.2): an
+ * `embed.batch` over the inline limits with a `request_key` becomes a job in the store; it runs in
+ * bulk quanta on the bulk lane (so interactive work preempts between quanta) and commits its
+ * results in pages of at most `jobs.result_page_bytes` while it runs. `embed.result {job_id, page}`
+ * reads any committed page in any job state.
  *
  * @module
  */
@@ -35,7 +35,10 @@ import type { OpContext } from "./context.ts";
 import type { RerankJobPage, RerankJobScore } from "./rerank_jobs.ts";
 import { asOperationError } from "./_errors.ts";
 
-/** Response of an `embed.batch` that became (or attached to) a job (contract.md §1). */
+/**
+ * Response of an `embed.batch` that became (or attached to) a job (docs/operations.md
+ * "embed.batch").
+ */
 export interface JobAccepted {
   module_generation: number;
   job_id: string;
@@ -320,7 +323,7 @@ async function runEmbedJob(
       const end = takeQuantum(lengths, start, quantum);
       const slice = order.slice(start, end);
       // One quantum per run: it joins the back of the bulk queue, so interactive work preempts
-      // between quanta (contract.md §6).
+      // between quanta (docs/internals.md §6).
       const out = await lane.run(
         { kind: "embed", rows: slice.map((x) => x.seq) },
         { label: `${jobId}@${start}` },

@@ -1,6 +1,7 @@
 /**
  * Durable rerank jobs: a `rerank.score` over `inline.max_items` candidates with a `request_key`
- * becomes a job in the store, like an over-limit `embed.batch` (contract.md §1, §8). It runs in
+ * becomes a job in the store, like an over-limit `embed.batch` (docs/operations.md
+ * "Inline or durable job", docs/internals.md §8.2). It runs in
  * bulk quanta on the model's bulk lane (interactive work preempts between quanta) and commits
  * its scores in pages of at most `jobs.result_page_bytes`; `embed.result {job_id, page}` reads any
  * committed page in any state (the reader of every durable job: a rerank job's page carries
