@@ -76,7 +76,7 @@ export { defaultModelSources, FIXTURE_MODELS_DIR, sourceFromPreload } from "./mo
 
 /** Options of {@link createSynapse}. */
 export interface SynapseOptions {
-  /** A config to use as is; otherwise it is loaded from the layered files (contract.md §9). */
+  /** A config to use as is; otherwise it is loaded from the layered files (docs/config.md). */
   config?: SynapseConfig;
   /** Environment for config and data-home resolution. @default Deno.env */
   env?: EnvSource;
@@ -88,7 +88,7 @@ export interface SynapseOptions {
   waitForModels?: boolean;
   /** Wall clock in ms. @default Date.now */
   now?: () => number;
-  /** The machine profile; probed at boot (contract.md §5) when absent. */
+  /** The machine profile; probed at boot (docs/internals.md §5) when absent. */
   machineProfile?: MachineProfile;
   /**
    * Directory of the singleton lease. @default the store's directory when `storePath` is given,
@@ -127,7 +127,7 @@ export interface SynapseOptions {
   loadRetryBaseMs?: number;
   /**
    * Root of the model cache. @default `$CORTEXKIT_MODEL_CACHE`, else `$SYNAPSE_MODEL_CACHE_DIR`,
-   * else `<data_home>/cortexkit/models` (contract.md §8)
+   * else `<data_home>/cortexkit/models` (docs/internals.md §8.5)
    */
   modelCacheRoot?: string;
   /** The catalog served by `models.catalog` and `models.download` (tests). @default CATALOG */
@@ -198,7 +198,7 @@ export interface SynapseWorkerOptions {
 export class Synapse implements AsyncDisposable {
   readonly config: SynapseConfig;
   readonly store: Store;
-  /** The content-addressed model cache (contract.md §8). */
+  /** The content-addressed model cache (docs/internals.md §8.5). */
   readonly cache: ModelCache;
   /** Run-time loads and catalog downloads. */
   readonly loads: ModelLoads;
@@ -206,7 +206,7 @@ export class Synapse implements AsyncDisposable {
   readonly registry: ModelRegistry;
   readonly admission: Admission;
   readonly context: OpContext;
-  /** Durable jobs (contract.md §8). */
+  /** Durable jobs (docs/internals.md §8.2). */
   readonly jobStore: JobStore;
   /** Tokenizer worker threads (config `tokenize`): operations tokenize here, off the event loop. */
   readonly tokenizers: TokenizerPool;
@@ -214,7 +214,7 @@ export class Synapse implements AsyncDisposable {
   readonly inheritedJobs: number;
   /** Resolves when every preloaded model is ready or failed (background retries aside). */
   readonly modelsSettled: Promise<ModelEntry[]>;
-  /** The machine this instance runs on (contract.md §5). */
+  /** The machine this instance runs on (docs/internals.md §5). */
   readonly machineProfile: MachineProfile;
   /**
    * Counters and histograms of this instance (`GET /metrics`): calls by op, door and outcome,
@@ -224,7 +224,7 @@ export class Synapse implements AsyncDisposable {
   readonly metrics: Metrics = new Metrics();
   /** `sha256` of the machine profile; keys certification rows. */
   readonly machineProfileHash: string;
-  /** Certification, performance and knob-assignment rows (issue 18). */
+  /** Certification, performance and knob-assignment rows (docs/internals.md §12). */
   readonly certifications: CertificationStore;
   /** The alias table and its epoch (lib/store/alias_store.ts). */
   readonly aliases: AliasStore;
@@ -367,7 +367,7 @@ export class Synapse implements AsyncDisposable {
       moduleId: "synapse",
       ...(config.hf_endpoint === undefined ? {} : { hfEndpoint: config.hf_endpoint }),
       ...(workerOptions.catalog === undefined ? {} : { catalog: workerOptions.catalog }),
-      // The catalog self-check of each catalog model loaded (contract.md §10), keyed by this
+      // The catalog self-check of each catalog model loaded (docs/internals.md §10), keyed by this
       // machine's OS build, its rows in the store.
       selfCheck: new SelfChecks({
         store: new SelfCheckStore(store),
@@ -647,8 +647,9 @@ export function createModuleLog(options: FleetLogOptions = {}): FleetLog {
  * loads the preloaded models (or the two test models when none is configured).
  *
  * @throws {SynapseError} `invalid_request` for a bad config (naming key and file) or an invalid
- *   `CK_LOG`, `CK_LOG_MAX_AGE_DAYS` or `CK_LOG_ALARM_SEGMENT_MB` (naming it), `module_not_initialized` when a machine-profile probe fails (contract.md §5: no
- *   placeholders), `store_failure` when the store cannot open.
+ *   `CK_LOG`, `CK_LOG_MAX_AGE_DAYS` or `CK_LOG_ALARM_SEGMENT_MB` (naming it),
+ * `module_not_initialized` when a machine-profile probe fails (docs/internals.md §5: no
+ * placeholders), `store_failure` when the store cannot open.
  */
 export async function createSynapse(options: SynapseOptions = {}): Promise<Synapse> {
   try {
@@ -694,9 +695,9 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
     ? config.preload_models.map(sourceFromPreload)
     : defaultModelSources();
   // Before any lease or store, each llama model's worker plan: a runtime dir another user could
-  // reach, or a socket or program this process may not use, refuses boot (issue 9.6). The n-th
-  // llama model is checked against slot n: slots are taken lowest free first, so the preloads
-  // use slots 0…n−1.
+  // reach, or a socket or program this process may not use, refuses boot (docs/internals.md §7
+  // "Process and handshake"). The n-th llama model is checked against slot n: slots are taken
+  // lowest free first, so the preloads use slots 0…n−1.
   let llamaSlot = 0;
   for (const source of sources) {
     if (source.engine !== "llama") continue;
@@ -716,8 +717,8 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
   }
   const path = options.storePath ?? storePath(options.env);
   const storeDir = path.slice(0, Math.max(0, path.lastIndexOf("/"))) || ".";
-  // A second instance refuses to start (contract.md §8): the singleton lease, then the store's
-  // own lease in its directory, taken before the store opens (subc.md §5).
+  // A second instance refuses to start (docs/internals.md §8.3): the singleton lease, then the
+  // store's own lease in its directory, taken before the store opens (subc.md §5).
   const leases: FileLock[] = options.singletonLease === undefined ? [] : [options.singletonLease];
   try {
     if (options.singletonLease === undefined) {

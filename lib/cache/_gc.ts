@@ -1,5 +1,5 @@
 /**
- * The two GC phases of the model cache (contract.md §8), per blob:
+ * The two GC phases of the model cache (docs/internals.md §8.5), per blob:
  *
  * 1. an unleased, unpinned blob without a tombstone gets one (`marked`, with `delete_after_ms`);
  * 2. a tombstoned blob whose tombstone is at least `graceMs` old (the grace of the GC call that

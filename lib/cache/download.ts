@@ -570,7 +570,8 @@ async function hashFile(path: string, upTo?: number): Promise<Hash> {
 /**
  * `download_failed` (transient, retry after 1000 ms) with `{file, reason, url, ...extra}`.
  *
- * @param reason `network`, `http_status` or `storage_full` (contract.md §2).
+ * @param reason `network`, `http_status` or `storage_full` (`download_failed` in docs/operations.md
+ * "model.load").
  */
 export function downloadFailed(
   opts: { file: string; url: string },

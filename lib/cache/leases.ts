@@ -1,5 +1,5 @@
 /**
- * Leases on cached blobs (issue 11 item 4, contract.md §8): a load or a validation holds a
+ * Leases on cached blobs (docs/internals.md §8.5): a load or a validation holds a
  * shared lease on the blob it reads, GC deletes a blob only under an exclusive lease, so a blob
  * in use is never deleted — across processes too, since the leases are flock(2) locks on
  * `leases/<hex>.lock` that the kernel drops when their holder dies.

@@ -1,5 +1,5 @@
 /**
- * The content-addressed model cache (contract.md §8 "Model cache", issue 11 items 1, 2 and 4).
+ * The content-addressed model cache (docs/internals.md §8.5).
  *
  * **Root:** `$CORTEXKIT_MODEL_CACHE`, else `$SYNAPSE_MODEL_CACHE_DIR`, else
  * `<data_home>/cortexkit/models` ({@link modelCacheRoot}).
@@ -67,10 +67,10 @@ import { sniffFormat, validateArtifact } from "./validate.ts";
 
 export type { CacheLease } from "./leases.ts";
 
-/** `cache_max_bytes` default: 32 GiB (contract.md §9). */
+/** `cache_max_bytes` default: 32 GiB (docs/config.md). */
 export const DEFAULT_CACHE_MAX_BYTES = 32 * 1024 ** 3;
 
-/** Default idle-body timeout of a download (ms, contract.md §1). */
+/** Default idle-body timeout of a download, ms. */
 export const DEFAULT_IDLE_TIMEOUT_MS = 60_000;
 
 /** Default GC grace period between tombstone and delete (ms). */
@@ -671,7 +671,7 @@ export class ModelCache {
   }
 
   /**
-   * Two-phase GC (contract.md §8): a named blob, or — with no digest — blobs beyond the
+   * Two-phase GC (docs/internals.md §8.5): a named blob, or — with no digest — blobs beyond the
    * `maxBytes` watermark, least recently created first (plus partial downloads nobody is
    * writing, idle for `graceMs`). See {@link collectGarbage} for the rows.
    *

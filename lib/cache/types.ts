@@ -1,5 +1,5 @@
 /**
- * Types of the content-addressed model cache (contract.md §8 "Model cache", issue 11): what a
+ * Types of the content-addressed model cache (docs/internals.md §8.5): what a
  * blob's meta file records, what a download reports, what `cache.gc` answers. The cache itself
  * is {@link ./model_cache.ts}.
  *
@@ -23,7 +23,7 @@ export interface BlobPin {
   since_ms: number;
 }
 
-/** `meta/<digest>.json` (contract.md §8). */
+/** `meta/<digest>.json` (docs/internals.md §8.5). */
 export interface BlobMeta {
   digest: Digest;
   /** Where the bytes came from: an http(s) URL or `file://` path. */
@@ -49,7 +49,7 @@ export interface DownloadProgress {
   bytes_total: number | null;
 }
 
-/** One row of `cache.gc`'s answer (contract.md §1). */
+/** One row of `cache.gc`'s answer (docs/operations.md "cache.gc"). */
 export interface GcRow {
   digest: Digest;
   state: "deleted" | "marked" | "kept";

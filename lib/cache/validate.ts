@@ -1,7 +1,7 @@
 /**
  * Format sniffing and validation of a cached artifact before any engine or worker touches it
- * (issue 11 item 2): an ONNX model must be a well-formed `ModelProto` with a graph, a GGUF must
- * have the magic, version 2 or 3 and parseable metadata, a tokenizer.json must load as a
+ * (docs/internals.md §8.5): an ONNX model must be a well-formed `ModelProto` with a graph, a GGUF
+ * must have the magic, version 2 or 3 and parseable metadata, a tokenizer.json must load as a
  * {@link SanitizedTokenizer} (whose digest is recorded), a config.json must be a JSON object.
  *
  * The ONNX check walks the protobuf wire format with seeks (field tags and lengths only, never
@@ -60,7 +60,7 @@ export async function sniffFormat(path: string): Promise<ArtifactFormat> {
 }
 
 /**
- * Validates an artifact as `format` (issue 11 item 2). `other` is accepted as is.
+ * Validates an artifact as `format`. `other` is accepted as is.
  *
  * - `onnx`: the file is a sequence of well-formed protobuf fields ending exactly at its end,
  *   with `ir_version` (field 1), an `opset_import` (field 8) and a `graph` (field 7) that is

@@ -1,5 +1,5 @@
 /**
- * The defaults of every configuration key (contract.md §9), and the engine-name aliases and
+ * The defaults of every configuration key (docs/config.md), and the engine-name aliases and
  * reserved model ids the loader applies to `preload_models`.
  *
  * @module
@@ -19,7 +19,7 @@ export const ENGINE_ALIASES: Readonly<Record<string, string>> = Object.freeze({
   "owned-decode": "owned-metal-decode",
 });
 
-/** Model ids the catalog reserves (contract.md §10); a preload entry may not use them. */
+/** Model ids the catalog reserves (docs/internals.md §10); a preload entry may not use them. */
 export const CATALOG_RESERVED_MODEL_IDS: ReadonlySet<string> = new Set([
   "gte-modernbert-base",
   "gte-reranker-modernbert-base",
@@ -27,7 +27,7 @@ export const CATALOG_RESERVED_MODEL_IDS: ReadonlySet<string> = new Set([
   "qwen3-reranker-0.6b",
 ]);
 
-/** The defaults of every key (contract.md §9); deeply frozen. */
+/** The defaults of every key (docs/config.md); deeply frozen. */
 export const DEFAULT_CONFIG: Readonly<SynapseConfig> = deepFreeze(
   {
     knob: "balanced",

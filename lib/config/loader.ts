@@ -1,5 +1,5 @@
 /**
- * Loads the layered `synapse.jsonc` configuration (contract.md §9).
+ * Loads the layered `synapse.jsonc` configuration (docs/config.md).
  *
  * Resolution, lowest precedence first:
  *

@@ -1,5 +1,5 @@
 /**
- * The shape of `synapse.jsonc` (contract.md §9), written once as zod schemas: the resolved
+ * The shape of `synapse.jsonc` (docs/config.md), written once as zod schemas: the resolved
  * configuration ({@link SynapseConfigSchema}: every key present) and, derived from it, one layer
  * as written ({@link LayerSchema}: every key optional, alias keys accepted). Both are strict: an
  * unknown key is an issue. The TypeScript types are inferred from these schemas (`types.ts`);
@@ -379,7 +379,7 @@ export const SynapseConfigSchema = z.strictObject({
    */
   certify_observation: z.boolean(),
   /**
-   * Serving admission of lanes that need a certificate (design rule 5): `require` refuses
+   * Serving admission of lanes that need a certificate (docs/internals.md §12): `require` refuses
    * `not_certified` until `ck-synapse probe run` certified the lane on this machine profile;
    * `warn` serves, and every answer says `provenance.certified: false`.
    *

@@ -1,6 +1,6 @@
 /**
- * Config keys this build accepts only at their default (contract.md §9 lists them; issue 18 item
- * 9: no key is accepted and read nowhere). Each serves an operation, a lane or a platform this
+ * Config keys this build accepts only at their default (docs/config.md lists them: no key is
+ * accepted and read nowhere). Each serves an operation, a lane or a platform this
  * build does not have, so a value other than the default would be accepted and not honoured: a
  * layer that sets one refuses boot with `invalid_request` naming the key, the file and why
  * (`_layer.ts`). The default itself stays accepted, so a config written out in full still loads.
@@ -25,13 +25,13 @@ export const UNSERVED_KEYS: readonly UnservedKey[] = Object.freeze(
       key: "decode_chain_k",
       accepted: 1,
       reason:
-        "it chains the reference's own Metal decoder (owned_decode.*), which is not in this build (design.md 'operations in scope'); only 1 is accepted",
+        "it chains the reference's own Metal decoder (owned_decode.*), which is not in this build (not among the operations in scope, docs/internals.md §1); only 1 is accepted",
     },
     {
       key: "certify_observation",
       accepted: false,
       reason:
-        "it serves certify.observations, an operation of the reference's own Metal decoder that is not in this build (design.md 'operations in scope'); only false is accepted",
+        "it serves certify.observations, an operation of the reference's own Metal decoder that is not in this build (not among the operations in scope, docs/internals.md §1); only false is accepted",
     },
     {
       key: "sidecar_spec",

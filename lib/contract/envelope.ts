@@ -1,5 +1,6 @@
 /**
- * The response envelope (contract.md §3): identity facts flattened around an operation payload.
+ * The response envelope (docs/internals.md §3): identity facts flattened around an operation
+ * payload.
  *
  * @module
  */
@@ -44,7 +45,7 @@ export interface EnvelopeFacts {
 }
 
 /**
- * Builds the envelope. `build_flags` is omitted when empty (contract.md §3).
+ * Builds the envelope. `build_flags` is omitted when empty (docs/internals.md §3).
  *
  * @returns A fresh object; the caller spreads the op payload into it.
  */

@@ -1,5 +1,5 @@
 /**
- * The stable error contract (contract.md §2) and the channel codes (§1).
+ * The stable error contract and the channel codes (docs/errors.md, docs/internals.md §2).
  *
  * One error type, {@link SynapseError}, carries a stable code through the code base; the front
  * doors turn it into one of the two wire shapes:
@@ -12,12 +12,13 @@
  * @module
  */
 
-/** Error class on the wire: may a retry later succeed? (contract.md §2) */
+/** Error class on the wire: may a retry later succeed? (docs/errors.md) */
 export type ErrorClass = "transient" | "permanent";
 
 /**
- * Stable codes of contract.md §2, plus `engine_output_invalid` (field report F6: a model output
- * with NaN/Inf for an item is a typed permanent error for that item, never a vector).
+ * Stable codes (docs/errors.md "Codes Synapse returns", "Reserved codes"), plus
+ * `engine_output_invalid` (field report F6: a model output with NaN/Inf for an item is a typed
+ * permanent error for that item, never a vector).
  */
 export type StableErrorCode =
   | "queue_full"
@@ -55,14 +56,14 @@ export type StableErrorCode =
   | "grammar_disabled"
   /**
    * A bug in Synapse (an invariant broke, an unexpected exception): permanent and not safe to
-   * retry, so a client does not retry a bug forever. No stable code of contract.md §2 fits; the
+   * retry, so a client does not retry a bug forever. No stable code of the reference fits; the
    * module logs the stack. Never used for engine faults (those are `engine_crashed`). Also a
    * store file damaged outside Synapse (details `reason: "store_corrupt" | "store_empty"`): only
    * a person can mend it, so it is permanent, never a transient `store_failure` retried forever.
    */
   | "internal_error";
 
-/** Channel codes (contract.md §1): the request never reached an operation's logic. */
+/** Channel codes (docs/errors.md "Shapes"): the request never reached an operation's logic. */
 export type ChannelErrorCode =
   | "invalid_request"
   | "unknown_method"
@@ -73,7 +74,7 @@ export type ChannelErrorCode =
   /**
    * The HTTP door refused a call without the owner's local key (`Authorization: Bearer KEY` or
    * `X-Synapse-Key: KEY`): every mutating operation, and queries when
-   * `http.require_key_for_queries` is set. Not in contract.md §2 (the reference has no local
+   * `http.require_key_for_queries` is set. Not a code of the reference (it has no local
    * key); permanent: resend with the key.
    */
   | "unauthorized"
@@ -86,7 +87,7 @@ export type ErrorCode = StableErrorCode | ChannelErrorCode | "disposed";
 export interface ErrorCodeInfo {
   /** transient: a later retry may succeed. */
   readonly class: ErrorClass;
-  /** Default `retry_after_ms` for transient codes (contract: any transient error without one gets 100 ms). */
+  /** Default `retry_after_ms` for transient codes (any transient error without one gets 100 ms). */
   readonly retryAfterMs?: number;
   /** May the caller resend the very same request (same `request_key`)? */
   readonly safeToRetrySameRequest: boolean;
@@ -100,8 +101,8 @@ const T = (retryAfterMs: number, safe = true): ErrorCodeInfo => ({
 const P: ErrorCodeInfo = { class: "permanent", safeToRetrySameRequest: false };
 
 /**
- * The frozen table of contract.md §2. `module_restarted` is transient and safe to retry
- * (design.md: resubmitting with the same `request_key` admits a fresh job).
+ * The frozen table of codes (docs/errors.md "Codes Synapse returns"). `module_restarted` is
+ * transient and safe to retry (resubmitting with the same `request_key` admits a fresh job).
  */
 export const ERROR_CODES: Readonly<Record<ErrorCode, ErrorCodeInfo>> = Object.freeze({
   queue_full: T(100),
@@ -163,7 +164,7 @@ export const CHANNEL_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   "encode_failed",
 ]);
 
-/** Semantic error as it travels inside `result.error` (contract.md §2). */
+/** Semantic error as it travels inside `result.error` (docs/errors.md). */
 export interface WireError {
   code: ErrorCode;
   class: ErrorClass;
@@ -173,7 +174,7 @@ export interface WireError {
   details?: Record<string, unknown>;
 }
 
-/** Channel error body `{code, message}` (contract.md §1). */
+/** Channel error body `{code, message}` (docs/errors.md "Shapes"). */
 export interface ChannelError {
   code: ErrorCode;
   message: string;
@@ -192,7 +193,7 @@ export interface SynapseErrorOptions {
 }
 
 /**
- * The one error type of Synapse: a stable code plus the class and retry facts of contract.md §2.
+ * The one error type of Synapse: a stable code plus the class and retry facts of docs/errors.md.
  *
  * @example Refuse a too-long item
  * ```ts ignore
@@ -228,7 +229,7 @@ export class SynapseError extends Error {
     return ERROR_CODES[this.code].class;
   }
 
-  /** The semantic wire shape (contract.md §2). */
+  /** The semantic wire shape (docs/errors.md). */
   toWire(): WireError {
     const info = ERROR_CODES[this.code];
     const wire: WireError = {

@@ -1,6 +1,6 @@
 /**
- * Request schemas of the operations (contract.md §1), strict: an unknown field or a wrong type is
- * `invalid_request` naming the field (field report F16).
+ * Request schemas of the operations (docs/operations.md), strict: an unknown field or a wrong type
+ * is `invalid_request` naming the field (field report F16).
  *
  * @module
  */
@@ -66,9 +66,9 @@ export const fingerprintName = (max: number = NAME_MAX_CHARS) =>
     .transform((s) => s.toLowerCase());
 
 /**
- * The routing params (contract.md §1 common params; lib/ops/_resolve_model.ts): which model, by
- * the fingerprint it serves, answers. Part of {@link COMMON_PARAMS}; `tokenize` and `detokenize`
- * take them alone.
+ * The routing params (docs/operations.md "Routing by fingerprint"; lib/ops/_resolve_model.ts):
+ * which model, by the fingerprint it serves, answers. Part of {@link COMMON_PARAMS}; `tokenize` and
+ * `detokenize` take them alone.
  */
 export const ROUTING_PARAMS = {
   /**
@@ -86,7 +86,10 @@ export const ROUTING_PARAMS = {
   accept_declared: z.boolean().optional(),
 };
 
-/** Common params of embed / rerank / microllm (contract.md §1), without `truncate`. */
+/**
+ * Common params of embed / rerank / microllm (docs/operations.md "Common params"), without
+ * `truncate`.
+ */
 export const COMMON_PARAMS = {
   /** Model id; `model_id` is an accepted alias. */
   model: wellFormedName().optional(),
@@ -118,9 +121,10 @@ const item = z.union([
 ]);
 
 /**
- * The prompt selector of the embed ops (issue 19, F35; lib/models/prompts.ts `selectPrompt`):
- * `input_type` picks the model's prompt by role, `prompt_name` names one; on a model without a
- * prompt table nothing is applied, and the answer's `prompt` says so.
+ * The prompt selector of the embed ops (docs/operations.md "Prompts (query / document)", F35;
+ * lib/models/prompts.ts `selectPrompt`): `input_type` picks the model's prompt by role,
+ * `prompt_name` names one; on a model without a prompt table nothing is applied, and the answer's
+ * `prompt` says so.
  */
 export const PROMPT_SELECTOR = {
   input_type: z.enum(["query", "document"]).optional(),
@@ -142,7 +146,7 @@ export const EmbedQueryParams = z.strictObject({
 export type EmbedQueryParams = z.infer<typeof EmbedQueryParams>;
 
 /** `embed.batch {items | texts, request_key?, input_type?, prompt_name?}`. */
-/** A job's idempotency key: empty means none (inline); a job needs a non-empty one (contract.md §1). */
+/** A job's idempotency key: empty means none (inline); a job needs a non-empty one. */
 const requestKey = z.string()
   .refine((s) => s.isWellFormed(), {
     message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
@@ -174,7 +178,7 @@ export const RerankScoreParams = z.strictObject({
 });
 export type RerankScoreParams = z.infer<typeof RerankScoreParams>;
 
-/** `embed.result {job_id, page?}` (design.md: `page` is a 0-based integer). */
+/** `embed.result {job_id, page?}`: `page` is a 0-based integer. */
 export const EmbedResultParams = z.strictObject({
   job_id: wellFormedName(),
   page: z.number().int().nonnegative().optional(),
@@ -268,7 +272,7 @@ export function requestedModel(p: CommonParams): string | undefined {
   return p.model ?? p.model_id;
 }
 
-// ---- Model, catalog and cache operations (contract.md §1 "Model and catalog ops") ----
+// ---- Model, catalog and cache operations (docs/operations.md) ----
 
 /** `sha256:<64 lowercase hex>` (a bare 64-hex digest is accepted and prefixed). */
 export const DigestParam = z.string()
@@ -289,7 +293,7 @@ const LoadFile = z.union([
   }),
 ]);
 
-/** Engines `model.load` takes, with the contract's aliases (§9). */
+/** Engines `model.load` takes, with their aliases (docs/config.md "preload_models"). */
 export const LoadEngine = z.enum(["ort", "onnx", "llama", "llama.cpp"]).transform((e) =>
   e === "onnx" ? "ort" : e === "llama.cpp" ? "llama" : e
 );
@@ -319,20 +323,22 @@ export const ModelLoadParams = z.strictObject({
   }).optional(),
   pin: z.boolean().optional(),
   /**
-   * Model id of the reference lane with the same weights (step 10): the probe checks this
+   * Model id of the reference lane with the same weights: the probe checks this
    * model's parity against it. Never the loaded model's own id.
    */
   reference_model: wellFormedName(128).optional(),
   /**
-   * Prompt table of an embed model (issue 19, F35): prompt name → prefix; part of the numeric
-   * profile. Absent: a local model directory's `config_sentence_transformers.json` `prompts`.
+   * Prompt table of an embed model (F35; docs/operations.md "Prompts (query / document)"): prompt
+   * name → prefix; part of the numeric profile. Absent: a local model directory's
+   * `config_sentence_transformers.json` `prompts`.
    */
   prompts: z.record(z.string(), z.string()).optional(),
   /** The prompt applied when a request selects none; must name one of `prompts`. */
   default_prompt_name: wellFormedName(128).optional(),
   /**
-   * Matryoshka widths the model was trained to be cut to (issue 19): strictly ascending positive
-   * integers, each at most the model's width (checked at load; embed models only).
+   * Matryoshka widths the model was trained to be cut to (docs/operations.md "Matryoshka
+   * dimensions"): strictly ascending positive integers, each at most the model's width (checked at
+   * load; embed models only).
    */
   matryoshka_dims: z.array(z.number().int().positive()).min(1).max(64).optional(),
   request_key: wellFormedName().optional(),
@@ -393,7 +399,7 @@ export const CachePinParams = z.strictObject({
 });
 
 /**
- * `probe.start {models?, request_key?, deadline_ms?}` (contract.md §1): a durable probe job.
+ * `probe.start {models?, request_key?, deadline_ms?}`: a durable probe job.
  * `models` absent or empty: every loaded model whose lanes need a certificate. `deadline_ms`: the
  * whole job's budget from admission (ms); past it the job fails `deadline_exceeded`.
  */

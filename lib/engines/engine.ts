@@ -1,5 +1,5 @@
 /**
- * The engine interface (design.md, "Engines and lanes"): one loaded model on one runtime — ORT in
+ * The engine interface (docs/internals.md §11): one loaded model on one runtime — ORT in
  * a Worker thread, a llama.cpp worker process, later a native FFI shim or a remote provider. An
  * engine takes token ids and gives vectors, scores or generated ids; it knows nothing of doors,
  * params, admission or envelopes. The shape follows TEI's backend trait (`health`, `embed`,
@@ -10,7 +10,7 @@
  * @module
  */
 
-/** Engine identity as it appears in envelopes and profiles (contract.md §3, §4 `engine`). */
+/** Engine identity as it appears in envelopes and profiles (docs/internals.md §3, §4 `engine`). */
 export interface EngineIdentity {
   engine: string;
   version: string;
@@ -29,7 +29,7 @@ export interface EngineRow {
 
 /**
  * What one engine call may hold and what one sequence may be (the certified shape of the
- * model's profile, contract.md §4 `certified_shape`). The lane cuts micro-batches to these.
+ * model's profile, docs/internals.md §4 `certified_shape`). The lane cuts micro-batches to these.
  */
 export interface EngineLimits {
   /** Longest sequence in tokens, specials included. */
@@ -52,7 +52,7 @@ export interface EngineBatchOutput {
   runMs: number;
 }
 
-/** One greedy generation (contract.md §1 `microllm.oneshot`). */
+/** One greedy generation (`microllm.oneshot`, docs/operations.md). */
 export interface GenerateRequest {
   /** Prompt token ids, specials included. */
   ids: Int32Array;
@@ -62,7 +62,7 @@ export interface GenerateRequest {
   grammar?: string;
 }
 
-/** Why a generation ended (contract.md §1). */
+/** Why a generation ended (`finish_reason` of `microllm.oneshot`). */
 export type FinishReason = "stop_token" | "max_tokens" | "grammar_complete" | "cancelled";
 
 /** Result of {@link Engine.generate}. */
@@ -104,7 +104,7 @@ export interface EngineCallOptions {
 export interface EngineHealth {
   /**
    * `ready`: serving; `idle`: not started yet (a worker starts on the first call); `starting`;
-   * `quarantined`: past its crash budget (contract.md §7), refusing with `probe_required`;
+   * `quarantined`: past its crash budget (docs/internals.md §7), refusing with `probe_required`;
    * `disposed`.
    */
   state: "ready" | "idle" | "starting" | "quarantined" | "disposed";

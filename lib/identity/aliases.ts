@@ -1,6 +1,7 @@
 /**
- * Alias rows: which fingerprints serve vectors of one space, and since when (contract.md §4
- * "Aliases"). The pure rules; `lib/store/alias_store.ts` keeps the rows in the store.
+ * Alias rows: which fingerprints serve vectors of one space, and since when (docs/operations.md
+ * "Aliases and the table epoch"). The pure rules; `lib/store/alias_store.ts` keeps the rows in the
+ * store.
  *
  * An alias row says that two fingerprints give vectors a consumer may mix in one index: it holds
  * the pair in order (`fingerprint_a ≤ fingerprint_b`, by code point), the interval it is active
@@ -32,7 +33,7 @@ export interface DeclaredAliasEvidence {
 export interface ProbeAliasEvidence {
   /** Who made the row. */
   source: "probe";
-  /** Hash of the machine profile (contract.md §5) both lanes were measured on. */
+  /** Hash of the machine profile (docs/internals.md §5) both lanes were measured on. */
   machine_profile_hash: string;
   /** The probed lane (its fingerprint is one side of the pair). */
   lane_id: string;
@@ -60,7 +61,7 @@ export type AliasEvidence = DeclaredAliasEvidence | ProbeAliasEvidence;
 /** Where an equivalence comes from: `declared` by an operator, or measured by the `probe`. */
 export type AliasSource = AliasEvidence["source"];
 
-/** One row of the alias table (contract.md §8 `alias_rows`). */
+/** One row of the alias table (docs/internals.md §8.1 `alias_rows`). */
 export interface AliasRow {
   /** The smaller fingerprint of the pair (code-point order), 64 lowercase hex. */
   fingerprint_a: string;
@@ -123,7 +124,7 @@ export interface CheckIndexResult {
 const FINGERPRINT_RE = /^[0-9a-f]{64}$/;
 
 /**
- * Whether `s` is a fingerprint: 64 lowercase hex characters (contract.md §4).
+ * Whether `s` is a fingerprint: 64 lowercase hex characters (docs/internals.md §4).
  *
  * @param s Anything.
  * @returns True for a well-formed fingerprint.

@@ -2,7 +2,7 @@
  * JSON Canonicalization Scheme (RFC 8785) for the plain JSON values Synapse hashes: objects with
  * keys sorted by UTF-16 code units, no whitespace, strings as `JSON.stringify` writes them (the
  * RFC's escaping), numbers as ECMAScript writes them (the RFC's rule). Used for the catalog's
- * `manifest_digest` and the default `models.download` key binding (contract.md §1: "JCS-SHA256").
+ * `manifest_digest` and the default `models.download` key binding (docs/internals.md §10).
  *
  * @module
  */
@@ -41,7 +41,7 @@ export function canonicalJson(value: JsonValue): string {
   throw new TypeError(`Cannot canonicalize a ${typeof value}`);
 }
 
-/** `sha256:<hex>` of the canonical JSON of a value (contract.md §1 "JCS-SHA256"). */
+/** `sha256:<hex>` of the canonical JSON of a value ("JCS-SHA256"). */
 export function jcsSha256(value: JsonValue): string {
   return "sha256:" + sha256Hex(canonicalJson(value));
 }

@@ -1,7 +1,7 @@
 /**
  * The machine profile: which machine and engine builds a certification was measured on
- * (contract.md §5). Certification rows are keyed by its hash, so an OS or engine change rotates
- * the hash and forces an explicit re-probe.
+ * (docs/internals.md §5). Certification rows are keyed by its hash, so an OS or engine change
+ * rotates the hash and forces an explicit re-probe.
  *
  * @module
  */
@@ -23,7 +23,7 @@ export type RamClass =
   | "gt_256_gib"
   | "unknown";
 
-/** Machine profile of contract.md §5, with the reference's snake_case field names. */
+/** Machine profile of docs/internals.md §5, with the reference's snake_case field names. */
 export interface MachineProfile {
   /** OS build: `sw_vers -buildVersion` on macOS (`"23G93"`), `uname -sr` elsewhere. */
   os_build: string;
@@ -70,7 +70,7 @@ export interface ProbeMachineProfileOptions {
    */
   engineIdentities?: readonly EngineIdentity[];
   /**
-   * Operating system whose probe column to follow (contract.md §5: macOS vs elsewhere).
+   * Operating system whose probe column to follow (docs/internals.md §5: macOS vs elsewhere).
    *
    * @default {Deno.build.os}
    */
@@ -216,7 +216,7 @@ export function aneSubtypeForChip(chipModel: string): string | undefined {
 }
 
 /**
- * Probes this machine's profile (contract.md §5).
+ * Probes this machine's profile (docs/internals.md §5).
  *
  * On macOS: `sw_vers -buildVersion`; `sysctl -n machdep.cpu.brand_string`, falling back to
  * `sysctl -n hw.model`; `sysctl -n hw.memsize` for the RAM class; the ANE subtype from the chip.

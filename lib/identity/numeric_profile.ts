@@ -1,6 +1,6 @@
 /**
  * The numeric profile: everything that changes the numbers a lane produces, and the identities
- * derived from it (contract.md §4).
+ * derived from it (docs/internals.md §4).
  *
  * A profile serializes to its **stable bytes**: compact JSON with the fields in declaration order
  * (not the order of the input object), absent optional fields omitted and `build_flags` keys
@@ -65,7 +65,7 @@ export interface CertifiedShape {
 }
 
 /**
- * Numeric profile of contract.md §4, with the reference's snake_case field names.
+ * Numeric profile of docs/internals.md §4, with the reference's snake_case field names.
  *
  * Optional fields that are `undefined` or `null` are absent: they are omitted from the stable
  * bytes.
@@ -147,7 +147,7 @@ const SHAPE_FIELDS = [
 ] as const;
 
 /**
- * Serializes a numeric profile to its stable bytes (contract.md §4).
+ * Serializes a numeric profile to its stable bytes (docs/internals.md §4).
  *
  * The input's key order does not matter: fields are written in declaration order. Optional fields
  * that are `undefined` or `null` are omitted; `engine.build_flags` keys are sorted by code point

@@ -1,11 +1,11 @@
 /**
- * The request digest of a job (contract.md §4 "Request digest"): the identity a `request_key` is
- * bound to. Same key + same digest attaches to the existing job; same key + another digest is an
+ * The request digest of a job (docs/internals.md §4 "Request digest"): the identity a `request_key`
+ * is bound to. Same key + same digest attaches to the existing job; same key + another digest is an
  * `idempotency_conflict`.
  *
- * The digest is internal to one module's store, so it need not match the reference byte for byte
- * (design.md); it must be unambiguous — two different requests never share an encoding — and stay
- * stable across releases, because stored jobs are matched against it. The encoding is pinned by
+ * The digest is internal to one module's store, so it need not match the reference byte for byte;
+ * it must be unambiguous — two different requests never share an encoding — and stay stable across
+ * releases, because stored jobs are matched against it. The encoding is pinned by
  * `tests/vectors/request_digest.json` (inputs, the exact bytes hashed, and the digests).
  *
  * ## Encoding (ABNF-like; `%xNN` is one byte)

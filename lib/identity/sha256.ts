@@ -1,5 +1,5 @@
 /**
- * SHA-256 as every identity in Synapse spells it (contract.md §4): lowercase hex, no prefix.
+ * SHA-256 as every identity in Synapse spells it (docs/internals.md §4): lowercase hex, no prefix.
  *
  * @module
  */

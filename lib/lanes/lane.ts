@@ -1,10 +1,10 @@
 /**
- * A Lane (design.md, "Engines and lanes"): one model's engine plus the scheduler, queue class,
+ * A Lane (docs/internals.md §11): one model's engine plus the scheduler, queue class,
  * micro-batch policy, admission and deadline/permit signals its work runs under. Operations ask a
  * ready model for its lane and call {@link Lane.admit} then {@link Lane.run}; they never touch a
  * scheduler, a runner or a worker.
  *
- * The sequence every request follows here, in one place (STYLE 11, contract.md §6):
+ * The sequence every request follows here, in one place (STYLE 11, docs/internals.md §6):
  * validate (the op) → {@link Lane.admit} (byte budget, predicted start delay, deadline: start now
  * or a typed refusal) → tokenize (the op, after admission) → {@link Lane.run}: the request signal
  * (caller + deadline + `max_queue_ms` until started) → the scheduler's queue → micro-batches on
@@ -66,7 +66,7 @@ export interface LaneGenerateResult extends LaneTiming {
 export type LaneResult<W extends LaneWork> = W extends { kind: "generate" } ? LaneGenerateResult
   : LaneBatchResult;
 
-/** What {@link Lane.admit} checks (contract.md §6). */
+/** What {@link Lane.admit} checks (docs/internals.md §6). */
 export interface LaneAdmitRequest {
   /** UTF-8 bytes of the request's texts. */
   bytes: number;
@@ -184,7 +184,7 @@ export class Lane {
 
   /**
    * Requests of this lane (this model, this class) between {@link admit} and the permit's
-   * release, or inside {@link run}: what holds the model (`model_in_use`, contract §1).
+   * release, or inside {@link run}: what holds the model (`model_in_use`).
    */
   get activeRequests(): number {
     return this.#active;
@@ -225,7 +225,7 @@ export class Lane {
   }
 
   /**
-   * Admits a request or refuses it at once (contract.md §6): over the byte budget →
+   * Admits a request or refuses it at once (docs/internals.md §6): over the byte budget →
    * `queue_full`; predicted start delay (from this lane's scheduler) over `maxQueueMs`, or
    * predicted finish past the deadline → `deadline_exceeded`. Cheap: call it before tokenizing.
    *

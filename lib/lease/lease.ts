@@ -1,5 +1,5 @@
 /**
- * Leases (contract.md §8, subc.md §5): the singleton lease (a second Synapse instance refuses to
+ * Leases (docs/internals.md §8.3, §8.4): the singleton lease (a second Synapse instance refuses to
  * start) and the store lease (taken in the store's directory before the store is opened).
  * Lease files are named `<fnv1a64 hex of module_id U+001F backend U+001F scope>.lease`
  * (vectors/subc_wire.json `lease_names`).

@@ -83,7 +83,8 @@ export type InvalidLogEnv = "refuse" | "warn";
 /** Options of {@link parseLogFilter}, {@link readLogFilter} and {@link readLogSettings}. */
 export interface LogEnvOptions {
   /**
-   * `refuse`: throw {@link LogEnvError} (boot of `serve --http` and the CLI, issue 9); `warn`:
+   * `refuse`: throw {@link LogEnvError} (boot of `serve --http` and the CLI; docs/config.md
+   * "Environment variables"); `warn`:
    * use the default and report the problem in `invalid` / `warnings` (under the bus, subc.md §6).
    *
    * @default {"refuse"}

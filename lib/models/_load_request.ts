@@ -2,7 +2,8 @@
  * What a `model.load` request names, turned into the files to bring into the cache: a local file
  * or directory (`source: "path"`), one pinned URL (`source: "url"`), or files of a Hugging Face
  * repository at a commit (`source: "hf"`). Unpinned sources are refused here, before any job
- * exists (contract.md §1: unpinned HF, `main` or unhashed URLs → `invalid_request`).
+ * exists (unpinned HF, `main` or unhashed URLs → `invalid_request`; docs/operations.md
+ * "model.load").
  *
  * @module
  */

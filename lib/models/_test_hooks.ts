@@ -1,6 +1,6 @@
 /**
  * Test hooks of the model registry: ways to make a lane misbehave on purpose so the probe's
- * gate can be seen to fail (issue 18, "The gate must be able to fail"). They are reachable only
+ * gate can be seen to fail (tests/probe/gate_fails_test.ts). They are reachable only
  * through the TypeScript options of {@link ModelRegistryOptions} and `SynapseOptions` — never
  * from the config, the environment or the wire.
  *

@@ -1,18 +1,21 @@
 /**
- * The shipped catalog (contract.md §10, issue 11): real models users want, each pinned by Hugging
- * Face revision and per-file SHA-256, with one lane per backend that can serve it here
- * (`<catalog_id>-<backend>`). A file whose digest no public source states is listed with
- * `sha256: null` and `digest_source: null`: its lane is not runnable (`reason:
+ * The shipped catalog (docs/internals.md "§10 Catalog"; `models.catalog` in docs/operations.md):
+ * real models users want, each pinned by Hugging Face revision and per-file SHA-256, with one lane
+ * per backend that can serve it here (`<catalog_id>-<backend>`). A file whose digest is unknown is
+ * listed with `sha256: null` and `digest_source: null`: its lane is not runnable (`reason:
  * "digest_unverified"`), because an unpinned download is refused — pull it yourself with
  * `ck-synapse pull URL --sha256 H` once you know the digest.
  *
- * Where a digest comes from is recorded per file (`digest_source`): the reference
- * implementation's pinned manifest (`cortexkit/synapse` `bench/parity/models.json`) states the
- * `tokenizer.json` and `config.json` digests of the GTE and Qwen3 models; the ONNX and GGUF files
- * are pinned from public code that pins the same file at the same commit (a catalog or a test
- * manifest). None could be checked against Hugging Face from the machines this build was made on:
- * a wrong pin fails the download with `artifact_invalid` (digest mismatch), never serves other
- * bytes.
+ * Each pinned file names, in `digest_source`, the public URL at which anyone can check its pin
+ * ({@link digestSourceUrl}): for a file Hugging Face stores in Git LFS (`.onnx`, `.gguf`,
+ * `.safetensors`, `.bin`, or over 10 MB) its LFS pointer,
+ * `https://huggingface.co/<repo>/raw/<revision>/<path>`, which states `oid sha256:<hex>` and
+ * `size`; for a small regular file (`tokenizer.json`, `config.json`) the file itself,
+ * `https://huggingface.co/<repo>/resolve/<revision>/<path>`, whose SHA-256 is the pin. The pins
+ * were taken from the reference implementation's parity manifest and from public code pinning the
+ * same file at the same commit; none could be fetched from Hugging Face on the machines this build
+ * was made on. A wrong pin fails the download with `artifact_invalid` (digest mismatch), never
+ * serves other bytes.
  *
  * @module
  */
@@ -36,7 +39,10 @@ export interface CatalogFile {
   sha256: string | null;
   /** Bytes, when a public source states it. */
   size: number | null;
-  /** Where the digest is stated (a repository and path, or a URL); null with `sha256: null`. */
+  /**
+   * Public URL that states the pinned digest at this revision ({@link digestSourceUrl}: the LFS
+   * pointer of an LFS file, the file itself otherwise); null with `sha256: null`.
+   */
   digest_source: string | null;
 }
 
@@ -67,7 +73,7 @@ export interface CatalogBackend {
   files: { model: CatalogFile; tokenizer?: CatalogFile; config?: CatalogFile };
   pooling: Pooling;
   normalize: boolean;
-  /** Longest input in tokens (contract §10: 8192 for the reference's catalog models). */
+  /** Longest input in tokens (8192 for the reference's catalog models). */
   max_tokens: number;
   /** Pinned values of the catalog self-check, where the catalog has them. */
   self_check_expected?: SelfCheckExpected;
@@ -100,7 +106,27 @@ export interface CatalogModel {
   no_backend_reason?: string;
 }
 
-const REFERENCE_MANIFEST = "github.com/cortexkit/synapse bench/parity/models.json";
+/** Pinned files larger than this are stored in Git LFS by Hugging Face whatever their name. */
+const LFS_MIN_BYTES = 10 * 1024 * 1024;
+
+/** File names Hugging Face's default `.gitattributes` stores in Git LFS. */
+const LFS_NAME = /\.(onnx|gguf|safetensors|bin)$/;
+
+/**
+ * The public URL that states a pinned file's SHA-256 at its revision: for a Git-LFS file (by
+ * name, or over 10 MB) its LFS pointer `https://huggingface.co/<repo>/raw/<revision>/<path>`
+ * (`oid sha256:<hex>` and `size`), else the file itself at
+ * `https://huggingface.co/<repo>/resolve/<revision>/<path>` (its SHA-256 is the digest).
+ *
+ * @param f The pinned file (repository, 40-hex revision, path, size in bytes or null).
+ * @returns An absolute `https://huggingface.co/` URL.
+ */
+export function digestSourceUrl(
+  f: Pick<CatalogFile, "hf_repo" | "revision" | "path" | "size">,
+): string {
+  const lfs = LFS_NAME.test(f.path) || (f.size !== null && f.size > LFS_MIN_BYTES);
+  return `https://huggingface.co/${f.hf_repo}/${lfs ? "raw" : "resolve"}/${f.revision}/${f.path}`;
+}
 
 function hf(
   hf_repo: string,
@@ -108,17 +134,10 @@ function hf(
   path: string,
   sha256: string | null,
   size: number | null = null,
-  digest_source: string | null = sha256 === null ? null : REFERENCE_MANIFEST,
 ): CatalogFile {
+  const digest_source = sha256 === null ? null : digestSourceUrl({ hf_repo, revision, path, size });
   return { hf_repo, revision, path, sha256, size, digest_source };
 }
-
-const FRANKENSEARCH =
-  "github.com/Dicklesworthstone/frankensearch crates/frankensearch-embed/src/model_manifest.rs";
-const KINDLING = "github.com/juan52878911/kindling pkg/von/catalog.go";
-const OMNESIS = "github.com/omnesis-dev/Omnesis scripts/test-embedder.sh";
-/** Public GitHub files found through a code index by their content; the index names no path. */
-const CODE_INDEX = (ids: string) => `public GitHub code (code-index file ids ${ids})`;
 
 const GTE_EMBED = [
   "Alibaba-NLP/gte-modernbert-base",
@@ -190,7 +209,6 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
             "onnx/model.onnx",
             "947f31df7effaeec4edb57c50e4ed7e0f2034d9336063f92615b92e3e0d24d78",
             596392315,
-            CODE_INDEX("54057635139, 71023610531; size 53969317435"),
           ),
           tokenizer: hf(
             ...GTE_EMBED,
@@ -225,21 +243,18 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
             "onnx/model.onnx",
             "6fd5d72fe4589f189f8ebc006442dbb529bb7ce38f8082112682524616046452",
             90405214,
-            FRANKENSEARCH,
           ),
           tokenizer: hf(
             ...MINILM,
             "tokenizer.json",
             "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
             466247,
-            FRANKENSEARCH,
           ),
           config: hf(
             ...MINILM,
             "config.json",
             "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
             612,
-            FRANKENSEARCH,
           ),
         },
         pooling: "mean",
@@ -263,21 +278,18 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
             "onnx/model.onnx",
             "828e1496d7fabb79cfa4dcd84fa38625c0d3d21da474a00f08db0f559940cf35",
             133093490,
-            CODE_INDEX("65791011912, 70276529310, 51829357947"),
           ),
           tokenizer: hf(
             ...BGE_SMALL,
             "tokenizer.json",
             "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66",
             711396,
-            CODE_INDEX("65791011912"),
           ),
           config: hf(
             ...BGE_SMALL,
             "config.json",
             "094f8e891b932f2000c92cfc663bac4c62069f5d8af5b5278c4306aef3084750",
             743,
-            CODE_INDEX("70276529310; size 71109256350"),
           ),
         },
         pooling: "cls",
@@ -310,7 +322,6 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
             "Qwen3-Embedding-0.6B-Q8_0.gguf",
             "06507c7b42688469c4e7298b0a1e16deff06caf291cf0a5b278c308249c3e439",
             639150592,
-            OMNESIS,
           ),
         },
         pooling: "last_token",
@@ -344,7 +355,6 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
             "onnx/model.onnx",
             "c6d3226502addbcd4d2cf273802957ebf8a2a6bf94037dcb9b1d95bfc01e5d93",
             598803940,
-            CODE_INDEX("70590883181, 70953270880"),
           ),
           tokenizer: hf(
             ...GTE_RERANK,
@@ -379,21 +389,18 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
             "onnx/model.onnx",
             "5d3e70fd0c9ff14b9b5169a51e957b7a9c74897afd0a35ce4bd318150c1d4d4a",
             91011230,
-            FRANKENSEARCH,
           ),
           tokenizer: hf(
             ...MS_MARCO,
             "tokenizer.json",
             "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66",
             711396,
-            FRANKENSEARCH,
           ),
           config: hf(
             ...MS_MARCO,
             "config.json",
             "380e02c93f431831be65d99a4e7e5f67c133985bf2e77d9d4eba46847190bacc",
             794,
-            FRANKENSEARCH,
           ),
         },
         pooling: "cls",
@@ -427,7 +434,6 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
         "qwen2.5-0.5b-instruct-q8_0.gguf",
         "ca59ca7f13d0e15a8cfa77bd17e65d24f6844b554a7b6c12e07a5f89ff76844e",
         675710816,
-        KINDLING,
       ))],
     },
     {
@@ -443,7 +449,6 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
         "Qwen3-0.6B-Q8_0.gguf",
         "9465e63a22add5354d9bb4b99e90117043c7124007664907259bd16d043bb031",
         639446688,
-        CODE_INDEX("70332557291, 70404250725, 70173587882"),
       ))],
     },
     {
@@ -459,13 +464,12 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
         "smollm2-360m-instruct-q8_0.gguf",
         "48ab3034d0dd401fbc721eb1df3217902fee7dab9078992d66431f09b7750201",
         386404992,
-        KINDLING,
       ))],
     },
   ] satisfies CatalogModel[],
 );
 
-/** Lane id of a catalog model's backend (contract §1: `<catalog_id>-<backend>`). */
+/** Lane id of a catalog model's backend: `<catalog_id>-<backend>`. */
 export function catalogLaneId(model: Pick<CatalogModel, "id">, backend: string): string {
   return `${model.id}-${backend}`;
 }

@@ -2,8 +2,8 @@
  * Loading an ONNX model on the ORT engine: reads and hashes the file, loads the sanitized
  * tokenizer and config.json, checks the sequence limit against the model's positions, loads the
  * session on the interactive thread (the bulk thread loads it on its first job) and computes the
- * numeric profile and fingerprint (contract.md §4); then {@link ortReadyModel} serves it on the
- * registry's two shared ORT lanes.
+ * numeric profile and fingerprint (docs/internals.md §4); then {@link ortReadyModel} serves it on
+ * the registry's two shared ORT lanes.
  *
  * @module
  */
@@ -225,7 +225,7 @@ export function checkDeclaredDtype(src: ModelSource, weights: string, engine: st
 
 /**
  * Refuses a load whose declared `quant` (preload `quant`) is not the quantization the lane
- * serves: the fingerprint's `quant` (contract.md §4), the weights' dtype for an ONNX model
+ * serves: the fingerprint's `quant` (docs/internals.md §4), the weights' dtype for an ONNX model
  * (`f32`, `f16`, `bf16`) and `general.file_type` for a GGUF (`f16`, `q8_0`, `q4_k_m`, …). The
  * engine runs the weights as stored and quantizes nothing at load, so a declaration is a check.
  * Compared case-insensitively (`Q8_0` is `q8_0`).

@@ -1,12 +1,12 @@
 /**
- * Matryoshka dimensions as vector spaces of their own (issue 19 item 5, design item 4).
+ * Matryoshka dimensions as vector spaces of their own (docs/operations.md "Matryoshka dimensions").
  *
  * A Matryoshka-trained embedding model (its source declares `matryoshka_dims`) may be served at a
  * shorter width `n`: the first `n` values of the pooled vector, then L2-normalised when the
  * model's profile normalises. Those vectors are a space of their own, so they are served under a
  * **derived numeric profile**: the model's profile with `operation` set to
  * `"synapse-matryoshka-v1:dims=<n>"` ({@link matryoshkaOperation}), hence a distinct numeric
- * profile id and fingerprint (contract.md §4), stable across restarts because it derives from
+ * profile id and fingerprint (docs/internals.md §4), stable across restarts because it derives from
  * the model's own stable profile. `n` equal to the model's full width is the plain profile.
  *
  * Normalisation order. The engine L2-normalises the full pooled vector `u` (`u / |u|`) when the

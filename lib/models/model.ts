@@ -99,9 +99,9 @@ export interface ModelSource {
   /**
    * Model id of the reference lane with the same weights (preload `reference_model`, the
    * `model.load` param `reference_model`): the probe checks this model's parity against that
-   * model's lanes, and a lane that declares one needs a certificate (step 10). Never the model's
-   * own id; the model it names need not be loaded (the probe then lacks `reference_parity`,
-   * reason `reference_not_loaded`).
+   * model's lanes, and a lane that declares one needs a certificate (docs/internals.md §12). Never
+   * the model's own id; the model it names need not be loaded (the probe then lacks
+   * `reference_parity`, reason `reference_not_loaded`).
    */
   referenceModel?: string;
   /**
@@ -128,7 +128,7 @@ export interface ModelSource {
   workerRuntimeDir?: string;
 }
 
-/** Largest context a llama lane sets up when the source names none (contract.md §3: 8192). */
+/** Largest context a llama lane sets up when the source names none: 8192 tokens. */
 export const LLAMA_CONTEXT_CAP = 8192;
 
 /**
@@ -150,7 +150,7 @@ export interface ReadyModel {
   readonly tokenizerSource?: TokenizerSource;
   readonly profile: NumericProfile;
   readonly numericProfileId: string;
-  /** 64 hex chars (contract.md §4). */
+  /** 64 hex chars (docs/internals.md §4). */
   readonly fingerprint: string;
   /** Vector width (embed), 1 (rerank), 0 (generate). */
   readonly dims: number;

@@ -1,5 +1,5 @@
 /**
- * Models loaded at run time (issue 11, contract.md §1 `model.load`, `models.download`): a load
+ * Models loaded at run time (docs/operations.md "model.load", "models.download"): a load
  * is a job that resolves its files, brings them into the content-addressed cache (a local copy,
  * or a download verified against its pinned SHA-256), validates them there, and loads the model
  * into the registry, where it serves at once. The loaded model is recorded in the store and
@@ -113,7 +113,7 @@ export interface LoadStore {
 
 /**
  * A catalog lane's self-check state (`models.catalog` `backends[].self_check`, `models.list`
- * rows of catalog models; contract.md §1, §10).
+ * rows of catalog models; docs/internals.md §10).
  */
 export interface SelfCheckView {
   state: "pending" | "passed" | "failed";
@@ -245,7 +245,7 @@ export class ModelLoads {
   /**
    * Starts a `models.download` of a catalog model: its first runnable backend's files, verified
    * and pinned, then loaded under the catalog id. The default key is
-   * `models.download:<id>:<manifest_digest>` (contract §1).
+   * `models.download:<id>:<manifest_digest>` (docs/internals.md §10).
    *
    * @throws {SynapseError} `unknown_model` for an id not in the catalog; `backend_unavailable`
    *   when no backend can run here (unverified digests included); `idempotency_conflict`.

@@ -70,17 +70,17 @@ export interface ModelRegistryOptions {
   testHooks?: RegistryTestHooks;
   /**
    * The execution estimates a model's lanes start from before they have measured a run, from
-   * the probe's rows for (this machine, the model's numeric profile, the knob), read at startup
-   * (design rule 8): `batchMs` the knob assignment's call of its recommended batch, `singleRowMs`
-   * the perf row of one row per call. A llama model's own scheduler starts from `batchMs`; the
-   * shared ORT schedulers from the mean over the loaded ORT models that have one (bulk:
-   * `batchMs`, interactive: `singleRowMs`). Undefined: `estimatedExecutionMs` (ORT interactive,
-   * llama) or 25 ms (ORT bulk).
+   * the probe's rows for (this machine, the model's numeric profile, the knob), read at startup:
+   * `batchMs` the knob assignment's call of its recommended batch, `singleRowMs` the perf row of
+   * one row per call. A llama model's own scheduler starts from `batchMs`; the shared ORT
+   * schedulers from the mean over the loaded ORT models that have one (bulk: `batchMs`,
+   * interactive: `singleRowMs`). Undefined: `estimatedExecutionMs` (ORT interactive, llama) or
+   * 25 ms (ORT bulk).
    */
   initialRunMs?: (modelId: string, numericProfileId: string) => InitialRunEstimate | undefined;
   /**
    * The query path the store recorded for a model that just loaded (the probe's finding,
-   * applied again at startup, design rule 7), asked once per successful load attempt of a model
+   * applied again at startup), asked once per successful load attempt of a model
    * whose query path {@link ModelRegistry.setQueryPath} has not set; `disabled` disables its hot
    * path before it serves a request. A throw counts as undefined. @default none
    */
@@ -420,8 +420,8 @@ export class ModelRegistry implements AsyncDisposable {
   }
 
   /**
-   * Turns a model's hot path on or off (step 10, "query path ≡ batch path"). `disabled`: its
-   * interactive lane runs on its bulk runtime (the batch path: for ORT the bulk thread and its
+   * Turns a model's hot path on or off (the probe's `query_path_equals_batch_path`). `disabled`:
+   * its interactive lane runs on its bulk runtime (the batch path: for ORT the bulk thread and its
    * scheduler, still in the interactive class), so `embed.query` and inline `embed.batch` get
    * exactly the batch path's numbers; `enabled` puts it back on the interactive runtime. Applies
    * at once to a ready model and to every later load attempt of it (a model still loading takes
@@ -450,12 +450,13 @@ export class ModelRegistry implements AsyncDisposable {
   }
 
   /**
-   * Sets (or, undefined, clears) a model's **shape cap** (step 10, shape classes): the most rows
-   * one engine call of its lanes holds — the largest call size whose outputs the probe found equal
-   * to the rows alone — so a lane that is not shape-invariant serves only the row-alone shape
-   * class and its fingerprint keeps F4's promise. Applies at once to the ready model (its
-   * interactive, bulk and hot lanes) and to every later load attempt. `models.list` shows it as
-   * `shape_cap`. The probe's own control lanes are never capped: it measures every shape.
+   * Sets (or, undefined, clears) a model's **shape cap** (the probe's shape classes,
+   * lib/probe/types.ts `ShapeClass`): the most rows one engine call of its lanes holds — the
+   * largest call size whose outputs the probe found equal to the rows alone — so a lane that is not
+   * shape-invariant serves only the row-alone shape class and its fingerprint keeps F4's promise.
+   * Applies at once to the ready model (its interactive, bulk and hot lanes) and to every later
+   * load attempt. `models.list` shows it as `shape_cap`. The probe's own control lanes are never
+   * capped: it measures every shape.
    *
    * @param modelId A registered model.
    * @param cap A positive integer, or undefined.

@@ -1,9 +1,10 @@
 /**
- * Prompt tables (issue 19 item 4, field report F35): an asymmetric embedding model embeds a query
- * with an instruction prefix (`"query: "`, `"Represent this sentence for searching relevant
- * passages: "`) and a document bare or with its own prefix. A model source may carry a table
- * `{prompts: {name: prefix}, default_prompt_name?}` (preload `prompts`, `model.load` `prompts`,
- * a catalog entry, or the model directory's `config_sentence_transformers.json`).
+ * Prompt tables (docs/operations.md "Prompts (query / document)", field report F35): an asymmetric
+ * embedding model embeds a query with an instruction prefix (`"query: "`, `"Represent this sentence
+ * for searching relevant passages: "`) and a document bare or with its own prefix. A model source
+ * may carry a table `{prompts: {name: prefix}, default_prompt_name?}` (preload `prompts`,
+ * `model.load` `prompts`, a catalog entry, or the model directory's
+ * `config_sentence_transformers.json`).
  *
  * The table is part of the numeric profile: `prompt_template = "synapse-prompt-table-v1:" +
  * sha256(JCS({default_prompt_name?, prompts}))` ({@link promptTableIdentity}), so the query and

@@ -1,6 +1,6 @@
 /**
  * Where a model's files are: the generated test models served when none is configured, and the
- * `preload_models[]` entries of the config (contract.md §9) turned into {@link ModelSource}s.
+ * `preload_models[]` entries of the config (docs/config.md) turned into {@link ModelSource}s.
  *
  * @module
  */
@@ -148,7 +148,7 @@ export const PRELOAD_EXECUTION = "cpu";
 
 /**
  * Checks the declarations of a preload entry that say where and from what it runs, before any
- * file is read (issue 19 item 8: none is accepted and ignored):
+ * file is read (none is accepted and ignored; docs/config.md "preload_models"):
  * - `format` must be the engine's file format (`onnx` for `ort`, `gguf` for `llama`; case
  *   ignored): the loader reads only that format.
  * - `revision` is refused: a preloaded model is the files at `model_path`, which have no upstream
@@ -278,8 +278,8 @@ function besideGguf(path: string): string | undefined {
 }
 
 /**
- * The preload default of `max_tokens` (contract §9: 512, or 8192 with a `profile`), which the
- * load caps at the model's own limit.
+ * The preload default of `max_tokens` (512, or 8192 with a `profile`; docs/config.md
+ * "preload_models"), which the load caps at the model's own limit.
  */
 function preloadMaxTokensDefault(entry: SynapseConfig["preload_models"][number]): number {
   return entry.profile === undefined ? 512 : 8192;

@@ -1,7 +1,7 @@
 /**
  * The embedding core every embedding-shaped operation shares (embed.query, embed.batch, jobs,
  * rerank, microllm): item checks and tokenization with per-item truncation facts, the
- * per-item results of a lane run, the vector line with its hashes (contract.md §3). The
+ * per-item results of a lane run, the vector line with its hashes (docs/internals.md §3). The
  * fingerprint constraints are checked where the model is resolved (lib/ops/_resolve_model.ts). Operations import this module; it imports no operation.
  *
  * @module
@@ -21,7 +21,7 @@ import type { EncodedSequence, EncodeOutcome } from "../tokenize/tokenizer.ts";
 import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
 import { checkContentTokens, checkText } from "./_text.ts";
 
-/** One embedded item (contract.md §3). */
+/** One embedded item (docs/internals.md §3). */
 export interface EmbedVector {
   id: string;
   vector: number[];
@@ -34,7 +34,7 @@ export interface EmbedVector {
   submitted_sha256: string;
 }
 
-/** Per-item truncation disclosure (contract.md §3). */
+/** Per-item truncation disclosure (docs/internals.md §3). */
 export interface TruncationDisclosure {
   submitted_tokens: number;
   effective_tokens: number;
@@ -51,9 +51,9 @@ export interface TruncationDisclosure {
    */
   kept_chars?: number;
   /**
-   * The prompt applied to the item (issue 19, F35), when one was: its name. Token counts and
-   * truncation include its prefix; `content_sha256`, `submitted_sha256` and `kept_chars` are of
-   * the caller's own text.
+   * The prompt applied to the item (docs/operations.md "Prompts (query / document)", F35), when one
+   * was: its name. Token counts and truncation include its prefix; `content_sha256`,
+   * `submitted_sha256` and `kept_chars` are of the caller's own text.
    */
   prompt_name?: string;
   /**

@@ -35,8 +35,8 @@ export type ResolveContext = Pick<
 >;
 
 /**
- * A request's routing constraints (contract.md §1 common params; the compat doors take them as
- * `x-synapse-*` request headers, lib/http/routing_headers.ts). All optional; none given, the
+ * A request's routing constraints (docs/operations.md "Common params"; the compat doors take them
+ * as `x-synapse-*` request headers, lib/http/routing_headers.ts). All optional; none given, the
  * model is the one named, or the task's default. (A type, not an interface, so params that
  * carry it stay plain records.)
  */
@@ -63,7 +63,7 @@ export type RoutingParams = {
   accept_declared?: boolean | undefined;
 };
 
-/** The routing fields of a request's params (the common params, contract.md §1). */
+/** The routing fields of a request's params (docs/operations.md "Common params"). */
 export function routingOf(p: RoutingParams): RoutingParams {
   const r: RoutingParams = {};
   if (p.target_fingerprint !== undefined) r.target_fingerprint = p.target_fingerprint;
@@ -103,8 +103,8 @@ export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string
  * the test models are off because `preload_models` lists models, or the test models do not serve
  * this task — and which `preload_models` entry to add (`details.example`).
  *
- * Routing (issue 19; {@link RoutingParams}), all before any work — no text is tokenized, nothing
- * is admitted or queued for a refused request:
+ * Routing (docs/operations.md "Routing by fingerprint"; {@link RoutingParams}), all before any work
+ * — no text is tokenized, nothing is admitted or queued for a refused request:
  * - `required_epoch` above this instance's `table_epoch` refuses first.
  * - `target_fingerprint` without `model` picks, among the ready models of the task, one that
  *   serves the target (its own fingerprint, or one of its Matryoshka widths' derived ones:
@@ -118,7 +118,7 @@ export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string
  * - `allow_equivalent` and `accept_declared` modify the two fingerprint params and have no
  *   effect without them (`accept_declared` none without `allow_equivalent`).
  *
- * Then the serving gate (issue 18, design rule 5; lib/probe/certification.ts `admitCertified`):
+ * Then the serving gate (docs/internals.md §12; lib/probe/certification.ts `admitCertified`):
  * in config `certification: "require"` a lane that needs a certificate and has none for this
  * machine refuses `not_certified`. Every inference op and the completions doors resolve here; the
  * probe uses lanes directly and never passes this gate.

@@ -1,5 +1,5 @@
 /**
- * The alias operations (contract.md §1 "Probe, alias, cache and admission ops", §4 "Aliases"):
+ * The alias operations (docs/operations.md "Aliases and the table epoch"):
  * `alias.declare` and `alias.retract` change the alias table (mutate, owner, refused unless config
  * `alias_admin_enabled`), `aliases.check_index` tells an index built from several fingerprints
  * whether it is still one space (query). The table itself is lib/store/alias_store.ts; its rules

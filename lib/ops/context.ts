@@ -60,7 +60,7 @@ export interface OpContext {
   equivalentTo(fingerprint: string): string[];
   /** Wall clock in ms. */
   now(): number;
-  /** Hash of the machine profile this instance runs on (contract.md §5). */
+  /** Hash of the machine profile this instance runs on (docs/internals.md §5). */
   readonly machineProfileHash: string;
   /** The machine profile itself (`os_build`, engine identities …), which keys certification rows. */
   readonly machineProfile: MachineProfile;

@@ -1,7 +1,7 @@
 /**
- * The one ops dispatcher behind every front door (design.md: "Three front doors, one
- * dispatcher"). It maps a method to its operation and every outcome to one of the three wire
- * shapes of contract.md §1–2, so no front door holds operation logic.
+ * The one ops dispatcher behind every front door (docs/internals.md §1). It maps a method to its
+ * operation and every outcome to one of the three wire shapes (result, semantic error, channel
+ * error; docs/errors.md "Shapes"), so no front door holds operation logic.
  *
  * @module
  */
@@ -52,7 +52,7 @@ export type OperationAccess = "open" | "owner";
 
 /** One row of {@link OPERATIONS}. */
 export interface Operation {
-  /** The contract kind (contract §1): `query` or `mutate`. */
+  /** The operation's kind (docs/internals.md §1): `query` or `mutate`. */
   kind: "query" | "mutate";
   /** Who may call it over HTTP ({@link OperationAccess}). */
   access: OperationAccess;
@@ -61,7 +61,7 @@ export interface Operation {
 }
 
 /**
- * Operations served by this build, with their contract kind (contract §1). The subc manifest
+ * Operations served by this build, with their kind (docs/internals.md §1). The subc manifest
  * declares exactly these (`lib/cli/_subc_door.ts`), and a flow-scoped route serves only the
  * `query` ones. `access` says who may call each over HTTP ({@link OperationAccess}); every
  * `mutate` is `owner`, and `embed.batch` (whose durable job is the caller's own) is `open`.

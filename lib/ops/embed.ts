@@ -1,9 +1,9 @@
 /**
- * `embed.query` and inline `embed.batch` (contract.md §1, §3): validate, admit, tokenize with
- * per-item truncation facts, run length-sorted micro-batches on the model's lane, and answer
- * the envelope with per-item hashes, token counts and disclosures. An item that cannot be
- * embedded (empty text, too long, non-finite output) is reported in `item_errors` by id; the
- * rest of the batch is served (field reports F1, F2, F6).
+ * `embed.query` and inline `embed.batch` (docs/operations.md "embed.query", "embed.batch"):
+ * validate, admit, tokenize with per-item truncation facts, run length-sorted micro-batches on the
+ * model's lane, and answer the envelope with per-item hashes, token counts and disclosures. An item
+ * that cannot be embedded (empty text, too long, non-finite output) is reported in `item_errors` by
+ * id; the rest of the batch is served (field reports F1, F2, F6).
  *
  * @module
  */
@@ -61,10 +61,10 @@ export interface EmbedResult extends Envelope {
   /** Items refused, by id; absent when every item was served. */
   item_errors?: ItemError[];
   /**
-   * The prompt of the request (issue 19, F35): what was requested, the prompt name applied to
-   * every item (or null) and why; present when the request selected a prompt or the model has a
-   * prompt table. Each item's `truncation_disclosures` entry says whether its prefix was applied
-   * or already there.
+   * The prompt of the request (docs/operations.md "Prompts (query / document)", F35): what was
+   * requested, the prompt name applied to every item (or null) and why; present when the request
+   * selected a prompt or the model has a prompt table. Each item's `truncation_disclosures` entry
+   * says whether its prefix was applied or already there.
    */
   prompt?: PromptDisclosure;
   /** Milliseconds from admission to the first engine call. */
@@ -159,7 +159,7 @@ export async function embedBatch(
  * The shared embed path of every front door (embed.query, embed.batch, `/v1/embeddings`): one
  * admission policy whatever the request's shape (field report F5).
  *
- * Order (contract.md §6, STYLE 11): validate → admit on the byte count (a refusal never waits
+ * Order (docs/internals.md §6, STYLE 11): validate → admit on the byte count (a refusal never waits
  * for tokenization) → tokenize → run on the model's interactive lane.
  *
  * @param ctx Module context.

@@ -1,6 +1,6 @@
 /**
- * Model lifecycle, catalog and cache operations (contract.md §1 "Model and catalog ops", "cache
- * ops"): `model.load`, `model.status`, `model.unload`, `models.catalog`, `models.download`,
+ * Model lifecycle, catalog and cache operations (docs/operations.md "Model, catalog and cache
+ * operations"): `model.load`, `model.status`, `model.unload`, `models.catalog`, `models.download`,
  * `models.download.cancel`, `models.remove`, `cache.pin`, `cache.gc`. The work lives in
  * lib/models/model_loads.ts and lib/cache/; these functions parse params and shape answers.
  *
@@ -157,7 +157,7 @@ export async function modelUnload(ctx: OpContext, params: unknown): Promise<Mode
   };
 }
 
-/** One `models.catalog` row (contract §1). */
+/** One `models.catalog` row (docs/operations.md "models.catalog"). */
 export interface CatalogRow {
   id: string;
   task: string;
@@ -391,8 +391,8 @@ export async function cachePin(
 }
 
 /**
- * `cache.gc {digest?, grace_ms?}`: two-phase GC (contract §8) of one blob, or of the cache down to
- * `cache_max_bytes`: `[{digest, state: deleted|marked|kept, reason?}]`.
+ * `cache.gc {digest?, grace_ms?}`: two-phase GC (docs/internals.md §8.5) of one blob, or of the
+ * cache down to `cache_max_bytes`: `[{digest, state: deleted|marked|kept, reason?}]`.
  */
 export async function cacheGc(
   ctx: OpContext,

@@ -1,7 +1,7 @@
 /**
- * `models.list` (contract.md §1): every model with its state, fingerprint and limits. A row's
- * `state`, `state_reason` and `serving_admission` come from {@link modelStatus}, the one status
- * function `/health` prints too.
+ * `models.list` (docs/operations.md "models.list"): every model with its state, fingerprint and
+ * limits. A row's `state`, `state_reason` and `serving_admission` come from {@link modelStatus},
+ * the one status function `/health` prints too.
  *
  * @module
  */
@@ -132,10 +132,10 @@ export interface ModelRow {
   loaded_at_ms: number;
   /** Where the model comes from: `config` (preload_models or the test models), `runtime` (model.load), `catalog` (models.download). */
   origin: "config" | "runtime" | "catalog";
-  /** Catalog models: the catalog id and the lane (`<catalog_id>-<backend>`, contract §1). */
+  /** Catalog models: the catalog id and the lane (`<catalog_id>-<backend>`). */
   catalog_id?: string;
   lane_id?: string;
-  /** Catalog models: the lane's catalog self-check (contract §1, §10). */
+  /** Catalog models: the lane's catalog self-check (docs/internals.md §10). */
   self_check?: SelfCheckView;
   /** Bytes of the model file on disk (what `ck-synapse ps` prints as SIZE). */
   artifact_bytes?: number;

@@ -1,5 +1,6 @@
 /**
- * The probe operations (contract.md §1 `probe.*`, issue 18): `probe.start` certifies lanes as a
+ * The probe operations (docs/operations.md "probe.start", "probe.status", "probe.report";
+ * docs/internals.md §12): `probe.start` certifies lanes as a
  * durable job, `probe.status` follows it lane by lane, `probe.report` says what each loaded lane
  * needs, what it has and whether it serves.
  *
@@ -606,7 +607,8 @@ async function probeOne(
       model,
       laneId: lane.lane_id,
       lanes: ctx.registry.controlLanes(lane.model_id),
-      // The two bars the config sets; the rest are the contract's, by the lane's dtype.
+      // The two bars the config sets; the rest are fixed (docs/internals.md §12), by the lane's
+      // dtype.
       thresholds: {
         mean_cosine: ctx.config.probe.mean_cosine_threshold,
         worst_decile_overlap: ctx.config.probe.worst_decile_rank_overlap_threshold,

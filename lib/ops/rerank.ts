@@ -1,8 +1,8 @@
 /**
- * `rerank.score {model?, query, candidates[]}` (contract.md §1): raw cross-encoder logits in
- * input order (field report F15 — never min-max normalised; the logistic of each raw score is a
- * separate, named field). Scores align with `candidates`, so a candidate that cannot be scored
- * refuses the whole request, naming its index.
+ * `rerank.score {model?, query, candidates[]}` (docs/operations.md "rerank.score"): raw
+ * cross-encoder logits in input order (field report F15 — never min-max normalised; the logistic of
+ * each raw score is a separate, named field). Scores align with `candidates`, so a candidate that
+ * cannot be scored refuses the whole request, naming its index.
  *
  * @module
  */
@@ -22,7 +22,7 @@ import { submitRerankJob } from "./rerank_jobs.ts";
 /** Longest query (UTF-16 code units) checked for readable tokens on the event loop. */
 const QUERY_TOKEN_CHECK_MAX_CHARS = 4096;
 
-/** Most candidates a rerank may have and still run as interactive work (contract.md §1). */
+/** Most candidates a rerank may have and still run as interactive work (docs/internals.md §6). */
 export const INTERACTIVE_RERANK_CANDIDATES = 20;
 
 /** Over the inline limit with a `request_key`: checks the texts, then mints or attaches to a job. */
@@ -121,7 +121,7 @@ export async function rerankScore(
   );
   const model = resolveModel(ctx, requestedModel(p), "rerank", routingOf(p));
   // Up to 20 candidates is interactive work; more runs in the bulk class on the bulk lane, so a
-  // large rerank never delays queries (contract.md §1).
+  // large rerank never delays queries.
   const lane = p.candidates.length > INTERACTIVE_RERANK_CANDIDATES ? model.bulk : model.interactive;
   const tokenizer = model.tokenizer;
   const queryBytes = utf8Length(p.query);

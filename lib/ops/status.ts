@@ -75,8 +75,8 @@ export interface ModelStatus {
   /** Present whenever `state` is not `ready`. */
   state_reason?: StateReason;
   /**
-   * The worker's admission (contract.md §1 `serving_admission`): `serving`, `not_certified`
-   * (require mode, the lane lacks a certificate: `serving_admission_reason {reason:
+   * The worker's admission (`serving_admission`, docs/operations.md "models.list"): `serving`,
+   * `not_certified` (require mode, the lane lacks a certificate: `serving_admission_reason {reason:
    * <blocking reason>, probe_command}`), `quarantined`
    * (past its crash budget) or `unresponsive` (busy past the request timeout). Present for
    * worker-backed models, and for any model that is quarantined or unresponsive.

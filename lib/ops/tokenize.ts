@@ -1,7 +1,8 @@
 /**
- * `tokenize` and `detokenize` (issue 19 item 6): the served model's own tokenizer — the sanitized
- * tokenizer.json, or the one built from a GGUF's vocabulary — so a chunker cuts with exactly the
- * tokens the embedding operations count. Query operations; they run no engine.
+ * `tokenize` and `detokenize` (docs/operations.md "tokenize", "detokenize"): the served model's own
+ * tokenizer — the sanitized tokenizer.json, or the one built from a GGUF's vocabulary — so a
+ * chunker cuts with exactly the tokens the embedding operations count. Query operations; they run
+ * no engine.
  *
  * **Offsets are Unicode code points** of the caller's text, the unit of `kept_chars` (F26):
  * `[...text].slice(start, end).join("")` in JS, `text[start:end]` in Python. How spans are found

@@ -1,5 +1,5 @@
 /**
- * Serving admission by certification (issue 18, design rules 1, 3, 4, 5, 8).
+ * Serving admission by certification (docs/internals.md §12).
  *
  * - **Who needs a certificate** ({@link laneCertificationClass}): a lane is `reference` when its
  *   engine is `ort`, its profile dtype is `f32`, it runs on the CPU and its source declares no
@@ -49,7 +49,7 @@ export interface CertificationContext {
   readonly loads?: { spec(modelId: string): { lane_id?: string } | undefined };
   /** The certification, performance and knob-assignment rows of the store. */
   readonly certifications: CertificationStore;
-  /** The machine this instance runs on (contract.md §5). */
+  /** The machine this instance runs on (docs/internals.md §5). */
   readonly machineProfile: MachineProfile;
   /** sha256 of {@link CertificationContext.machineProfile}. */
   readonly machineProfileHash: string;
@@ -76,7 +76,7 @@ export type CertifiableModel =
   | (Pick<ReadyModel, "engineKind" | "profile"> & { source?: Pick<ModelSource, "referenceModel"> });
 
 /**
- * Design rule 1: `reference` for an ORT lane computing in `f32` on the CPU whose source declares
+ * `reference` for an ORT lane computing in `f32` on the CPU whose source declares
  * no reference model (`source.referenceModel`); `certification_required` for every other lane.
  *
  * @param model A registry entry (its ready model's profile is read when loaded), or a ready model
@@ -98,7 +98,7 @@ export function laneCertificationClass(model: CertifiableModel): LaneCertificati
 }
 
 /**
- * Design rule 3: the lane id of a model: the catalog lane id (`<catalog_id>-<backend>`) of a
+ * The lane id of a model: the catalog lane id (`<catalog_id>-<backend>`) of a
  * catalog model, else the model id.
  *
  * @param ctx Module context (`loads`, when there is one).
@@ -110,7 +110,7 @@ export function laneIdOf(ctx: Pick<CertificationContext, "loads">, modelId: stri
 }
 
 /**
- * Design rule 4: sha256 (JCS) of the settings outside the numeric profile that can shape a
+ * sha256 (JCS) of the settings outside the numeric profile that can shape a
  * lane's numbers: its engine, the intra-op threads of that engine and the knob.
  *
  * @param facts `engine` (`ort`, `llama`), `intra_op_threads` (≥ 1), `knob`.
@@ -211,7 +211,7 @@ interface Cached {
 const CACHE = new WeakMap<ReadyModel, Cached>();
 
 /**
- * Design rule 4: the certification of a ready model on this machine profile and runtime config.
+ * The certification of a ready model on this machine profile and runtime config.
  * Cached per ready model until the store's change counter moves.
  *
  * @param ctx Module context.
@@ -308,7 +308,7 @@ export function blockingReasonOf(view: CertificationView): BlockingReason | unde
 }
 
 /**
- * The `not_certified` refusal of a model (design rule 5).
+ * The `not_certified` refusal of a model (docs/internals.md §12).
  *
  * @param ctx Module context (lane id).
  * @param modelId The model id.
@@ -349,7 +349,7 @@ export function notCertifiedError(
 }
 
 /**
- * The serving gate (design rule 5), called where every inference request resolves its model
+ * The serving gate (docs/internals.md §12), called where every inference request resolves its model
  * (lib/ops/_resolve_model.ts).
  *
  * @param ctx Module context.
@@ -404,7 +404,7 @@ export function readStartupKnobAssignments(
 /**
  * Engine time of a one-row call per (numeric profile, knob) on this machine profile, from the
  * probe's perf rows (`batch_rows: 1`, `call_ms_p50`), read once at startup: the query path's
- * execution estimate before it has measured a run (design rule 8).
+ * execution estimate before it has measured a run.
  *
  * @param store The certification store.
  * @param machineProfileHash This instance's machine profile hash.
@@ -424,7 +424,7 @@ export function readStartupSingleRowCalls(
 }
 
 /**
- * The knob assignment a model started with (design rule 8): this machine profile's row for its
+ * The knob assignment a model started with: this machine profile's row for its
  * numeric profile and the config knob, as read at startup; undefined when there was none.
  *
  * @param ctx Module context.

@@ -1,6 +1,6 @@
 /**
- * Certification, performance and knob-assignment rows (contract.md §5, §8 tables `cert_rows`,
- * `perf_rows`, `knob_assignments`), over the {@link Store} (migration 4).
+ * Certification, performance and knob-assignment rows (docs/internals.md §5, §8.1 tables
+ * `cert_rows`, `perf_rows`, `knob_assignments`), over the {@link Store} (migration 4).
  *
  * A certification row is keyed by (machine_profile_hash, numeric_profile_id,
  * runtime_config_digest): the same lane probed again on the same machine under the same settings
@@ -35,7 +35,7 @@ import { storeFailure } from "../store/_store_faults.ts";
 
 /** The facts of this machine and this module a probe result is recorded under. */
 export interface ProbeFacts {
-  /** Hash of the machine profile (contract.md §5) the probe ran on. */
+  /** Hash of the machine profile (docs/internals.md §5) the probe ran on. */
   machine_profile_hash: string;
   /** sha256 (JCS) of the lane's runtime settings outside the numeric profile (lib/probe/certification.ts). */
   runtime_config_digest: string;

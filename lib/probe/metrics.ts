@@ -1,5 +1,5 @@
 /**
- * The numbers the probe compares lanes with (issue 18 item 3, contract.md §12): cosine, norm,
+ * The numbers the probe compares lanes with (docs/internals.md §12 "The bars"): cosine, norm,
  * mean/min cosine over aligned vector sets, top-k neighbour overlap and its worst decile,
  * Pearson correlation, max |Δ| and token-exact comparison of generations. Pure functions over
  * plain arrays; accumulation in float64.

@@ -1,5 +1,5 @@
 /**
- * The per-lane probe (issue 18 items 3 and 8): runs the probe workload ({@link ./workload.ts})
+ * The per-lane probe (docs/internals.md §12): runs the probe workload ({@link ./workload.ts})
  * through a model's control-class lanes (`registry.controlLanes(id)`: work queued under the
  * model's own schedulers, picked first, one micro-batch per run, never a side channel) and
  * records every check with what it measured and the bar it was held to.
@@ -79,7 +79,7 @@ import {
   type WorkloadLimits,
 } from "./workload.ts";
 
-/** The bars a lane is held to (contract.md §12; `probe.*` config keys for the first two). */
+/** The bars a lane is held to (docs/internals.md §12; `probe.*` config keys for the first two). */
 export interface ProbeThresholds {
   /** Least mean cosine against the reference (`probe.mean_cosine_threshold`, 0.999). */
   mean_cosine: number;
@@ -105,8 +105,8 @@ export interface ProbeThresholds {
 }
 
 /**
- * The probe's thresholds: contract.md §12 defaults, the two `probe.*` config keys, and the
- * rerank |Δ| bar of the lane's dtype.
+ * The probe's thresholds: the defaults of docs/internals.md §12, the two `probe.*` config keys, and
+ * the rerank |Δ| bar of the lane's dtype.
  *
  * @param probe `config.probe` (`mean_cosine_threshold`, `worst_decile_rank_overlap_threshold`).
  * @param dtype The lane's compute dtype (`profile.dtype`).
@@ -1020,7 +1020,7 @@ async function probeRows(ctx: ProbeContext): Promise<void> {
   });
   ctx.check({
     id: "reference_parity_min_cosine",
-    // Recorded, never failing: the mean and the overlap are the bars (contract.md §12).
+    // Recorded, never failing: the mean and the overlap are the bars.
     passed: true,
     value: round9(cs.min),
     threshold: null,

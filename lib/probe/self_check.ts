@@ -1,5 +1,5 @@
 /**
- * The catalog self-check (contract.md §10, issue 18 item 6): when a catalog model is installed
+ * The catalog self-check (docs/internals.md §10): when a catalog model is installed
  * (`models.download` → loaded), and again at boot for an installed catalog model whose key has
  * no row, the model's lanes run {@link SELF_CHECK_INPUTS} — eight fixed, shipped texts — and
  * their outputs are held to what the catalog says of the model:
@@ -55,7 +55,7 @@ export type { SelfCheckView };
  */
 export const SELF_CHECK_FIXTURE_REVISION = 1;
 
-/** Ceiling of one whole self-check, ms of work on the engine (contract.md §10). */
+/** Ceiling of one whole self-check, ms of work on the engine. */
 export const SELF_CHECK_CEILING_MS = 2000;
 
 /** Least cosine between an input embedded alone and the same input in the batch of eight. */
@@ -98,7 +98,7 @@ export const SELF_CHECK_INPUTS: readonly string[] = Object.freeze([
 /** The query of a rerank lane's (query, input) pairs. */
 export const SELF_CHECK_RERANK_QUERY = "Which of these texts is about plants and energy?";
 
-/** The facts a self-check is keyed by (contract.md §10). */
+/** The facts a self-check is keyed by (`check_id`, docs/internals.md §10). */
 export interface SelfCheckKeyFacts {
   catalog_id: string;
   /** The installed manifest (lib/models/catalog.ts `manifestDigest`). */

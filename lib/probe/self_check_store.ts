@@ -1,5 +1,5 @@
 /**
- * The `catalog_self_checks` table (store migration 4, contract.md §8 and §10): one row per
+ * The `catalog_self_checks` table (store migration 4, docs/internals.md §8.1 and §10): one row per
  * self-check key (`check_id`, see lib/probe/self_check.ts), written once when the check ends and
  * read at boot, so a restart on the same machine, engine and files reuses it instead of running
  * the check again.

@@ -1,12 +1,12 @@
 /**
- * The shapes of step 10 (issue 18): probe results, certification rows, performance rows, knob
- * assignments and catalog self-checks, shared by the probe runner (lib/probe/run_probe.ts), the
- * certification store (lib/probe/certification_store.ts), serving admission
- * (lib/probe/certification.ts) and the probe operations (lib/ops/probe.ts).
+ * The shapes of the probe and certification (docs/internals.md §12): probe results, certification
+ * rows, performance rows, knob assignments and catalog self-checks, shared by the probe runner
+ * (lib/probe/run_probe.ts), the certification store (lib/probe/certification_store.ts), serving
+ * admission (lib/probe/certification.ts) and the probe operations (lib/ops/probe.ts).
  *
- * Contract: §1 probe.*, §4 (numeric profile), §5 (machine profile: certification rows are keyed
- * by its hash), §8 tables `cert_rows`, `perf_rows`, `knob_assignments`, `catalog_self_checks`,
- * §10 (self-check), §12 (thresholds).
+ * See also docs/operations.md "probe.start" … "probe.report", and docs/internals.md §4 (numeric
+ * profile), §5 (machine profile: certification rows are keyed by its hash), §8.1 (tables
+ * `cert_rows`, `perf_rows`, `knob_assignments`, `catalog_self_checks`), §10 (self-check).
  *
  * @module
  */
@@ -44,7 +44,7 @@ export type CertificationStatus =
 /** Why a lane refuses (`not_certified.details.blocking_reason`). */
 export type BlockingReason = "probe_required" | "certification_stale" | "certification_failed";
 
-/** Row class of `cert_rows` (contract.md §8). */
+/** Row class of `cert_rows` (docs/internals.md §8.1). */
 export type CertClass = "embedding" | "rerank" | "generation";
 
 /**
@@ -72,7 +72,7 @@ export interface ProbeCheck {
   detail?: string;
 }
 
-/** One performance row of a lane (contract.md §8 `perf_rows`). */
+/** One performance row of a lane (docs/internals.md §8.1 `perf_rows`). */
 export interface PerfRow {
   /** Knob (thread policy) the lane ran under. */
   knob: string;
@@ -101,8 +101,8 @@ export interface KnobAssignment {
 }
 
 /**
- * One shape class of a lane that is not shape-invariant (issue 18 item 3: such a lane "splits
- * its profile by shape class"). The probe groups what the lane gave by the shape of the engine
+ * One shape class of a lane that is not shape-invariant (such a lane "splits its profile by
+ * shape class"). The probe groups what the lane gave by the shape of the engine
  * call (rows per call): `rows_alone` holds one row per call and every call size whose outputs
  * matched it (within the `shape_invariance` bar); `class_1`, `class_2` … hold the call sizes
  * that differed, a run of consecutive sizes each. Every class is held to the parity bar on its
@@ -210,7 +210,7 @@ export interface CertRow {
   };
 }
 
-/** A row of `catalog_self_checks` (contract.md §10). */
+/** A row of `catalog_self_checks` (docs/internals.md §8.1, §10). */
 export interface SelfCheckRow {
   /** sha256 (JCS) of {catalog_id, manifest_digest, backend, fingerprint, engine, os_build, fixture_revision}. */
   check_id: string;

@@ -1,9 +1,9 @@
 /**
- * The probe workload (issue 18 item 2): the inputs a probe runs through a lane, shipped in the
- * repository and deterministic. Texts are made by code from a fixed word list and a fixed seed
- * (never the clock), so two probes of the same lane run the same inputs; texts that must have an
- * exact token length (micro-batch edges, the lane's max context and max+1) are fitted to the
- * lane's own tokenizer, so they depend only on the tokenizer, the lane's limits and
+ * The probe workload (docs/internals.md §12 "The workload"): the inputs a probe runs through a
+ * lane, shipped in the repository and deterministic. Texts are made by code from a fixed word list
+ * and a fixed seed (never the clock), so two probes of the same lane run the same inputs; texts
+ * that must have an exact token length (micro-batch edges, the lane's max context and max+1) are
+ * fitted to the lane's own tokenizer, so they depend only on the tokenizer, the lane's limits and
  * {@link PROBE_WORKLOAD_REVISION}.
  *
  * - embed lanes ({@link embedWorkload}): short texts, a batched set of varied lengths,
@@ -33,10 +33,10 @@ export const PROBE_WORKLOAD_REVISION = "probe-workload-v1";
 /** Seed of the workload's generator (fixed; never the clock). */
 export const PROBE_WORKLOAD_SEED = 0x18_10_5eed;
 
-/** Greedy tokens per generation prompt (contract.md §12: 20 prompts × 64 tokens). */
+/** Greedy tokens per generation prompt (20 prompts × 64 tokens). */
 export const GENERATION_MAX_TOKENS = 64;
 
-/** Generation prompts (contract.md §12). */
+/** Generation prompts. */
 export const GENERATION_PROMPTS = 20;
 
 /** The fixed word list texts are drawn from: plain lower-case English words. */

@@ -1,12 +1,12 @@
 /**
- * Admission (contract.md §6): a request starts now or is refused at once with a typed error and
- * a retry hint — never an unbounded wait. Checks, in order:
+ * Admission (docs/internals.md §6): a request starts now or is refused at once with a typed error
+ * and a retry hint — never an unbounded wait. Checks, in order:
  *
  * 1. queued + in-flight + request bytes > `byte_budget` → `queue_full`;
  * 2. predicted start delay > `max_queue_ms` → `deadline_exceeded`;
  * 3. now + delay + estimated execution > deadline → `deadline_exceeded`.
  *
- * The predicted delay is 25 ms when no execution permit is free, else 0 (contract.md §6).
+ * The predicted delay is 25 ms when no execution permit is free, else 0 (docs/internals.md §6).
  * `embed.query`, inline `embed.batch`, `/v1/embeddings` with a string or a list, and
  * `rerank.score` all pass through {@link Admission.admit} (field report F5).
  *
@@ -26,7 +26,7 @@ export interface AdmissionLimits {
   maxConcurrentWorkers: number;
 }
 
-/** Queue class (contract.md §6). */
+/** Queue class (docs/internals.md §6). */
 export type QueueClass = "interactive" | "bulk" | "control" | "decode";
 
 /** Per-request admission inputs. */
@@ -39,8 +39,8 @@ export interface AdmitRequest {
   maxQueueMs: number;
   queueClass: QueueClass;
   /**
-   * Predicted start delay in ms from the lane's scheduler. When absent, contract.md §6's rule:
-   * 25 ms when no execution permit is free, else 0.
+   * Predicted start delay in ms from the lane's scheduler. When absent, docs/internals.md §6's
+   * rule: 25 ms when no execution permit is free, else 0.
    */
   predictedDelayMs?: number;
 }

@@ -1,5 +1,5 @@
 /**
- * The machine-wide lane scheduler (contract.md §6, "Core LaneScheduler"): one per engine lane,
+ * The machine-wide lane scheduler (docs/internals.md §6): one per engine lane,
  * it owns three FIFO queues (control, interactive, bulk) and `permits` concurrent engine slots,
  * and decides with {@link pickNext} which queued task a free slot runs next.
  *
@@ -66,7 +66,7 @@ export interface LaneTask<T> {
 
 /** Options of {@link LaneScheduler}. */
 export interface LaneSchedulerOptions {
-  /** Concurrent engine slots (contract.md §6 `max_concurrent_workers`). @default 1 */
+  /** Concurrent engine slots (docs/internals.md §6 `max_concurrent_workers`). @default 1 */
   permits?: number;
   /** Fair-cycle weights. @default {interactive: 3, bulk: 1} */
   weights?: PickWeights;
@@ -75,7 +75,7 @@ export interface LaneSchedulerOptions {
   /** Dispatches (per class) the rolling statistics cover. @default 256 */
   statsWindow?: number;
   /**
-   * Run time in ms assumed for a class before any of its runs were measured (contract.md §6
+   * Run time in ms assumed for a class before any of its runs were measured (docs/internals.md §6
    * execution estimate).
    *
    * @default 25
@@ -94,7 +94,7 @@ interface Entry {
 }
 
 /**
- * Fair scheduling of engine work on one lane (contract.md §6).
+ * Fair scheduling of engine work on one lane (docs/internals.md §6).
  *
  * Pick order when a slot frees: control first; then a bulk head older than `bulkAgingMs`; then
  * the only non-empty class; otherwise the fair cycle `[I, I, I, B]` (see {@link pickNext}).
@@ -295,7 +295,7 @@ export class LaneScheduler implements Disposable {
   /**
    * Sets the execution estimate assumed for a class before any of its runs has been measured
    * (the `defaultRunMs` option): the registry seeds it from the probe's knob assignments
-   * (design rule 8). Measured runs replace it as they come, as before.
+   * (docs/internals.md §12). Measured runs replace it as they come, as before.
    *
    * @param ms Estimate, ms (≥ 0).
    * @throws {RangeError} when `ms` is negative or NaN.
@@ -328,7 +328,7 @@ export class LaneScheduler implements Disposable {
 
   /**
    * Estimates how long a task of class `cls` submitted now would wait before it starts, for
-   * admission (contract.md §6 check 2); the model is {@link predictStartDelayMs}'s.
+   * admission (docs/internals.md §6 check 2); the model is {@link predictStartDelayMs}'s.
    *
    * @param cls The class of the would-be task.
    * @returns Estimated start delay in ms (≥ 0).

@@ -1,5 +1,5 @@
 /**
- * The lane scheduler's statistics (contract.md §6 admission needs a run-time estimate; status
+ * The lane scheduler's statistics (docs/internals.md §6 admission needs a run-time estimate; status
  * endpoints show start delays): the snapshot types, and the rolling windows the scheduler fills
  * as it dispatches, so reading them never touches an engine.
  *

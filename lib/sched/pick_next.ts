@@ -1,5 +1,5 @@
 /**
- * Which queue a lane serves next (contract.md §6, "Core LaneScheduler"): a pure policy (STYLE 13)
+ * Which queue a lane serves next (docs/internals.md §6 "Pick order"): a pure policy (STYLE 13)
  * over the heads of the three class queues and the position in the fair cycle.
  *
  * Pick order:
@@ -18,7 +18,7 @@
  * @module
  */
 
-/** Queue class of a piece of engine work (contract.md §6). */
+/** Queue class of a piece of engine work (docs/internals.md §6). */
 export type WorkClass = "control" | "interactive" | "bulk" | "decode";
 
 /** Every {@link WorkClass}, in pick-precedence order. */
@@ -48,7 +48,7 @@ export interface PickState {
   readonly cycle: number;
 }
 
-/** Weights of the fair cycle (contract.md §6: interactive 3 / bulk 1). */
+/** Weights of the fair cycle (docs/internals.md §6: interactive 3 / bulk 1). */
 export interface PickWeights {
   /** Interactive turns per cycle; a positive integer. @default 3 */
   interactive: number;
@@ -77,13 +77,13 @@ export interface Pick {
   state: PickState;
 }
 
-/** Default fair-cycle weights (contract.md §6). */
+/** Default fair-cycle weights (docs/internals.md §6). */
 export const DEFAULT_PICK_WEIGHTS: Readonly<PickWeights> = Object.freeze({
   interactive: 3,
   bulk: 1,
 });
 
-/** Default bulk aging in ms (contract.md §6 `bulk_aging_ms`). */
+/** Default bulk aging in ms (docs/internals.md §6 `bulk_aging_ms`). */
 export const DEFAULT_BULK_AGING_MS = 250;
 
 /**

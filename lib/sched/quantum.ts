@@ -1,7 +1,7 @@
 /**
- * Bulk quanta (contract.md §6): bulk work runs in quanta of `min(remaining, quantum)` tokens and
- * is requeued at the back after each, so a running quantum delays interactive work by at most one
- * quantum's engine time. Pure helpers (STYLE 13): size a quantum from a lane's measured
+ * Bulk quanta (docs/internals.md §6): bulk work runs in quanta of `min(remaining, quantum)` tokens
+ * and is requeued at the back after each, so a running quantum delays interactive work by at most
+ * one quantum's engine time. Pure helpers (STYLE 13): size a quantum from a lane's measured
  * throughput, and cut the next quantum out of a list of item lengths.
  *
  * @module
@@ -14,8 +14,8 @@ export interface QuantumOptions {
   /** Smallest quantum in tokens, so per-call overhead stays small. @default 256 */
   minTokens?: number;
   /**
-   * Largest quantum in tokens: the module config `bulk_quantum_tokens` (contract.md §6 default
-   * 3072, about 156 ms at 19.7k tok/s).
+   * Largest quantum in tokens: the module config `bulk_quantum_tokens` (default
+   * 3072, about 156 ms at 19.7k tok/s; docs/internals.md §6 "Bulk quanta").
    *
    * @default 3072
    */

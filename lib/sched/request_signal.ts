@@ -1,8 +1,8 @@
 /**
  * The abort signal of one admitted request: it fires when the caller goes away, when the
  * request's deadline passes, or when the request has not started within `max_queue_ms`
- * (contract.md §6: a request starts within max_queue_ms or is refused — field report F8). Once
- * the request starts, only the caller and the deadline can stop it, at the next micro-batch.
+ * (docs/internals.md §6: a request starts within max_queue_ms or is refused — field report F8).
+ * Once the request starts, only the caller and the deadline can stop it, at the next micro-batch.
  *
  * @module
  */

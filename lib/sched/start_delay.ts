@@ -1,5 +1,5 @@
 /**
- * Admission's start-delay estimate for a lane (contract.md §6 check 2): how long a task of a
+ * Admission's start-delay estimate for a lane (docs/internals.md §6 check 2): how long a task of a
  * class would wait, from the lane's queue depths, running tasks and the pick policy's weights.
  * Pure: the scheduler passes its state in.
  *
@@ -34,7 +34,7 @@ export interface StartDelayState {
 
 /**
  * Estimates how long a task of class `cls` submitted now would wait before it starts, for
- * admission (contract.md §6 check 2).
+ * admission (docs/internals.md §6 check 2).
  *
  * 0 when a slot would be free for it. Otherwise the time until the first running task should
  * end (its class's mean run time minus its elapsed time; 0 while a slot is free), plus the

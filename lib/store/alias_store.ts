@@ -1,7 +1,7 @@
 /**
- * The alias table in the store (contract.md §8 `alias_rows`, `module_meta.table_epoch`; the rules
- * are lib/identity/aliases.ts), over the {@link Store} (migration 2 made the table, migration 1
- * the epoch column: no new migration).
+ * The alias table in the store (docs/internals.md §8.1 `alias_rows`, `module_meta.table_epoch`; the
+ * rules are lib/identity/aliases.ts), over the {@link Store} (migration 2 made the table, migration
+ * 1 the epoch column: no new migration).
  *
  * Every change — a row declared, a row retracted, a declared row replaced by a probe-measured
  * one — bumps `module_meta.table_epoch` by one **in the same transaction** as the row it

@@ -1,6 +1,6 @@
 /**
- * Durable jobs and their result pages (contract.md §1 embed.batch / embed.result, §8 "Jobs and
- * retention"), over the `jobs` and `job_pages` tables of the {@link Store}.
+ * Durable jobs and their result pages (docs/operations.md "embed.batch", "embed.result";
+ * docs/internals.md §8.2), over the `jobs` and `job_pages` tables of the {@link Store}.
  *
  * ## Admission and idempotency
  *

@@ -1,5 +1,5 @@
 /**
- * The shapes of durable jobs (contract.md §8): states, the `jobs` row as the `JobStore`
+ * The shapes of durable jobs (docs/internals.md §8.2): states, the `jobs` row as the `JobStore`
  * returns it, and the inputs and outcomes of its actions. The rules are in `job_store.ts`.
  *
  * @module
@@ -8,7 +8,7 @@ import { REQUEST_KEY_MAX_BYTES } from "../contract/schemas.ts";
 
 import type { WireError } from "../contract/errors.ts";
 
-/** Lifecycle states of a job (contract.md §8). */
+/** Lifecycle states of a job (docs/internals.md §8.2). */
 export type JobState =
   | "queued"
   | "running"

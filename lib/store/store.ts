@@ -1,6 +1,6 @@
 /**
- * The Synapse SQLite store (contract.md §8, subc.md §5 "Opening the store"), over Deno's built-in
- * `node:sqlite`.
+ * The Synapse SQLite store (docs/internals.md §8.1), over Deno's
+ * built-in `node:sqlite`.
  *
  * Opening follows the cortexkit store procedure: `mkdir -p` the parent, open, set
  * `busy_timeout=5000`, `journal_mode=WAL` and `foreign_keys=ON`, run the numbered migrations of
@@ -124,9 +124,9 @@ const MIGRATIONS: readonly Migration[] = [
     `,
   },
   {
-    // Step 10 (issue 18): certification and performance rows keyed by the machine profile hash
-    // and the lane's numeric profile id (contract.md §5, §8), the knob assignments the probe
-    // measured (read at startup), and the catalog self-checks (contract.md §10).
+    // Certification and performance rows (docs/internals.md §12) keyed by the machine profile hash
+    // and the lane's numeric profile id (docs/internals.md §5, §8.1), the knob assignments the
+    // probe measured (read at startup), and the catalog self-checks (docs/internals.md §10).
     version: 4,
     sql: `
       CREATE TABLE cert_rows (

@@ -1,5 +1,6 @@
 /**
- * A GGUF's own vocabulary as a Hugging Face `tokenizer.json` (issue 11: a GGUF alone is enough).
+ * A GGUF's own vocabulary as a Hugging Face `tokenizer.json` (a GGUF alone is enough;
+ * docs/internals.md §3 "Tokenizer from a GGUF").
  * The module tokenizes (the llama worker only sees ids), so a GGUF served without a tokenizer.json
  * gets one built from its `tokenizer.*` metadata, shaped to split text exactly as llama.cpp's own
  * tokenizer (`src/llama-vocab.cpp`) does for the two families most GGUFs use:

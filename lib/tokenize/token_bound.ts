@@ -1,8 +1,8 @@
 /**
  * Provable lower bounds on the tokens a text needs, and provably safe prefix cuts, read off a
- * tokenizer.json without tokenizing (contract.md §3, field report F21). A 50 MiB text that cannot
- * fit is refused from its length alone, and a text to truncate is tokenized only as far as the
- * kept tokens reach.
+ * tokenizer.json without tokenizing (docs/internals.md §3, field report F21). A 50 MiB text that
+ * cannot fit is refused from its length alone, and a text to truncate is tokenized only as far as
+ * the kept tokens reach.
  *
  * Every bound is about the tokenizer library Synapse runs (`@huggingface/tokenizers`), whose
  * pipeline per text is: split out added tokens (each one token), normalize each other section,

@@ -1,7 +1,7 @@
 /**
- * Where each content token of a text lies in the caller's own text (issue 19 item 6: chunkers cut
- * with exactly the served tokenizer). The tokenizer library Synapse runs has no offset mapping,
- * so offsets are found by tokenizing prefixes, the same rule `kept_chars` follows (F26):
+ * Where each content token of a text lies in the caller's own text (`tokenize`, docs/operations.md:
+ * chunkers cut with exactly the served tokenizer). The tokenizer library Synapse runs has no offset
+ * mapping, so offsets are found by tokenizing prefixes, the same rule `kept_chars` follows (F26):
  *
  * **A token ends where the shortest prefix of its run whose tokenization starts with the run's
  * tokens up to it ends.** A run is a stretch of the text that tokenizes on its own to exactly its

@@ -1,7 +1,7 @@
 /**
  * The sanitized tokenizer: a Hugging Face `tokenizer.json` with its padding and truncation
- * stripped (contract.md §3 — Synapse truncates, never the tokenizer), its digest, and encoding
- * with per-item truncation facts.
+ * stripped (docs/internals.md §3 — Synapse truncates, never the tokenizer), its digest, and
+ * encoding with per-item truncation facts.
  *
  * **Text is text (field report F25).** A caller's text is tokenized without matching the
  * tokenizer's *special* added tokens (`special: true`: `[CLS]`, `[SEP]`, `<s>`, `<|im_end|>`,

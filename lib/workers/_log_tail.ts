@@ -1,6 +1,6 @@
 /**
  * The last bytes of a worker's stdout and stderr, interleaved by line as they arrive, and the
- * pumps that read them: the log tail a crash report carries (contract.md §7). Private to
+ * pumps that read them: the log tail a crash report carries (docs/internals.md §7). Private to
  * `lib/workers/`.
  *
  * @module

@@ -1,5 +1,5 @@
 /**
- * Payload codecs of the worker protocol (contract.md §7); the length-prefixed framing around
+ * Payload codecs of the worker protocol (docs/internals.md §7); the length-prefixed framing around
  * them is `frame.ts`, the messages themselves `messages.ts`.
  *
  * A control frame is UTF-8 JSON with a SCREAMING_SNAKE `type` tag; {@link decodeControl} checks

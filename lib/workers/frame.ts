@@ -1,6 +1,6 @@
 /**
- * Framing of the worker protocol (contract.md §7): every frame is a u32 **little-endian** byte
- * length followed by that many payload bytes. The largest frame is 64 MiB unless the handshake
+ * Framing of the worker protocol (docs/internals.md §7): every frame is a u32 **little-endian**
+ * byte length followed by that many payload bytes. The largest frame is 64 MiB unless the handshake
  * negotiates less (the min of both sides' `max_frame`).
  *
  * Pure code, no I/O: {@link encodeFrame} builds one frame, {@link FrameDecoder} cuts a byte
@@ -11,7 +11,7 @@
  * @module
  */
 
-/** Largest frame payload, in bytes, before negotiation: 64 MiB (contract.md §7). */
+/** Largest frame payload, in bytes, before negotiation: 64 MiB (docs/internals.md §7). */
 export const DEFAULT_MAX_FRAME_BYTES: number = 64 * 1024 * 1024;
 
 /** Largest length a u32 header can declare, in bytes. */
@@ -41,9 +41,9 @@ export type WorkerProtocolErrorCode =
   | "unknown_type";
 
 /**
- * A worker connection broke the protocol of contract.md §7. Protocol-level: the connection cannot
- * be trusted afterwards, so the host closes it, kills the worker and reports `engine_crashed`.
- * A worker's `ERR` message is *not* this error (it is an answer, not a fault).
+ * A worker connection broke the protocol of docs/internals.md §7. Protocol-level: the connection
+ * cannot be trusted afterwards, so the host closes it, kills the worker and reports
+ * `engine_crashed`. A worker's `ERR` message is *not* this error (it is an answer, not a fault).
  *
  * @example Refuse an oversize frame
  * ```ts
@@ -120,9 +120,9 @@ export interface FrameDecoderOptions {
 }
 
 /**
- * Incremental decoder of a framed byte stream (contract.md §7). Feed it chunks as they arrive;
- * it returns each frame once complete, whatever the chunking (a frame split over many chunks,
- * many frames in one chunk).
+ * Incremental decoder of a framed byte stream (docs/internals.md §7). Feed it chunks as they
+ * arrive; it returns each frame once complete, whatever the chunking (a frame split over many
+ * chunks, many frames in one chunk).
  *
  * The length header is checked against the max as soon as its 4 bytes are in, before the body
  * buffer is allocated. After a {@link WorkerProtocolError} the decoder is failed: the stream

@@ -1,6 +1,6 @@
 /**
- * The worker handshake of contract.md §7: the module listens on a per-worker socket, spawns the
- * worker with `--socket <path>` and the nonce in `SYNAPSE_WORKER_NONCE` (the contract's
+ * The worker handshake of docs/internals.md §7: the module listens on a per-worker socket, spawns
+ * the worker with `--socket <path>` and the nonce in `SYNAPSE_WORKER_NONCE` (the reference's
  * `--nonce <16 hex>` would show it in `ps`), and the worker's first frame is HELLO. The module
  * checks it with {@link checkHello} and answers {@link makeAck}; any refusal means close
  * the connection and kill the worker.
@@ -12,12 +12,12 @@ import { checkMaxFrameBytes, DEFAULT_MAX_FRAME_BYTES, WorkerProtocolError } from
 import type { AckMessage, HelloMessage } from "./messages.ts";
 
 /**
- * Worker protocol version; HELLO's `v` must equal it exactly (contract.md §7: 2 in the newest
- * code, though older docs say 1).
+ * Worker protocol version; HELLO's `v` must equal it exactly (docs/internals.md §7
+ * "Process and handshake"; 2 in the reference's newest code, though its older docs say 1).
  */
 export const WORKER_PROTOCOL_VERSION = 2;
 
-/** Engine names a worker may announce in HELLO (contract.md §7). */
+/** Engine names a worker may announce in HELLO (docs/internals.md §7). */
 export const KNOWN_WORKER_ENGINES = Object.freeze(
   [
     "llama.cpp-worker",
@@ -186,9 +186,10 @@ export function newNonce(options: NewNonceOptions = {}): string {
 
 /**
  * The Unix socket a worker connects to: `<runtimeDir>/wk-<hex(sha256(workerId)[0..8])>.sock`
- * (contract.md §7). `[0..8]` is a range over the digest *bytes* (Rust slice syntax), so the name
- * holds the first 8 bytes = 16 hex chars, the same width as the nonce; a short name keeps the
- * path under the ~104-byte `sun_path` limit.
+ * (docs/internals.md §7 "Process and handshake"). `[0..8]` is a range over the digest *bytes*
+ * (Rust slice syntax, as the reference implementation writes it), so the name holds the first 8
+ * bytes = 16 hex chars, the same width as the nonce; a short name keeps the path under the
+ * ~104-byte `sun_path` limit.
  *
  * @param runtimeDir Directory for runtime sockets (a trailing `/` is ignored).
  * @param workerId The worker id (also passed as `SYNAPSE_WORKER_ID`), hashed as UTF-8.

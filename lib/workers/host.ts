@@ -1,5 +1,5 @@
 /**
- * Worker host, one connection (contract.md §7): a worker started and handshaken by `spawn.ts`
+ * Worker host, one connection (docs/internals.md §7): a worker started and handshaken by `spawn.ts`
  * (socket, process group, HELLO), then requests run one at a time (one in flight per
  * connection), each under its own timeout.
  *
@@ -57,7 +57,7 @@ export interface WorkerReply<M extends WorkerToModuleMessage = WorkerToModuleMes
  */
 export type TextPartHandler = (msg: TextPartMessage) => void;
 
-/** Bytes of worker output kept for crash reports (contract.md §7: the last 8 KiB). */
+/** Bytes of worker output kept for crash reports (docs/internals.md §7: the last 8 KiB). */
 export const LOG_TAIL_BYTES = 8 * 1024;
 
 /**
@@ -67,7 +67,7 @@ export const LOG_TAIL_BYTES = 8 * 1024;
  */
 export const DEFAULT_CANCEL_GRACE_MS = 5_000;
 
-/** Default start and per-request timeouts, ms (contract.md §7; start: F20). */
+/** Default start and per-request timeouts, ms (docs/internals.md §7; start: F20). */
 export const WORKER_TIMEOUTS = Object.freeze({
   acceptMs: DEFAULT_WORKER_START_TIMEOUT_MS,
   helloMs: DEFAULT_WORKER_START_TIMEOUT_MS,

@@ -1,5 +1,5 @@
 /**
- * Control messages of the worker protocol (contract.md §7): one strict zod schema per `type`
+ * Control messages of the worker protocol (docs/internals.md §7): one strict zod schema per `type`
  * (SCREAMING_SNAKE tag), the message types inferred from them, and who sends each. How they
  * travel is in `codec.ts` (control frames as UTF-8 JSON, checked strictly against these schemas;
  * tensors as raw little-endian frames: `i32` token ids after EMBED_BATCH / RERANK /
@@ -12,12 +12,12 @@
  * f32 scores that follow. ANE_ADMIT_SHAPE / ADMITTED / ANE_EVICT_SHAPE / EVICTED are left out
  * until the ANE worker defines their fields.
  *
- * Two additions to §7: `CANCEL {req_id}` (F19), module → worker, sent while that request is in
- * flight and never answered itself ({@link CancelMessage}); and TOKENIZE / TOKENS (issue 11), the
- * module asking llama.cpp how it tokenizes a few texts, to check a tokenizer built from a GGUF's
- * own vocabulary against it ({@link TokenizeMessage}); and TEXT_PART, worker → module, the ids a
- * GENERATE sent with `stream: true` has generated so far, sent while it runs and never an answer
- * ({@link TextPartMessage}).
+ * Additions to the reference's worker protocol (docs/internals.md §7 "Messages"):
+ * `CANCEL {req_id}` (F19), module → worker, sent while that request is in flight and never
+ * answered itself ({@link CancelMessage}); and TOKENIZE / TOKENS, the module asking llama.cpp how
+ * it tokenizes a few texts, to check a tokenizer built from a GGUF's own vocabulary against it
+ * ({@link TokenizeMessage}); and TEXT_PART, worker → module, the ids a GENERATE sent with `stream:
+ * true` has generated so far, sent while it runs and never an answer ({@link TextPartMessage}).
  *
  * @module
  */
@@ -33,17 +33,17 @@ const tokenId = z.int().min(-0x8000_0000).max(0x7fff_ffff);
 const amount = z.number().min(0);
 const maxFrame = z.int().min(1).max(U32_MAX);
 
-/** Engine identity `{engine, version, build_flags?}` as in contract.md §3. */
+/** Engine identity `{engine, version, build_flags?}` as in docs/internals.md §3. */
 const engineIdentity = z.strictObject({
   engine: z.string().min(1),
   version: z.string(),
   build_flags: z.record(z.string(), z.string()).optional(),
 });
 
-/** Pooling as the worker wire spells it (contract.md §7; `last` = last token). */
+/** Pooling as the worker wire spells it (docs/internals.md §7; `last` = last token). */
 export type WorkerPooling = "mean" | "cls" | "last";
 
-/** Why a GENERATE stopped (contract.md §7 TEXT). */
+/** Why a GENERATE stopped (docs/internals.md §7 TEXT). */
 export type FinishReason = "stop_token" | "max_tokens" | "grammar_complete" | "cancelled";
 
 const HELLO = z.strictObject({
@@ -281,7 +281,7 @@ export type WorkerToModuleMessage =
   | TokensMessage
   | TextPartMessage;
 
-/** Any control message of contract.md §7, discriminated on `type`. */
+/** Any control message of docs/internals.md §7, discriminated on `type`. */
 export type ControlMessage = ModuleToWorkerMessage | WorkerToModuleMessage;
 
 /** The `type` tag of a control message. */

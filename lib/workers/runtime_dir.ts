@@ -1,5 +1,5 @@
 /**
- * The worker runtime directory, where the module listens for its workers (contract.md §7
+ * The worker runtime directory, where the module listens for its workers (docs/internals.md §7
  * "Process"). Whoever can write there, or can replace a directory on its path, can take a
  * worker's socket: answer in its place, or read what the module sends. So the directory is
  * created 0700 if missing and refused, before any socket is made in it, when it

@@ -1,5 +1,5 @@
 /**
- * Starting a worker (contract.md §7, "Process" and "Handshake"): listen on a unix socket in a
+ * Starting a worker (docs/internals.md §7 "Process and handshake"): listen on a unix socket in a
  * 0700 runtime directory (socket 0600 from its creation), spawn the worker with `--socket PATH`
  * and the launch nonce in its environment ({@link WORKER_NONCE_ENV}) as the
  * leader of its own process group (`detached: true`, which calls `setsid()` on Unix), accept one
@@ -40,8 +40,9 @@ import { prepareRuntimeDir } from "./runtime_dir.ts";
 import { decodeFromWorker, encodeControl } from "./codec.ts";
 
 /**
- * Environment variable that carries the launch nonce to the worker (contract.md §7 passes it
- * as `--nonce`, which any local user can read in `ps`; this project hands it over privately).
+ * Environment variable that carries the launch nonce to the worker (the reference implementation
+ * passes it as `--nonce`, which any local user can read in `ps`; this project hands it over
+ * privately).
  */
 export const WORKER_NONCE_ENV = "SYNAPSE_WORKER_NONCE";
 
@@ -74,7 +75,7 @@ export interface WorkerLaunch {
   env?: Record<string, string>;
 }
 
-/** Engine identity a worker announced in HELLO (contract.md §3 `provenance.engine`). */
+/** Engine identity a worker announced in HELLO (docs/internals.md §3 `provenance.engine`). */
 export interface WorkerEngineIdentity {
   engine: string;
   version: string;
@@ -123,7 +124,8 @@ export interface WorkerStartOptions {
 
 /**
  * Default of each start phase (accept, then HELLO), ms: the default of `worker.start_timeout_ms`.
- * contract.md §7 says 5 s, which failed workers at boot on a loaded 2-core machine (F20).
+ * The reference implementation allows 5 s, which failed workers at boot on a loaded 2-core
+ * machine (F20).
  */
 export const DEFAULT_WORKER_START_TIMEOUT_MS = 60_000;
 

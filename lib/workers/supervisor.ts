@@ -1,9 +1,9 @@
 /**
- * Supervision of one worker key (contract.md §7, "Timeouts and crashes"): start the worker lazily,
- * count its crashes against a budget of 2 per 60 s, restart it within the budget, and quarantine
- * the key for the host's lifetime beyond it. A quarantined key answers every call with a typed
- * permanent `probe_required` whose `details.reason` is `worker_quarantined`, and its status is
- * shown by `models.list`, `admission.status` and `/health`.
+ * Supervision of one worker key (docs/internals.md §7 "Timeouts, crashes, quarantine"): start the
+ * worker lazily, count its crashes against a budget of 2 per 60 s, restart it within the budget,
+ * and quarantine the key for the host's lifetime beyond it. A quarantined key answers every call
+ * with a typed permanent `probe_required` whose `details.reason` is `worker_quarantined`, and its
+ * status is shown by `models.list`, `admission.status` and `/health`.
  *
  * A worker `ERR` is an answer, never a crash; a failed handshake is a crash (the spawned program
  * is not a worker we can use).
@@ -20,7 +20,7 @@ import {
 import type { WorkerEngineIdentity, WorkerStartOptions } from "./spawn.ts";
 import type { ModuleToWorkerMessage, WorkerToModuleMessage } from "./messages.ts";
 
-/** Crash budget of a worker key (contract.md §7: 2 crashes per 60 s). */
+/** Crash budget of a worker key (docs/internals.md §7: 2 crashes per 60 s). */
 export interface CrashBudget {
   /** Crashes allowed inside the window; one more quarantines. @default 2 */
   maxCrashes: number;
@@ -28,7 +28,7 @@ export interface CrashBudget {
   windowMs: number;
 }
 
-/** Default crash budget (contract.md §7). */
+/** Default crash budget (docs/internals.md §7). */
 export const DEFAULT_CRASH_BUDGET: Readonly<CrashBudget> = Object.freeze({
   maxCrashes: 2,
   windowMs: 60_000,

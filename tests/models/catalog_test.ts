@@ -1,6 +1,6 @@
 /**
  * The shipped catalog is well formed: every file pinned by a 40-hex commit and a SHA-256 with
- * the public source it was read from, one default per task, unique ids and lane ids, and a
+ * the public Hugging Face URL that states it (the LFS pointer of an LFS file, else the file), one default per task, unique ids and lane ids, and a
  * manifest digest that changes with any pinned fact.
  */
 import assert from "node:assert/strict";
@@ -9,11 +9,12 @@ import {
   backendUnrunnableReason,
   CATALOG,
   catalogLaneId,
+  digestSourceUrl,
   fileUrl,
   manifestDigest,
 } from "../../lib/models/catalog.ts";
 
-Deno.test("every catalog file is pinned: 40-hex commit, 64-hex SHA-256 and the source that states it", () => {
+Deno.test("every catalog file is pinned: 40-hex commit, 64-hex SHA-256 and the URL that states it", () => {
   for (const m of CATALOG) {
     assert.match(m.upstream.revision, /^[0-9a-f]{40}$/, m.id);
     for (const b of m.backends) {
@@ -21,7 +22,15 @@ Deno.test("every catalog file is pinned: 40-hex commit, 64-hex SHA-256 and the s
         const where = `${m.id} ${b.backend} ${role}`;
         assert.match(f.revision, /^[0-9a-f]{40}$/, where);
         assert.match(f.sha256 ?? "", /^[0-9a-f]{64}$/, where);
-        assert.ok(f.digest_source !== null && f.digest_source.length > 0, where);
+        // The source names the pin's own repository, revision and path: an LFS pointer (`raw`)
+        // for what Hugging Face keeps in Git LFS, else the file itself (`resolve`).
+        const lfs = /\.(onnx|gguf|safetensors|bin)$/.test(f.path) ||
+          (f.size !== null && f.size > 10 * 1024 * 1024);
+        assert.equal(
+          f.digest_source,
+          `https://huggingface.co/${f.hf_repo}/${lfs ? "raw" : "resolve"}/${f.revision}/${f.path}`,
+          where,
+        );
         if (f.size !== null) assert.ok(Number.isSafeInteger(f.size) && f.size > 0, where);
       }
       assert.equal(backendUnrunnableReason(b, { llama: true }), undefined, m.id);
@@ -76,5 +85,39 @@ Deno.test("manifest_digest changes with any pinned fact, and file URLs use Huggi
   assert.equal(
     fileUrl(m.backends[0]!.files.model, "http://127.0.0.1:8080/"),
     "http://127.0.0.1:8080/sentence-transformers/all-MiniLM-L6-v2/resolve/c9745ed1d9f207416be6d2e6f8de32d1f16199bf/onnx/model.onnx",
+  );
+});
+
+Deno.test("digestSourceUrl: an LFS file's pointer by name or size, a small regular file itself", () => {
+  const pin = { hf_repo: "org/repo", revision: "a".repeat(40) };
+  assert.equal(
+    digestSourceUrl({ ...pin, path: "onnx/model.onnx", size: 1000 }),
+    `https://huggingface.co/org/repo/raw/${"a".repeat(40)}/onnx/model.onnx`,
+  );
+  assert.equal(
+    digestSourceUrl({ ...pin, path: "m.gguf", size: null }),
+    `https://huggingface.co/org/repo/raw/${"a".repeat(40)}/m.gguf`,
+  );
+  assert.equal(
+    digestSourceUrl({ ...pin, path: "tokenizer.json", size: 11 * 1024 * 1024 }),
+    `https://huggingface.co/org/repo/raw/${"a".repeat(40)}/tokenizer.json`,
+  );
+  assert.equal(
+    digestSourceUrl({ ...pin, path: "tokenizer.json", size: 711396 }),
+    `https://huggingface.co/org/repo/resolve/${"a".repeat(40)}/tokenizer.json`,
+  );
+  assert.equal(
+    digestSourceUrl({ ...pin, path: "config.json", size: null }),
+    `https://huggingface.co/org/repo/resolve/${"a".repeat(40)}/config.json`,
+  );
+  // Every shipped pin names its source by this rule, and the catalog's files are the pins.
+  const gte = CATALOG.find((m) => m.id === "gte-modernbert-base")!.backends[0]!.files;
+  assert.equal(
+    gte.model.digest_source,
+    "https://huggingface.co/Alibaba-NLP/gte-modernbert-base/raw/e7f32e3c00f91d699e8c43b53106206bcc72bb22/onnx/model.onnx",
+  );
+  assert.equal(
+    gte.tokenizer!.digest_source,
+    "https://huggingface.co/Alibaba-NLP/gte-modernbert-base/resolve/e7f32e3c00f91d699e8c43b53106206bcc72bb22/tokenizer.json",
   );
 });

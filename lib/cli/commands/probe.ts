@@ -1,10 +1,10 @@
 /**
  * `ck-synapse probe run [--model ID]... | status JOB | report`: certifies lanes on this machine
- * (contract.md §1 `probe.*`, §13 CLI). `run` starts a `probe.start` job and follows it with
- * `probe.status` until it ends (180 s by default: the contract's probe timeout, sent as the job's
- * `deadline_ms`), printing a line per lane (passed / failed with the checks that failed, value
- * against threshold, and how long it took), then what serves now (`probe.report`). `status`
- * prints one job's lanes; `report` the certification of every loaded lane.
+ * (docs/operations.md "probe.start" … "probe.report"). `run` starts a `probe.start` job and
+ * follows it with `probe.status` until it ends (180 s by default: the reference's probe timeout,
+ * sent as the job's `deadline_ms`), printing a line per lane (passed / failed with the checks that
+ * failed, value against threshold, and how long it took), then what serves now (`probe.report`).
+ * `status` prints one job's lanes; `report` the certification of every loaded lane.
  *
  * @module
  */
@@ -22,7 +22,7 @@ import type { CliIO, Command } from "../_command.ts";
 import type { ClientOutcome, SynapseClient } from "../client.ts";
 
 /**
- * The contract's probe timeout (contract.md §11: 180 s for load and probe), ms, granted per lane:
+ * The reference implementation's probe timeout (180 s for load and probe), ms, granted per lane:
  * a generation lane's 20 × 64 greedy tokens alone can take 100–150 s on a busy 2-core machine, so
  * one budget for a whole multi-lane job would fail honest probes.
  */

@@ -404,12 +404,12 @@ interface ReportLane {
 }
 
 /**
- * The certification step of `pull` (issue 18's first-run path): reads `probe.report` for the
- * model's lanes; a lane that needs a certificate and has none is probed with `--probe`
- * (`probe.start {models: [id]}`, followed to its end, then `probe: passed in 12.3s`), or else
- * gets one line saying it refuses until `ck-synapse probe run --model ID` (or serves uncertified
- * under `certification: "warn"`). A server without `probe.report` (an older build) is left
- * alone.
+ * The certification step of `pull` (the first-run path; docs/internals.md §12): reads
+ * `probe.report` for the model's lanes; a lane that needs a certificate and has none is probed with
+ * `--probe` (`probe.start {models: [id]}`, followed to its end, then `probe: passed in 12.3s`), or
+ * else gets one line saying it refuses until `ck-synapse probe run --model ID` (or serves
+ * uncertified under `certification: "warn"`). A server without `probe.report` (an older build) is
+ * left alone.
  *
  * @param client Where to call.
  * @param modelId The model that now serves.

@@ -131,7 +131,7 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   const server = bindHttp(listen);
   let synapse: Awaited<ReturnType<typeof createSynapse>>;
   // The fleet log: r2 lines to the module's day file and to stderr (a malformed CK_LOG* is
-  // refused here, issue 9). A caller's own sink (tests) replaces it.
+  // refused here; docs/config.md "Environment variables"). A caller's own sink (tests) replaces it.
   let moduleLog: ReturnType<typeof createModuleLog> | undefined;
   try {
     const injected = io.synapseOptions?.log;
@@ -159,7 +159,7 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   globalThis.addEventListener("unhandledrejection", onRejection);
   // The instance started: the day file opens now (and prunes), not at the first request.
   moduleLog?.open();
-  // A long-running server sweeps expired jobs and pages (contract.md §8 retention), and logs
+  // A long-running server sweeps expired jobs and pages (docs/internals.md §8.2), and logs
   // perf lines when log.perf_interval_secs asks for them.
   synapse.startSweeper();
   synapse.startPerfSampler();

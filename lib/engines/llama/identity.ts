@@ -1,12 +1,12 @@
 /**
- * Engine identity of the llama.cpp lane (contract.md §3 `provenance.engine`, §4 `engine`): the
- * worker announces it in HELLO and it enters every GGUF model's numeric profile, so a vector or
+ * Engine identity of the llama.cpp lane (docs/internals.md §3 `provenance.engine`, §4 `engine`):
+ * the worker announces it in HELLO and it enters every GGUF model's numeric profile, so a vector or
  * a generation from a CUDA or Metal build never shares a fingerprint with a CPU one.
  *
  * @module
  */
 
-/** Engine name of the llama worker (contract.md §7's list). */
+/** Engine name of the llama worker (docs/internals.md §7's list). */
 export const LLAMA_WORKER_ENGINE = "llama.cpp-worker";
 
 /** The node-llama-cpp release the worker runs (package.json pins it exactly). */

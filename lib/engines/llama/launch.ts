@@ -1,5 +1,5 @@
 /**
- * Where the llama worker program is (contract.md §7, design.md "worker binaries"), first match:
+ * Where the llama worker program is (docs/internals.md §7 "Process and handshake"), first match:
  *
  * 1. the preload entry's `worker_bin`, else `SYNAPSE_LLAMA_WORKER_BIN`;
  * 2. the sibling executable `ck-synapse-worker-llama` beside the `ck-synapse` launcher;

@@ -1,7 +1,7 @@
 /**
  * Worker-thread entry of the ORT lane: owns the onnxruntime-node sessions, pads, runs, pools.
  * `session.run` holds this thread's JavaScript for the whole run, which is why it lives here
- * and not on the main thread (design.md, "where engines run").
+ * and not on the main thread (docs/internals.md §11).
  *
  * @module
  */

@@ -142,7 +142,7 @@ interface Pending {
   reject(e: unknown): void;
 }
 
-/** Engine identity of this lane (contract.md §4 `engine`). */
+/** Engine identity of this lane (docs/internals.md §4 `engine`). */
 export const ORT_ENGINE = Object.freeze({
   engine: "ort",
   version: ORT_VERSION,

@@ -4,7 +4,7 @@
  * @module
  */
 
-/** Pooling method (contract.md §4 enum). */
+/** Pooling method (docs/internals.md §4 enum). */
 export type Pooling = "mean" | "cls" | "last_token";
 
 /** Result of {@link poolHiddenStates}. */
