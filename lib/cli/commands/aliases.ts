@@ -1,7 +1,8 @@
 /**
  * `ck-synapse aliases check --index FP --provenance FP... | list` and
  * `ck-synapse alias declare|retract A B [--evidence JSON]`: the alias table (contract.md §1
- * `aliases.check_index`, `alias.declare`, `alias.retract`; README "Aliases and the table epoch").
+ * `aliases.check_index`, `alias.declare`, `alias.retract`; docs/models.md "Aliases and the
+ * table epoch").
  * Human lines by default, the op's result with `--json`.
  *
  * @module
