@@ -5,6 +5,7 @@
  * - docs/errors.md lists exactly the codes of `ERROR_CODES` (lib/contract/errors.ts), each once,
  *   with the class, retry facts and HTTP status the code gives them; a code it calls reserved
  *   ("never returned") is raised nowhere in lib/.
+ * - docs/http.md's status table gives each code the status of `HTTP_STATUS`.
  * - docs/config.md lists every key of the config schema (lib/config/schema.ts, walked: sections
  *   and `preload_models` entries included) and no key the schema lacks.
  * - docs/observability.md lists every metric family `/metrics` writes, and no other.
@@ -150,6 +151,24 @@ Deno.test("docs/errors.md calls no code reserved that lib/ raises", async () => 
   assert.ok(raised.size > 20, `found only ${raised.size} raised codes: the pattern is stale`);
   const wrong = [...reserved].filter((c) => raised.has(c)).map((c) => `${c} (${raised.get(c)})`);
   assert.deepEqual(wrong, [], "codes docs/errors.md says this build never returns");
+});
+
+Deno.test("docs/http.md's status table gives every code the status HTTP_STATUS gives it", async () => {
+  const md = await Deno.readTextFile(`${ROOT}/docs/http.md`);
+  const rows = tableRows(section(md, "## HTTP status of each error code"));
+  const listed: string[] = [];
+  const wrong: string[] = [];
+  for (const [status, codes] of rows) {
+    // The cell's codes; a dotted word (`http.max_body_bytes`) is a config key, not a code.
+    for (const code of ticks(codes!).filter((t) => !t.includes("."))) {
+      listed.push(code);
+      const want = HTTP_STATUS[code as ErrorCode];
+      if (want !== Number(status)) wrong.push(`${code}: listed ${status}, HTTP_STATUS ${want}`);
+    }
+  }
+  assert.deepEqual(duplicates(listed), [], "a code listed twice");
+  assert.deepEqual(sorted(listed), sorted(Object.keys(ERROR_CODES)));
+  assert.deepEqual(wrong, []);
 });
 
 /** Keys of an object schema, `section.key` for nested objects; arrays of objects by `arrays`. */
