@@ -9,6 +9,7 @@
  * - docs/config.md lists every key of the config schema (lib/config/schema.ts, walked: sections
  *   and `preload_models` entries included) and no key the schema lacks.
  * - docs/observability.md lists every metric family `/metrics` writes, and no other.
+ * - The README's Documentation list names every docs/*.md and bench/README.md.
  * - Every relative link of README.md, docs/*.md and bench/README.md names a file that exists and,
  *   with a `#anchor`, a heading of that file (GitHub's anchor rules).
  *
@@ -300,4 +301,18 @@ Deno.test("every relative link of the README and docs/ names a file and heading 
   }
   assert.ok(checked > 50, `only ${checked} links found: the pattern is stale`);
   assert.deepEqual(broken, []);
+});
+
+Deno.test("the README's Documentation list names every docs/ file and bench/README.md", async () => {
+  const md = await Deno.readTextFile(`${ROOT}/README.md`);
+  const listed = section(md, "## Documentation").flatMap((l) => {
+    const m = l.match(/^- \[[^\]]*\]\(([^)#]+)\)/);
+    return m ? [m[1]!] : [];
+  });
+  const files = ["bench/README.md"];
+  for await (const e of Deno.readDir(`${ROOT}/docs`)) {
+    if (e.isFile && e.name.endsWith(".md")) files.push(`docs/${e.name}`);
+  }
+  assert.deepEqual(duplicates(listed), []);
+  assert.deepEqual(sorted(listed), sorted(files));
 });
