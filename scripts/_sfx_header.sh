@@ -1,8 +1,9 @@
 #!/bin/sh
-# ck-synapse @VERSION@: Synapse as one self-extracting file (built by scripts/build; README
-# "Install"). This POSIX sh header is followed by a gzip'd tar payload holding the program (main.ts,
-# lib/, ffi/, workers/), the launchers, the pinned Deno, the runtime npm packages with their native
-# builds (onnxruntime-node linux-x64, node-llama-cpp's linux-x64 prebuilt) and the two test models.
+# ck-synapse @VERSION@: Synapse as one self-extracting file (built by scripts/build; see
+# docs/install.md). This POSIX sh header is followed by a gzip'd tar payload holding the program
+# (main.ts, lib/, ffi/, workers/), the launchers, the pinned Deno, the runtime npm packages with
+# their native builds (onnxruntime-node linux-x64, node-llama-cpp's linux-x64 prebuilt) and the two
+# test models.
 #
 # Where it unpacks: <dir> = $SYNAPSE_UNPACK_DIR/<payload sha256>, else
 # <data_home>/cortexkit/synapse/runtime/<sha256> (<data_home>: $XDG_DATA_HOME, else

@@ -1,5 +1,5 @@
 /**
- * The single executable `dist/ck-synapse` (README "Install"); run through `scripts/build`.
+ * The single executable `dist/ck-synapse` (docs/install.md); run through `scripts/build`.
  *
  * ```
  * scripts/build [--out DIR] [--format auto|archive|compile] [--force] [--no-measure]
@@ -21,7 +21,7 @@
  * - **compile**: `deno compile --self-extracting` with the same files. Deno needs its `denort`
  *   runtime for it: `$DENORT_BIN` when set, else a download from dl.deno.land. A compiled binary
  *   carries its permissions from build time, so it cannot grant exact paths the way the launcher
- *   does: it is built with unscoped write, net and run (see README "Install").
+ *   does: it is built with unscoped write, net and run (see docs/install.md).
  *
  * `--format auto` (the default): compile when `$DENORT_BIN` is set, else try compile and fall back
  * to archive when Deno cannot download `denort`, saying why. `--force` rebuilds even when
@@ -59,7 +59,7 @@ export const TEST_MODELS = [
 export const DENO_FILES = ["node_modules/deno/deno", "node_modules/.bin/deno"];
 
 /**
- * The system tools the archive's header and launchers run, found on PATH (README "Install"):
+ * The system tools the archive's header and launchers run, found on PATH (docs/install.md):
  * the header's unpack and checks, the launchers' permission set-up, and `uname` (machine profile).
  * The smoke test runs the artifact with a PATH holding these alone.
  */

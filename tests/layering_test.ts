@@ -1,5 +1,5 @@
 /**
- * The layers of lib/ (README "Layout"): a module may import from its own area or from a lower
+ * The layers of lib/ (docs/layout.md): a module may import from its own area or from a lower
  * layer, never from a higher one — so the doors sit on ops, ops on models and lanes, lanes on
  * engines and the scheduler, and an engine never reaches up into a door or an operation.
  */

@@ -87,7 +87,7 @@ export function throughDoor<B extends object & { call: Synapse["call"] }>(
 }
 
 /**
- * Renders every metric of an instance (module doc; the list is in the README, "Metrics").
+ * Renders every metric of an instance (module doc; the list: docs/observability.md "Metrics").
  *
  * @param source The instance.
  * @returns The exposition text, `\n`-terminated lines, each family's HELP and TYPE once.

@@ -53,7 +53,7 @@ export type LogSink = (
 export const MODULE_ID = "synapse";
 
 /**
- * The loggers Synapse writes (README "Logging"): `synapse` (process start and stop),
+ * The loggers Synapse writes (docs/observability.md "Logging"): `synapse` (process start and stop),
  * `synapse.http` (one line per request), `synapse.ops` (operation internals and bugs),
  * `synapse.jobs` (durable jobs), `synapse.models` (model loads), `synapse.worker` (engine
  * workers: forwarded worker output, crashes), `synapse.perf` (the perf sampler), `synapse.log`

@@ -33,8 +33,8 @@ export const PROVENANCE_SET_MAX = 4096;
  * {@link ALIAS_MIN_COSINE_THRESHOLD}). Stricter than certification's `probe.mean_cosine_threshold`
  * (0.999): certification says a lane's vectors are good enough to serve under its own
  * fingerprint; an alias says they may be mixed with the reference's in one index, without
- * re-embedding, so the two spaces must be indistinguishable, not just close (README "Aliases and
- * the table epoch").
+ * re-embedding, so the two spaces must be indistinguishable, not just close (docs/models.md
+ * "Aliases and the table epoch").
  */
 export const ALIAS_MEAN_COSINE_THRESHOLD = 0.9999;
 

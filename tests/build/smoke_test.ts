@@ -1,5 +1,5 @@
 /**
- * Release smoke test of the single executable (scripts/build, README "Install"): the artifact is
+ * Release smoke test of the single executable (scripts/build, docs/install.md): the artifact is
  * built (or reused while its inputs are unchanged), copied alone into an empty directory and run
  * with a clean environment — no variable but PATH, HOME, the XDG dirs and TMPDIR, all in a temp
  * dir, and a PATH holding only links to the system tools the header and launchers use (no node,
@@ -47,7 +47,7 @@ async function makeSandbox(artifact: string): Promise<Sandbox> {
   for (const d of ["bin", "path", "home", "data", "config", "cache", "tmp", "work"]) {
     await Deno.mkdir(`${dir}/${d}`);
   }
-  // PATH: links to exactly the tools the header and launchers run (README "Install" lists them).
+  // PATH: links to exactly the tools the header and launchers run (docs/install.md lists them).
   for (const tool of SANDBOX_TOOLS) {
     const found = ["/usr/bin", "/bin"].map((d) => `${d}/${tool}`).find((p) => {
       try {
@@ -307,7 +307,7 @@ Deno.test("release smoke: the self-extracting ck-synapse, copied alone into an e
   assert.match(record.payload_sha256 ?? "", /^[0-9a-f]{64}$/);
   const box = await makeSandbox(`${ROOT}/.cache/smoke-dist-archive/ck-synapse`);
   try {
-    // README "Install": the published digest checks the copy.
+    // docs/install.md: the published digest checks the copy.
     const sum = await runIn(box, ["-b", box.bin], {}, "sha256sum");
     assert.equal(sum.stdout.slice(0, 64), record.artifact_sha256);
 

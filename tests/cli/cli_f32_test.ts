@@ -1,7 +1,8 @@
 /**
  * The CLI's edges (field report F32), through the real launcher: no argument length aborts the
  * process (a long TEXT is served or refused exactly as over HTTP); store-only commands start no
- * model, engine or worker; the README's shell examples touched by F32 run as written.
+ * model, engine or worker; the shell examples of the README and docs/ touched by F32 run as
+ * written.
  */
 import assert from "node:assert/strict";
 import { main } from "../../lib/cli/main.ts";
@@ -10,6 +11,7 @@ import { FrameType } from "../../lib/subc/envelope.ts";
 import { bodyJson, startScriptedDaemon } from "../subc/_scripted_daemon.ts";
 import { MODELS, ROOT, startSynapse } from "../_helpers.ts";
 import { cliIn, isolatedEnv, serve } from "./_launcher.ts";
+import { userDocs } from "../_user_docs.ts";
 
 /** `n` bytes of words. */
 function words(n: number, seed = 0): string {
@@ -116,17 +118,25 @@ Deno.test("F32: after a GGUF is recorded, job status and cache gc (embedded) loa
   }
 });
 
-/** The shell command lines of the README's ```sh blocks. */
+/**
+ * The shell command lines of the ```sh blocks of the README and docs/, each once (a command shown
+ * in two places, its trailing `# comment` aside, counts once).
+ */
 async function readmeCommands(): Promise<string[]> {
-  const text = await Deno.readTextFile(`${ROOT}/README.md`);
+  const text = await userDocs();
   const lines: string[] = [];
+  const seen = new Set<string>();
   let inSh = false;
   for (const line of text.split("\n")) {
     if (line.startsWith("```")) {
       inSh = line.trim() === "```sh";
       continue;
     }
-    if (inSh && (line.startsWith("./ck-synapse ") || line.startsWith("curl "))) lines.push(line);
+    if (inSh && (line.startsWith("./ck-synapse ") || line.startsWith("curl "))) {
+      const command = line.replace(/\s+#[^'"]*$/, "").trim();
+      if (!seen.has(command)) lines.push(line);
+      seen.add(command);
+    }
   }
   return lines;
 }
@@ -152,7 +162,7 @@ Deno.test("README: the curl examples of /v1/embeddings and /api/embed run as wri
   const all = (await readmeCommands()).filter((c) =>
     /^curl -s 127\.0\.0\.1:8080\/(v1\/embeddings|api\/embed) /.test(c)
   );
-  // The Matryoshka example runs against the config the README shows beside it (tiny-mrl).
+  // The Matryoshka example runs against the config the docs show beside it (tiny-mrl).
   const commands = all.filter((c) => !c.includes('"tiny-mrl"'));
   const mrl = all.filter((c) => c.includes('"tiny-mrl"'));
   assert.equal(commands.length, 3, commands.join("\n"));
@@ -178,7 +188,7 @@ Deno.test("README: the curl examples of /v1/embeddings and /api/embed run as wri
   } finally {
     await Deno.remove(home.dir, { recursive: true });
   }
-  const readme = await Deno.readTextFile(`${ROOT}/README.md`);
+  const readme = await userDocs();
   assert.match(readme, /"model_id": "tiny-mrl"[^}]*"matryoshka_dims": \[16, 32\]/);
   const tiny = `${MODELS}/synapse-tiny-embed`;
   const withMrl = await isolatedEnv({

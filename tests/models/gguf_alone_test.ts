@@ -14,6 +14,7 @@ import { SanitizedTokenizer } from "../../lib/tokenize/tokenizer.ts";
 import { TOKENIZER_CHECK_TEXTS } from "../../lib/tokenize/gguf_tokenizer.ts";
 import { llamaVocab, qwenVocab, TINY_SPECS, writeLlamaGguf } from "../../scripts/gen_gguf.ts";
 import { MODELS, resultOf, ROOT, semanticError } from "../_helpers.ts";
+import { userDocs } from "../_user_docs.ts";
 import type { TestSynapse } from "../_helpers.ts";
 
 const LLAMA = `${MODELS}/synapse-tiny-llama`;
@@ -55,9 +56,9 @@ async function row(syn: Synapse, modelId: string): Promise<any> {
   return list.models.find((m: any) => m.model_id === modelId);
 }
 
-/** Texts for the wider comparison: the fixed set, README lines, the vocabulary corpus. */
+/** Texts for the wider comparison: the fixed set, README and docs lines, the vocabulary corpus. */
 async function sample(): Promise<string[]> {
-  const readme = (await Deno.readTextFile(`${ROOT}/README.md`)).split("\n").filter((l) => l);
+  const readme = (await userDocs()).split("\n").filter((l) => l);
   const corpus = await Deno.readTextFile(`${ROOT}/scripts/data/vocab_corpus.txt`);
   return [...TOKENIZER_CHECK_TEXTS, ...readme.slice(0, 300), ...corpus.split("\n").slice(0, 100)];
 }

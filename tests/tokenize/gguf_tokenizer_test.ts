@@ -16,6 +16,7 @@ import {
 } from "../../lib/tokenize/gguf_tokenizer.ts";
 import { SanitizedTokenizer } from "../../lib/tokenize/tokenizer.ts";
 import { MODELS, ROOT } from "../_helpers.ts";
+import { userDocs } from "../_user_docs.ts";
 
 const LLAMA = `${MODELS}/synapse-tiny-llama`;
 const QWEN = `${MODELS}/synapse-tiny-qwen`;
@@ -25,7 +26,7 @@ const llamaMeta = await readGgufMetadata(`${LLAMA}/model.gguf`, "llama");
 const qwenMeta = await readGgufMetadata(`${QWEN}/model.gguf`, "qwen");
 
 async function sample(): Promise<string[]> {
-  const readme = (await Deno.readTextFile(`${ROOT}/README.md`)).split("\n");
+  const readme = (await userDocs()).split("\n");
   const corpus = await Deno.readTextFile(`${ROOT}/scripts/data/vocab_corpus.txt`);
   return [...TOKENIZER_CHECK_TEXTS, ...readme.filter((l) => l), ...corpus.split("\n"), corpus];
 }

@@ -1,7 +1,8 @@
 /**
  * `ck-synapse aliases check --index FP --provenance FP... | list` and
  * `ck-synapse alias declare|retract A B [--evidence JSON]`: the alias table (docs/operations.md
- * "alias.declare", "alias.retract", "aliases.check_index"; README "Aliases and the table epoch").
+ * "alias.declare", "alias.retract", "aliases.check_index"; docs/models.md "Aliases and the table
+ * epoch").
  * Human lines by default, the op's result with `--json`.
  *
  * @module

@@ -711,7 +711,7 @@ class Compiler {
     const reason = why ?? REFUSED_WHY[keyword] ?? "it is not in the supported JSON Schema subset";
     return new SynapseError(
       "invalid_request",
-      `Cannot constrain the output to the schema: '${keyword}' at '${field}' is not supported (${reason}); remove it, or see the README's JSON Schema subset`,
+      `Cannot constrain the output to the schema: '${keyword}' at '${field}' is not supported (${reason}); remove it, or see the JSON Schema subset in docs/generation.md`,
       { channel: true, details: { field, keyword, reason: "unsupported_schema" } },
     );
   }

@@ -4,50 +4,16 @@
  * it micro-batches as transferable buffers. The main thread only packs ids and awaits replies, so
  * `/health`, admission and refusals stay instant while the engine is busy.
  *
- * Memory. An onnxruntime session holds its own copy of the weights (with MLAS's prepacked
- * matrices), its own CPU arena and its own intra-op threads. With the micro-batch warm-up
- * (`[8, 512]` and `[64, 64]`) one session of the 0.4 MB tiny model holds about 70 MB (nearly all
- * arena: attention scores of 8 × 512 × 512 per head), one of the 86 MB MiniLM-shaped encoder
- * about 330 MB (about 110 MB weights, 220 MB arena). What was measured (2 cores, one process per
- * configuration, speed in the same runs) and chosen:
- *
- * - Arena off (`enableCpuMemArena: false`): smaller right after warm-up (tiny +25 MB instead of
- *   +75 MB) but after 300 varied shapes glibc kept more than the arena ever held (tiny 396 MB
- *   against 270 MB, MiniLM 618 against 526), and runs got slower (`[8, 512]` 2.4× on tiny, +13%
- *   on MiniLM; the varied traffic +15% to +60%). Kept on. Tried again for the bulk lane alone
-  (session 4), arena off with `malloc_trim` after each micro-batch so a job holds only the
-  weights between batches: MiniLM while a job runs fell from 2.0× to 1.25× of a bare process,
-  but bulk micro-batches (`[32,128]`, `[16,256]`, `[64,64]`, alternating in one run) took 21% to
-  32% longer (10% without the trim, whose freed heap then stays in RSS). A job's throughput is
-  what the bulk lane exists for: kept on there too.
- * - Memory pattern off (`enableMemPattern: false`): same RSS after warm-up, same MiniLM RSS after
- *   varied traffic (tiny 206 MB against 270 MB), speed equal within this machine's noise. Left
- *   at onnxruntime's default (on): no gain where the weights are large.
- * - Spinning per run instead of a second session: not possible. onnxruntime fixes spinning when
- *   it creates a session's thread pool (`session.intra_op.allow_spinning`,
- *   `session.force_spinning_stop` are session options); its run options carry no thread or spin
- *   setting (onnxruntime_run_options_config_keys.h: arena shrinkage, EP sync, QNN, CUDA graph),
- *   and onnxruntime-node 1.30 passes only `logSeverityLevel` and `tag` to a run
- *   (js/node/src/run_options_helper.cc), so even `memory.enable_memory_arena_shrinkage` is out
- *   of reach. A quiet run therefore still needs its own session.
- * - Sharing between sessions: not possible through onnxruntime-node. Its Env is created without
- *   global thread pools (js/node/src/ort_singleton_data.cc), so
- *   `session.use_per_session_threads: "0"` fails ("the env must be created with the
- *   CreateEnvWithGlobalThreadPools API", inference_session.cc); it registers no shared
- *   allocator (`session.use_env_allocators` finds none) and exposes neither `AddInitializer` nor
- *   a prepacked-weights container, so weights cannot be shared either.
- * - So the lane holds sessions only while they are used: the quiet twin is created by the first
- *   quiet run (one thread, no warm-up: its arena grows to what quiet runs send) and released
- *   after {@link OrtLaneOptions.quietTwinIdleMs}; a lane with
- *   {@link OrtLaneOptions.idleUnloadMs} (the bulk lane, ort_lanes.ts) unloads idle models and
- *   reloads them on the next run; after each release the worker calls glibc `malloc_trim`,
- *   without which about 120 MB of the freed MiniLM sessions stayed in RSS.
- *
- * Per further configured model (bench/memory.ts, same run, against a bare onnxruntime-node
- * process running the same shapes): before, Synapse held 2.0× (tiny and MiniLM) once loaded and
- * 3.1× once a job had run; now 1.0× to 1.1× when loaded or idle, and 2.0× to 2.3× while a job
- * and queries share the model (a bulk session and a twin beside the interactive one, by design:
- * a query never waits for a bulk micro-batch).
+ * Memory. An onnxruntime session holds its own copy of the weights, its own CPU arena and its own
+ * intra-op threads, and onnxruntime-node can share none of them between sessions (no global thread
+ * pools, no shared allocator, no prepacked-weights container) nor set spinning per run. So the CPU
+ * arena and the memory pattern stay on (turning them off cost speed and saved nothing once traffic
+ * varied), and the lane holds sessions only while they are used: the quiet twin is created by the
+ * first quiet run and released after {@link OrtLaneOptions.quietTwinIdleMs}; a lane with
+ * {@link OrtLaneOptions.idleUnloadMs} (the bulk lane, ort_lanes.ts) unloads idle models and reloads
+ * them on the next run; after each release the worker calls glibc `malloc_trim`. The measurements
+ * behind each choice, and what a configured model costs against a bare onnxruntime-node process,
+ * are in bench/README.md "ORT sessions and memory".
  *
  * @module
  */
