@@ -9,6 +9,9 @@
  * - docs/config.md lists every key of the config schema (lib/config/schema.ts, walked: sections
  *   and `preload_models` entries included) and no key the schema lacks.
  * - docs/observability.md lists every metric family `/metrics` writes, and no other.
+ * - docs/operations.md's table of operations and its sections name exactly the operations of
+ *   `OPERATIONS` (lib/ops/dispatcher.ts); docs/http.md "The owner key" names exactly those that
+ *   need the owner's key.
  * - The README's Documentation list names every docs/*.md and bench/README.md.
  * - Every relative link of README.md, docs/*.md and bench/README.md names a file that exists and,
  *   with a `#anchor`, a heading of that file (GitHub's anchor rules).
@@ -22,6 +25,7 @@ import { ERROR_CODES } from "../../lib/contract/errors.ts";
 import type { ErrorCode } from "../../lib/contract/errors.ts";
 import { HTTP_STATUS } from "../../lib/http/status_table.ts";
 import { LayerSchema, SynapseConfigSchema } from "../../lib/config/schema.ts";
+import { OPERATIONS } from "../../lib/ops/dispatcher.ts";
 
 /** The lines of a markdown file outside fenced code blocks (fence lines dropped too). */
 function prose(md: string): string[] {
@@ -315,4 +319,31 @@ Deno.test("the README's Documentation list names every docs/ file and bench/READ
   }
   assert.deepEqual(duplicates(listed), []);
   assert.deepEqual(sorted(listed), sorted(files));
+});
+
+Deno.test("docs/operations.md lists and documents exactly the operations of OPERATIONS; http.md names the owner's", async () => {
+  const ops = Object.keys(OPERATIONS).sort();
+  const md = await Deno.readTextFile(`${ROOT}/docs/operations.md`);
+  const lines = prose(md);
+  const tableStart = lines.findIndex((l) => /^\| operation\b/i.test(l) || /^\| method\b/i.test(l));
+  assert.ok(tableStart >= 0, "docs/operations.md has no table of operations");
+  const rows: string[] = [];
+  for (const l of lines.slice(tableStart + 2)) {
+    const m = /^\| `([a-z._]+)`/.exec(l);
+    if (m === null) break;
+    rows.push(m[1]!);
+  }
+  assert.deepEqual([...rows].sort(), ops, "the table of operations");
+  const sections = lines.flatMap((l) => {
+    const m = /^#{2,3} `([a-z._]+)`$/.exec(l);
+    return m === null ? [] : [m[1]!];
+  });
+  assert.deepEqual([...new Set(sections)].sort(), ops, "the sections of operations");
+  const http = await Deno.readTextFile(`${ROOT}/docs/http.md`);
+  const owner = prose(http.slice(http.indexOf("## The owner key")).split("\n## ")[0]!).join(" ");
+  const para = owner.slice(0, owner.indexOf("are served over HTTP"));
+  const named = [...para.matchAll(/`([a-z]+\.[a-z._]+)`/g)].map((m) => m[1]!).sort();
+  const need = Object.entries(OPERATIONS).filter(([, o]) => o.access === "owner").map(([k]) => k)
+    .sort();
+  assert.deepEqual(named, need, "the owner key's operations");
 });
