@@ -95,6 +95,11 @@ async function ollamaLegacyEmbed(io: AdapterIo): Promise<AdapterAnswer> {
         model: p.model,
         input: p.prompt,
         ...(p.truncate === undefined || p.truncate === null ? {} : { truncate: p.truncate }),
+        // Accepted and of no effect: passed on so the answer names them as /api/embed's does.
+        ...(p.keep_alive === undefined || p.keep_alive === null
+          ? {}
+          : { keep_alive: p.keep_alive }),
+        ...(p.options === undefined || p.options === null ? {} : { options: p.options }),
       }),
   });
   if (answer.status !== 200) return answer;
@@ -157,6 +162,11 @@ async function ollamaEmbed(io: AdapterIo): Promise<AdapterAnswer> {
     inference_time_ms: res.inference_time_ms,
   };
   if (res.test_model) synapse.test_model = true;
+  // Ollama's runner settings: accepted (its clients always send them), of no effect here, named.
+  const ignored = (["keep_alive", "options"] as const).filter((k) =>
+    p[k] !== undefined && p[k] !== null
+  );
+  if (ignored.length > 0) synapse.ignored_fields = ignored;
   return {
     status: 200,
     fingerprint: res.fingerprint,

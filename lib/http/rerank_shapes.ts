@@ -131,6 +131,8 @@ async function cohereRerank(io: AdapterIo, preread?: unknown): Promise<AdapterAn
     inference_time_ms: res.inference_time_ms,
   };
   if (res.test_model) synapse.test_model = true;
+  // Cohere v2's scheduling hint: accepted, of no effect here, named.
+  if (p.priority !== undefined) synapse.ignored_fields = ["priority"];
   return {
     status: 200,
     fingerprint: res.fingerprint,

@@ -107,6 +107,11 @@ Deno.test("/v1/rerank answers Cohere's shape: sorted, top_n, return_documents, s
   assert.equal(body.synapse.fingerprint, native.fingerprint);
   assert.equal(body.synapse.test_model, true);
 
+  // Cohere v2's `priority` is accepted, changes nothing, and is named in the answer.
+  const prio = await d.post("/v2/rerank", { query: QUERY, documents: DOCS, priority: 3 });
+  assert.equal(prio.res.status, 200);
+  assert.deepEqual(prio.body.results.map((r: { index: number }) => r.index), order);
+  assert.deepEqual(prio.body.synapse.ignored_fields, ["priority"]);
   // Without top_n: every document; without return_documents: no document (Cohere's default).
   const all = await d.post("/v1/rerank", { query: QUERY, documents: DOCS });
   assert.equal(all.res.status, 200);
@@ -116,6 +121,7 @@ Deno.test("/v1/rerank answers Cohere's shape: sorted, top_n, return_documents, s
   for (const path of ["/v2/rerank", "/rerank"]) {
     const more = await d.post(path, { query: QUERY, documents: DOCS, top_n: 50 });
     assert.equal(more.res.status, 200, path);
+    assert.equal(more.body.synapse.ignored_fields, undefined, path);
     assert.deepEqual(
       more.body.results.map((r: { index: number; raw_logit: number }) => [r.index, r.raw_logit]),
       order.map((i) => [i, native.scores[i]]),
@@ -392,7 +398,10 @@ Deno.test("Ollama /api/embed answers its shape with embed.batch's vectors; trunc
   );
   assert.ok(Number.isInteger(body.total_duration) && body.total_duration > 0);
   assert.equal(body.load_duration, 0);
+  // Ollama's runner settings are accepted, change nothing, and are named in the answer.
+  assert.deepEqual(body.synapse.ignored_fields, ["keep_alive", "options"]);
   const one = await d.post("/api/embed", { model: "synapse-tiny-embed", input: "apple pie" });
+  assert.equal(one.body.synapse.ignored_fields, undefined);
   assert.deepEqual(one.body.embeddings, [native.vectors[0].vector]);
   // `name:latest` (what Ollama's clients send) names the model; another tag does not.
   const latest = await d.post("/api/embed", {
@@ -409,6 +418,12 @@ Deno.test("Ollama /api/embed answers its shape with embed.batch's vectors; trunc
   });
   assert.equal(legacy.res.status, 200);
   assert.deepEqual(legacy.body.embedding, one.body.embeddings[0]);
+  const legacyKept = await d.post("/api/embeddings", {
+    model: "synapse-tiny-embed",
+    prompt: "apple pie",
+    keep_alive: 0,
+  });
+  assert.deepEqual(legacyKept.body.synapse.ignored_fields, ["keep_alive"]);
   const legacyBad = await d.post("/api/embeddings", { model: "nope", prompt: "x" });
   assert.equal(legacyBad.res.status, 404);
   assert.equal(typeof legacyBad.body.error, "string");
