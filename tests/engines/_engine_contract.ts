@@ -1,7 +1,9 @@
 /**
  * The shared contract every {@link Engine} passes (STYLE 16, hono's `common.case.test.ts`): each
  * engine's test file calls {@link runEngineContract} with a factory for a loaded engine and
- * token rows for it. Real engines only: ORT in its Worker thread, llama.cpp in its worker process.
+ * token rows for it: ORT in its Worker thread and llama.cpp in its worker process
+ * (`engine_contract_test.ts`), and the in-memory test double the lane tests drive
+ * (`fake_engine_test.ts`), so the double behaves as the contract says an engine does.
  */
 import assert from "node:assert/strict";
 import type { Engine, EngineRow } from "../../lib/engines/engine.ts";
@@ -10,7 +12,7 @@ import { cosine } from "../_helpers.ts";
 
 /** What the contract needs of one engine under test. */
 export interface EngineContractCase {
-  /** Test name prefix, e.g. `OrtEngine (embed)`. */
+  /** Test name prefix, e.g. `FakeEngine (embed)`. */
   name: string;
   /** A fresh, loaded engine (disposed by the suite). */
   newEngine: () => Promise<Engine>;
