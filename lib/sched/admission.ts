@@ -66,6 +66,9 @@ export interface AdmissionOptions {
   now?: () => number;
 }
 
+/** The retry hint of an admission refusal (`queue_full`, `deadline_exceeded`), ms. */
+export const ADMISSION_RETRY_AFTER_MS = 100;
+
 /** Byte-budget and deadline admission with in-flight accounting. */
 export class Admission {
   readonly limits: AdmissionLimits;
@@ -175,7 +178,9 @@ export class Admission {
     this.#refusals.set(code, stats);
     return new SynapseError(code, message, {
       details,
-      retryAfterMs: code === "queue_full" ? 100 : 100,
+      // Both refusals retry after the default transient delay: what frees budget or queue
+      // room is other requests finishing, which no estimate here predicts better.
+      retryAfterMs: ADMISSION_RETRY_AFTER_MS,
     });
   }
 }
