@@ -61,21 +61,11 @@ import type { OpOutcome } from "../ops/dispatcher.ts";
 import type { MicrollmParams, MicrollmResult } from "../ops/microllm.ts";
 import type { RoutingParams } from "../ops/op_types.ts";
 import type { CallOptions, GenerationStart } from "../ops/context.ts";
+import type { RequestFacts } from "../ops/request_facts.ts";
 import { openAiError } from "./openai.ts";
 
 /** The two doors. */
 export type CompletionsDoor = "/v1/completions" | "/v1/chat/completions";
-
-/** The paths of the completions doors. */
-export const COMPLETIONS_PATHS: readonly CompletionsDoor[] = [
-  "/v1/completions",
-  "/v1/chat/completions",
-];
-
-/** True for a completions door's path. */
-export function isCompletionsPath(path: string): path is CompletionsDoor {
-  return path === "/v1/completions" || path === "/v1/chat/completions";
-}
 
 /** `max_tokens` of a `/v1/completions` request that sends none (OpenAI's default). */
 export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
@@ -169,10 +159,14 @@ export interface CompletionsServed {
   response: Response;
   /** The `microllm.oneshot` params it called with. */
   params: Record<string, unknown>;
-  /** The call's outcome when it is known as the response starts (not for a live stream). */
-  outcome?: OpOutcome;
-  /** The call's outcome, once the generation has ended (a live stream: after the response). */
-  settled: Promise<OpOutcome>;
+  /** True while the generation still runs behind a streamed response. */
+  live: boolean;
+  /**
+   * The call's request facts, as the instance worked them out (`CallOptions.onFacts`), once the
+   * generation has ended: before the response starts, or (`live`) after it; undefined from a
+   * backend that reports none.
+   */
+  facts: Promise<RequestFacts | undefined>;
 }
 
 /** The mapped request. */
@@ -214,7 +208,12 @@ export async function serveCompletions(
 ): Promise<CompletionsServed> {
   const m = mapRequest(door, body, routing);
   if (m.stream) return await serveStreamed(backend, m, signal);
-  const outcome = await backend.call("microllm.oneshot", m.params, { signal });
+  const facts = Promise.withResolvers<RequestFacts | undefined>();
+  const outcome = await backend.call("microllm.oneshot", m.params, {
+    signal,
+    onFacts: facts.resolve,
+  });
+  facts.resolve(undefined); // told already, unless the backend tells none
   if (outcome.kind !== "result") throw inDoorTerms(outcome.error, m);
   const res = outcome.body.result as MicrollmResult;
   const answer = answerOf(res, m);
@@ -222,7 +221,7 @@ export async function serveCompletions(
     status: 200,
     headers: withType(headersOf(res), "application/json; charset=utf-8", false),
   });
-  return { response, params: m.params, outcome, settled: Promise.resolve(outcome) };
+  return { response, params: m.params, live: false, facts: facts.promise };
 }
 
 /** The headers of an answer: the fingerprint, and the chat template that made the prompt. */
@@ -261,12 +260,16 @@ async function serveStreamed(
   const onStart = (start: GenerationStart): void => void (started = start);
   // The body's reader going away (the client hung up mid-stream) stops the generation too.
   const gone = new AbortController();
+  const facts = Promise.withResolvers<RequestFacts | undefined>();
   const call = backend.call("microllm.oneshot", m.params, {
     signal: AbortSignal.any([signal, gone.signal]),
     onStart,
     onText,
+    onFacts: facts.resolve,
   });
-  const settled = call;
+  // Told already once the call has settled, unless the backend tells none.
+  const untold = (): void => facts.resolve(undefined);
+  void call.then(untold, untold);
   const firstEvent = await Promise.race([call, first.promise]);
   if (firstEvent !== "part") {
     const outcome = firstEvent;
@@ -279,7 +282,7 @@ async function serveStreamed(
       status: 200,
       headers: withType(headersOf(res), SSE_TYPE, true),
     });
-    return { response, params: m.params, outcome, settled };
+    return { response, params: m.params, live: false, facts: facts.promise };
   }
   // Generating: the op told which model before its first text.
   const model = started;
@@ -341,7 +344,7 @@ async function serveStreamed(
     status: 200,
     headers: withType(headersOf(model), SSE_TYPE, true),
   });
-  return { response, params: m.params, settled };
+  return { response, params: m.params, live: true, facts: facts.promise };
 }
 
 function withType(headers: Headers, type: string, stream: boolean): Headers {

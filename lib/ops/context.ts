@@ -14,6 +14,7 @@ import type { JobStore } from "../store/job_store.ts";
 import type { LogSink } from "../log/log.ts";
 import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
 import type { CallDoor } from "../log/metrics.ts";
+import type { RequestFacts } from "./request_facts.ts";
 import type { CertificationStore } from "../probe/certification_store.ts";
 import type { MachineProfile } from "../identity/machine_profile.ts";
 import type { KnobAssignment } from "../probe/types.ts";
@@ -110,6 +111,12 @@ export interface CallOptions {
    * answer. Set by a door, never read from the wire.
    */
   onStart?: (start: GenerationStart) => void;
+  /**
+   * Hears the call's request facts (lib/ops/request_facts.ts) once its outcome is known, as the
+   * instance works them out for its metrics, so a door's request log reuses them instead of
+   * working them out again. Set by a door, never read from the wire.
+   */
+  onFacts?: (facts: RequestFacts) => void;
 }
 
 /** What `microllm.oneshot` tells `onStart` as its generation starts. */
