@@ -545,6 +545,8 @@ export class Synapse implements AsyncDisposable {
         ...(facts.tokens === undefined ? {} : { tokens: facts.tokens }),
         ...(model === undefined ? {} : { model }),
       });
+      // The door's request log takes the same facts: worked out once per call.
+      options.onFacts?.(facts);
     } catch (err) {
       this.#log("error", "synapse.ops", "recording a call's metrics failed. This is a bug", {
         message: (err as Error)?.message ?? String(err),

@@ -1,7 +1,9 @@
 /**
  * The layers of lib/ (docs/layout.md): a module may import from its own area or from a lower
  * layer, never from a higher one — so the doors sit on ops, ops on models and lanes, lanes on
- * engines and the scheduler, and an engine never reaches up into a door or an operation.
+ * engines and the scheduler, and an engine never reaches up into a door or an operation. A door
+ * (lib/http/, lib/cli/, lib/doors/) maps shapes only: it never imports an operation's private
+ * module (`lib/ops/_*.ts`), whose logic belongs behind the dispatcher.
  */
 import assert from "node:assert/strict";
 import { ROOT } from "./_helpers.ts";
@@ -27,6 +29,19 @@ function layerOf(area: string): number {
   return i;
 }
 
+/** The areas of lib/ that are doors: they may not import `lib/ops/_*`. */
+const DOORS = ["http", "cli", "doors"];
+
+/** Every relative import of every .ts file under lib/: `[file, target]`, both absolute paths. */
+async function* libImports(lib: string): AsyncGenerator<[file: string, target: string]> {
+  for await (const file of tsFiles(lib)) {
+    const text = await Deno.readTextFile(file);
+    for (const m of text.matchAll(/^(?:import|export)[^;]*?from "(\.[^"]+)"/gms)) {
+      yield [file, new URL(m[1]!, `file://${file}`).pathname];
+    }
+  }
+}
+
 async function* tsFiles(dir: string): AsyncGenerator<string> {
   for await (const e of Deno.readDir(dir)) {
     const p = `${dir}/${e.name}`;
@@ -39,19 +54,31 @@ Deno.test("no module in lib/ imports from a layer above its own", async () => {
   const lib = `${ROOT}/lib`;
   const upward: string[] = [];
   let checked = 0;
-  for await (const file of tsFiles(lib)) {
+  for await (const [file, target] of libImports(lib)) {
     const area = file.slice(lib.length + 1).split("/")[0]!;
-    const text = await Deno.readTextFile(file);
-    for (const m of text.matchAll(/^(?:import|export)[^;]*?from "(\.[^"]+)"/gms)) {
-      const target = new URL(m[1]!, `file://${file}`).pathname;
-      if (!target.startsWith(lib + "/")) continue; // ffi/, outside lib
-      const to = target.slice(lib.length + 1).split("/")[0]!;
-      checked++;
-      if (to !== area && layerOf(to) > layerOf(area)) {
-        upward.push(`${file.slice(lib.length + 1)} imports ${to}`);
-      }
+    if (!target.startsWith(lib + "/")) continue; // ffi/, outside lib
+    const to = target.slice(lib.length + 1).split("/")[0]!;
+    checked++;
+    if (to !== area && layerOf(to) > layerOf(area)) {
+      upward.push(`${file.slice(lib.length + 1)} imports ${to}`);
     }
   }
   assert.ok(checked > 200, `only ${checked} imports seen: the scan is broken`);
   assert.deepEqual(upward, []);
+});
+
+Deno.test("no door imports an operation's private module (lib/ops/_*)", async () => {
+  const lib = `${ROOT}/lib`;
+  const private_: string[] = [];
+  let checked = 0;
+  for await (const [file, target] of libImports(lib)) {
+    const rel = file.slice(lib.length + 1);
+    if (!DOORS.includes(rel.split("/")[0]!)) continue;
+    checked++;
+    if (target.startsWith(`${lib}/ops/_`)) {
+      private_.push(`${rel} imports ${target.slice(lib.length + 1)}`);
+    }
+  }
+  assert.ok(checked > 100, `only ${checked} door imports seen: the scan is broken`);
+  assert.deepEqual(private_, []);
 });

@@ -101,6 +101,41 @@ export const COMMON_PARAMS = {
   ...ROUTING_PARAMS,
 };
 
+/**
+ * `microllm.oneshot`'s `response_format` (OpenAI's shape): `text` leaves the output free,
+ * `json_object` constrains it to one JSON object, `json_schema` to its `schema` (compiled to a
+ * GBNF grammar, lib/engines/llama/json_schema_gbnf.ts). `name` and `description` label the
+ * schema and change no token, as in OpenAI; the output always follows the schema, whatever
+ * `strict` says.
+ */
+export const RESPONSE_FORMAT = z.discriminatedUnion("type", [
+  z.strictObject({ type: z.literal("text") }),
+  z.strictObject({ type: z.literal("json_object") }),
+  z.strictObject({
+    type: z.literal("json_schema"),
+    json_schema: z.strictObject({
+      name: z.string().min(1).max(64),
+      description: z.string().optional(),
+      schema: z.unknown().optional(),
+      strict: z.boolean().nullable().optional(),
+    }),
+  }),
+]);
+/** A parsed {@link RESPONSE_FORMAT}. */
+export type ResponseFormat = z.infer<typeof RESPONSE_FORMAT>;
+
+/**
+ * One message of `microllm.oneshot {messages}`: a role, its text (`null` is accepted on an
+ * assistant message only, as empty content) and an optional speaker name.
+ */
+export const CHAT_MESSAGE = z.strictObject({
+  role: z.enum(["system", "developer", "user", "assistant"]),
+  content: z.string().nullable(),
+  name: wellFormedName().optional(),
+});
+/** A parsed {@link CHAT_MESSAGE}. */
+export type ChatMessageParam = z.infer<typeof CHAT_MESSAGE>;
+
 /** The common params plus `truncate` (embed and rerank). */
 const common = {
   ...COMMON_PARAMS,

@@ -9,15 +9,14 @@
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
-import type { ItemError } from "../ops/_embedding.ts";
-import type { EmbedResult } from "../ops/embed.ts";
+import type { EmbedResult, ItemError } from "../ops/embed.ts";
 import type { CallOptions } from "../ops/context.ts";
 import type { PromptDisclosure, PromptSelector } from "../models/prompts.ts";
 import type { OpOutcome } from "../ops/dispatcher.ts";
 import { factsOptions, requestFacts } from "../ops/request_facts.ts";
 import type { RequestFacts } from "../ops/request_facts.ts";
 import type { Synapse } from "../synapse.ts";
-import type { RoutingParams } from "../ops/_resolve_model.ts";
+import type { RoutingParams } from "../ops/op_types.ts";
 import { HttpRefusal } from "./_request_body.ts";
 import { httpStatusFor } from "./status_table.ts";
 

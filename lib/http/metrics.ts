@@ -163,7 +163,7 @@ export async function renderMetrics(source: MetricsSource): Promise<string> {
     m.httpResponses,
   );
 
-  // Admission (contract §6).
+  // Admission (docs/operations.md, "Admission and deadlines").
   const a = ctx.admission;
   out.family(
     "synapse_admission_refusals_total",

@@ -1,6 +1,10 @@
 /**
  * The OpenAI completions doors, `POST /v1/completions` and `POST /v1/chat/completions`: mappings
- * around one `microllm.oneshot` call through the dispatcher, nothing more.
+ * around one `microllm.oneshot` call through the dispatcher, nothing more. The door maps OpenAI's
+ * JSON onto the op's params (`prompt` or `messages`, `max_tokens`, `response_format`, `stop`) and
+ * the op's result (or its `onText` pieces) back to OpenAI's JSON or server-sent events; the model,
+ * the chat template, the schema's grammar, the limits and the decoding are the op's
+ * (lib/ops/microllm.ts, docs/operations.md `microllm.oneshot`).
  *
  * - **Greedy only.** `microllm.oneshot` picks the most likely token each step. A request that
  *   asks for sampling is refused naming the parameter (`invalid_request`, OpenAI type
@@ -17,14 +21,14 @@
  *   within a token and the lane frees). `usage.completion_tokens` counts the tokens generated.
  *   Refused together with a JSON `response_format` (a cut would break the JSON).
  * - **`response_format`** `{type: "json_object"}` or `{type: "json_schema", json_schema: {name,
- *   schema, strict?}}` is compiled to a GBNF grammar (`lib/engines/llama/json_schema_gbnf.ts`, the
- *   supported subset is documented there) and checked before anything is generated; an
+ *   schema, strict?}}` goes to `microllm.oneshot {response_format}`, which compiles it to a GBNF
+ *   grammar (the subset it supports: lib/engines/llama/json_schema_gbnf.ts) before generating; an
  *   unsupported keyword is refused naming its path. It needs `grammar_enabled` (else
  *   `grammar_disabled`, 403, naming `response_format`). An output that hit `max_tokens` before the
  *   JSON was complete answers `finish_reason: "length"` and `synapse.json_complete: false`: it is
  *   not valid JSON.
  * - **Chat** messages become one prompt through the model's GGUF chat template where it has one,
- *   else a `role: content` fallback (`lib/ops/_chat_template.ts`); the answer says which
+ *   else a `role: content` fallback (`microllm.oneshot {messages}`); the answer says which
  *   (`synapse.chat_template`, header `x-synapse-chat-template`).
  * - **`stream: true`** answers server-sent events in OpenAI's chunk shapes, ending `data:
  *   [DONE]`, token by token: the events start with the first final text (every refusal before
@@ -51,54 +55,22 @@
  */
 import { z } from "zod";
 import { SynapseError } from "../contract/errors.ts";
-import { parseParams, wellFormedName } from "../contract/schemas.ts";
-import { checkGbnf } from "../engines/llama/gbnf.ts";
-import {
-  compileJsonSchema,
-  jsonObjectGrammar,
-  type SchemaNote,
-} from "../engines/llama/json_schema_gbnf.ts";
+import { parseParams, RESPONSE_FORMAT, wellFormedName } from "../contract/schemas.ts";
+import type { ChatMessageParam, ResponseFormat } from "../contract/schemas.ts";
 import type { OpOutcome } from "../ops/dispatcher.ts";
-import type { MicrollmResult } from "../ops/microllm.ts";
-import { type ChatMessage, fallbackPrompt, renderChat } from "../ops/_chat_template.ts";
-import type { RenderedChat } from "../ops/_chat_template.ts";
-import { resolveModel, routingOf } from "../ops/_resolve_model.ts";
-import type { RoutingParams } from "../ops/_resolve_model.ts";
-import type { CallOptions, OpContext } from "../ops/context.ts";
+import type { MicrollmParams, MicrollmResult } from "../ops/microllm.ts";
+import type { RoutingParams } from "../ops/op_types.ts";
+import type { CallOptions, GenerationStart } from "../ops/context.ts";
+import type { RequestFacts } from "../ops/request_facts.ts";
 import { openAiError } from "./openai.ts";
 
 /** The two doors. */
 export type CompletionsDoor = "/v1/completions" | "/v1/chat/completions";
 
-/** The paths of the completions doors. */
-export const COMPLETIONS_PATHS: readonly CompletionsDoor[] = [
-  "/v1/completions",
-  "/v1/chat/completions",
-];
-
-/** True for a completions door's path. */
-export function isCompletionsPath(path: string): path is CompletionsDoor {
-  return path === "/v1/completions" || path === "/v1/chat/completions";
-}
-
 /** `max_tokens` of a `/v1/completions` request that sends none (OpenAI's default). */
 export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
 
 const nullish = <T extends z.ZodType>(t: T) => t.nullable().optional();
-
-const ResponseFormat = z.discriminatedUnion("type", [
-  z.strictObject({ type: z.literal("text") }),
-  z.strictObject({ type: z.literal("json_object") }),
-  z.strictObject({
-    type: z.literal("json_schema"),
-    json_schema: z.strictObject({
-      name: z.string().min(1).max(64),
-      description: z.string().optional(),
-      schema: z.unknown().optional(),
-      strict: nullish(z.boolean()),
-    }),
-  }),
-]);
 
 /** Fields both doors take (sampling fields are parsed, then refused unless greedy). */
 const COMMON = {
@@ -115,7 +87,7 @@ const COMMON = {
   stream: nullish(z.boolean()),
   stream_options: nullish(z.strictObject({ include_usage: z.boolean().optional() })),
   user: nullish(wellFormedName()),
-  response_format: ResponseFormat.optional(),
+  response_format: RESPONSE_FORMAT.optional(),
 };
 
 const CompletionsRequest = z.strictObject({
@@ -177,11 +149,9 @@ const IGNORED_FIELDS: Readonly<Record<CompletionsDoor, readonly string[]>> = {
   ],
 };
 
-/** What a door needs from the instance: the dispatcher, and the context for the chat template. */
+/** What a door needs from the instance: the dispatcher's `call`. */
 export interface CompletionsBackend {
   call(method: string, params: unknown, options?: CallOptions): Promise<OpOutcome>;
-  readonly context: OpContext;
-  readonly disposed: boolean;
 }
 
 /** A served completions request: the response, and what the request log needs. */
@@ -189,33 +159,28 @@ export interface CompletionsServed {
   response: Response;
   /** The `microllm.oneshot` params it called with. */
   params: Record<string, unknown>;
-  /** The call's outcome when it is known as the response starts (not for a live stream). */
-  outcome?: OpOutcome;
-  /** The call's outcome, once the generation has ended (a live stream: after the response). */
-  settled: Promise<OpOutcome>;
+  /** True while the generation still runs behind a streamed response. */
+  live: boolean;
+  /**
+   * The call's request facts, as the instance worked them out (`CallOptions.onFacts`), once the
+   * generation has ended: before the response starts, or (`live`) after it; undefined from a
+   * backend that reports none.
+   */
+  facts: Promise<RequestFacts | undefined>;
 }
 
 /** The mapped request. */
 interface Mapped {
   door: CompletionsDoor;
-  params: {
-    prompt: string;
-    max_tokens: number;
-    model?: string;
-    grammar?: string;
-    stop?: string[];
-  } & RoutingParams;
+  /** `microllm.oneshot` params: `{prompt, max_tokens}` or `{messages, max_tokens?}`, and the rest. */
+  params: MicrollmParams & Record<string, unknown>;
   /** The field that set max_tokens (errors name it). */
   maxTokensField: string;
-  stop: string[];
   stream: boolean;
   includeUsage: boolean;
   /** The request's fields that were accepted and had no effect (`synapse.ignored_fields`). */
   ignored: string[];
   constrained?: "json_object" | "json_schema";
-  /** How the schema compiler read some keywords (said in `synapse.schema_notes`). */
-  schemaNotes?: SchemaNote[];
-  chat?: RenderedChat;
 }
 
 /**
@@ -227,8 +192,7 @@ interface Mapped {
  * @param body The parsed JSON body.
  * @param signal The request's signal (a client that goes away cancels the generation).
  * @param routing The request's routing constraints (its `x-synapse-*` headers,
- *   lib/http/routing_headers.ts), passed to `microllm.oneshot` as its params (and applied where
- *   the chat door resolves the model for its template).
+ *   lib/http/routing_headers.ts), passed to `microllm.oneshot` as its params.
  * @returns The response and the call's facts.
  * @throws {SynapseError} every refusal, its `details.field` the request's own field name (the
  *   server answers it in OpenAI's error body): malformed bodies and refused sampling parameters
@@ -242,30 +206,30 @@ export async function serveCompletions(
   signal: AbortSignal,
   routing: RoutingParams = {},
 ): Promise<CompletionsServed> {
-  const m = mapRequest(backend, door, body, routing);
+  const m = mapRequest(door, body, routing);
   if (m.stream) return await serveStreamed(backend, m, signal);
-  const outcome = await backend.call("microllm.oneshot", m.params, { signal, ...scaffolding(m) });
+  const facts = Promise.withResolvers<RequestFacts | undefined>();
+  const outcome = await backend.call("microllm.oneshot", m.params, {
+    signal,
+    onFacts: facts.resolve,
+  });
+  facts.resolve(undefined); // told already, unless the backend tells none
   if (outcome.kind !== "result") throw inDoorTerms(outcome.error, m);
   const res = outcome.body.result as MicrollmResult;
   const answer = answerOf(res, m);
   const response = new Response(JSON.stringify(answer.body), {
     status: 200,
-    headers: withType(headersOf(res.fingerprint, m), "application/json; charset=utf-8", false),
+    headers: withType(headersOf(res), "application/json; charset=utf-8", false),
   });
-  return { response, params: m.params, outcome, settled: Promise.resolve(outcome) };
+  return { response, params: m.params, live: false, facts: facts.promise };
 }
 
-/**
- * The chat template's special tokens in the prompt (F25): only they are parsed as special
- * tokens; message contents, and a `/v1/completions` prompt entirely, are plain text.
- */
-function scaffolding(m: Mapped): CallOptions {
-  return m.chat === undefined ? {} : { microllm: { specialSpans: m.chat.specialSpans } };
-}
-
-function headersOf(fingerprint: string, m: Mapped): Headers {
-  const headers = new Headers({ "x-synapse-fingerprint": fingerprint });
-  if (m.chat !== undefined) headers.set("x-synapse-chat-template", m.chat.template);
+/** The headers of an answer: the fingerprint, and the chat template that made the prompt. */
+function headersOf(start: GenerationStart): Headers {
+  const headers = new Headers({ "x-synapse-fingerprint": start.fingerprint });
+  if (start.chat_template !== undefined) {
+    headers.set("x-synapse-chat-template", start.chat_template);
+  }
   return headers;
 }
 
@@ -291,14 +255,21 @@ async function serveStreamed(
     early.push(text);
     first.resolve("part");
   };
+  // The model that generates, told by the op before its first text.
+  let started: GenerationStart | undefined;
+  const onStart = (start: GenerationStart): void => void (started = start);
   // The body's reader going away (the client hung up mid-stream) stops the generation too.
   const gone = new AbortController();
+  const facts = Promise.withResolvers<RequestFacts | undefined>();
   const call = backend.call("microllm.oneshot", m.params, {
     signal: AbortSignal.any([signal, gone.signal]),
+    onStart,
     onText,
-    ...scaffolding(m),
+    onFacts: facts.resolve,
   });
-  const settled = call;
+  // Told already once the call has settled, unless the backend tells none.
+  const untold = (): void => facts.resolve(undefined);
+  void call.then(untold, untold);
   const firstEvent = await Promise.race([call, first.promise]);
   if (firstEvent !== "part") {
     const outcome = firstEvent;
@@ -309,18 +280,15 @@ async function serveStreamed(
     const lines = [...events.opening(), ...events.delta(answer.text), ...events.closing(answer)];
     const response = new Response(lines.join("") + SSE_DONE, {
       status: 200,
-      headers: withType(headersOf(res.fingerprint, m), SSE_TYPE, true),
+      headers: withType(headersOf(res), SSE_TYPE, true),
     });
-    return { response, params: m.params, outcome, settled };
+    return { response, params: m.params, live: false, facts: facts.promise };
   }
-  // Generating: the model is the one the call resolved (the default one when none was named).
-  let model: ReturnType<typeof resolveModel>;
-  try {
-    model = resolveModel(backend.context, m.params.model, "generate", routingOf(m.params));
-  } catch (err) {
-    // Unloaded since the call resolved it: nothing can be decoded; stop the generation.
-    gone.abort(err);
-    throw err;
+  // Generating: the op told which model before its first text.
+  const model = started;
+  if (model === undefined) {
+    gone.abort();
+    throw new Error("microllm.oneshot sent text before onStart. This is a bug");
   }
   const chat = m.door === "/v1/chat/completions";
   const id = `${chat ? "chatcmpl" : "cmpl"}-${crypto.randomUUID().replaceAll("-", "")}`;
@@ -328,7 +296,7 @@ async function serveStreamed(
     m,
     id,
     Math.floor(Date.now() / 1000),
-    model.modelId,
+    model.model_id,
     model.fingerprint,
   );
   const enc = new TextEncoder();
@@ -374,9 +342,9 @@ async function serveStreamed(
   });
   const response = new Response(body, {
     status: 200,
-    headers: withType(headersOf(model.fingerprint, m), SSE_TYPE, true),
+    headers: withType(headersOf(model), SSE_TYPE, true),
   });
-  return { response, params: m.params, settled };
+  return { response, params: m.params, live: true, facts: facts.promise };
 }
 
 function withType(headers: Headers, type: string, stream: boolean): Headers {
@@ -385,20 +353,18 @@ function withType(headers: Headers, type: string, stream: boolean): Headers {
   return headers;
 }
 
-/** Maps a body to `microllm.oneshot` params; every refusal comes before generation. */
-function mapRequest(
-  backend: CompletionsBackend,
-  door: CompletionsDoor,
-  body: unknown,
-  routing: RoutingParams,
-): Mapped {
+/**
+ * Maps a body to `microllm.oneshot` params. The door refuses what is OpenAI's shape alone
+ * (sampling, tools, two disagreeing max_tokens fields); the operation checks the rest (limits,
+ * schema, messages) before it generates.
+ */
+function mapRequest(door: CompletionsDoor, body: unknown, routing: RoutingParams): Mapped {
   const chat = door === "/v1/chat/completions";
   const p = chat
     ? parseParams(door, ChatRequest, body)
     : parseParams(door, CompletionsRequest, body);
   refuseSampling(p as Record<string, unknown>);
   if (chat) refuseTools(p as z.infer<typeof ChatRequest>);
-  const limit = backend.context.config.microllm_max_tokens;
   let maxTokens = p.max_tokens ?? undefined;
   let maxTokensField = "max_tokens";
   if (chat) {
@@ -413,103 +379,48 @@ function mapRequest(
       maxTokens = mct;
       maxTokensField = "max_completion_tokens";
     }
+  } else {
+    maxTokens ??= COMPLETIONS_DEFAULT_MAX_TOKENS;
   }
-  maxTokens ??= chat ? limit : COMPLETIONS_DEFAULT_MAX_TOKENS;
-  if (maxTokens > limit) {
-    throw refusal(
-      maxTokensField,
-      `Cannot generate ${maxTokens} tokens: ${maxTokensField} exceeds this service's microllm_max_tokens ${limit}; ask for at most ${limit}`,
-      { max_tokens: maxTokens, limit, reason: "max_tokens_above_limit" },
-    );
-  }
+  // Chat without a max_tokens: the operation's own default, microllm_max_tokens.
   const stop = p.stop == null ? [] : typeof p.stop === "string" ? [p.stop] : p.stop;
-  const rf = p.response_format;
-  let grammar: string | undefined;
-  let constrained: Mapped["constrained"];
-  let schemaNotes: SchemaNote[] | undefined;
-  if (rf !== undefined && rf.type !== "text") {
-    if (stop.length > 0) {
-      throw refusal(
-        "stop",
-        `Cannot apply stop together with response_format ${rf.type}: cutting the text would break the JSON; drop stop`,
-      );
-    }
-    constrained = rf.type;
-    const compiled = rf.type === "json_object" ? jsonObjectGrammar() : compileJsonSchema(
-      rf.json_schema.schema === undefined ? true : rf.json_schema.schema,
-      "response_format.json_schema.schema",
-    );
-    try {
-      checkGbnf(compiled.gbnf);
-    } catch (err) {
-      // The compiler's output is always a valid grammar unless it is too large or unsatisfiable
-      // (a required property that refers to itself): name the schema.
-      const e = err as SynapseError;
-      throw refusal(
-        "response_format",
-        `Cannot constrain the output to this schema: its grammar is refused (${e.message}); simplify the schema`,
-        { reason: "schema_grammar_refused" },
-      );
-    }
-    grammar = compiled.gbnf;
-    if (compiled.notes.length > 0) schemaNotes = compiled.notes;
-  }
+  const rf: ResponseFormat | undefined = p.response_format;
   const stream = p.stream === true;
   const includeUsage = stream && p.stream_options?.include_usage === true;
-  let prompt: string;
-  let rendered: RenderedChat | undefined;
-  let model = p.model;
-  if (chat) {
-    const messages: ChatMessage[] = (p as z.infer<typeof ChatRequest>).messages.map((msg, i) => {
-      if (msg.content == null && msg.role !== "assistant") {
-        throw refusal(
-          `messages.${i}.content`,
-          `Cannot render message ${i}: a ${msg.role} message needs content (only an assistant message may have content null)`,
-          { reason: "content_required" },
-        );
-      }
-      return {
+  const input: { prompt: string } | { messages: ChatMessageParam[] } = chat
+    ? {
+      messages: (p as z.infer<typeof ChatRequest>).messages.map((msg) => ({
         role: msg.role,
         content: msg.content == null
-          ? ""
+          ? null
           : typeof msg.content === "string"
           ? msg.content
           : msg.content.map((part) => part.text).join(""),
         ...(msg.name === undefined ? {} : { name: msg.name }),
-      };
-    });
-    if (backend.disposed) {
-      // The dispatcher answers the instance's state; no model is read.
-      rendered = { prompt: fallbackPrompt(messages), specialSpans: [], template: "fallback" };
-    } else {
-      const ready = resolveModel(backend.context, model, "generate", routing);
-      model = ready.modelId;
-      rendered = renderChat(ready, messages);
+      })),
     }
-    prompt = rendered.prompt;
-  } else {
-    const cp = (p as z.infer<typeof CompletionsRequest>).prompt;
-    prompt = typeof cp === "string" ? cp : cp[0]!;
-  }
+    : { prompt: promptOf((p as z.infer<typeof CompletionsRequest>).prompt) };
   return {
     door,
     params: {
-      prompt,
-      max_tokens: maxTokens,
-      ...(model === undefined ? {} : { model }),
-      ...(grammar === undefined ? {} : { grammar }),
+      ...input,
+      ...(maxTokens === undefined ? {} : { max_tokens: maxTokens }),
+      ...(p.model === undefined ? {} : { model: p.model }),
+      ...(rf === undefined ? {} : { response_format: rf }),
       ...(stop.length === 0 ? {} : { stop }),
       ...routing,
-    },
+    } as MicrollmParams & Record<string, unknown>,
     maxTokensField,
-    stop,
     stream,
     includeUsage,
     ignored: ignoredFields(door, p as Record<string, unknown>, stream),
-    ...(constrained === undefined ? {} : { constrained }),
-    ...(schemaNotes === undefined ? {} : { schemaNotes }),
-    ...(rendered === undefined ? {} : { chat: rendered }),
+    ...(rf === undefined || rf.type === "text" ? {} : { constrained: rf.type }),
   };
+}
+
+/** The one prompt of a `/v1/completions` request (a string, or a list of one string). */
+function promptOf(prompt: string | string[]): string {
+  return typeof prompt === "string" ? prompt : prompt[0]!;
 }
 
 /** The sampling parameters and the one value each accepts (greedy decoding). */
@@ -613,18 +524,22 @@ function refusal(field: string, message: string, more: Record<string, unknown> =
 }
 
 /**
- * A dispatcher error named in the door's terms: `grammar` → `response_format`, `max_tokens` →
- * the field the request used, `prompt` → `messages` for chat.
+ * A dispatcher error named in the door's terms: `max_tokens` → the field the request used (in
+ * the message too), `prompt` → `messages` for chat.
  */
 function inDoorTerms(e: SynapseError, m: Mapped): SynapseError {
   const field = e.details?.field;
   const rename: Record<string, string> = {
-    grammar: "response_format",
     max_tokens: m.maxTokensField,
-    ...(m.chat === undefined ? {} : { prompt: "messages" }),
+    ...(m.door === "/v1/chat/completions" ? { prompt: "messages" } : {}),
   };
-  if (typeof field !== "string" || rename[field] === undefined) return e;
-  return new SynapseError(e.code, e.message, {
+  if (typeof field !== "string" || rename[field] === undefined || rename[field] === field) {
+    return e;
+  }
+  const message = field === "max_tokens"
+    ? e.message.replace("max_tokens exceeds", `${rename[field]} exceeds`)
+    : e.message;
+  return new SynapseError(e.code, message, {
     details: { ...e.details, field: rename[field] },
     channel: e.channel,
     cause: e,
@@ -671,15 +586,17 @@ function answerOf(
   if (m.constrained !== undefined) {
     synapse.response_format = m.constrained;
     synapse.json_complete = res.finish_reason === "grammar_complete";
-    if (m.schemaNotes !== undefined) synapse.schema_notes = m.schemaNotes;
+    if (res.schema_notes !== undefined) synapse.schema_notes = res.schema_notes;
     if (!synapse.json_complete) {
       synapse.warning =
         `the generation ended (${res.finish_reason}) before the JSON was complete: the text is not valid JSON; raise max_tokens`;
     }
   }
-  if (m.chat !== undefined) {
-    synapse.chat_template = m.chat.template;
-    if (m.chat.reason !== undefined) synapse.chat_template_reason = m.chat.reason;
+  if (res.chat_template !== undefined) {
+    synapse.chat_template = res.chat_template;
+    if (res.chat_template_reason !== undefined) {
+      synapse.chat_template_reason = res.chat_template_reason;
+    }
   }
   if (res.text_repair !== undefined) synapse.text_repair = res.text_repair;
   if (m.stream) synapse.streamed = "tokens";

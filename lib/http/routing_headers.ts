@@ -1,15 +1,15 @@
 /**
  * The routing constraints of the compat doors (OpenAI embeddings and completions, TEI, Ollama,
  * Cohere/Jina rerank) as request headers — their bodies are the upstream APIs' own, so the
- * native common params (contract.md §1) `target_fingerprint`, `required_fingerprint`,
- * `allow_equivalent`, `required_epoch` and `accept_declared` come as `x-synapse-*` headers and are
- * applied exactly as the params are (lib/ops/_resolve_model.ts). The fingerprint served is the
- * response's `x-synapse-fingerprint` header, as before.
+ * native common params (docs/operations.md, "Common params") `target_fingerprint`,
+ * `required_fingerprint`, `allow_equivalent`, `required_epoch` and `accept_declared` come as
+ * `x-synapse-*` headers and are applied exactly as the params are (docs/operations.md, "Routing by
+ * fingerprint"). The fingerprint served is the response's `x-synapse-fingerprint` header.
  *
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
-import type { RoutingParams } from "../ops/_resolve_model.ts";
+import type { RoutingParams } from "../ops/op_types.ts";
 
 /** The routing headers, by the param each one sets. */
 export const ROUTING_HEADERS: Readonly<Record<keyof RoutingParams, string>> = Object.freeze({

@@ -1,29 +1,15 @@
 /**
- * The HTTP front door (design.md "Three front doors, one dispatcher"): a loopback-only
- * `Deno.serve` that decodes requests into the ops dispatcher and encodes its outcomes. No operation
- * logic lives here.
+ * The HTTP front door: a loopback-only `Deno.serve` that decodes requests into the ops
+ * dispatcher and encodes its outcomes (docs/operations.md). No operation logic lives here.
  *
- * Routes:
- *
- * - `POST /v1/ops/<method>`: the body is the params JSON (empty body = `{}`); the answer is the
- *   wire JSON exactly — `{"result": …}` (200), a semantic error
- *   `{"result": {"module_generation", "error": WireError}}` or a channel error `{code, message}`,
- *   each with the status of {@link httpStatusFor}.
- * - `POST /v1/embeddings`: OpenAI's embeddings shape, mapped onto `embed.batch` (lib/http/openai.ts).
- * - `GET /v1/models`: OpenAI's model list, mapped from `models.list`.
- * - `POST /v1/rerank`, `POST /v2/rerank`: Cohere's and Jina's rerank shape over `rerank.score`;
- *   `POST /rerank`: TEI's shape when the body has `texts`, else Cohere's (lib/http/rerank_shapes.ts).
- * - `POST /embed`, `GET /info`: TEI's shapes over `embed.batch` and `models.list` (lib/http/tei.ts).
- * - `POST /v1/embed`, `POST /v2/embed`: Cohere's embed shapes over `embed.batch`, `input_type`
- *   selecting the model's prompt (lib/http/cohere_embed.ts).
- * - `POST /api/embed`, `GET /api/tags`: Ollama's shapes over `embed.batch` and `models.list`
- *   (lib/http/ollama.ts).
- * - `POST /tokenize` (TEI's with `inputs`, llama.cpp's with `content`), `POST /decode` (TEI),
- *   `POST /detokenize` (llama.cpp): over `tokenize` / `detokenize` (lib/http/tokenize_doors.ts).
- * - `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI's completions shapes over
- *   `microllm.oneshot` (lib/http/openai_completions.ts), greedy only, JSON or server-sent events.
- * - `GET /health`: the service status of lib/ops/status.ts; never touches an engine.
- * - `GET /metrics`: Prometheus text exposition format (lib/http/metrics.ts).
+ * Routes: one table, lib/http/routes.ts (`HTTP_ROUTES`: method, path, adapter); an unknown path is
+ * 404 `unknown_method` listing them. The native door `POST /v1/ops/<method>` takes the params JSON
+ * (empty body = `{}`) and answers the wire JSON exactly — `{"result": …}` (200), a semantic error
+ * `{"result": {"module_generation", "error": WireError}}` or a channel error `{code, message}`,
+ * each with the status of {@link httpStatusFor}. The other routes map an upstream API's shapes
+ * (OpenAI, Cohere/Jina, TEI, llama.cpp, Ollama) onto the same dispatcher, each in its own module;
+ * `GET /health` is the service status of lib/ops/status.ts (it never touches an engine) and
+ * `GET /metrics` the Prometheus text exposition (lib/http/metrics.ts).
  *
  * Transient errors carry `Retry-After` (whole seconds, rounded up) and `retry-after-ms`;
  * results that carry a fingerprint carry `x-synapse-fingerprint`. The doors that serve a model with
@@ -57,7 +43,14 @@ import { HttpRefusal, MAX_BODY_BYTES, readJsonBody } from "./_request_body.ts";
 import { JsonBodyParser } from "./_json_body_parser.ts";
 import { cohereEmbedRoute } from "./cohere_embed.ts";
 import { embeddingsAnswer, embeddingsCall, modelsAnswer, openAiError } from "./openai.ts";
-import { isCompletionsPath, serveCompletions } from "./openai_completions.ts";
+import { type CompletionsDoor, serveCompletions } from "./openai_completions.ts";
+import {
+  findRoute,
+  type HttpRoute,
+  OPS_PREFIX,
+  type RouteAdapter,
+  unknownRoute,
+} from "./routes.ts";
 import type { OpenAiAnswer } from "./openai.ts";
 import { httpStatusFor } from "./status_table.ts";
 import {
@@ -560,6 +553,61 @@ function clip(s: string): string {
   return s.length > 200 ? `${s.slice(0, 200)}…` : s;
 }
 
+/** How a route's adapter serves a request that reached it (the method is checked before). */
+type Serve = (
+  door: Door,
+  req: Request,
+  record: RequestRecord,
+  signal: AbortSignal,
+) => Promise<Response>;
+
+/** The API-shaped doors' routes by path, one lookup per module. */
+const ADAPTER_ROUTES: Readonly<
+  Record<
+    "rerank_shapes" | "cohere_embed" | "tei" | "tokenize_doors" | "ollama",
+    (path: string) => AdapterRoute | undefined
+  >
+> = {
+  rerank_shapes: rerankShapesRoute,
+  cohere_embed: cohereEmbedRoute,
+  tei: teiRoute,
+  tokenize_doors: tokenizeRoute,
+  ollama: ollamaRoute,
+};
+
+/** The door's own adapters (the native, OpenAI, health and metrics routes). */
+const SERVE: Readonly<
+  Record<Exclude<RouteAdapter, keyof typeof ADAPTER_ROUTES>, Serve>
+> = {
+  ops: serveOps,
+  openai: (door, req, record, signal) => {
+    const path = new URL(req.url).pathname;
+    return path === "/v1/models"
+      ? openAiModels(door, record, signal)
+      : openAiEmbeddings(door, req, record, signal);
+  },
+  openai_completions: serveCompletionsRoute,
+  health: (door, req) => {
+    const res = health(door.backend);
+    return Promise.resolve(
+      req.method === "HEAD"
+        ? new Response(null, { status: res.status, headers: res.headers })
+        : res,
+    );
+  },
+  metrics: (door, req) => metricsResponse(attached(door), req.method === "HEAD"),
+};
+
+/** The API-shaped route of a table entry, or undefined for the door's own adapters. */
+function adapterRouteOf(route: HttpRoute): AdapterRoute | undefined {
+  if (!Object.hasOwn(ADAPTER_ROUTES, route.adapter)) return undefined;
+  const found = ADAPTER_ROUTES[route.adapter as keyof typeof ADAPTER_ROUTES](route.path);
+  if (found === undefined) {
+    throw new Error(`${route.method} ${route.path} has no ${route.adapter} route. This is a bug`);
+  }
+  return found;
+}
+
 async function route(
   door: Door,
   req: Request,
@@ -567,104 +615,20 @@ async function route(
   record: RequestRecord,
   signal: AbortSignal,
 ): Promise<Response> {
-  const openAi = path === "/v1/embeddings" || path === "/v1/models" || isCompletionsPath(path);
-  // The API-shaped doors (Cohere/Jina and TEI rerank, TEI, Ollama): one route lookup per file.
-  const adapter = rerankShapesRoute(path) ?? teiRoute(path) ?? ollamaRoute(path) ??
-    cohereEmbedRoute(path) ?? tokenizeRoute(path);
+  // The one route table (lib/http/routes.ts): each route's method, path and adapter.
+  const entry = findRoute(path);
+  const adapter = entry === undefined ? undefined : adapterRouteOf(entry);
+  const openAi = entry?.adapter === "openai" || entry?.adapter === "openai_completions";
   try {
     checkHostAndOrigin(req);
     checkAccess(door, req, path);
-    if (path === "/health") {
-      if (req.method === "HEAD") {
-        const res = health(door.backend);
-        return new Response(null, { status: res.status, headers: res.headers });
-      }
-      requireMethod(req, "GET");
-      return health(door.backend);
-    }
-    if (path === "/metrics") {
-      if (req.method !== "HEAD") requireMethod(req, "GET");
-      return await metricsResponse(attached(door), req.method === "HEAD");
-    }
-    if (path === "/v1/embeddings") {
-      record.op = "embed.batch";
-      requireMethod(req, "POST");
-      return await openAiEmbeddings(door, req, record, signal);
-    }
-    if (path === "/v1/models") {
-      record.op = "models.list";
-      requireMethod(req, "GET");
-      const synapse = attached(door);
-      record.params = {};
-      const outcome = await synapse.call("models.list", {}, { signal });
-      record.facts = requestFacts({}, outcome, { signal });
-      return openAiResponse(modelsAnswer(outcome, door.startedSec));
+    if (entry === undefined) {
+      throw unknownRoute(req.method, path);
     }
     if (adapter !== undefined) return await serveAdapter(door, req, adapter, record, signal);
-    if (isCompletionsPath(path)) {
-      // OpenAI completions and chat over microllm.oneshot (lib/http/openai_completions.ts).
-      record.op = "microllm.oneshot";
-      requireMethod(req, "POST");
-      const synapse = attached(door);
-      const routing = routingFromHeaders(req.headers);
-      const body = await readJsonBody(req, bodyOptions(door));
-      const served = await serveCompletions(synapse, path, body, signal, routing);
-      record.params = served.params;
-      if (served.outcome !== undefined) {
-        record.facts = requestFacts(served.params, served.outcome, { signal });
-      } else {
-        // A live stream: its log line waits for the generation's end.
-        record.settled = served.settled.then(
-          (outcome) => void (record.facts = requestFacts(served.params, outcome, { signal })),
-          (err) => void (record.error = err instanceof SynapseError ? err : undefined),
-        );
-      }
-      return served.response;
-    }
-    if (path.startsWith("/v1/ops/")) {
-      requireMethod(req, "POST");
-      const method = decodeMethod(path.slice("/v1/ops/".length));
-      record.op = method;
-      refuseRoutingHeaders(req.headers);
-      const synapse = attached(door);
-      const params = await readJsonBody(req, bodyOptions(door));
-      record.params = params;
-      const outcome = await synapse.call(method, params, { signal });
-      record.facts = requestFacts(params, outcome, { signal });
-      return outcomeResponse(outcome);
-    }
-    throw new SynapseError(
-      "unknown_method",
-      `Cannot route ${req.method} ${path}: no such endpoint`,
-      {
-        details: {
-          path,
-          endpoints: [
-            "POST /v1/ops/<method>",
-            "POST /v1/embeddings",
-            "POST /v1/completions",
-            "POST /v1/chat/completions",
-            "GET /v1/models",
-            "POST /v1/rerank",
-            "POST /v2/rerank",
-            "POST /v1/embed",
-            "POST /v2/embed",
-            "POST /rerank",
-            "POST /embed",
-            "GET /info",
-            "POST /tokenize",
-            "POST /decode",
-            "POST /detokenize",
-            "POST /api/embed",
-            "GET /api/tags",
-            "POST /api/embeddings",
-            "GET /api/version",
-            "GET /health",
-            "GET /metrics",
-          ],
-        },
-      },
-    );
+    if (entry.op !== undefined) record.op = entry.op;
+    if (!(entry.head && req.method === "HEAD")) requireMethod(req, entry.method);
+    return await SERVE[entry.adapter as keyof typeof SERVE](door, req, record, signal);
   } catch (err) {
     const e = doorError(door, err, path);
     record.error = e;
@@ -672,6 +636,63 @@ async function route(
     if (adapter !== undefined) return openAiResponse(adapter.error(e));
     return errorResponse(e, door.backend);
   }
+}
+
+/** `GET /v1/models`: OpenAI's model list, mapped from `models.list` (lib/http/openai.ts). */
+async function openAiModels(
+  door: Door,
+  record: RequestRecord,
+  signal: AbortSignal,
+): Promise<Response> {
+  const synapse = attached(door);
+  record.params = {};
+  const outcome = await synapse.call("models.list", {}, { signal });
+  record.facts = requestFacts({}, outcome, { signal });
+  return openAiResponse(modelsAnswer(outcome, door.startedSec));
+}
+
+/**
+ * `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI's completions and chat over
+ * `microllm.oneshot` (lib/http/openai_completions.ts). The request's facts are the instance's
+ * own for the call (`CallOptions.onFacts`), known when the generation ended.
+ */
+async function serveCompletionsRoute(
+  door: Door,
+  req: Request,
+  record: RequestRecord,
+  signal: AbortSignal,
+): Promise<Response> {
+  const path = new URL(req.url).pathname as CompletionsDoor;
+  const synapse = attached(door);
+  const routing = routingFromHeaders(req.headers);
+  const body = await readJsonBody(req, bodyOptions(door));
+  const served = await serveCompletions(synapse, path, body, signal, routing);
+  record.params = served.params;
+  // The facts the instance worked out for the call (once per call), for the log line; a live
+  // stream's line waits for the generation's end.
+  const facts = served.facts.then((f) => void (record.facts = f));
+  if (served.live) record.settled = facts;
+  else await facts;
+  return served.response;
+}
+
+/** `POST /v1/ops/<method>`: the native door, the wire JSON exactly. */
+async function serveOps(
+  door: Door,
+  req: Request,
+  record: RequestRecord,
+  signal: AbortSignal,
+): Promise<Response> {
+  const path = new URL(req.url).pathname;
+  const method = decodeMethod(path.slice(OPS_PREFIX.length));
+  record.op = method;
+  refuseRoutingHeaders(req.headers);
+  const synapse = attached(door);
+  const params = await readJsonBody(req, bodyOptions(door));
+  record.params = params;
+  const outcome = await synapse.call(method, params, { signal });
+  record.facts = requestFacts(params, outcome, { signal });
+  return outcomeResponse(outcome);
 }
 
 /** The attached instance. @throws {SynapseError} `module_not_initialized` before one is. */

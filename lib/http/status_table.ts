@@ -117,7 +117,7 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.freeze({
 /**
  * The HTTP status of a stable error code.
  *
- * @param code A stable code (contract.md §2) or channel code (§1).
+ * @param code A stable code or a channel code (docs/errors.md, "Codes Synapse returns").
  * @returns An HTTP status in 400–599.
  * @throws {Error} "… This is a bug" when the code has no row (only reachable through a cast).
  */

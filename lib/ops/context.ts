@@ -13,8 +13,8 @@ import type { SynapseConfig } from "../config/types.ts";
 import type { JobStore } from "../store/job_store.ts";
 import type { LogSink } from "../log/log.ts";
 import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
-import type { SpecialSpan } from "../tokenize/tokenizer.ts";
 import type { CallDoor } from "../log/metrics.ts";
+import type { RequestFacts } from "./request_facts.ts";
 import type { CertificationStore } from "../probe/certification_store.ts";
 import type { MachineProfile } from "../identity/machine_profile.ts";
 import type { KnobAssignment } from "../probe/types.ts";
@@ -105,17 +105,28 @@ export interface CallOptions {
    * until the next tokens tell. Set by a door that streams, never read from the wire.
    */
   onText?: (text: string) => void;
-  /** How a door asks `microllm.oneshot` to tokenize; set by a door, never read from the wire. */
-  microllm?: MicrollmCallOptions;
+  /**
+   * `microllm.oneshot` only: told once, before any `onText`, which model generates (and, with
+   * `messages`, which chat template made the prompt), so a door that streams can start its
+   * answer. Set by a door, never read from the wire.
+   */
+  onStart?: (start: GenerationStart) => void;
+  /**
+   * Hears the call's request facts (lib/ops/request_facts.ts) once its outcome is known, as the
+   * instance works them out for its metrics, so a door's request log reuses them instead of
+   * working them out again. Set by a door, never read from the wire.
+   */
+  onFacts?: (facts: RequestFacts) => void;
 }
 
-/**
- * How the chat door asks `microllm.oneshot` to tokenize its rendered prompt (F25): the prompt
- * is plain text except these spans, the chat template's own special tokens.
- */
-export interface MicrollmCallOptions {
-  /** Spans of `prompt` that are special tokens (`EncodeOptions.specialSpans`). */
-  specialSpans?: readonly SpecialSpan[];
+/** What `microllm.oneshot` tells `onStart` as its generation starts. */
+export interface GenerationStart {
+  /** The model that generates (the result's `model_id`). */
+  model_id: string;
+  /** Its fingerprint (the result's `fingerprint`). */
+  fingerprint: string;
+  /** With `messages`: the chat template that made the prompt (the result's `chat_template`). */
+  chat_template?: "gguf" | "fallback";
 }
 
 /**

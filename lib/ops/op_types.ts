@@ -41,7 +41,7 @@ import type {
 import type { detokenizeOp, DetokenizeParams, tokenizeOp, TokenizeParams } from "./tokenize.ts";
 import type { embedBatch, embedQuery } from "./embed.ts";
 import type { embedResult } from "./jobs.ts";
-import type { microllmOneshot, MicrollmOneshotParams } from "./microllm.ts";
+import type { microllmOneshot, MicrollmParams } from "./microllm.ts";
 import type { admissionStatus, modelsList } from "./models.ts";
 import type { rerankScore } from "./rerank.ts";
 import type {
@@ -85,7 +85,7 @@ export interface SynapseOperations {
     result: ResultOf<typeof rerankScore>;
   };
   "microllm.oneshot": {
-    params: z.input<typeof MicrollmOneshotParams>;
+    params: MicrollmParams;
     result: ResultOf<typeof microllmOneshot>;
   };
   "models.list": {
@@ -165,3 +165,9 @@ export type OpParams<M extends SynapseMethod> = SynapseOperations[M]["params"];
 
 /** The result payload of a method (inside `{"result": …}`). */
 export type OpResult<M extends SynapseMethod> = SynapseOperations[M]["result"];
+
+/**
+ * The routing params the inference operations take (which model answers, by the fingerprint it
+ * serves; docs/operations.md, common params). Doors map their own headers onto them.
+ */
+export type { RoutingParams } from "./_resolve_model.ts";

@@ -125,6 +125,8 @@ function requestedItems(p: Obj): number | undefined {
     if (Array.isArray(v)) return v.length;
   }
   for (const key of ["text", "prompt"]) if (typeof p[key] === "string") return 1;
+  // A generation from chat messages is one item, as one from a prompt.
+  if (Array.isArray(p.messages)) return 1;
   return undefined;
 }
 

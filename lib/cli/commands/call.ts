@@ -32,7 +32,10 @@ export const CALL_METHODS: readonly (readonly [method: string, params: string])[
   ],
   ["embed.result", "{job_id, page?}: a durable job's status and one result page"],
   ["rerank.score", "{query, candidates: [text], model?, truncate?, …}"],
-  ["microllm.oneshot", "{prompt, max_tokens, grammar?, model?, …}"],
+  [
+    "microllm.oneshot",
+    "{prompt | messages: [{role, content}], max_tokens, grammar? | response_format?, stop?, model?, …}",
+  ],
   ["models.list", "{}: the models, their task, state and fingerprints"],
   ["admission.status", "{}: queues, lanes and serving admission"],
   [

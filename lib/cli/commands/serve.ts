@@ -7,6 +7,7 @@
  *
  * @module
  */
+import { HTTP_ROUTES } from "../../http/routes.ts";
 import { cliExitFor } from "../../http/status_table.ts";
 import { parseCommandArgs, UsageError } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
@@ -14,9 +15,8 @@ import type { CliIO, Command } from "../_command.ts";
 const USAGE = `usage: ck-synapse serve --http HOST:PORT|unix:PATH [--json]
        ck-synapse serve --subc CONNECTION_FILE [--http HOST:PORT|unix:PATH] [--json]
 
-Serves the operations over HTTP on a loopback address (127.0.0.1, [::1], localhost):
-POST /v1/ops/<method>, POST /v1/embeddings and GET /v1/models (OpenAI shape), GET /health.
-PORT 0 picks a free port. Binds before it starts (a port in use fails at once, naming it),
+Serves the operations over HTTP on a loopback address (127.0.0.1, [::1], localhost), on the
+routes listed below. PORT 0 picks a free port. Binds before it starts (a port in use fails at once, naming it),
 prints "listening on http://HOST:PORT" on stderr once it serves, and runs until SIGINT or
 SIGTERM. It logs one line per request (CK_LOG=info; debug, warn, error, off) to stderr and to
 the day file <data home>/cortexkit/synapse/logs/synapse.YYYY-MM-DD.log (UTC days, kept
@@ -40,7 +40,20 @@ a directory only you can write), where no key is asked: only you can connect.
                      wrote FILE (alone, or beside --http); runs until the daemon says Goodbye
                      (exit 0), SIGINT/SIGTERM (drain, exit 0) or the daemon goes away (exit 2;
                      never falls back to standalone); exit 1 when another instance holds the
-                     singleton lease`;
+                     singleton lease
+
+Routes:
+${routeHelp()}`;
+
+/**
+ * The routes `serve --help` lists: one line per route of the HTTP door's table
+ * (lib/http/routes.ts), `METHOD PATH  summary`.
+ */
+export function routeHelp(): string {
+  const width = Math.max(...HTTP_ROUTES.map((r) => `${r.method} ${r.path}`.length));
+  return HTTP_ROUTES.map((r) => `  ${`${r.method} ${r.path}`.padEnd(width)}  ${r.summary}`)
+    .join("\n");
+}
 
 /** How long a stopping server lets in-flight requests finish before it stops the engines, ms. */
 export const SHUTDOWN_GRACE_MS = 10_000;
