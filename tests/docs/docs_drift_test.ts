@@ -12,6 +12,8 @@
  * - docs/operations.md's table of operations and its sections name exactly the operations of
  *   `OPERATIONS` (lib/ops/dispatcher.ts); docs/http.md "The owner key" names exactly those that
  *   need the owner's key.
+ * - docs/http.md's table of routes names exactly the routes of `HTTP_ROUTES`
+ *   (lib/http/routes.ts), with their methods.
  * - The README's Documentation list names every docs/*.md and bench/README.md.
  * - Every relative link of README.md, docs/*.md and bench/README.md names a file that exists and,
  *   with a `#anchor`, a heading of that file (GitHub's anchor rules).
@@ -26,6 +28,7 @@ import type { ErrorCode } from "../../lib/contract/errors.ts";
 import { HTTP_STATUS } from "../../lib/http/status_table.ts";
 import { LayerSchema, SynapseConfigSchema } from "../../lib/config/schema.ts";
 import { OPERATIONS } from "../../lib/ops/dispatcher.ts";
+import { HTTP_ROUTES } from "../../lib/http/routes.ts";
 
 /** The lines of a markdown file outside fenced code blocks (fence lines dropped too). */
 function prose(md: string): string[] {
@@ -346,4 +349,17 @@ Deno.test("docs/operations.md lists and documents exactly the operations of OPER
   const need = Object.entries(OPERATIONS).filter(([, o]) => o.access === "owner").map(([k]) => k)
     .sort();
   assert.deepEqual(named, need, "the owner key's operations");
+});
+
+Deno.test("docs/http.md's table of routes names exactly the routes of HTTP_ROUTES", async () => {
+  const md = await Deno.readTextFile(`${ROOT}/docs/http.md`);
+  const lines = prose(md.slice(md.indexOf("## Routes")));
+  const rows: string[] = [];
+  for (const l of lines.slice(lines.findIndex((x) => x.startsWith("| route")) + 2)) {
+    const m = /^\| `(GET|POST) ([^`]+)`/.exec(l);
+    if (m === null) break;
+    rows.push(`${m[1]} ${m[2]}`);
+  }
+  const want = HTTP_ROUTES.map((r) => `${r.method} ${r.path}`);
+  assert.deepEqual([...rows].sort(), [...want].sort());
 });
