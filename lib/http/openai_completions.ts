@@ -52,12 +52,12 @@
 import { z } from "zod";
 import { SynapseError } from "../contract/errors.ts";
 import { parseParams, wellFormedName } from "../contract/schemas.ts";
-import { checkGbnf } from "../engines/llama/gbnf.ts";
+import { checkGbnf } from "../grammar/gbnf.ts";
 import {
   compileJsonSchema,
   jsonObjectGrammar,
   type SchemaNote,
-} from "../engines/llama/json_schema_gbnf.ts";
+} from "../grammar/json_schema_gbnf.ts";
 import type { OpOutcome } from "../ops/dispatcher.ts";
 import type { MicrollmResult } from "../ops/microllm.ts";
 import { type ChatMessage, fallbackPrompt, renderChat } from "../ops/_chat_template.ts";

@@ -41,7 +41,7 @@ import {
   parseParams,
   requestedModel,
 } from "../contract/schemas.ts";
-import { type CheckedGrammar, checkGbnf } from "../engines/llama/gbnf.ts";
+import { type CheckedGrammar, checkGbnf } from "../grammar/gbnf.ts";
 import { decodeGenerated, GeneratedTextDecoder } from "../tokenize/token_bytes.ts";
 import { cutAtStop, StopStrings } from "./_stop_strings.ts";
 import { grammarFinishReason } from "./_grammar_finish.ts";
