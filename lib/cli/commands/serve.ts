@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { cliExitFor } from "../../http/status_table.ts";
+import { cliExitFor } from "../exit_codes.ts";
 import { parseCommandArgs, UsageError } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 
