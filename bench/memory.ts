@@ -1,5 +1,5 @@
 /**
- * Memory per model: RSS of Synapse's two ORT lanes, built as the model registry builds them, next to
+ * Memory per model: RSS of Synapse's two ORT threads, built as the model registry builds, next to
  * a bare onnxruntime-node process holding the same model. Every figure comes from its own child
  * process, all in one run, for the tiny fixture (fixtures/models/synapse-tiny-embed) and the
  * MiniLM-shaped encoder (fixtures/bench/minilm-shaped).
@@ -12,7 +12,7 @@
  *   bare      one session with onnxruntime-node's defaults (arena, memory pattern) on the main
  *             thread, the lanes' thread count, serving what the lanes serve: the load-time
  *             warm-up shapes (lib/engines/ort/ort_engine.ts warmupShapes), one query and one bulk micro-batch
- *   synapse   the lanes of lib/engines/ort/ort_lanes.ts createOrtLanes(), whose workers start
+ *   synapse   the threads of lib/engines/ort/ort_threads.ts createOrtThreads(), whose workers start
  *             first (a load that fails starts a worker without a model); then `loaded`:
  *             lane.load() plus a query, as the registry does at boot; `+bulk`: one micro-batch
  *             on the bulk lane (its session loads on first use); `+quiet`: one query on the
@@ -28,8 +28,8 @@
  */
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
-import type { OrtLoadSpec, OrtRow } from "../lib/engines/ort/ort_lane.ts";
-import { createOrtLanes } from "../lib/engines/ort/ort_lanes.ts";
+import type { OrtLoadSpec, OrtRow } from "../lib/engines/ort/ort_thread.ts";
+import { createOrtThreads } from "../lib/engines/ort/ort_threads.ts";
 import { threadsForKnob } from "../lib/models/model_registry.ts";
 import { warmupShapes } from "../lib/engines/ort/ort_engine.ts";
 
@@ -106,7 +106,7 @@ async function bareChild(path: string): Promise<Steps> {
 
 async function synapseChild(path: string, idle: boolean): Promise<Steps> {
   const steps: Steps = { start: rssMb() };
-  const lanes = createOrtLanes({
+  const lanes = createOrtThreads({
     intraOpThreads: threads,
     ...(idle ? { quietTwinIdleMs: idleMs, bulkIdleUnloadMs: idleMs } : {}),
   });

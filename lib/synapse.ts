@@ -8,7 +8,7 @@
 import { loadConfig } from "./config/loader.ts";
 import type { SynapseConfig } from "./config/types.ts";
 import { SynapseError } from "./contract/errors.ts";
-import { ORT_ENGINE } from "./engines/ort/ort_lane.ts";
+import { ORT_ENGINE } from "./engines/ort/ort_thread.ts";
 import {
   acquireLease,
   leaseFileName,

@@ -12,7 +12,7 @@ import { ROOT } from "./_helpers.ts";
 const LAYERS: string[][] = [
   ["identity", "paths.ts", "version.ts", "log"],
   ["contract"],
-  ["config", "tokenize", "store", "lease", "sched", "workers", "subc"],
+  ["config", "tokenize", "store", "lease", "sched", "workers", "subc", "grammar"],
   ["engines", "cache"],
   ["lanes"],
   ["models"],

@@ -11,7 +11,7 @@
 import { parseArgs } from "node:util";
 import type { ParseArgsConfig } from "node:util";
 import type { SynapseOptions } from "../synapse.ts";
-import { cliExitFor } from "../http/status_table.ts";
+import { cliExitFor } from "./exit_codes.ts";
 import type { ClientOutcome, SynapseClient } from "./client.ts";
 import { findServer } from "./_find_server.ts";
 

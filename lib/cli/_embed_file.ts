@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { cliExitFor } from "../http/status_table.ts";
+import { cliExitFor, EXIT_INTERRUPTED } from "./exit_codes.ts";
 import { openClient, reportRefusal } from "./_command.ts";
 import type { CliIO } from "./_command.ts";
 import type { SynapseClient } from "./client.ts";
@@ -18,9 +18,6 @@ import type { JobAccepted, JobStatus, ResultItems, WireErrorLike } from "./_job_
 import { formatDuration, ProgressReporter } from "./_progress.ts";
 import { openResultSink } from "./_result_sink.ts";
 import type { ResultSink } from "./_result_sink.ts";
-
-/** Exit status after Ctrl-C (128 + SIGINT), as shells report it. */
-export const EXIT_INTERRUPTED = 130;
 
 /** Options of {@link runEmbedFile}: the command's flags. */
 export interface EmbedFileOptions {

@@ -17,7 +17,7 @@
  * @module
  */
 import type { CliIO } from "./_command.ts";
-import { cliExitFor } from "../http/status_table.ts";
+import { cliExitFor } from "./exit_codes.ts";
 import { SynapseError } from "../contract/errors.ts";
 import { acquireLease, leaseFileName, singletonLeaseDir } from "../lease/lease.ts";
 import { logPanic, type LogSink, stderrLog } from "../log/log.ts";

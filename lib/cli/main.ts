@@ -14,7 +14,7 @@
  * @module
  */
 import { SynapseError } from "../contract/errors.ts";
-import { cliExitFor } from "../http/status_table.ts";
+import { cliExitFor } from "./exit_codes.ts";
 import { UsageError, wantsJson } from "./_command.ts";
 import type { CliIO, Command } from "./_command.ts";
 import { cacheCommand } from "./commands/cache.ts";

@@ -104,7 +104,7 @@ export const COMMON_PARAMS = {
 /**
  * `microllm.oneshot`'s `response_format` (OpenAI's shape): `text` leaves the output free,
  * `json_object` constrains it to one JSON object, `json_schema` to its `schema` (compiled to a
- * GBNF grammar, lib/engines/llama/json_schema_gbnf.ts). `name` and `description` label the
+ * GBNF grammar, lib/grammar/json_schema_gbnf.ts). `name` and `description` label the
  * schema and change no token, as in OpenAI; the output always follows the schema, whatever
  * `strict` says.
  */

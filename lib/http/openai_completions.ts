@@ -22,7 +22,7 @@
  *   Refused together with a JSON `response_format` (a cut would break the JSON).
  * - **`response_format`** `{type: "json_object"}` or `{type: "json_schema", json_schema: {name,
  *   schema, strict?}}` goes to `microllm.oneshot {response_format}`, which compiles it to a GBNF
- *   grammar (the subset it supports: lib/engines/llama/json_schema_gbnf.ts) before generating; an
+ *   grammar (the subset it supports: lib/grammar/json_schema_gbnf.ts) before generating; an
  *   unsupported keyword is refused naming its path. It needs `grammar_enabled` (else
  *   `grammar_disabled`, 403, naming `response_format`). An output that hit `max_tokens` before the
  *   JSON was complete answers `finish_reason: "length"` and `synapse.json_complete: false`: it is

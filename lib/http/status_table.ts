@@ -1,8 +1,8 @@
 /**
- * The transport tables of the front doors (STYLE rule 7): one stable error code → one HTTP
+ * The transport tables of the HTTP doors (STYLE rule 7): one stable error code → one HTTP
  * status, one stable error code → one OpenAI error `type` (the `/v1/embeddings` door), and one
- * outcome kind → one CLI exit code. Nothing else in the code base picks a status, a type or an
- * exit code.
+ * stable error code → one TEI `error_type`. Nothing else in the code base picks a status or a
+ * type (the CLI's exit codes are in lib/cli/exit_codes.ts).
  *
  * ## How the HTTP statuses were chosen
  *
@@ -221,30 +221,6 @@ export function openAiErrorTypeFor(code: ErrorCode): OpenAiErrorType {
     throw new Error(`No OpenAI error type for error code '${code}'. This is a bug`);
   }
   return type;
-}
-
-/**
- * How a CLI command ended: an operation result, a semantic refusal inside `result`, a channel
- * error, or a usage error found before any call (bad flag, bad PARAMS_JSON).
- */
-export type OutcomeKind = "result" | "semantic" | "channel" | "usage";
-
-/** CLI exit code of every outcome kind. */
-export const CLI_EXIT: Readonly<Record<OutcomeKind, number>> = Object.freeze({
-  result: 0,
-  semantic: 1,
-  channel: 2,
-  usage: 2,
-});
-
-/**
- * The process exit code of a CLI outcome: 0 result, 1 semantic error, 2 channel or usage error.
- *
- * @param kind How the command ended.
- * @returns The exit code.
- */
-export function cliExitFor(kind: OutcomeKind): number {
-  return CLI_EXIT[kind];
 }
 
 /**

@@ -12,8 +12,8 @@ import { onnxWeightDtype } from "../cache/validate.ts";
 import { fingerprint, numericProfileId } from "../identity/numeric_profile.ts";
 import { checkMatryoshkaDims } from "./matryoshka.ts";
 import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
-import { ORT_ENGINE } from "../engines/ort/ort_lane.ts";
-import type { OrtLane } from "../engines/ort/ort_lane.ts";
+import { ORT_ENGINE } from "../engines/ort/ort_thread.ts";
+import type { OrtThread } from "../engines/ort/ort_thread.ts";
 import { ORT_MICRO_BATCH, OrtEngine, warmupShapes } from "../engines/ort/ort_engine.ts";
 import { Lane } from "../lanes/lane.ts";
 import type { Admission } from "../sched/admission.ts";
@@ -29,9 +29,9 @@ export const RERANK_PAIR_TEMPLATE = "synapse-rerank-cls-query-sep-doc-sep-v1";
 /** What {@link loadOrtModel} needs from the registry. */
 export interface OrtLoadContext {
   /** Thread of interactive work; the model loads here now. */
-  interactive: OrtLane;
+  interactive: OrtThread;
   /** Thread of bulk work; the model is registered and loads on first use. */
-  bulk: OrtLane;
+  bulk: OrtThread;
   threadPolicy: ThreadPolicy;
   /** `inline.max_tokens`: the certified batch-token budget. */
   maxBatchTokens: number;

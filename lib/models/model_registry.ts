@@ -13,8 +13,8 @@
  */
 import { SynapseError, toSynapseError } from "../contract/errors.ts";
 import { numericProfileId, type ThreadPolicy } from "../identity/numeric_profile.ts";
-import type { OrtLane } from "../engines/ort/ort_lane.ts";
-import { createOrtLanes } from "../engines/ort/ort_lanes.ts";
+import type { OrtThread } from "../engines/ort/ort_thread.ts";
+import { createOrtThreads } from "../engines/ort/ort_threads.ts";
 import type { Engine } from "../engines/engine.ts";
 import type { Admission } from "../sched/admission.ts";
 import { LaneScheduler } from "../sched/lane_scheduler.ts";
@@ -132,8 +132,8 @@ export class ModelRegistry implements AsyncDisposable {
   #waiters = new Map<string, (() => void)[]>();
   #timers = new Set<ReturnType<typeof setTimeout>>();
   #own = new Map<string, OwnRuntime>();
-  #ortInteractive: OrtLane;
-  #ortBulk: OrtLane;
+  #ortInteractive: OrtThread;
+  #ortBulk: OrtThread;
   #ortInteractiveSched: LaneScheduler;
   #ortBulkSched: LaneScheduler;
   #admission: Admission;
@@ -166,8 +166,8 @@ export class ModelRegistry implements AsyncDisposable {
     const knob = typeof policy === "string" ? policy : "balanced";
     const threads = options.ortThreads ?? threadsForKnob(knob);
     // The two threads share the machine's cores and memory: the policy (spinning, quiet twins,
-    // nice 10 for bulk, idle release) lives in createOrtLanes.
-    const lanes = createOrtLanes({
+    // nice 10 for bulk, idle release) lives in createOrtThreads.
+    const lanes = createOrtThreads({
       intraOpThreads: threads,
       // Engine lines (the lanes' priority warning) go under synapse.worker.
       log: retarget(options.log ?? stderrLog, "synapse.worker", { engine: "ort" }),

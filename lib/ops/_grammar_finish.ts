@@ -29,8 +29,8 @@
  */
 import { SynapseError } from "../contract/errors.ts";
 import type { FinishReason } from "../engines/engine.ts";
-import type { CheckedGrammar } from "../engines/llama/gbnf.ts";
-import { matchGbnf } from "../engines/llama/gbnf_match.ts";
+import type { CheckedGrammar } from "../grammar/gbnf.ts";
+import { matchGbnf } from "../grammar/gbnf_match.ts";
 import type { GeneratedText } from "../tokenize/token_bytes.ts";
 
 /** Facts about the generation, for the error. */

@@ -7,7 +7,7 @@
  * where it has one, else a `role: content` fallback (`_chat_template.ts`); the result says which
  * (`chat_template`). Only the template's own special tokens are read as special tokens (F25).
  * `response_format` (`json_object`, `json_schema`) is compiled here to a GBNF grammar
- * (lib/engines/llama/json_schema_gbnf.ts) and then served as `grammar` is. The OpenAI completions
+ * (lib/grammar/json_schema_gbnf.ts) and then served as `grammar` is. The OpenAI completions
  * doors only map their shapes onto these params.
  *
  * `stop` (1–4 strings): the text ends before the earliest match of any of them (`_stop_strings.ts`)
@@ -51,12 +51,12 @@ import {
   RESPONSE_FORMAT,
 } from "../contract/schemas.ts";
 import type { ResponseFormat } from "../contract/schemas.ts";
-import { type CheckedGrammar, checkGbnf } from "../engines/llama/gbnf.ts";
+import { type CheckedGrammar, checkGbnf } from "../grammar/gbnf.ts";
 import {
   compileJsonSchema,
   jsonObjectGrammar,
   type SchemaNote,
-} from "../engines/llama/json_schema_gbnf.ts";
+} from "../grammar/json_schema_gbnf.ts";
 import { type ChatMessage, renderChat } from "./_chat_template.ts";
 import { decodeGenerated, GeneratedTextDecoder } from "../tokenize/token_bytes.ts";
 import { cutAtStop, StopStrings } from "./_stop_strings.ts";

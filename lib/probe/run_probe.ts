@@ -62,7 +62,7 @@ import {
   pearson,
   topKOverlap,
   worstDecile,
-} from "./metrics.ts";
+} from "./agreement.ts";
 import type {
   CertClass,
   KnobAssignment,

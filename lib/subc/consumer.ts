@@ -42,8 +42,8 @@ import {
   FrameDecoder,
   FrameType,
   pongFor,
-} from "./envelope.ts";
-import type { SubcFrame } from "./envelope.ts";
+} from "./bus_envelope.ts";
+import type { SubcFrame } from "./bus_envelope.ts";
 import { SubcWireError } from "./errors.ts";
 import { FrameWriter } from "./frame_writer.ts";
 import { DEFAULT_MODULE_ID, launchNonce, readLaunchNonce, subcModuleId } from "./launch.ts";

@@ -12,8 +12,8 @@
  *
  * @module
  */
-import { encodeFrame } from "./envelope.ts";
-import type { FrameInit } from "./envelope.ts";
+import { encodeFrame } from "./bus_envelope.ts";
+import type { FrameInit } from "./bus_envelope.ts";
 
 /** Where frames are written: the part of `Deno.Conn` the writer uses. */
 export interface FrameSink {
@@ -43,7 +43,7 @@ export interface FrameWriterOptions {
  * @example Frames go out whole and in order
  * ```ts
  * import { FrameWriter } from "./frame_writer.ts";
- * import { FrameDecoder, FrameType } from "./envelope.ts";
+ * import { FrameDecoder, FrameType } from "./bus_envelope.ts";
  * import assert from "node:assert/strict";
  *
  * const written: Uint8Array[] = [];

@@ -26,8 +26,8 @@
 import type { LogSink } from "../log/log.ts";
 import { encodeControlBody, errorBody, parseRouteBind } from "./control.ts";
 import type { BindIdentity, ErrorBody, JsonValue, Principal, RouteBind } from "./control.ts";
-import { DATA_FLAGS, describeFrame, FrameType, pongFor } from "./envelope.ts";
-import type { SubcFrame } from "./envelope.ts";
+import { DATA_FLAGS, describeFrame, FrameType, pongFor } from "./bus_envelope.ts";
+import type { SubcFrame } from "./bus_envelope.ts";
 import { SubcWireError } from "./errors.ts";
 import type { FrameWriter } from "./frame_writer.ts";
 import { RouteTable } from "./module_routes.ts";

@@ -45,8 +45,8 @@ import type {
   JsonValue,
   ProviderRole,
 } from "./control.ts";
-import { CONTROL_FLAGS, describeFrame, FrameDecoder, FrameType, pongFor } from "./envelope.ts";
-import type { SubcFrame } from "./envelope.ts";
+import { CONTROL_FLAGS, describeFrame, FrameDecoder, FrameType, pongFor } from "./bus_envelope.ts";
+import type { SubcFrame } from "./bus_envelope.ts";
 import { SubcWireError } from "./errors.ts";
 import type { ModuleSessionReason } from "./errors.ts";
 import { FrameWriter } from "./frame_writer.ts";

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { main } from "../../lib/cli/main.ts";
 import type { CliIO } from "../../lib/cli/main.ts";
-import { FrameType } from "../../lib/subc/envelope.ts";
+import { FrameType } from "../../lib/subc/bus_envelope.ts";
 import { bodyJson, startScriptedDaemon } from "../subc/_scripted_daemon.ts";
 import { MODELS, ROOT, startSynapse } from "../_helpers.ts";
 import { cliIn, isolatedEnv, serve } from "./_launcher.ts";

@@ -9,7 +9,7 @@ import { main } from "../../lib/cli/main.ts";
 import type { CliIO } from "../../lib/cli/main.ts";
 import { parseCommandArgs, SUBC_CLIENT_FLAG } from "../../lib/cli/_command.ts";
 import { writeConnectionFile } from "../../lib/subc/connection_file.ts";
-import { FrameType } from "../../lib/subc/envelope.ts";
+import { FrameType } from "../../lib/subc/bus_envelope.ts";
 import { bodyJson, startScriptedDaemon } from "../subc/_scripted_daemon.ts";
 import { cliIn, isolatedEnv } from "./_launcher.ts";
 

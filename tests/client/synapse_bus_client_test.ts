@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { SubcCallError, SynapseBusClient, SynapseError } from "../../mod.ts";
 import type { OpParams, OpResult, SynapseMethod } from "../../mod.ts";
 import { OPERATIONS } from "../../lib/ops/dispatcher.ts";
-import { FrameType } from "../../lib/subc/envelope.ts";
+import { FrameType } from "../../lib/subc/bus_envelope.ts";
 import { bodyJson, startScriptedDaemon } from "../subc/_scripted_daemon.ts";
 
 /** Every method of the table, checked by the compiler to be exactly its keys. */

@@ -3,7 +3,7 @@
  * has: ORT (an encoder and a cross-encoder in a Worker thread) and llama.cpp (GGUF embeddings
  * and generation in a worker process).
  */
-import { OrtLane } from "../../lib/engines/ort/ort_lane.ts";
+import { OrtThread } from "../../lib/engines/ort/ort_thread.ts";
 import { OrtEngine, warmupShapes } from "../../lib/engines/ort/ort_engine.ts";
 import { LlamaEngine } from "../../lib/engines/llama/llama_engine.ts";
 import { readGgufFacts, sha256File } from "../../lib/engines/llama/gguf.ts";
@@ -25,7 +25,7 @@ async function rowsFor(tokenizerPath: string, pair: boolean): Promise<EngineRow[
 
 /** An ORT engine that owns its thread: disposing the engine stops the thread too. */
 async function ortEngine(model: string, task: "embed" | "rerank"): Promise<Engine> {
-  const thread = new OrtLane({ intraOpThreads: 1, allowSpinning: false });
+  const thread = new OrtThread({ intraOpThreads: 1, allowSpinning: false });
   const { engine } = await OrtEngine.load(thread, {
     load: {
       modelRef: model,

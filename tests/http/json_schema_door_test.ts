@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { z } from "zod";
 import { loadConfig } from "../../lib/config/loader.ts";
-import { MAX_SCHEMA_DEPTH } from "../../lib/engines/llama/json_schema_gbnf.ts";
+import { MAX_SCHEMA_DEPTH } from "../../lib/grammar/json_schema_gbnf.ts";
 import { serveHttp } from "../../lib/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";

@@ -2,8 +2,6 @@ import assert from "node:assert/strict";
 import { ERROR_CODES } from "../../lib/contract/errors.ts";
 import type { ErrorCode } from "../../lib/contract/errors.ts";
 import {
-  CLI_EXIT,
-  cliExitFor,
   HTTP_STATUS,
   httpStatusFor,
   OPENAI_ERROR_TYPE,
@@ -160,12 +158,4 @@ Deno.test("teiErrorTypeFor() has TEI's type for every code, agreeing with the co
 
 Deno.test("httpStatusFor() throws for a code without a row", () => {
   assert.throws(() => httpStatusFor("no_such_code" as ErrorCode), /This is a bug/);
-});
-
-Deno.test("cliExitFor() has a row for every outcome kind: 0 result, 1 semantic, 2 channel or usage", () => {
-  assert.deepEqual(CLI_EXIT, { result: 0, semantic: 1, channel: 2, usage: 2 });
-  assert.equal(cliExitFor("result"), 0);
-  assert.equal(cliExitFor("semantic"), 1);
-  assert.equal(cliExitFor("channel"), 2);
-  assert.equal(cliExitFor("usage"), 2);
 });

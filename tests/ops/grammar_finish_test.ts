@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { SynapseError } from "../../lib/contract/errors.ts";
 import type { FinishReason } from "../../lib/engines/engine.ts";
-import { checkGbnf } from "../../lib/engines/llama/gbnf.ts";
+import { checkGbnf } from "../../lib/grammar/gbnf.ts";
 import { grammarFinishReason } from "../../lib/ops/_grammar_finish.ts";
 import type { GeneratedText } from "../../lib/tokenize/token_bytes.ts";
 

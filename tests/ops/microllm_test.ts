@@ -12,7 +12,7 @@ import { nullLog } from "../../lib/log/log.ts";
 import { threadsForKnob } from "../../lib/models/model_registry.ts";
 import type { OpOutcome } from "../../lib/ops/dispatcher.ts";
 import { createSynapse } from "../../lib/synapse.ts";
-import { checkGbnf } from "../../lib/engines/llama/gbnf.ts";
+import { checkGbnf } from "../../lib/grammar/gbnf.ts";
 import { grammarFinishReason } from "../../lib/ops/_grammar_finish.ts";
 import { decodeGenerated } from "../../lib/tokenize/token_bytes.ts";
 import type { SynapseError } from "../../lib/contract/errors.ts";

@@ -8,8 +8,8 @@ import assert from "node:assert/strict";
 import { serverHandshake } from "../../lib/subc/auth.ts";
 import { writeConnectionFile } from "../../lib/subc/connection_file.ts";
 import type { ConnectionInfo } from "../../lib/subc/connection_file.ts";
-import { encodeFrame, FrameDecoder, FrameType } from "../../lib/subc/envelope.ts";
-import type { FrameInit, SubcFrame } from "../../lib/subc/envelope.ts";
+import { encodeFrame, FrameDecoder, FrameType } from "../../lib/subc/bus_envelope.ts";
+import type { FrameInit, SubcFrame } from "../../lib/subc/bus_envelope.ts";
 import { parseHello } from "../../lib/subc/control.ts";
 import type { Hello } from "../../lib/subc/control.ts";
 

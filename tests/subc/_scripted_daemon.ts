@@ -16,8 +16,8 @@ import {
   FLAG_DAEMON_ORIGIN,
   FrameDecoder,
   FrameType,
-} from "../../lib/subc/envelope.ts";
-import type { FrameInit, SubcFrame } from "../../lib/subc/envelope.ts";
+} from "../../lib/subc/bus_envelope.ts";
+import type { FrameInit, SubcFrame } from "../../lib/subc/bus_envelope.ts";
 
 /** One accepted client connection, as the script sees it. */
 export interface ScriptedConn {

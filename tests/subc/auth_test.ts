@@ -14,7 +14,7 @@ import {
   startClientAuth,
 } from "../../lib/subc/auth.ts";
 import type { AuthConn } from "../../lib/subc/auth.ts";
-import { encodeFrame, FrameDecoder, FrameType } from "../../lib/subc/envelope.ts";
+import { encodeFrame, FrameDecoder, FrameType } from "../../lib/subc/bus_envelope.ts";
 import { SubcWireError } from "../../lib/subc/errors.ts";
 import type { SubcWireReason } from "../../lib/subc/errors.ts";
 

@@ -12,8 +12,8 @@ import {
   SubcCallError,
   SubcConsumer,
 } from "../../lib/subc/consumer.ts";
-import { CONTROL_FLAGS, DATA_FLAGS, FrameType } from "../../lib/subc/envelope.ts";
-import type { SubcFrame } from "../../lib/subc/envelope.ts";
+import { CONTROL_FLAGS, DATA_FLAGS, FrameType } from "../../lib/subc/bus_envelope.ts";
+import type { SubcFrame } from "../../lib/subc/bus_envelope.ts";
 import { SubcWireError } from "../../lib/subc/errors.ts";
 import { writeConnectionFile } from "../../lib/subc/connection_file.ts";
 import { bodyJson, startScriptedDaemon } from "./_scripted_daemon.ts";

@@ -16,8 +16,8 @@ import {
   FrameDecoder,
   HEADER_BYTES,
   MAX_BODY_BYTES,
-} from "../../lib/subc/envelope.ts";
-import type { SubcFrame } from "../../lib/subc/envelope.ts";
+} from "../../lib/subc/bus_envelope.ts";
+import type { SubcFrame } from "../../lib/subc/bus_envelope.ts";
 import { SubcWireError } from "../../lib/subc/errors.ts";
 
 const CASES = 100_000;

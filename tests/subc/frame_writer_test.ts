@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { FrameWriter } from "../../lib/subc/frame_writer.ts";
-import { FrameDecoder, FrameType } from "../../lib/subc/envelope.ts";
+import { FrameDecoder, FrameType } from "../../lib/subc/bus_envelope.ts";
 
 /** A sink that takes at most `step` bytes per write, each write resolving on a later turn. */
 function slowSink(step: number): { written: Uint8Array[]; write(p: Uint8Array): Promise<number> } {

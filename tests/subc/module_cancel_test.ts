@@ -6,7 +6,7 @@
  * generation after N tokens until its CANCEL arrives, so nothing waits on a timer.
  */
 import assert from "node:assert/strict";
-import { FrameType } from "../../lib/subc/envelope.ts";
+import { FrameType } from "../../lib/subc/bus_envelope.ts";
 import { parkedWorker, watchGenerations } from "../_generation.ts";
 import { MODELS } from "../_helpers.ts";
 import { bodyOf, json } from "./_hand_daemon.ts";

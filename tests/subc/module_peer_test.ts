@@ -4,7 +4,7 @@
  * a protocol violation or a warning on the peer's side, so they cannot agree on a mistake.
  */
 import assert from "node:assert/strict";
-import { FrameType } from "../../lib/subc/envelope.ts";
+import { FrameType } from "../../lib/subc/bus_envelope.ts";
 import { connectEndpoint, startPeer } from "./_peer.ts";
 import type { EndpointError } from "./peer/endpoint.ts";
 

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { nullLog } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";
-import { FrameType } from "../../lib/subc/envelope.ts";
+import { FrameType } from "../../lib/subc/bus_envelope.ts";
 import { isolatedEnv, LAUNCHER } from "../cli/_launcher.ts";
 import type { Home } from "../cli/_launcher.ts";
 import { bodyOf, corrCounter, HandDaemon } from "./_hand_daemon.ts";

@@ -10,7 +10,7 @@ import { createSynapse } from "../../lib/synapse.ts";
 import { SubcWireError } from "../../lib/subc/errors.ts";
 import { writeConnectionFile } from "../../lib/subc/connection_file.ts";
 import { runSubcModule } from "../../lib/cli/_subc_door.ts";
-import { FrameType } from "../../lib/subc/envelope.ts";
+import { FrameType } from "../../lib/subc/bus_envelope.ts";
 import { STORE_SCHEMA_VERSION } from "../../lib/store/store.ts";
 import { SYNAPSE_VERSION } from "../../lib/version.ts";
 import { bodyOf, json } from "./_hand_daemon.ts";

@@ -4,8 +4,8 @@
  */
 import assert from "node:assert/strict";
 import { encodeControlBody } from "../../lib/subc/control.ts";
-import { FrameType, pongFor } from "../../lib/subc/envelope.ts";
-import type { SubcFrame } from "../../lib/subc/envelope.ts";
+import { FrameType, pongFor } from "../../lib/subc/bus_envelope.ts";
+import type { SubcFrame } from "../../lib/subc/bus_envelope.ts";
 import { ROOT } from "../_helpers.ts";
 import { connectEndpoint, jsonBody, testManifest } from "./_peer.ts";
 
@@ -139,7 +139,7 @@ Deno.test("deno task subc-peer: prints the connection file, serves a module, and
     assert.equal((await child.status).code, 0);
     await Promise.all([stdout.done, stderr.done]);
     assert.ok(stdout.all.includes("subc-peer: stopped"));
-    // Every frame was logged on stderr, described as envelope.ts describes frames.
+    // Every frame was logged on stderr, described as bus_envelope.ts describes frames.
     assert.ok(
       stderr.all.some((l) => l.startsWith("[frame] #1 pending -> Hello ch=0 ep=0 corr=1 ")) &&
         stderr.all.some((l) =>

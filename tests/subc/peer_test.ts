@@ -19,8 +19,8 @@ import {
   FLAG_DAEMON_ORIGIN,
   FrameType,
   pongFor,
-} from "../../lib/subc/envelope.ts";
-import type { SubcFrame } from "../../lib/subc/envelope.ts";
+} from "../../lib/subc/bus_envelope.ts";
+import type { SubcFrame } from "../../lib/subc/bus_envelope.ts";
 import { SubcWireError } from "../../lib/subc/errors.ts";
 import {
   connectEndpoint,
@@ -56,7 +56,7 @@ function frameVector(name: string): FrameVector {
   return v;
 }
 
-/** The reason each `must_reject` vector is refused with (as tests/subc/envelope_test.ts). */
+/** The reason each `must_reject` vector is refused with (as tests/subc/bus_envelope_test.ts). */
 const REJECT_REASON: Record<string, string> = {
   "ver != 2": "unsupported_version",
   "unknown type 12": "unknown_frame_type",

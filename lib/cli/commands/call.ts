@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { cliExitFor } from "../../http/status_table.ts";
+import { cliExitFor } from "../exit_codes.ts";
 import { SynapseError } from "../../contract/errors.ts";
 import {
   exitCodeOf,

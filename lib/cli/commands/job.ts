@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { cliExitFor } from "../../http/status_table.ts";
+import { cliExitFor } from "../exit_codes.ts";
 import {
   openClient,
   parseCommandArgs,

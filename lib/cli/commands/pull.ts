@@ -9,7 +9,7 @@
  */
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
-import { cliExitFor } from "../../http/status_table.ts";
+import { cliExitFor, EXIT_INTERRUPTED } from "../exit_codes.ts";
 import {
   openClient,
   parseCommandArgs,
@@ -21,9 +21,6 @@ import {
 import type { CliIO, Command } from "../_command.ts";
 import type { ClientOutcome, SynapseClient } from "../client.ts";
 import { formatBytes, formatDuration, formatRate, ProgressReporter } from "../_progress.ts";
-
-/** Exit status after Ctrl-C (128 + SIGINT), as shells report it. */
-const EXIT_INTERRUPTED = 130;
 
 const USAGE =
   `usage: ck-synapse pull ID|URL|PATH [--sha256 H] [--model-id NAME] [--engine ort|llama]

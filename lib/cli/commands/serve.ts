@@ -8,7 +8,7 @@
  * @module
  */
 import { HTTP_ROUTES } from "../../http/routes.ts";
-import { cliExitFor } from "../../http/status_table.ts";
+import { cliExitFor } from "../exit_codes.ts";
 import { parseCommandArgs, UsageError } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 

@@ -1,10 +1,10 @@
 /**
  * The onnxruntime-node native addon: the one place it is imported (STYLE 2). Loaded only inside
- * the ORT lane's Worker thread, never on the main thread.
+ * the ORT Worker thread (ort_thread.ts), never on the main thread.
  *
  * The first session libonnxruntime 1.30 creates in a process makes an empty
  * `$TMPDIR/mat-debug-<pid>.log` (`/tmp` when TMPDIR is unset) that nothing removes: one per
- * process, piling up in /tmp. The lane's worker removes it after creating a session, when it is
+ * process, piling up in /tmp. The Worker removes it after creating a session, when it is
  * still empty ({@link removeOrtDebugLog}).
  *
  * @module

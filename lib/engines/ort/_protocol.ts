@@ -1,6 +1,6 @@
 /**
- * Messages between the ORT lane (main thread) and its Worker thread. Token ids and outputs cross
- * as transferable buffers, never as JSON arrays.
+ * Messages between OrtThread (main-thread side, ort_thread.ts) and its Worker thread. Token ids
+ * and outputs cross as transferable buffers, never as JSON arrays.
  *
  * @module
  */
@@ -20,7 +20,7 @@ export type OrtRequest =
     pooling: Pooling;
     normalize: boolean;
     intraOpThreads: number;
-    /** Let onnxruntime's intra-op threads spin between runs (faster alone, wasteful when lanes share cores). */
+    /** Let onnxruntime's intra-op threads spin between runs (faster alone, wasteful when threads share cores). */
     allowSpinning: boolean;
     /**
      * Give quiet runs a twin session whose threads never spin (see {@link OrtRequest}
@@ -45,7 +45,7 @@ export type OrtRequest =
     typeIds: Int32Array;
     /** Tokens per row. */
     lengths: Int32Array;
-    /** Run on the quiet twin (another lane is busy on the same cores); creates it if needed. */
+    /** Run on the quiet twin (another thread is busy on the same cores); creates it if needed. */
     quiet: boolean;
   }
   | { type: "unload"; reqId: number; modelRef: string }

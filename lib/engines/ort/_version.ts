@@ -1,2 +1,2 @@
-/** onnxruntime-node version pinned in package.json; part of the ORT lane's engine identity. */
+/** onnxruntime-node version pinned in package.json; part of the ORT engine identity. */
 export const ORT_VERSION = "1.30.0";

@@ -1,5 +1,6 @@
 /**
- * Worker-thread entry of the ORT lane: owns the onnxruntime-node sessions, pads, runs, pools.
+ * Worker-thread entry of OrtThread (ort_thread.ts): owns the onnxruntime-node sessions, pads,
+ * runs, pools.
  * `session.run` holds this thread's JavaScript for the whole run, which is why it lives here
  * and not on the main thread (docs/internals.md §11).
  *
@@ -19,7 +20,7 @@ interface Loaded {
   path: string;
   /** Whether quiet runs get a twin session (created by the first of them). */
   quietTwin: boolean;
-  /** The twin: one thread, so nothing spins; runs while another lane is busy on the cores. */
+  /** The twin: one thread, so nothing spins; runs while another thread is busy on the cores. */
   quiet?: ort.InferenceSession;
   task: OrtTask;
   pooling: Pooling;
@@ -141,7 +142,7 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
   const probe = await run(loaded, Int32Array.of(0), Int32Array.of(0), Int32Array.of(1));
   loaded.dims = probe.dims;
   // Warm-up at the micro-batch budget's extreme shapes, so the first real request does not pay
-  // for growing onnxruntime's memory arena. The quiet twin is not created here (ort_lane.ts,
+  // for growing onnxruntime's memory arena. The quiet twin is not created here (ort_thread.ts,
   // "Memory"): the first quiet run creates it, and its arena grows to what quiet runs need.
   for (const [rows, len] of req.warmupShapes) {
     await run(
@@ -233,7 +234,7 @@ async function run(
   };
   if (m.hasMask) feeds.attention_mask = new ort.Tensor("int64", maskT, dims2);
   if (m.hasTypeIds) feeds.token_type_ids = new ort.Tensor("int64", typeT, dims2);
-  // The quiet twin runs single-threaded: beside a busy lane, a query's parallel sections would
+  // The quiet twin runs single-threaded: beside a busy thread, a query's parallel sections would
   // wait on sibling threads the OS has not scheduled (2 cores: loaded p95 16 ms → 12 ms).
   if (quiet && m.quietTwin) m.quiet ??= await createSession(m.path, false, 1);
   const session = quiet && m.quiet ? m.quiet : m.session;

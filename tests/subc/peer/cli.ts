@@ -13,8 +13,8 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { describeFrame, FrameType } from "../../../lib/subc/envelope.ts";
-import type { SubcFrame } from "../../../lib/subc/envelope.ts";
+import { describeFrame, FrameType } from "../../../lib/subc/bus_envelope.ts";
+import type { SubcFrame } from "../../../lib/subc/bus_envelope.ts";
 import { connectEndpoint, EndpointError } from "./endpoint.ts";
 import type { Endpoint } from "./endpoint.ts";
 import { startPeer } from "./peer.ts";

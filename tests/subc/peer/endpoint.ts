@@ -18,8 +18,8 @@ import {
   RouteOpenResponseSchema,
 } from "../../../lib/subc/control.ts";
 import type { ErrorBody, Manifest, RouteOpen } from "../../../lib/subc/control.ts";
-import { DATA_FLAGS, FrameType } from "../../../lib/subc/envelope.ts";
-import type { FrameInit, SubcFrame } from "../../../lib/subc/envelope.ts";
+import { DATA_FLAGS, FrameType } from "../../../lib/subc/bus_envelope.ts";
+import type { FrameInit, SubcFrame } from "../../../lib/subc/bus_envelope.ts";
 import { FramedConn } from "./framed_conn.ts";
 import type { FrameDirection } from "./framed_conn.ts";
 import { DEFAULT_WAIT_MS } from "./peer.ts";

@@ -9,8 +9,8 @@
  *
  * @module
  */
-import { encodeFrame, FrameDecoder } from "../../../lib/subc/envelope.ts";
-import type { FrameInit, SubcFrame } from "../../../lib/subc/envelope.ts";
+import { encodeFrame, FrameDecoder } from "../../../lib/subc/bus_envelope.ts";
+import type { FrameInit, SubcFrame } from "../../../lib/subc/bus_envelope.ts";
 
 /** Which way a frame went, seen from the owner of the {@link FramedConn}. */
 export type FrameDirection = "in" | "out";

@@ -69,8 +69,8 @@ import {
   FrameType,
   frameTypeName,
   pongFor,
-} from "../../../lib/subc/envelope.ts";
-import type { SubcFrame } from "../../../lib/subc/envelope.ts";
+} from "../../../lib/subc/bus_envelope.ts";
+import type { SubcFrame } from "../../../lib/subc/bus_envelope.ts";
 import { SubcWireError } from "../../../lib/subc/errors.ts";
 import { FramedConn } from "./framed_conn.ts";
 import { ClientConn, Link, ModuleConn, Route } from "./state.ts";

@@ -13,7 +13,7 @@ import type {
   Principal,
   RouteStatus,
 } from "../../../lib/subc/control.ts";
-import type { SubcFrame } from "../../../lib/subc/envelope.ts";
+import type { SubcFrame } from "../../../lib/subc/bus_envelope.ts";
 import { CreditWindow, creditWindowOf } from "./credit_window.ts";
 import type { FramedConn } from "./framed_conn.ts";
 import type { ConnKind, ModuleState, RouteCloseReason, RouteInfo } from "./types.ts";

@@ -13,7 +13,7 @@ import type {
   Principal,
   RouteStatus,
 } from "../../../lib/subc/control.ts";
-import type { SubcFrame } from "../../../lib/subc/envelope.ts";
+import type { SubcFrame } from "../../../lib/subc/bus_envelope.ts";
 import type { FrameDirection } from "./framed_conn.ts";
 
 /** The daemon waits this long for a module's route.bind ack (subc §3), in milliseconds. */

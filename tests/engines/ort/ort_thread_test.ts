@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { setImmediate } from "node:timers";
-import { OrtLane } from "../../../lib/engines/ort/ort_lane.ts";
+import { OrtThread } from "../../../lib/engines/ort/ort_thread.ts";
 import { SanitizedTokenizer } from "../../../lib/tokenize/tokenizer.ts";
 import { MODELS } from "../../_helpers.ts";
 import { callingThreadId } from "../../../ffi/priority.ts";
@@ -14,12 +14,12 @@ const spec = {
   normalize: true,
 };
 
-Deno.test("OrtLane: two worker threads with 40 concurrent runs stay correct (stress)", async () => {
+Deno.test("OrtThread: two worker threads with 40 concurrent runs stay correct (stress)", async () => {
   // onnxruntime-node 1.21 aborted with HandleScope errors when several threads ran sessions;
   // this keeps an upgrade from bringing that back (design.md, "where engines run").
   const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
-  using a = new OrtLane({ intraOpThreads: 1 });
-  using b = new OrtLane({ intraOpThreads: 1 });
+  using a = new OrtThread({ intraOpThreads: 1 });
+  using b = new OrtThread({ intraOpThreads: 1 });
   await Promise.all([a.load(spec), b.load(spec)]);
   const texts = Array.from({ length: 40 }, (_, i) => Array(1 + i * 5).fill("stress").join(" "));
   const seqs = texts.map((t) => tok.encode(t, { maxTokens: 512, truncate: true }));
@@ -32,13 +32,13 @@ Deno.test("OrtLane: two worker threads with 40 concurrent runs stay correct (str
   }
 });
 
-Deno.test("OrtLane keeps the main thread free while the worker runs", async () => {
+Deno.test("OrtThread keeps the main thread free while the worker runs", async () => {
   // onnxruntime-node's run() holds its thread from start to end, so a main thread that ran the
   // engine itself could turn its event loop at most once per run (0 or 1 measured); a free one
   // turns it thousands of times per run here. Counting turns against runs, not milliseconds,
   // keeps the check independent of machine speed and load.
   const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
-  using lane = new OrtLane();
+  using lane = new OrtThread();
   await lane.load(spec);
   const seq = tok.encode(Array(500).fill("busy").join(" "), { maxTokens: 512, truncate: true });
   const runs = 20;
@@ -61,10 +61,10 @@ Deno.test("OrtLane keeps the main thread free while the worker runs", async () =
   assert.ok(wasInFlight > 0, "the turns must happen while runs are in flight");
 });
 
-Deno.test("OrtLane answers artifact_invalid for a file that is not a model, and keeps serving", async () => {
+Deno.test("OrtThread answers artifact_invalid for a file that is not a model, and keeps serving", async () => {
   const tmp = await Deno.makeTempFile({ suffix: ".onnx" });
   await Deno.writeTextFile(tmp, "not a model");
-  using lane = new OrtLane();
+  using lane = new OrtThread();
   await assert.rejects(lane.load({ ...spec, modelRef: "bad", path: tmp }), {
     code: "artifact_invalid",
   });
@@ -78,8 +78,8 @@ Deno.test("OrtLane answers artifact_invalid for a file that is not a model, and 
   await Deno.remove(tmp);
 });
 
-Deno.test("OrtLane.dispose() is idempotent and refuses later calls with disposed", async () => {
-  const lane = new OrtLane();
+Deno.test("OrtThread.dispose() is idempotent and refuses later calls with disposed", async () => {
+  const lane = new OrtThread();
   await lane.load(spec);
   lane.dispose();
   lane.dispose();
@@ -87,8 +87,8 @@ Deno.test("OrtLane.dispose() is idempotent and refuses later calls with disposed
   await assert.rejects(lane.load(spec), { code: "disposed" });
 });
 
-Deno.test("OrtLane refuses a model whose output does not fit the task (artifact_invalid)", async () => {
-  using lane = new OrtLane({ intraOpThreads: 1 });
+Deno.test("OrtThread refuses a model whose output does not fit the task (artifact_invalid)", async () => {
+  using lane = new OrtThread({ intraOpThreads: 1 });
   await assert.rejects(
     lane.load({ ...spec, modelRef: "x", path: `${MODELS}/synapse-tiny-rerank/model.onnx` }),
     (e: unknown) => {
@@ -121,13 +121,13 @@ async function threadNices(): Promise<Map<number, number>> {
 
 Deno.test({
   name:
-    "OrtLane with niceness 10 runs its worker and intra-op threads at nice 10, the main thread at 0",
+    "OrtThread with niceness 10 runs its worker and intra-op threads at nice 10, the main thread at 0",
   ignore: Deno.build.os !== "linux",
   fn: async () => {
     const before = await threadNices();
     // Three intra-op threads: the worker thread runs one share, onnxruntime's pool the other
     // two, so at least three new threads at nice 10 means the pool inherited the value.
-    using lane = new OrtLane({ intraOpThreads: 3, allowSpinning: false, niceness: 10 });
+    using lane = new OrtThread({ intraOpThreads: 3, allowSpinning: false, niceness: 10 });
     const { niceness } = await lane.load(spec);
     assert.equal(niceness, 10);
     const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
@@ -156,10 +156,10 @@ async function until(done: () => boolean, step: () => Promise<unknown>, max = 20
   for (let i = 0; i < max && !done(); i++) await step();
 }
 
-Deno.test("OrtLane creates the quiet twin on the first quiet run and releases it when idle", async () => {
+Deno.test("OrtThread creates the quiet twin on the first quiet run and releases it when idle", async () => {
   const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
   const seq = tok.encode("a quiet query", { maxTokens: 512 });
-  using lane = new OrtLane({ intraOpThreads: 2, quietTwin: true, quietTwinIdleMs: 0 });
+  using lane = new OrtThread({ intraOpThreads: 2, quietTwin: true, quietTwinIdleMs: 0 });
   await lane.load(spec);
   assert.equal(lane.residentSessions, 1, "no twin before the first quiet run");
   const loud = await lane.run("m", [seq]);
@@ -181,10 +181,10 @@ Deno.test("OrtLane creates the quiet twin on the first quiet run and releases it
   for (let d = 0; d < 32; d++) assert.ok(Math.abs(loud.data[d]! - again.data[d]!) < 1e-5);
 });
 
-Deno.test("OrtLane with idleUnloadMs unloads idle models and reloads them on the next run", async () => {
+Deno.test("OrtThread with idleUnloadMs unloads idle models and reloads them on the next run", async () => {
   const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
   const seq = tok.encode("bulk work", { maxTokens: 512 });
-  using lane = new OrtLane({ intraOpThreads: 1, allowSpinning: false, idleUnloadMs: 0 });
+  using lane = new OrtThread({ intraOpThreads: 1, allowSpinning: false, idleUnloadMs: 0 });
   lane.register(spec);
   assert.equal(lane.residentSessions, 0);
   const first = await lane.run("m", [seq]);
@@ -197,10 +197,10 @@ Deno.test("OrtLane with idleUnloadMs unloads idle models and reloads them on the
   for (let d = 0; d < 32; d++) assert.ok(Math.abs(first.data[d]! - second.data[d]!) < 1e-5);
 });
 
-Deno.test("OrtLane throws RangeError for a negative or NaN idle time", () => {
+Deno.test("OrtThread throws RangeError for a negative or NaN idle time", () => {
   for (const bad of [-1, NaN]) {
-    assert.throws(() => new OrtLane({ idleUnloadMs: bad }), RangeError);
-    assert.throws(() => new OrtLane({ quietTwinIdleMs: bad }), RangeError);
+    assert.throws(() => new OrtThread({ idleUnloadMs: bad }), RangeError);
+    assert.throws(() => new OrtThread({ quietTwinIdleMs: bad }), RangeError);
   }
 });
 

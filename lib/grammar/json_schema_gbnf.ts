@@ -40,7 +40,7 @@
  *
  * @module
  */
-import { SynapseError } from "../../contract/errors.ts";
+import { SynapseError } from "../contract/errors.ts";
 import { decimalRange, integerRange, SAFE_INTEGER } from "./_gbnf_ranges.ts";
 
 /** Largest `minItems` / `maxItems` / `minLength` / `maxLength` the grammar spells out. */

@@ -17,8 +17,8 @@ import {
   parseFlags,
   pongFor,
   Priority,
-} from "../../lib/subc/envelope.ts";
-import type { SubcFrame } from "../../lib/subc/envelope.ts";
+} from "../../lib/subc/bus_envelope.ts";
+import type { SubcFrame } from "../../lib/subc/bus_envelope.ts";
 import { SubcWireError } from "../../lib/subc/errors.ts";
 import type { SubcWireReason } from "../../lib/subc/errors.ts";
 

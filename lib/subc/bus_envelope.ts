@@ -140,7 +140,7 @@ export interface FlagFields {
  *
  * @example A subscription Request at interactive priority
  * ```ts
- * import { makeFlags, Priority } from "./envelope.ts";
+ * import { makeFlags, Priority } from "./bus_envelope.ts";
  * import assert from "node:assert/strict";
  *
  * assert.equal(makeFlags({ priority: Priority.Interactive, subscription: true }), 0x82);
@@ -281,7 +281,7 @@ const U64_MAX = (1n << 64n) - 1n;
  *
  * @example The Goodbye of the vectors (subc §7)
  * ```ts
- * import { encodeFrame, FrameType } from "./envelope.ts";
+ * import { encodeFrame, FrameType } from "./bus_envelope.ts";
  * import assert from "node:assert/strict";
  *
  * const bytes = encodeFrame({ type: FrameType.Goodbye, corr: 7n });
@@ -356,7 +356,7 @@ export function decodeHeader(bytes: Uint8Array, options: EnvelopeOptions = {}): 
  *
  * @example Frames split across chunks
  * ```ts
- * import { encodeFrame, FrameDecoder, FrameType } from "./envelope.ts";
+ * import { encodeFrame, FrameDecoder, FrameType } from "./bus_envelope.ts";
  * import assert from "node:assert/strict";
  *
  * const bytes = encodeFrame({ type: FrameType.Ping, corr: 3n });

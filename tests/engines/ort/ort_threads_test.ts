@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { createOrtLanes, ORT_BULK_NICENESS } from "../../../lib/engines/ort/ort_lanes.ts";
+import { createOrtThreads, ORT_BULK_NICENESS } from "../../../lib/engines/ort/ort_threads.ts";
 import { MODELS } from "../../_helpers.ts";
 
 const spec = {
@@ -11,8 +11,8 @@ const spec = {
 };
 const row = { ids: Int32Array.of(2, 7, 7, 3), typeIds: new Int32Array(4) };
 
-Deno.test("createOrtLanes() lowers only the bulk lane, and gives only the interactive lane twins", async () => {
-  const { interactive, bulk } = createOrtLanes({ intraOpThreads: 1 });
+Deno.test("createOrtThreads() lowers only the bulk lane, and gives only the interactive lane twins", async () => {
+  const { interactive, bulk } = createOrtThreads({ intraOpThreads: 1 });
   using _i = interactive;
   using _b = bulk;
   assert.equal((await interactive.load(spec)).niceness, 0);

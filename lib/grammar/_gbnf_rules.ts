@@ -11,7 +11,7 @@
  * @module
  */
 
-import { SynapseError } from "../../contract/errors.ts";
+import { SynapseError } from "../contract/errors.ts";
 
 /**
  * Why `checkGbnf` refused a grammar; the stable `details.reason` of its error.

@@ -4,14 +4,14 @@
  * every keyword outside the subset is refused naming its path.
  */
 import assert from "node:assert/strict";
-import { checkGbnf } from "../../lib/engines/llama/gbnf.ts";
-import { matchGbnf } from "../../lib/engines/llama/gbnf_match.ts";
+import { checkGbnf } from "../../lib/grammar/gbnf.ts";
+import { matchGbnf } from "../../lib/grammar/gbnf_match.ts";
 import {
   compileJsonSchema,
   gbnfLiteral,
   jsonObjectGrammar,
   MAX_SCHEMA_DEPTH,
-} from "../../lib/engines/llama/json_schema_gbnf.ts";
+} from "../../lib/grammar/json_schema_gbnf.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
 
 function verdicts(schema: unknown, texts: string[]): string[] {

@@ -12,7 +12,7 @@ import {
   topK,
   topKOverlap,
   worstDecile,
-} from "../../lib/probe/metrics.ts";
+} from "../../lib/probe/agreement.ts";
 
 function close(actual: number, expected: number, tol = 1e-12): void {
   assert.ok(Math.abs(actual - expected) <= tol, `${actual} is not ${expected} ± ${tol}`);

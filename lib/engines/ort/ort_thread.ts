@@ -1,19 +1,20 @@
 /**
- * The ORT lane, main-thread side: a dedicated Deno Worker thread owns the onnxruntime-node
- * sessions (design.md: `session.run` blocks its thread for the whole run), and this class sends
- * it micro-batches as transferable buffers. The main thread only packs ids and awaits replies, so
- * `/health`, admission and refusals stay instant while the engine is busy.
+ * The ORT thread, main-thread side: a dedicated Deno Worker thread owns the onnxruntime-node
+ * sessions (`session.run` blocks its thread for the whole run: docs/internals.md "§11 Engines and
+ * lanes"), and this class sends it micro-batches as transferable buffers. The main thread only
+ * packs ids and awaits replies, so `/health`, admission and refusals stay instant while the engine
+ * is busy.
  *
  * Memory. An onnxruntime session holds its own copy of the weights, its own CPU arena and its own
  * intra-op threads, and onnxruntime-node can share none of them between sessions (no global thread
  * pools, no shared allocator, no prepacked-weights container) nor set spinning per run. So the CPU
  * arena and the memory pattern stay on (turning them off cost speed and saved nothing once traffic
- * varied), and the lane holds sessions only while they are used: the quiet twin is created by the
- * first quiet run and released after {@link OrtLaneOptions.quietTwinIdleMs}; a lane with
- * {@link OrtLaneOptions.idleUnloadMs} (the bulk lane, ort_lanes.ts) unloads idle models and reloads
- * them on the next run; after each release the worker calls glibc `malloc_trim`. The measurements
- * behind each choice, and what a configured model costs against a bare onnxruntime-node process,
- * are in bench/README.md "ORT sessions and memory".
+ * varied), and the thread holds sessions only while they are used: the quiet twin is created by the
+ * first quiet run and released after {@link OrtThreadOptions.quietTwinIdleMs}; a thread with
+ * {@link OrtThreadOptions.idleUnloadMs} (the bulk thread, ort_threads.ts) unloads idle models and
+ * reloads them on the next run; after each release the worker calls glibc `malloc_trim`. The
+ * measurements behind each choice, and what a configured model costs against a bare
+ * onnxruntime-node process, are in bench/README.md "ORT sessions and memory".
  *
  * @module
  */
@@ -26,7 +27,7 @@ import { type LogSink, stderrLog } from "../../log/log.ts";
 
 /** Load parameters of one ONNX model. */
 export interface OrtLoadSpec {
-  /** Lane-local handle (the model id). */
+  /** Thread-local handle (the model id). */
   modelRef: string;
   /** Path of model.onnx. */
   path: string;
@@ -54,52 +55,52 @@ export interface OrtRunResult {
   runMs: number;
 }
 
-/** Options of {@link OrtLane}. */
-export interface OrtLaneOptions {
+/** Options of {@link OrtThread}. */
+export interface OrtThreadOptions {
   /** onnxruntime intra-op threads. @default navigator.hardwareConcurrency */
   intraOpThreads?: number;
   /**
-   * Let intra-op threads spin-wait between runs: best when this lane has the cores to itself,
-   * wasteful when two lanes share them. @default true
+   * Let intra-op threads spin-wait between runs: best when this thread has the cores to itself,
+   * wasteful when two threads share them. @default true
    */
   allowSpinning?: boolean;
   /**
    * Give every model a second session whose threads never spin, for runs made while another
-   * lane is busy on the same cores (`run(..., {quiet: true})`): a spinning session is fastest
+   * thread is busy on the same cores (`run(..., {quiet: true})`): a spinning session is fastest
    * alone, a blocking one shares cores well. The first quiet run creates a model's twin (it
    * waits for that, a one-thread cold load); it costs a second copy of the weights plus the
-   * arena its runs need, until {@link OrtLaneOptions.quietTwinIdleMs} releases it.
+   * arena its runs need, until {@link OrtThreadOptions.quietTwinIdleMs} releases it.
    * @default false
    */
   quietTwin?: boolean;
   /**
-   * Milliseconds without a quiet run after which the lane releases its quiet twins (the next
+   * Milliseconds without a quiet run after which the thread releases its quiet twins (the next
    * quiet run creates them again). `Infinity` keeps them. @default 60_000
    */
   quietTwinIdleMs?: number;
   /**
-   * Milliseconds without any request after which the lane unloads every model, keeping what it
+   * Milliseconds without any request after which the thread unloads every model, keeping what it
    * needs to load them again: the next run of a model pays its cold load (session creation and
-   * warm-up) first. For a lane whose work comes in bursts, such as durable jobs, so its sessions
+   * warm-up) first. For a thread whose work comes in bursts, such as durable jobs, so its sessions
    * hold memory only while work arrives. `Infinity` keeps models loaded. @default Infinity
    */
   idleUnloadMs?: number;
   /**
-   * Nice value (0 … 19) for this lane's engine threads on Linux, so another lane's work runs
+   * Nice value (0 … 19) for this thread's engine threads on Linux, so another thread's work runs
    * first when both share the cores. The worker thread lowers itself before it creates its
    * first session, and onnxruntime's intra-op threads, created by that thread, inherit the value
    * (needs only `--allow-ffi`). Where it cannot be set (not Linux, no FFI, the kernel refuses)
-   * the model loads all the same, {@link OrtLane.load} reports the nice value actually in force,
-   * and the lane logs a `warn` line once per worker thread. @default 0
+   * the model loads all the same, {@link OrtThread.load} reports the nice value actually in force,
+   * and the thread logs a `warn` line once per worker thread. @default 0
    */
   niceness?: number;
   /** Module log (the priority warning above). @default stderrLog */
   log?: LogSink;
 }
 
-/** Options of {@link OrtLane.run}. */
+/** Options of {@link OrtThread.run}. */
 export interface OrtRunOptions {
-  /** Use the quiet twin session when the lane has one. @default false */
+  /** Use the quiet twin session when the thread has one. @default false */
   quiet?: boolean;
 }
 
@@ -108,7 +109,7 @@ interface Pending {
   reject(e: unknown): void;
 }
 
-/** Engine identity of this lane (docs/internals.md §4 `engine`). */
+/** Engine identity of the ORT threads (docs/internals.md §4 `engine`). */
 export const ORT_ENGINE = Object.freeze({
   engine: "ort",
   version: ORT_VERSION,
@@ -121,7 +122,7 @@ export const ORT_ENGINE = Object.freeze({
  * the main thread handles a reply. A dead worker rejects what was in flight with
  * `engine_crashed`; the next call starts a fresh worker and reloads the models lazily.
  */
-export class OrtLane {
+export class OrtThread {
   #worker: Worker | undefined;
   #pending = new Map<number, Pending>();
   #nextId = 1;
@@ -145,7 +146,7 @@ export class OrtLane {
   /**
    * @throws {RangeError} when `quietTwinIdleMs` or `idleUnloadMs` is negative or NaN.
    */
-  constructor(options: OrtLaneOptions = {}) {
+  constructor(options: OrtThreadOptions = {}) {
     for (const key of ["quietTwinIdleMs", "idleUnloadMs"] as const) {
       const v = options[key];
       if (v !== undefined && !(v >= 0)) {
@@ -161,7 +162,7 @@ export class OrtLane {
     this.#log = options.log ?? stderrLog;
   }
 
-  /** onnxruntime intra-op threads of this lane. */
+  /** onnxruntime intra-op threads of this Worker. */
   get intraOpThreads(): number {
     return this.#threads;
   }
@@ -172,7 +173,7 @@ export class OrtLane {
   }
 
   /**
-   * onnxruntime sessions alive in the lane's worker (each loaded model's session, plus the quiet
+   * onnxruntime sessions alive in the thread's worker (each loaded model's session, plus the quiet
    * twins that exist), as of the worker's latest reply; 0 before the worker starts.
    */
   get residentSessions(): number {
@@ -185,11 +186,11 @@ export class OrtLane {
   }
 
   /**
-   * Loads a model into the lane's worker.
+   * Loads a model into the thread's worker.
    *
    * @returns Output width (hidden size for embed, 1 for rerank), cold-load time in ms, and the
-   *   nice value the lane's engine threads run at (below the lane's `niceness` when it could not
-   *   be set; the lane has then logged why).
+   *   nice value the thread's engine threads run at (below the thread's `niceness` when it could
+   *   not be set; the thread has then logged why).
    * @throws {SynapseError} `artifact_invalid` when onnxruntime cannot open the file;
    *   `engine_crashed` when the worker dies.
    */
@@ -276,7 +277,7 @@ export class OrtLane {
   }
 
   /**
-   * Records a model without loading it: the first {@link run} for it loads it (a lane that
+   * Records a model without loading it: the first {@link run} for it loads it (a thread that
    * serves only durable jobs costs nothing until a job arrives).
    */
   register(spec: OrtLoadSpec): void {
@@ -364,7 +365,7 @@ export class OrtLane {
     for (const p of pending) p.reject(reason);
   }
 
-  /** After the last reply: unload every model once the lane has been idle `idleUnloadMs`. */
+  /** After the last reply: unload every model once the thread has been idle `idleUnloadMs`. */
   #armIdleUnload(): void {
     // Armed even while nothing is marked loaded: a load's reply arrives before load() records
     // the model, so the callback looks at what is loaded when it fires.

@@ -9,7 +9,7 @@
  * @module
  */
 
-import type { SynapseError } from "../../contract/errors.ts";
+import type { SynapseError } from "../contract/errors.ts";
 import { type GbnfErrorReason, type Rule, type Sym, TERMINAL, type Work } from "./_gbnf_rules.ts";
 
 /** Builds the refusal of a finished parse (the parser's `#fail`). */

@@ -6,17 +6,13 @@
  */
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
-import { checkGbnf } from "../../../lib/engines/llama/gbnf.ts";
-import {
-  DEFAULT_MATCH_STEPS,
-  type GbnfMatch,
-  matchGbnf,
-} from "../../../lib/engines/llama/gbnf_match.ts";
-import { type Rule, TERMINAL } from "../../../lib/engines/llama/_gbnf_rules.ts";
-import { SynapseError } from "../../../lib/contract/errors.ts";
+import { checkGbnf } from "../../lib/grammar/gbnf.ts";
+import { DEFAULT_MATCH_STEPS, type GbnfMatch, matchGbnf } from "../../lib/grammar/gbnf_match.ts";
+import { type Rule, TERMINAL } from "../../lib/grammar/_gbnf_rules.ts";
+import { SynapseError } from "../../lib/contract/errors.ts";
 import { JSON_GBNF } from "./_json_gbnf.ts";
 
-const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const GGUF = `${ROOT}fixtures/models/synapse-tiny-llama/model.gguf`;
 
 /** [grammar, text, verdict, extensible, viable code points]. */

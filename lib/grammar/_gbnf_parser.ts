@@ -9,7 +9,7 @@
  * @module
  */
 
-import type { SynapseError } from "../../contract/errors.ts";
+import type { SynapseError } from "../contract/errors.ts";
 import { checkLeftRecursion, checkSatisfiable } from "./_gbnf_analysis.ts";
 import {
   type CharRanges,
