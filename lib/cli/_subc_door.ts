@@ -22,7 +22,7 @@ import { SynapseError } from "../contract/errors.ts";
 import { acquireLease, leaseFileName, singletonLeaseDir } from "../lease/lease.ts";
 import { logPanic, type LogSink, stderrLog } from "../log/log.ts";
 import { OPERATIONS } from "../ops/dispatcher.ts";
-import { requestFacts } from "../ops/request_facts.ts";
+import { callWithFacts } from "../ops/request_facts.ts";
 import { serviceStatus } from "../ops/status.ts";
 import { moduleStorePath } from "../paths.ts";
 import { STORE_SCHEMA_VERSION } from "../store/store.ts";
@@ -352,7 +352,7 @@ function synapseService(synapse: Synapse, log: LogSink): ModuleService {
   return {
     async call(req: ModuleRequest): Promise<ModuleReply> {
       const started = performance.now();
-      const outcome = await synapse.call(req.method, req.params, {
+      const { outcome, facts: f } = await callWithFacts(synapse, req.method, req.params, {
         signal: req.signal,
         door: "bus",
       });
@@ -373,7 +373,6 @@ function synapseService(synapse: Synapse, log: LogSink): ModuleService {
           };
         }
       }
-      const f = requestFacts(req.params, outcome, { signal: req.signal });
       const dash = (v: string | number | undefined): string | number => v ?? "-";
       log("info", TARGET, "request", {
         op: req.method.length > 200 ? `${req.method.slice(0, 200)}…` : req.method,

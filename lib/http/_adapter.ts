@@ -13,7 +13,7 @@ import type { EmbedResult, ItemError } from "../ops/embed.ts";
 import type { CallOptions } from "../ops/context.ts";
 import type { PromptDisclosure, PromptSelector } from "../models/prompts.ts";
 import type { OpOutcome } from "../ops/dispatcher.ts";
-import { factsOptions, requestFacts } from "../ops/request_facts.ts";
+import { callWithFacts } from "../ops/request_facts.ts";
 import type { RequestFacts } from "../ops/request_facts.ts";
 import type { Synapse } from "../synapse.ts";
 import type { RoutingParams } from "../ops/op_types.ts";
@@ -117,8 +117,7 @@ export async function callOp(
   if (ROUTED_OPS.has(method) && Object.keys(routing).length > 0) {
     params = { ...(params as Record<string, unknown>), ...routing };
   }
-  const outcome = await io.backend().call(method, params, callOptions);
-  const facts = requestFacts(params, outcome, factsOptions(callOptions));
+  const { outcome, facts } = await callWithFacts(io.backend(), method, params, callOptions);
   const prev = io.record.facts;
   if (prev !== undefined && prev.outcome === "ok") {
     const sum = (a: number | undefined, b: number | undefined) =>

@@ -33,7 +33,7 @@
 import { invalidRequest, SynapseError } from "../contract/errors.ts";
 import { outcomeOf } from "../ops/dispatcher.ts";
 import type { OpOutcome } from "../ops/dispatcher.ts";
-import { factsOptions, requestFacts } from "../ops/request_facts.ts";
+import { callWithFacts } from "../ops/request_facts.ts";
 import type { RequestFacts } from "../ops/request_facts.ts";
 import { serviceStatus } from "../ops/status.ts";
 import { type LogSink, stderrLog } from "../log/log.ts";
@@ -646,8 +646,8 @@ async function openAiModels(
 ): Promise<Response> {
   const synapse = attached(door);
   record.params = {};
-  const outcome = await synapse.call("models.list", {}, { signal });
-  record.facts = requestFacts({}, outcome, { signal });
+  const { outcome, facts } = await callWithFacts(synapse, "models.list", {}, { signal });
+  record.facts = facts;
   return openAiResponse(modelsAnswer(outcome, door.startedSec));
 }
 
@@ -690,8 +690,8 @@ async function serveOps(
   const synapse = attached(door);
   const params = await readJsonBody(req, bodyOptions(door));
   record.params = params;
-  const outcome = await synapse.call(method, params, { signal });
-  record.facts = requestFacts(params, outcome, { signal });
+  const { outcome, facts } = await callWithFacts(synapse, method, params, { signal });
+  record.facts = facts;
   return outcomeResponse(outcome);
 }
 
@@ -938,8 +938,8 @@ async function openAiEmbeddings(
   const call = embeddingsCall(body, signal);
   const params = { ...call.params, ...routing };
   record.params = params;
-  const outcome = await synapse.call("embed.batch", params, call.options);
-  record.facts = requestFacts(params, outcome, factsOptions(call.options));
+  const { outcome, facts } = await callWithFacts(synapse, "embed.batch", params, call.options);
+  record.facts = facts;
   return openAiResponse(embeddingsAnswer(outcome, call));
 }
 

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import type { CallOptions } from "./context.ts";
 import type { OpOutcome } from "./dispatcher.ts";
 
 /** The facts of one call for the request log; a fact that is not known is absent. */
@@ -136,4 +137,38 @@ function isObj(v: unknown): v is Obj {
 
 function str(v: unknown): string | undefined {
   return typeof v === "string" ? v : undefined;
+}
+
+/** What {@link callWithFacts} calls: an instance, or a door's view of one. */
+export interface FactsBackend {
+  call(method: string, params: unknown, options?: CallOptions): Promise<OpOutcome>;
+}
+
+/**
+ * Calls an operation and answers its outcome with its request facts, worked out once: by the
+ * instance for its metrics (`CallOptions.onFacts`, which `Synapse.call` calls before it resolves),
+ * and only when the backend hands none over (a stand-in) by {@link requestFacts} here. Every door's
+ * request log reads its facts from this.
+ *
+ * @param backend The instance or a door's view of it.
+ * @param method The operation.
+ * @param params Its params.
+ * @param options Call options (a caller's own `onFacts` still gets the facts).
+ * @returns The outcome and its facts.
+ */
+export async function callWithFacts(
+  backend: FactsBackend,
+  method: string,
+  params: unknown,
+  options: CallOptions = {},
+): Promise<{ outcome: OpOutcome; facts: RequestFacts }> {
+  let facts: RequestFacts | undefined;
+  const outcome = await backend.call(method, params, {
+    ...options,
+    onFacts: (f) => {
+      facts = f;
+      options.onFacts?.(f);
+    },
+  });
+  return { outcome, facts: facts ?? requestFacts(params, outcome, factsOptions(options)) };
 }
