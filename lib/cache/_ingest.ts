@@ -10,6 +10,7 @@
  *
  * @module
  */
+import { sleep } from "../async.ts";
 import { createHash } from "node:crypto";
 import { tryLockExclusive } from "../../ffi/flock.ts";
 import { SynapseError } from "../contract/errors.ts";
@@ -239,19 +240,4 @@ async function copyHashing(
   }
   await out?.sync();
   return hash.digest("hex");
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason);
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener("abort", onAbort, { once: true });
-  });
 }

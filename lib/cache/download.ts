@@ -35,6 +35,7 @@
  *
  * @module
  */
+import { sleep } from "../async.ts";
 import { createHash, type Hash } from "node:crypto";
 import { SynapseError } from "../contract/errors.ts";
 import type { LogSink } from "../log/log.ts";
@@ -188,22 +189,6 @@ function isTransientTransfer(err: unknown): boolean {
 /** `ms` ±25 %. */
 function jitter(ms: number): number {
   return Math.max(0, ms * (0.75 + Math.random() * 0.5));
-}
-
-/** Waits `ms`; rejects with `signal.reason` when it aborts. */
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
 }
 
 async function attemptOnce(

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { sleep } from "../async.ts";
 import type { ClientOutcome, SynapseClient } from "./client.ts";
 import type { JobState } from "../store/job_types.ts";
 import type { WireError } from "../contract/errors.ts";
@@ -222,7 +223,7 @@ export async function followJob(
       if (read.outcome.kind !== "channel") return { kind: "error", status, outcome: read.outcome };
       failingSince ??= now();
       if (now() - failingSince > graceMs) return { kind: "error", status, outcome: read.outcome };
-      await sleep(intervalMs * 5, options.signal);
+      await sleep(intervalMs * 5, options.signal, "resolve");
       continue;
     }
     failingSince = undefined;
@@ -247,7 +248,7 @@ export async function followJob(
     }
     options.onStatus?.(status);
     if (isTerminal(status.state) && next >= status.pageCount) return { kind: "ended", status };
-    await sleep(intervalMs, options.signal);
+    await sleep(intervalMs, options.signal, "resolve");
   }
 }
 
@@ -290,17 +291,4 @@ function pendingAsError(jobId: string): ClientOutcome {
     kind: "channel",
     body: { code: "encode_failed", message: `Cannot read page 0 of job '${jobId}'` },
   };
-}
-
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = (): void => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener("abort", done, { once: true });
-  });
 }
