@@ -8,7 +8,7 @@ import { ROOT } from "./_helpers.ts";
 
 /** Areas of lib/, lowest first; areas on one line are one layer (they may import each other). */
 const LAYERS: string[][] = [
-  ["identity", "async.ts", "paths.ts", "version.ts", "log"],
+  ["identity", "async.ts", "line_column.ts", "paths.ts", "version.ts", "log"],
   ["contract"],
   ["config", "tokenize", "store", "lease", "sched", "workers", "subc"],
   ["engines", "cache"],

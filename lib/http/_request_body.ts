@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { lineColumn } from "../line_column.ts";
 import { SynapseError } from "../contract/errors.ts";
 import type { JsonBodyParser } from "./_json_body_parser.ts";
 
@@ -339,16 +340,4 @@ function describe(codePoint: number): string {
   return codePoint < 0x20 || codePoint === 0x7f || (codePoint >= 0xd800 && codePoint <= 0xdfff)
     ? `U+${codePoint.toString(16).toUpperCase().padStart(4, "0")}`
     : `'${String.fromCodePoint(codePoint)}'`;
-}
-
-function lineColumn(text: string, position: number): { line: number; column: number } {
-  let line = 1;
-  let start = 0;
-  for (let k = 0; k < position && k < text.length; k++) {
-    if (text.charCodeAt(k) === 0x0a) {
-      line++;
-      start = k + 1;
-    }
-  }
-  return { line, column: position - start + 1 };
 }
