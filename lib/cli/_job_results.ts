@@ -6,6 +6,7 @@
  * @module
  */
 import { sleep } from "../async.ts";
+import type { CliIO } from "./_command.ts";
 import type { ClientOutcome, SynapseClient } from "./client.ts";
 import type { JobState } from "../store/job_types.ts";
 import type { WireError } from "../contract/errors.ts";
@@ -152,6 +153,27 @@ export function statusOf(page: ResultPage): JobStatus {
   };
   if (page.error !== undefined) s.error = page.error;
   return s;
+}
+
+/**
+ * Aborts `stop` on Ctrl-C (SIGINT) or when the command's own signal aborts (already aborted
+ * included), until disposed: a follower stops following, the job itself goes on.
+ *
+ * @param io The command's IO (its `signal`, when it has one).
+ * @param stop The controller the follower's polling and sleeps watch.
+ * @returns Disposing it removes both listeners.
+ */
+export function stopOnInterrupt(io: CliIO, stop: AbortController): Disposable {
+  const onSignal = (): void => stop.abort();
+  io.signal?.addEventListener("abort", onSignal, { once: true });
+  if (io.signal?.aborted) stop.abort();
+  Deno.addSignalListener("SIGINT", onSignal);
+  return {
+    [Symbol.dispose]() {
+      Deno.removeSignalListener("SIGINT", onSignal);
+      io.signal?.removeEventListener("abort", onSignal);
+    },
+  };
 }
 
 /** Options of {@link followJob}. */
