@@ -8,6 +8,7 @@
  *
  * @module
  */
+import type { OpParams, OpResult, SynapseMethod } from "../ops/op_types.ts";
 import { parseArgs } from "node:util";
 import type { ParseArgsConfig } from "node:util";
 import type { SynapseOptions } from "../synapse.ts";
@@ -376,33 +377,34 @@ export function reportError(outcome: ClientOutcome, io: CliIO): number {
 }
 
 /**
- * One operation call, printed: opens the client the flags name ({@link openClient}), calls
- * `method`, and prints the outcome — the JSON payload with `--json` ({@link printJsonOutcome}),
- * else a refusal as one `error:` line ({@link reportError}) or a result through `print` — then
- * closes the client. The typed one-call commands (`rerank`, `tokenize`, `generate`) are this
- * with their own `print`.
+ * The one-call command skeleton — open, call, print, close: opens the client the flags name
+ * ({@link openClient}), calls `method`, and prints the outcome — the JSON payload with `--json`
+ * ({@link printJsonOutcome}), else a refusal as one `error:` line ({@link reportError}) or a
+ * result through `print`, typed by the operation table ({@link SynapseOperations}) — then closes
+ * the client. The typed one-call commands (`rerank`, `tokenize`, `generate`) are this with their
+ * own `print`.
  *
  * @param flags `--json`, `--url` and `--subc`, as parsed.
  * @param io Where to print.
  * @param method The operation (`rerank.score`).
- * @param params Its params.
- * @param print Prints a result payload (human output).
+ * @param params Its params (as the command built them; the operation validates them).
+ * @param print Prints the result payload (human output).
  * @returns The exit code of the outcome ({@link exitCodeOf}).
  * @throws as {@link openClient}.
  */
-export async function callAndPrint<T>(
+export async function runOp<M extends SynapseMethod>(
   flags: ServerFlags & { json?: boolean | undefined },
   io: CliIO,
-  method: string,
-  params: Record<string, unknown>,
-  print: (result: T) => void,
+  method: M,
+  params: OpParams<M>,
+  print: (result: OpResult<M>) => void,
 ): Promise<number> {
   const client = await openClient(flags, io);
   try {
     const outcome = await client.call(method, params);
     if (flags.json) return printJsonOutcome(outcome, io);
     if (outcome.kind !== "result") return reportError(outcome, io);
-    print((outcome.body as { result: T }).result);
+    print((outcome.body as { result: OpResult<M> }).result);
     return exitCodeOf(outcome);
   } finally {
     await client.close();
