@@ -10,7 +10,7 @@ import { ROOT } from "./_helpers.ts";
 
 /** Areas of lib/, lowest first; areas on one line are one layer (they may import each other). */
 const LAYERS: string[][] = [
-  ["identity", "paths.ts", "version.ts", "log"],
+  ["identity", "async.ts", "line_column.ts", "paths.ts", "version.ts", "log"],
   ["contract"],
   ["config", "tokenize", "store", "lease", "sched", "workers", "subc", "grammar"],
   ["engines", "cache"],

@@ -10,7 +10,8 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
+import { sha256FileHex } from "../identity/sha256.ts";
+import { sleep } from "../async.ts";
 import { tryLockExclusive } from "../../ffi/flock.ts";
 import { SynapseError } from "../contract/errors.ts";
 import type { LogSink } from "../log/log.ts";
@@ -208,50 +209,32 @@ async function copyHashing(
   names: { file: string; url: string },
   signal: AbortSignal | undefined,
 ): Promise<string> {
-  const hash = createHash("sha256");
   using out = dest === undefined
     ? undefined
     : await Deno.open(dest, { create: true, write: true, truncate: true, mode: 0o600 });
-  const buf = new Uint8Array(4 * 1024 * 1024);
-  let done = 0;
-  while (true) {
-    signal?.throwIfAborted();
-    const n = await src.read(buf);
-    if (n === null) break;
-    const chunk = buf.subarray(0, n);
-    hash.update(chunk);
-    done += n;
-    if (out === undefined) continue;
-    if (capBytes !== undefined && done > capBytes) {
-      throw downloadFailed(
-        names,
-        "storage_full",
-        `${done} bytes would exceed the cache's storage cap (${capBytes} bytes left)`,
-      );
-    }
-    try {
-      let off = 0;
-      while (off < chunk.length) off += await out.write(chunk.subarray(off));
-    } catch (err) {
-      if (isDiskFull(err)) throw downloadFailed(names, "storage_full", "the disk is full", {}, err);
-      throw err;
-    }
-  }
-  await out?.sync();
-  return hash.digest("hex");
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason);
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener("abort", onAbort, { once: true });
+  const hex = await sha256FileHex(src, {
+    chunkBytes: 4 * 1024 * 1024,
+    signal,
+    onChunk: async (chunk, done) => {
+      if (out === undefined) return;
+      if (capBytes !== undefined && done > capBytes) {
+        throw downloadFailed(
+          names,
+          "storage_full",
+          `${done} bytes would exceed the cache's storage cap (${capBytes} bytes left)`,
+        );
+      }
+      try {
+        let off = 0;
+        while (off < chunk.length) off += await out.write(chunk.subarray(off));
+      } catch (err) {
+        if (isDiskFull(err)) {
+          throw downloadFailed(names, "storage_full", "the disk is full", {}, err);
+        }
+        throw err;
+      }
+    },
   });
+  await out?.sync();
+  return hex;
 }

@@ -35,7 +35,9 @@
  *
  * @module
  */
-import { createHash, type Hash } from "node:crypto";
+import { sha256FileHash } from "../identity/sha256.ts";
+import { sleep } from "../async.ts";
+import { createHash } from "node:crypto";
 import { SynapseError } from "../contract/errors.ts";
 import type { LogSink } from "../log/log.ts";
 import { isDiskFull, removeIfPresentSync, sizeIfPresentSync } from "./_store.ts";
@@ -190,22 +192,6 @@ function jitter(ms: number): number {
   return Math.max(0, ms * (0.75 + Math.random() * 0.5));
 }
 
-/** Waits `ms`; rejects with `signal.reason` when it aborts. */
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
-
 async function attemptOnce(
   opts: FetchToPartialOptions,
   allowResume: boolean,
@@ -218,7 +204,7 @@ async function attemptOnce(
   }
   if (size !== undefined && offset === size && offset > 0) {
     // A crash after the last byte but before the publish: only the digest is left to check.
-    const hash = await hashFile(partialPath);
+    const hash = await sha256FileHash(partialPath, { chunkBytes: 4 * 1024 * 1024 });
     checkDigest(opts, hash.digest("hex"), true);
     return { size: offset, resumed: true };
   }
@@ -259,7 +245,7 @@ async function attemptOnce(
       const whole = /^bytes \*\/(\d+)$/.exec(res.headers.get("content-range") ?? "");
       if (whole !== null && Number(whole[1]) === offset) {
         // The partial is complete already (a crash after its last byte): verify it.
-        const hash = await local(hashFile(partialPath));
+        const hash = await local(sha256FileHash(partialPath, { chunkBytes: 4 * 1024 * 1024 }));
         checkDigest(opts, hash.digest("hex"), true);
         return { size: offset, resumed: true };
       }
@@ -293,7 +279,9 @@ async function attemptOnce(
     }
     if (res.body === null) throw downloadFailed(opts, "network", "the answer has no body");
     const resumed = offset > 0;
-    const hash = resumed ? await local(hashFile(partialPath, offset)) : createHash("sha256");
+    const hash = resumed
+      ? await local(sha256FileHash(partialPath, { upTo: offset, chunkBytes: 4 * 1024 * 1024 }))
+      : createHash("sha256");
     file = await local(
       Deno.open(partialPath, { create: true, write: true, truncate: !resumed, mode: 0o600 }),
     );
@@ -550,21 +538,6 @@ async function writeAll(
     if (n <= 0) throw downloadFailed(opts, "storage_full", "the disk accepted no more bytes");
     off += n;
   }
-}
-
-/** A SHA-256 over the first `upTo` bytes of a file (all of it when undefined). */
-async function hashFile(path: string, upTo?: number): Promise<Hash> {
-  const hash = createHash("sha256");
-  using f = await Deno.open(path, { read: true });
-  const buf = new Uint8Array(4 * 1024 * 1024);
-  let left = upTo ?? Infinity;
-  while (left > 0) {
-    const n = await f.read(buf.subarray(0, Math.min(buf.length, left)));
-    if (n === null) break;
-    hash.update(buf.subarray(0, n));
-    left -= n;
-  }
-  return hash;
 }
 
 /**

@@ -39,12 +39,12 @@
  *
  * @module
  */
+import { sha256FileHex } from "../identity/sha256.ts";
 import { SynapseError } from "../contract/errors.ts";
 import { type LogSink, nullLog } from "../log/log.ts";
 import { dataHome, envLookup, type EnvSource } from "../paths.ts";
 import { SharedFlights } from "./_flights.ts";
 import { collectGarbage } from "./_gc.ts";
-import { createHash } from "node:crypto";
 import { downloadInto, importInto, type IngestContext } from "./_ingest.ts";
 import {
   blobPathOf,
@@ -480,7 +480,7 @@ export class ModelCache {
       throw this.#damaged(hex, label, st.size, recorded);
     }
     const t0 = performance.now();
-    const got = await hashFileHex(path);
+    const got = await sha256FileHex(path);
     const ms = performance.now() - t0;
     if (got !== hex) throw this.#damaged(hex, label, st.size, recorded);
     // Trusted only for the file as it was before the hash (a change meanwhile hashes again).
@@ -758,19 +758,6 @@ export class ModelCache {
 /** What identifies a file's current bytes without reading them: size, mtime, inode, ctime. */
 function statKey(st: Deno.FileInfo): string {
   return [st.size, st.mtime?.getTime() ?? "", st.ino ?? "", st.ctime?.getTime() ?? ""].join(":");
-}
-
-/** SHA-256 of a file, streamed, as 64 hex digits. */
-async function hashFileHex(path: string): Promise<string> {
-  const hash = createHash("sha256");
-  using f = await Deno.open(path, { read: true });
-  const buf = new Uint8Array(8 * 1024 * 1024);
-  while (true) {
-    const n = await f.read(buf);
-    if (n === null) break;
-    hash.update(buf.subarray(0, n));
-  }
-  return hash.digest("hex");
 }
 
 /** `err` with the model and file of `label` added to its details (a shared check's error). */

@@ -8,6 +8,7 @@
  *
  * @module
  */
+import type { OpParams, OpResult, SynapseMethod } from "../ops/op_types.ts";
 import { parseArgs } from "node:util";
 import type { ParseArgsConfig } from "node:util";
 import type { SynapseOptions } from "../synapse.ts";
@@ -375,38 +376,74 @@ export function reportError(outcome: ClientOutcome, io: CliIO): number {
   return cliExitFor(outcome.kind);
 }
 
+/** Options of {@link runOp}. */
+export interface RunOpOptions {
+  /** What the embedded instance is for, as {@link openClient}'s `use`. @default "models" */
+  use?: "models" | "store";
+  /** Prints a refusal without `--json` and returns its exit code. @default reportError */
+  refused?: (outcome: ClientOutcome, io: CliIO) => number;
+}
+
 /**
- * One operation call, printed: opens the client the flags name ({@link openClient}), calls
- * `method`, and prints the outcome — the JSON payload with `--json` ({@link printJsonOutcome}),
- * else a refusal as one `error:` line ({@link reportError}) or a result through `print` — then
- * closes the client. The typed one-call commands (`rerank`, `tokenize`, `generate`) are this
- * with their own `print`.
+ * The one-call command skeleton — open, call, print, close: opens the client the flags name
+ * ({@link openClient}), then {@link printOp}, then closes the client. The one-call commands
+ * (`rerank`, `tokenize`, `generate`, `ps`, `rm`, `cache`, `alias`, `embed` TEXT…) are this with
+ * their own `print`.
  *
  * @param flags `--json`, `--url` and `--subc`, as parsed.
  * @param io Where to print.
  * @param method The operation (`rerank.score`).
- * @param params Its params.
- * @param print Prints a result payload (human output).
+ * @param params Its params (as the command built them; the operation validates them).
+ * @param print Prints the result payload (human output), typed by the operation table.
+ * @param options The embedded instance's use; the refusal printer.
  * @returns The exit code of the outcome ({@link exitCodeOf}).
  * @throws as {@link openClient}.
  */
-export async function callAndPrint<T>(
+export async function runOp<M extends SynapseMethod>(
   flags: ServerFlags & { json?: boolean | undefined },
   io: CliIO,
-  method: string,
-  params: Record<string, unknown>,
-  print: (result: T) => void,
+  method: M,
+  params: OpParams<M>,
+  print: (result: OpResult<M>, outcome: ClientOutcome) => void,
+  options: RunOpOptions = {},
 ): Promise<number> {
-  const client = await openClient(flags, io);
+  const client = await openClient(flags, io, options.use);
   try {
-    const outcome = await client.call(method, params);
-    if (flags.json) return printJsonOutcome(outcome, io);
-    if (outcome.kind !== "result") return reportError(outcome, io);
-    print((outcome.body as { result: T }).result);
-    return exitCodeOf(outcome);
+    return await printOp(client, flags.json ?? false, io, method, params, print, options.refused);
   } finally {
     await client.close();
   }
+}
+
+/**
+ * One operation call on an open client, printed: the JSON payload with `json`
+ * ({@link printJsonOutcome}), else a refusal through `refused` (one `error:` line,
+ * {@link reportError}) or a result through `print`, which gets the result payload typed by the
+ * operation table ({@link SynapseOperations}: method → params, result) and the outcome.
+ *
+ * @param client Where to call.
+ * @param json `--json`.
+ * @param io Where to print.
+ * @param method The operation.
+ * @param params Its params.
+ * @param print Prints the result payload (human output).
+ * @param refused Prints a refusal without `--json`. @default reportError
+ * @returns The exit code of the outcome ({@link exitCodeOf}).
+ */
+export async function printOp<M extends SynapseMethod>(
+  client: SynapseClient,
+  json: boolean,
+  io: CliIO,
+  method: M,
+  params: OpParams<M>,
+  print: (result: OpResult<M>, outcome: ClientOutcome) => void,
+  refused: (outcome: ClientOutcome, io: CliIO) => number = reportError,
+): Promise<number> {
+  const outcome = await client.call(method, params);
+  if (json) return printJsonOutcome(outcome, io);
+  if (outcome.kind !== "result") return refused(outcome, io);
+  print((outcome.body as { result: OpResult<M> }).result, outcome);
+  return exitCodeOf(outcome);
 }
 
 /**

@@ -13,7 +13,7 @@ import type { CliIO } from "./_command.ts";
 import type { SynapseClient } from "./client.ts";
 import { readItemsFile } from "./_items_jsonl.ts";
 import type { FileItem } from "./_items_jsonl.ts";
-import { followJob, resultRecords } from "./_job_results.ts";
+import { followJob, resultRecords, stopOnInterrupt } from "./_job_results.ts";
 import type { JobAccepted, JobStatus, ResultItems, WireErrorLike } from "./_job_results.ts";
 import { formatDuration, ProgressReporter } from "./_progress.ts";
 import { openResultSink } from "./_result_sink.ts";
@@ -127,12 +127,9 @@ async function followToEnd(
     line: io.err,
   });
   const stop = new AbortController();
-  const onSignal = (): void => stop.abort();
-  io.signal?.addEventListener("abort", onSignal, { once: true });
-  if (io.signal?.aborted) stop.abort();
-  Deno.addSignalListener("SIGINT", onSignal);
   let result;
   try {
+    using _interrupt = stopOnInterrupt(io, stop);
     result = await followJob(client, job, {
       signal: stop.signal,
       intervalMs: opts.pollMs ?? 200,
@@ -140,8 +137,6 @@ async function followToEnd(
       onStatus: (s) => progress.update(Math.max(s.itemsDone, collected.count), s.itemsTotal),
     });
   } finally {
-    Deno.removeSignalListener("SIGINT", onSignal);
-    io.signal?.removeEventListener("abort", onSignal);
     progress.finish();
   }
   const s = result.status;

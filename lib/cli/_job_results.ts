@@ -5,6 +5,8 @@
  *
  * @module
  */
+import { sleep } from "../async.ts";
+import type { CliIO } from "./_command.ts";
 import type { ClientOutcome, SynapseClient } from "./client.ts";
 import type { JobState } from "../store/job_types.ts";
 import type { WireError } from "../contract/errors.ts";
@@ -153,6 +155,27 @@ export function statusOf(page: ResultPage): JobStatus {
   return s;
 }
 
+/**
+ * Aborts `stop` on Ctrl-C (SIGINT) or when the command's own signal aborts (already aborted
+ * included), until disposed: a follower stops following, the job itself goes on.
+ *
+ * @param io The command's IO (its `signal`, when it has one).
+ * @param stop The controller the follower's polling and sleeps watch.
+ * @returns Disposing it removes both listeners.
+ */
+export function stopOnInterrupt(io: CliIO, stop: AbortController): Disposable {
+  const onSignal = (): void => stop.abort();
+  io.signal?.addEventListener("abort", onSignal, { once: true });
+  if (io.signal?.aborted) stop.abort();
+  Deno.addSignalListener("SIGINT", onSignal);
+  return {
+    [Symbol.dispose]() {
+      Deno.removeSignalListener("SIGINT", onSignal);
+      io.signal?.removeEventListener("abort", onSignal);
+    },
+  };
+}
+
 /** Options of {@link followJob}. */
 export interface FollowOptions {
   /** Called with each committed page, in order, exactly once. */
@@ -222,7 +245,7 @@ export async function followJob(
       if (read.outcome.kind !== "channel") return { kind: "error", status, outcome: read.outcome };
       failingSince ??= now();
       if (now() - failingSince > graceMs) return { kind: "error", status, outcome: read.outcome };
-      await sleep(intervalMs * 5, options.signal);
+      await sleep(intervalMs * 5, options.signal, "resolve");
       continue;
     }
     failingSince = undefined;
@@ -247,7 +270,7 @@ export async function followJob(
     }
     options.onStatus?.(status);
     if (isTerminal(status.state) && next >= status.pageCount) return { kind: "ended", status };
-    await sleep(intervalMs, options.signal);
+    await sleep(intervalMs, options.signal, "resolve");
   }
 }
 
@@ -290,17 +313,4 @@ function pendingAsError(jobId: string): ClientOutcome {
     kind: "channel",
     body: { code: "encode_failed", message: `Cannot read page 0 of job '${jobId}'` },
   };
-}
-
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = (): void => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener("abort", done, { once: true });
-  });
 }

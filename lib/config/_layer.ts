@@ -7,6 +7,7 @@
  * @module
  */
 
+import { lineColumn } from "../line_column.ts";
 import { parse as parseJsonc, type ParseError, printParseErrorCode } from "jsonc-parser";
 import { SynapseError } from "../contract/errors.ts";
 import { CATALOG_RESERVED_MODEL_IDS, DEFAULT_CONFIG, normalizeEngineName } from "./defaults.ts";
@@ -99,18 +100,6 @@ export function parseJsoncText(text: string, source: string): unknown {
     );
   }
   return value;
-}
-
-function lineColumn(text: string, offset: number): { line: number; column: number } {
-  let line = 1;
-  let lineStart = 0;
-  for (let i = 0; i < offset && i < text.length; i++) {
-    if (text.charCodeAt(i) === 10) {
-      line++;
-      lineStart = i + 1;
-    }
-  }
-  return { line, column: offset - lineStart + 1 };
 }
 
 /**

@@ -4,6 +4,8 @@
  *
  * @module
  */
+import { parse as parseJsonc, type ParseError, printParseErrorCode } from "jsonc-parser";
+import { lineColumn } from "../line_column.ts";
 import { SynapseError } from "../contract/errors.ts";
 import type { JsonBodyParser } from "./_json_body_parser.ts";
 
@@ -200,155 +202,54 @@ export interface JsonSyntaxError {
 }
 
 /**
- * Finds the first syntax error in text `JSON.parse` refused (V8's message names a position only
- * for some errors). Iterative, so deep nesting cannot overflow the stack.
+ * Finds the first syntax error in text `JSON.parse` refused: the position V8's message names
+ * (`… in JSON at position N`), the end of the text for `Unexpected end of JSON input`, and
+ * otherwise (`Unexpected token 'x', "…" is not valid JSON` names none) the offset of the first
+ * error jsonc-parser reports.
  *
  * @param text The body text.
  * @returns The error, or undefined when the text is valid JSON.
  */
 export function findJsonSyntaxError(text: string): JsonSyntaxError | undefined {
-  const n = text.length;
-  const stack: string[] = [];
-  let i = 0;
-  const ws = (): void => {
-    while (i < n && (text[i] === " " || text[i] === "\t" || text[i] === "\n" || text[i] === "\r")) {
-      i++;
-    }
-  };
-  const fail = (reason: string): JsonSyntaxError => ({
-    position: i,
-    reason: i >= n
-      ? `${reason}, found end of input`
-      : `${reason}, found ${describe(text.codePointAt(i)!)}`,
-  });
-  // Scans a string at text[i] === '"'; returns an error or undefined.
-  const str = (): JsonSyntaxError | undefined => {
-    i++;
-    while (i < n) {
-      const c = text.charCodeAt(i);
-      if (c === 0x22) {
-        i++;
-        return undefined;
-      }
-      if (c < 0x20) return fail("unescaped control character in string");
-      if (c === 0x5c) {
-        const e = text[i + 1];
-        if (e !== undefined && '"\\/bfnrt'.includes(e)) i += 2;
-        else if (e === "u" && /^[0-9a-fA-F]{4}$/.test(text.slice(i + 2, i + 6))) i += 6;
-        else {
-          i++;
-          return fail("invalid escape in string");
-        }
-      } else i++;
-    }
-    return fail("unterminated string");
-  };
-  const digit = (): boolean => i < n && text.charCodeAt(i) >= 0x30 && text.charCodeAt(i) <= 0x39;
-  const digits = (what: string): JsonSyntaxError | undefined => {
-    if (!digit()) return fail(`expected a digit ${what}`);
-    while (digit()) i++;
+  let message: string;
+  try {
+    JSON.parse(text);
     return undefined;
-  };
-  const num = (): JsonSyntaxError | undefined => {
-    if (text[i] === "-") i++;
-    if (text[i] === "0") i++;
-    else {
-      const e = digits("in number");
-      if (e) return e;
-    }
-    if (text[i] === ".") {
-      i++;
-      const e = digits("after '.'");
-      if (e) return e;
-    }
-    if (text[i] === "e" || text[i] === "E") {
-      i++;
-      if (text[i] === "+" || text[i] === "-") i++;
-      return digits("in exponent");
-    }
-    return undefined;
-  };
-  const key = (): JsonSyntaxError | undefined => {
-    ws();
-    if (text[i] !== '"') return fail("expected a double-quoted property name");
-    const e = str();
-    if (e) return e;
-    ws();
-    if (text[i] !== ":") return fail("expected ':' after property name");
-    i++;
-    return undefined;
-  };
-  for (;;) {
-    // A value is expected at i.
-    ws();
-    if (i >= n) return fail("expected a value");
-    const c = text[i]!;
-    let e: JsonSyntaxError | undefined;
-    let opened = false;
-    if (c === "{") {
-      i++;
-      ws();
-      if (text[i] === "}") i++;
-      else {
-        stack.push("}");
-        e = key();
-        opened = true;
-      }
-    } else if (c === "[") {
-      i++;
-      ws();
-      if (text[i] === "]") i++;
-      else {
-        stack.push("]");
-        opened = true;
-      }
-    } else if (c === '"') e = str();
-    else if (c === "-" || (c >= "0" && c <= "9")) e = num();
-    else if (text.startsWith("true", i)) i += 4;
-    else if (text.startsWith("false", i)) i += 5;
-    else if (text.startsWith("null", i)) i += 4;
-    else return fail("expected a value");
-    if (e) return e;
-    if (opened) continue;
-    // After a complete value: close containers or move to the next element.
-    for (;;) {
-      ws();
-      const close = stack[stack.length - 1];
-      if (close === undefined) {
-        return i < n ? fail("unexpected data after the JSON value") : undefined;
-      }
-      if (text[i] === close) {
-        stack.pop();
-        i++;
-        continue;
-      }
-      if (text[i] === ",") {
-        i++;
-        if (close === "}") {
-          e = key();
-          if (e) return e;
-        }
-        break;
-      }
-      return fail(`expected ',' or '${close}'`);
-    }
+  } catch (err) {
+    message = err instanceof Error ? err.message : String(err);
   }
+  const found = (reason: string, position: number): JsonSyntaxError => ({
+    position,
+    reason: position >= text.length
+      ? `${reason}, found end of input`
+      : `${reason}, found ${describe(text.codePointAt(position)!)}`,
+  });
+  const v8 = /^(.*?) in JSON at position (\d+)/s.exec(message);
+  if (v8) return found(lowerFirst(v8[1]!), Number(v8[2]));
+  if (message === "Unexpected end of JSON input") return found("unexpected end", text.length);
+  const errors: ParseError[] = [];
+  try {
+    parseJsonc(text, errors, {
+      disallowComments: true,
+      allowTrailingComma: false,
+      allowEmptyContent: false,
+    });
+  } catch (err) {
+    // jsonc-parser recurses per nesting level; a text nested too deep for it names no position.
+    if (!(err instanceof RangeError)) throw err;
+  }
+  const first = errors[0];
+  if (first === undefined) return { position: 0, reason: "invalid JSON" };
+  const code = printParseErrorCode(first.error).replace(/(?<=[a-z])(?=[A-Z])/g, " ");
+  return found(code.toLowerCase(), first.offset);
+}
+
+function lowerFirst(s: string): string {
+  return s.slice(0, 1).toLowerCase() + s.slice(1);
 }
 
 function describe(codePoint: number): string {
   return codePoint < 0x20 || codePoint === 0x7f || (codePoint >= 0xd800 && codePoint <= 0xdfff)
     ? `U+${codePoint.toString(16).toUpperCase().padStart(4, "0")}`
     : `'${String.fromCodePoint(codePoint)}'`;
-}
-
-function lineColumn(text: string, position: number): { line: number; column: number } {
-  let line = 1;
-  let start = 0;
-  for (let k = 0; k < position && k < text.length; k++) {
-    if (text.charCodeAt(k) === 0x0a) {
-      line++;
-      start = k + 1;
-    }
-  }
-  return { line, column: position - start + 1 };
 }

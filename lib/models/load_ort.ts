@@ -7,6 +7,7 @@
  *
  * @module
  */
+import { sha256FileHex } from "../identity/sha256.ts";
 import { SynapseError } from "../contract/errors.ts";
 import { onnxWeightDtype } from "../cache/validate.ts";
 import { fingerprint, numericProfileId } from "../identity/numeric_profile.ts";
@@ -354,11 +355,10 @@ function ortLane(
   });
 }
 
-/** `sha256:<hex>` of a model file (WebCrypto hashes off the main thread). */
+/** `sha256:<hex>` of a model file, streamed (each read yields, so /health is never stalled). */
 async function hashModelFile(path: string, modelId: string): Promise<string> {
-  let modelBytes: Uint8Array;
   try {
-    modelBytes = await Deno.readFile(path);
+    return "sha256:" + await sha256FileHex(path);
   } catch (err) {
     throw new SynapseError(
       "artifact_invalid",
@@ -366,9 +366,6 @@ async function hashModelFile(path: string, modelId: string): Promise<string> {
       { cause: err, details: { model_id: modelId, file: path } },
     );
   }
-  // A 90 MB model must not stall /health or refusals.
-  return "sha256:" +
-    toHex(await crypto.subtle.digest("SHA-256", modelBytes as Uint8Array<ArrayBuffer>));
 }
 
 /** Profile id and fingerprint of a profile. */
@@ -393,8 +390,4 @@ async function readConfig(src: ModelSource): Promise<Record<string, unknown>> {
       { cause: err, details: { model_id: src.modelId, file: src.configPath } },
     );
   }
-}
-
-function toHex(buf: ArrayBuffer): string {
-  return Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
 }

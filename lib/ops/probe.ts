@@ -38,6 +38,7 @@
  *
  * @module
  */
+import { sleep } from "../async.ts";
 import { SynapseError } from "../contract/errors.ts";
 import type { WireError } from "../contract/errors.ts";
 import {
@@ -527,7 +528,7 @@ async function runProbeJob(
     );
   try {
     // Let the caller's answer go first: the job starts on the next turn.
-    await new Promise((r) => setTimeout(r, 0));
+    await sleep(0);
     store.markRunning(jobId);
     for (let i = 0; i < params.lanes.length; i++) {
       const lane = params.lanes[i]!;

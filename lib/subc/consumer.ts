@@ -23,6 +23,7 @@
  *
  * @module
  */
+import { sleep } from "../async.ts";
 import { connectAndAuthenticate } from "./auth.ts";
 import type { AuthConn } from "./auth.ts";
 import { discoverConnectionFile } from "./connection_file.ts";
@@ -1145,23 +1146,6 @@ function positive(value: number | undefined, fallback: number, name: string): nu
     throw new RangeError(`Cannot use '${name}' as it must be a positive number: received ${v}`);
   }
   return v;
-}
-
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    if (signal !== undefined) {
-      if (signal.aborted) return onAbort();
-      signal.addEventListener("abort", onAbort, { once: true });
-    }
-  });
 }
 
 function errText(err: unknown): string {

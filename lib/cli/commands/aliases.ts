@@ -7,12 +7,13 @@
  *
  * @module
  */
+import type { OpParams } from "../../ops/op_types.ts";
 import {
-  exitCodeOf,
   openClient,
   parseCommandArgs,
   printJsonOutcome,
   reportRefusal,
+  runOp,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -161,7 +162,6 @@ async function runAlias(args: string[], io: CliIO): Promise<number> {
     subc: SUBC_CLIENT_FLAG,
   });
   const [sub, a, b, ...rest] = positionals;
-  const json = values.json ?? false;
   if (sub !== "declare" && sub !== "retract") {
     throw new UsageError(
       sub === undefined
@@ -181,12 +181,8 @@ async function runAlias(args: string[], io: CliIO): Promise<number> {
       throw new UsageError(`Cannot use --evidence: it is not JSON (${values.evidence})`);
     }
   }
-  const client = await openClient(values, io, "store");
-  try {
-    const out: ClientOutcome = await client.call(`alias.${sub}`, params);
-    if (out.kind !== "result") return reportRefusal(out, io, json);
-    if (json) return printJsonOutcome(out, io);
-    const r = resultOf<{ changed: boolean; table_epoch: number }>(out);
+  const method = sub === "declare" ? "alias.declare" : "alias.retract";
+  return await runOp(values, io, method, params as OpParams<typeof method>, (r) => {
     const done = sub === "declare" ? "declared" : "retracted";
     io.out(
       r.changed
@@ -195,10 +191,7 @@ async function runAlias(args: string[], io: CliIO): Promise<number> {
           sub === "declare" ? "active" : "not active"
         } (table epoch ${r.table_epoch})`,
     );
-    return exitCodeOf(out);
-  } finally {
-    await client.close();
-  }
+  }, { use: "store" });
 }
 
 interface AliasRowView {

@@ -4,12 +4,10 @@
  *
  * @module
  */
+import type { OpParams } from "../../ops/op_types.ts";
 import {
-  exitCodeOf,
-  openClient,
   parseCommandArgs,
-  printJsonOutcome,
-  reportError,
+  runOp,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -103,11 +101,9 @@ async function runCache(args: string[], io: CliIO): Promise<number> {
   const only = sub === "gc" ? ["unpin", "module-id", "sha256"] : ["digest", "grace-ms"];
   const flag = only.find((f) => values[f as keyof typeof values] !== undefined);
   if (flag !== undefined) throw new UsageError(`Cannot use --${flag} with 'cache ${sub}'`);
-  let method: string;
   const params: Record<string, unknown> = {};
   if (sub === "gc") {
     if (extra.length > 0) throw new UsageError(`Cannot run 'cache gc': unexpected '${extra[0]}'`);
-    method = "cache.gc";
     if (values.digest !== undefined) params.digest = values.digest;
     if (values["grace-ms"] !== undefined) {
       const g = values["grace-ms"];
@@ -124,7 +120,6 @@ async function runCache(args: string[], io: CliIO): Promise<number> {
       throw new UsageError("Cannot pin: give a DIGEST (or a URL with --sha256)");
     }
     if (more.length > 0) throw new UsageError(`Cannot pin: unexpected '${more[0]}'`);
-    method = "cache.pin";
     if (/^https?:\/\//i.test(target)) {
       if (values.sha256 === undefined) {
         throw new UsageError(
@@ -143,28 +138,19 @@ async function runCache(args: string[], io: CliIO): Promise<number> {
     if (values["module-id"] !== undefined) params.module_id = values["module-id"];
     if (values.unpin) params.unpin = true;
   }
-  const client = await openClient(values, io, "store");
-  try {
-    const outcome = await client.call(method, params);
-    if (values.json) return printJsonOutcome(outcome, io);
-    if (outcome.kind !== "result") return reportError(outcome, io);
-    if (sub === "gc") {
-      const r = (outcome.body as { result: { rows: GcPrintable[]; freed_bytes: number } }).result;
+  if (sub === "gc") {
+    return await runOp(values, io, "cache.gc", params as OpParams<"cache.gc">, (result) => {
+      const r: { rows: GcPrintable[]; freed_bytes: number } = result;
       for (const line of gcLines(r.rows, r.freed_bytes)) io.out(line);
-    } else {
-      const r = (outcome.body as {
-        result: { digest: string; pins: { owner: string }[]; size: number; format: string };
-      }).result;
-      const owners = r.pins.map((p) => p.owner);
-      io.out(
-        `${values.unpin ? "unpinned" : "pinned"} ${r.digest} (${r.format}, ${
-          formatBytes(r.size)
-        })` +
-          `; pins: ${owners.length === 0 ? "none" : owners.join(", ")}`,
-      );
-    }
-    return exitCodeOf(outcome);
-  } finally {
-    await client.close();
+    }, { use: "store" });
   }
+  return await runOp(values, io, "cache.pin", params as OpParams<"cache.pin">, (result) => {
+    const r = result;
+    // cache.pin's pins are the blob's pin rows, typed unknown[] by the operation.
+    const owners = (r.pins as { owner: string }[]).map((p) => p.owner);
+    io.out(
+      `${values.unpin ? "unpinned" : "pinned"} ${r.digest} (${r.format}, ${formatBytes(r.size)})` +
+        `; pins: ${owners.length === 0 ? "none" : owners.join(", ")}`,
+    );
+  }, { use: "store" });
 }

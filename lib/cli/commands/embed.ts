@@ -6,17 +6,16 @@
  *
  * @module
  */
+import type { OpParams } from "../../ops/op_types.ts";
+import type { ClientOutcome } from "../client.ts";
 import {
-  exitCodeOf,
   noteUncertified,
-  openClient,
   parseCommandArgs,
-  printJsonOutcome,
   refusedItems,
-  reportError,
   ROUTING_FLAGS,
   routingFlagsUsage,
   routingParams,
+  runOp,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -142,24 +141,29 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
   if (values["input-type"] !== undefined) common.input_type = values["input-type"];
   if (values.prompt !== undefined) common.prompt_name = values.prompt;
   if (dimensions !== undefined) common.dimensions = dimensions;
-  const [method, params] = positionals.length === 1
-    ? ["embed.query", { ...common, text: positionals[0] }]
-    : ["embed.batch", { ...common, texts: positionals }];
-  const client = await openClient(values, io);
-  try {
-    const outcome = await client.call(method, params);
-    if (values.json) return printJsonOutcome(outcome, io);
-    if (outcome.kind !== "result") return reportError(outcome, io);
-    const res = (outcome.body as { result: EmbedPrintable }).result;
+  const print = (result: unknown, outcome: ClientOutcome): void => {
+    const res = result as EmbedPrintable;
     printSummary(res, io);
     noteUncertified(res, io);
     for (const e of refusedItems(outcome)) {
       io.err(`error: item ${e.id}: ${e.error.code}: ${e.error.message}`);
     }
-    return exitCodeOf(outcome);
-  } finally {
-    await client.close();
-  }
+  };
+  return positionals.length === 1
+    ? await runOp(
+      values,
+      io,
+      "embed.query",
+      { ...common, text: positionals[0] } as OpParams<"embed.query">,
+      print,
+    )
+    : await runOp(
+      values,
+      io,
+      "embed.batch",
+      { ...common, texts: positionals } as OpParams<"embed.batch">,
+      print,
+    );
 }
 
 /**

@@ -4,10 +4,11 @@
  *
  * @module
  */
+import type { OpParams } from "../../ops/op_types.ts";
 import {
-  callAndPrint,
   noteUncertified,
   parseCommandArgs,
+  runOp,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -29,18 +30,6 @@ stopped, and the token counts; --json prints the whole result envelope.
 ${serverFlagsUsage(20)}
 
 Exit status: 0 generated, 1 refused, 2 channel error, unreachable server, or usage error.`;
-
-interface GeneratePrintable {
-  model_id: string;
-  provenance?: { certified?: boolean };
-  test_model?: boolean;
-  fingerprint: string;
-  text: string;
-  finish_reason: string;
-  n_prompt: number;
-  n_gen: number;
-  text_repair?: { dropped_tail_bytes: number; replaced_sequences: number };
-}
 
 /** The `generate` command. */
 export const generateCommand: Command = {
@@ -86,18 +75,24 @@ async function runGenerate(args: string[], io: CliIO): Promise<number> {
       );
     }
   }
-  return await callAndPrint<GeneratePrintable>(values, io, "microllm.oneshot", params, (res) => {
-    io.out(res.text);
-    io.err(
-      `model ${res.model_id}${
-        res.test_model ? " (test model)" : ""
-      }  fingerprint ${res.fingerprint}  finish ${res.finish_reason}  prompt ${res.n_prompt} tokens  generated ${res.n_gen} tokens`,
-    );
-    noteUncertified(res, io);
-    if (res.text_repair !== undefined) {
+  return await runOp(
+    values,
+    io,
+    "microllm.oneshot",
+    params as OpParams<"microllm.oneshot">,
+    (res) => {
+      io.out(res.text);
       io.err(
-        `text repaired to valid UTF-8: ${res.text_repair.dropped_tail_bytes} incomplete tail bytes dropped, ${res.text_repair.replaced_sequences} invalid sequences replaced`,
+        `model ${res.model_id}${
+          res.test_model ? " (test model)" : ""
+        }  fingerprint ${res.fingerprint}  finish ${res.finish_reason}  prompt ${res.n_prompt} tokens  generated ${res.n_gen} tokens`,
       );
-    }
-  });
+      noteUncertified(res, io);
+      if (res.text_repair !== undefined) {
+        io.err(
+          `text repaired to valid UTF-8: ${res.text_repair.dropped_tail_bytes} incomplete tail bytes dropped, ${res.text_repair.replaced_sequences} invalid sequences replaced`,
+        );
+      }
+    },
+  );
 }

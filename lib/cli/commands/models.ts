@@ -3,12 +3,11 @@
  *
  * @module
  */
+import type { OpParams } from "../../ops/op_types.ts";
 import {
-  exitCodeOf,
   openClient,
   parseCommandArgs,
-  printJsonOutcome,
-  reportError,
+  printOp,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -123,28 +122,26 @@ async function runModels(args: string[], io: CliIO): Promise<number> {
 }
 
 async function runList(client: SynapseClient, json: boolean, io: CliIO): Promise<number> {
-  const outcome = await client.call("models.list", {});
-  if (json) return printJsonOutcome(outcome, io);
-  if (outcome.kind !== "result") return reportError(outcome, io);
-  const res = (outcome.body as { result: ModelsPrintable }).result;
-  const rows = res.models.map((m) => [
-    m.model_id,
-    m.task,
-    m.state,
-    m.dims === undefined ? "-" : String(m.dims),
-    (m.fingerprints[0] ?? "-") + (m.test_model ? "  (test model)" : "") +
-    (m.state_reason
-      ? `  ${m.state_reason.code ?? m.state_reason.reason}: ${m.state_reason.message}`
-      : ""),
-  ]);
-  for (const line of formatTable(["MODEL", "TASK", "STATE", "DIMS", "FINGERPRINT"], rows)) {
-    io.out(line);
-  }
-  io.out("");
-  for (const [task, by] of [["TASK", "SERVED BY"], ...servedBy(res)]) {
-    io.out(`${task!.padEnd(8)}  ${by}`);
-  }
-  return exitCodeOf(outcome);
+  return await printOp(client, json, io, "models.list", {}, (result) => {
+    const res: ModelsPrintable = result;
+    const rows = res.models.map((m) => [
+      m.model_id,
+      m.task,
+      m.state,
+      m.dims === undefined ? "-" : String(m.dims),
+      (m.fingerprints[0] ?? "-") + (m.test_model ? "  (test model)" : "") +
+      (m.state_reason
+        ? `  ${m.state_reason.code ?? m.state_reason.reason}: ${m.state_reason.message}`
+        : ""),
+    ]);
+    for (const line of formatTable(["MODEL", "TASK", "STATE", "DIMS", "FINGERPRINT"], rows)) {
+      io.out(line);
+    }
+    io.out("");
+    for (const [task, by] of [["TASK", "SERVED BY"], ...servedBy(res)]) {
+      io.out(`${task!.padEnd(8)}  ${by}`);
+    }
+  });
 }
 
 /**
@@ -198,13 +195,18 @@ async function runCatalog(
   if (values.installed) params.installed = true;
   if (values.runnable) params.runnable_here = true;
   if (values.query !== undefined) params.query = values.query;
-  const outcome = await client.call("models.catalog", params);
-  if (values.json) return printJsonOutcome(outcome, io);
-  if (outcome.kind !== "result") return reportError(outcome, io);
-  const rows = (outcome.body as { result: { models: CatalogPrintable[] } }).result.models;
-  if (rows.length === 0) io.err("no catalog model matches");
-  else for (const line of catalogTable(rows)) io.out(line);
-  return exitCodeOf(outcome);
+  return await printOp(
+    client,
+    values.json ?? false,
+    io,
+    "models.catalog",
+    params as OpParams<"models.catalog">,
+    (result) => {
+      const rows: CatalogPrintable[] = result.models;
+      if (rows.length === 0) io.err("no catalog model matches");
+      else for (const line of catalogTable(rows)) io.out(line);
+    },
+  );
 }
 
 async function runUnload(
@@ -213,9 +215,7 @@ async function runUnload(
   json: boolean,
   io: CliIO,
 ): Promise<number> {
-  const outcome = await client.call("model.unload", { model_id: id });
-  if (json) return printJsonOutcome(outcome, io);
-  if (outcome.kind !== "result") return reportWithHolders(outcome, io);
-  io.out(`unloaded ${(outcome.body as { result: { model_id: string } }).result.model_id}`);
-  return exitCodeOf(outcome);
+  return await printOp(client, json, io, "model.unload", { model_id: id }, (result) => {
+    io.out(`unloaded ${result.model_id}`);
+  }, reportWithHolders);
 }

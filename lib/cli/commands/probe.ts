@@ -8,6 +8,7 @@
  *
  * @module
  */
+import { sleep } from "../../async.ts";
 import { cliExitFor } from "../exit_codes.ts";
 import {
   openClient,
@@ -361,7 +362,7 @@ export async function followProbe(
       }
     }
     if (TERMINAL.has(job.state)) break;
-    await new Promise((r) => setTimeout(r, pollMs));
+    await sleep(pollMs);
     const next = await client.call("probe.status", { job_id: job.job_id });
     if (next.kind !== "result") {
       return { code: reportRefusal(next, say, json), job, wallMs: Date.now() - started };

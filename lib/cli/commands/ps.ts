@@ -5,11 +5,8 @@
  * @module
  */
 import {
-  exitCodeOf,
-  openClient,
   parseCommandArgs,
-  printJsonOutcome,
-  reportError,
+  runOp,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -108,15 +105,8 @@ async function runPs(args: string[], io: CliIO): Promise<number> {
   if (positionals.length > 0) {
     throw new UsageError(`Cannot list models: unexpected '${positionals[0]}'`);
   }
-  const client = await openClient(values, io);
-  try {
-    const outcome = await client.call("models.list", {});
-    if (values.json) return printJsonOutcome(outcome, io);
-    if (outcome.kind !== "result") return reportError(outcome, io);
-    const rows = (outcome.body as { result: { models: PsRow[] } }).result.models;
+  return await runOp(values, io, "models.list", {}, (result) => {
+    const rows: PsRow[] = result.models;
     for (const line of psTable(rows, Date.now())) io.out(line);
-    return exitCodeOf(outcome);
-  } finally {
-    await client.close();
-  }
+  });
 }

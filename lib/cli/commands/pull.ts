@@ -19,6 +19,8 @@ import {
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
+import { stopOnInterrupt } from "../_job_results.ts";
+import { sleep } from "../../async.ts";
 import type { ClientOutcome, SynapseClient } from "../client.ts";
 import { formatBytes, formatDuration, formatRate, ProgressReporter } from "../_progress.ts";
 
@@ -537,16 +539,10 @@ class PullFollower {
   }
 
   async run(first: JobView): Promise<number> {
-    const onSignal = (): void => this.#stop.abort();
-    const signal = this.#io.signal;
-    signal?.addEventListener("abort", onSignal, { once: true });
-    if (signal?.aborted) this.#stop.abort();
-    Deno.addSignalListener("SIGINT", onSignal);
     try {
+      using _interrupt = stopOnInterrupt(this.#io, this.#stop);
       return await this.#follow(first);
     } finally {
-      Deno.removeSignalListener("SIGINT", onSignal);
-      signal?.removeEventListener("abort", onSignal);
       this.#progress.finish();
     }
   }
@@ -601,15 +597,7 @@ class PullFollower {
   async #sleep(): Promise<boolean> {
     const signal = this.#stop.signal;
     if (signal.aborted) return false;
-    await new Promise<void>((done) => {
-      const timer = setTimeout(finish, this.#pollMs);
-      function finish(): void {
-        clearTimeout(timer);
-        signal.removeEventListener("abort", finish);
-        done();
-      }
-      signal.addEventListener("abort", finish, { once: true });
-    });
+    await sleep(this.#pollMs, signal, "resolve");
     return !signal.aborted;
   }
 

@@ -3,10 +3,12 @@
  *
  * @module
  */
+import type { RerankResult } from "../../ops/rerank.ts";
+import type { OpParams } from "../../ops/op_types.ts";
 import {
-  callAndPrint,
   noteUncertified,
   parseCommandArgs,
+  runOp,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -25,16 +27,6 @@ input order, with their sigmoid beside them; --json prints the whole result enve
 ${serverFlagsUsage(14)}
 
 Exit status: 0 scored, 1 refused, 2 channel error, unreachable server, or usage error.`;
-
-interface RerankPrintable {
-  model_id: string;
-  provenance?: { certified?: boolean };
-  test_model?: boolean;
-  fingerprint: string;
-  scores: number[];
-  sigmoid_scores?: number[];
-  real_token_counts: number[];
-}
 
 /** The `rerank` command. */
 export const rerankCommand: Command = {
@@ -56,7 +48,9 @@ async function runRerank(args: string[], io: CliIO): Promise<number> {
   if (positionals.length === 0) throw new UsageError("Cannot rerank: give at least one DOC");
   const params: Record<string, unknown> = { query: values.query, candidates: positionals };
   if (values.model !== undefined) params.model = values.model;
-  return await callAndPrint<RerankPrintable>(values, io, "rerank.score", params, (res) => {
+  return await runOp(values, io, "rerank.score", params as OpParams<"rerank.score">, (r) => {
+    // Without a request_key the scores come inline, never as a durable job.
+    const res = r as RerankResult;
     io.out(`model        ${res.model_id}${res.test_model ? " (test model)" : ""}`);
     io.out(`fingerprint  ${res.fingerprint}`);
     io.out("scores (raw, input order):");

@@ -6,11 +6,9 @@
  * @module
  */
 import {
-  exitCodeOf,
-  openClient,
   parseCommandArgs,
-  printJsonOutcome,
   reportError,
+  runOp,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
@@ -84,15 +82,7 @@ async function runRm(args: string[], io: CliIO): Promise<number> {
   const [id, ...extra] = positionals;
   if (id === undefined) throw new UsageError("Cannot remove: give the model ID");
   if (extra.length > 0) throw new UsageError(`Cannot remove: unexpected '${extra[0]}'`);
-  const client = await openClient(values, io);
-  try {
-    const outcome = await client.call("models.remove", { catalog_id: id });
-    if (values.json) return printJsonOutcome(outcome, io);
-    if (outcome.kind !== "result") return reportWithHolders(outcome, io);
-    const r = (outcome.body as { result: { catalog_id: string; freed_bytes: number } }).result;
+  return await runOp(values, io, "models.remove", { catalog_id: id }, (r) => {
     io.out(`removed ${r.catalog_id}: freed ${formatBytes(r.freed_bytes)}`);
-    return exitCodeOf(outcome);
-  } finally {
-    await client.close();
-  }
+  }, { refused: reportWithHolders });
 }

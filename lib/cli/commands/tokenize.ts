@@ -4,18 +4,18 @@
  *
  * @module
  */
+import type { OpParams } from "../../ops/op_types.ts";
 import {
-  callAndPrint,
   parseCommandArgs,
   ROUTING_FLAGS,
   routingFlagsUsage,
   routingParams,
+  runOp,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
   UsageError,
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
-import type { TokenizeResult } from "../../ops/tokenize.ts";
 
 const USAGE = `usage: ck-synapse tokenize [--model ID] [--input-type T | --prompt NAME] [--json]
                           [--target-fingerprint FP] [--required-fingerprint FP]
@@ -61,7 +61,7 @@ async function runTokenize(args: string[], io: CliIO): Promise<number> {
   if (values.model !== undefined) params.model = values.model;
   if (values["input-type"] !== undefined) params.input_type = values["input-type"];
   if (values.prompt !== undefined) params.prompt_name = values.prompt;
-  return await callAndPrint<TokenizeResult>(values, io, "tokenize", params, (res) => {
+  return await runOp(values, io, "tokenize", params as OpParams<"tokenize">, (res) => {
     io.out(`model        ${res.model_id}`);
     io.out(`fingerprint  ${res.fingerprint}`);
     io.out(`tokenizer    ${res.sanitized_tokenizer_digest}  (max_tokens ${res.max_tokens})`);

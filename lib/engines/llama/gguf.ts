@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { createHash } from "node:crypto";
+import { sha256FileHex } from "../../identity/sha256.ts";
 import { gguf } from "@huggingface/gguf";
 import { SynapseError } from "../../contract/errors.ts";
 import type { WorkerPooling } from "../../workers/messages.ts";
@@ -75,14 +75,7 @@ export async function sha256File(path: string, modelId: string): Promise<string>
     );
   }
   try {
-    const hash = createHash("sha256");
-    const buf = new Uint8Array(8 * 1024 * 1024);
-    while (true) {
-      const n = await file.read(buf);
-      if (n === null) break;
-      hash.update(buf.subarray(0, n));
-    }
-    return "sha256:" + hash.digest("hex");
+    return "sha256:" + await sha256FileHex(file);
   } finally {
     file.close();
   }
