@@ -1,5 +1,5 @@
 /**
- * What the HTTP door's TCP front (lib/http/_front.ts: timeouts, half-close, hang-up detection)
+ * What the HTTP door's TCP front (lib/doors/http/_front.ts: timeouts, half-close, hang-up detection)
  * costs per request: the same instance served twice in one process, once on loopback TCP
  * (through the front, relayed to `Deno.serve` on a private unix socket) and once on the owner's
  * unix socket door (`Deno.serve` directly), each called over one kept-alive connection with a
@@ -16,7 +16,7 @@
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { loadConfig } from "../lib/config/loader.ts";
-import { serveHttp } from "../lib/http/server.ts";
+import { serveHttp } from "../lib/doors/http/server.ts";
 import { createSynapse } from "../lib/synapse.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");

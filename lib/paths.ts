@@ -111,7 +111,7 @@ export function storePath(env?: EnvSource, options: HomeOptions = {}): string {
 
 /**
  * The owner's local key of the HTTP door: `<data_home>/cortexkit/synapse/owner.key`, mode 0600
- * (lib/http/owner_key.ts). `ck-synapse serve` creates it at its first start; CLI commands of
+ * (lib/doors/http/owner_key.ts). `ck-synapse serve` creates it at its first start; CLI commands of
  * the same user and data home read it to call mutating operations.
  *
  * @param env Environment source; defaults to `Deno.env.get`.

@@ -2,7 +2,7 @@
  * The layers of lib/ (docs/layout.md): a module may import from its own area or from a lower
  * layer, never from a higher one — so the doors sit on ops, ops on models and lanes, lanes on
  * engines and the scheduler, and an engine never reaches up into a door or an operation. A door
- * (lib/http/, lib/cli/, lib/doors/) maps shapes only: it never imports an operation's private
+ * (lib/doors/: HTTP and the bus; lib/cli/) maps shapes only: it never imports an operation's private
  * module (`lib/ops/_*.ts`), whose logic belongs behind the dispatcher.
  */
 import assert from "node:assert/strict";
@@ -19,7 +19,7 @@ const LAYERS: string[][] = [
   ["probe"],
   ["ops"],
   ["synapse.ts"],
-  ["http", "client"],
+  ["doors", "client"],
   ["cli"],
 ];
 
@@ -30,7 +30,7 @@ function layerOf(area: string): number {
 }
 
 /** The areas of lib/ that are doors: they may not import `lib/ops/_*`. */
-const DOORS = ["http", "cli", "doors"];
+const DOORS = ["doors", "cli"];
 
 /** Every relative import of every .ts file under lib/: `[file, target]`, both absolute paths. */
 async function* libImports(lib: string): AsyncGenerator<[file: string, target: string]> {

@@ -3,14 +3,14 @@
  * `--url`, else `SYNAPSE_URL`, else the address a live `ck-synapse serve` recorded beside its
  * singleton lease in this data home, else none (the command runs an embedded instance).
  *
- * The owner's key (lib/http/owner_key.ts) goes along only to the server of that record, named
+ * The owner's key (lib/doors/http/owner_key.ts) goes along only to the server of that record, named
  * by the record itself or by a `--url` / `SYNAPSE_URL` equal to the recorded address: a key sent
  * to any other loopback port could land with another local user listening there.
  *
  * @module
  */
 import { envLookup } from "../paths.ts";
-import { readOwnerKey } from "../http/owner_key.ts";
+import { readOwnerKey } from "../doors/http/owner_key.ts";
 import { findServerAddress, SINGLETON_LEASE_NAME, singletonLeaseDir } from "../lease/lease.ts";
 import type { CliIO } from "./_command.ts";
 

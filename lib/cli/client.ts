@@ -93,7 +93,7 @@ export class InProcessClient implements SynapseClient {
  * Parses a server URL: an `http:` URL whose host is loopback.
  *
  * @param url The value, e.g. `http://127.0.0.1:8080`.
- * @param isLoopbackHostname The HTTP door's loopback rule (`lib/http/server.ts`).
+ * @param isLoopbackHostname The HTTP door's loopback rule (`lib/doors/http/server.ts`).
  * @param source Where the value came from, named in the message. @default "--url"
  * @returns The parsed URL.
  * @throws {SynapseError} channel `invalid_request` for anything else.
@@ -185,7 +185,7 @@ export class HttpClient implements SynapseClient {
    * @throws {SynapseError} channel `invalid_request` for a URL that is not loopback http.
    */
   static async open(url: string, options: HttpClientOptions = {}): Promise<HttpClient> {
-    const { isLoopbackHostname } = await import("../http/server.ts");
+    const { isLoopbackHostname } = await import("../doors/http/server.ts");
     return new HttpClient(parseLoopbackUrl(url, isLoopbackHostname, options.source), options);
   }
 

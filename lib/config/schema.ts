@@ -224,7 +224,7 @@ export const HttpConfigSchema = z.strictObject({
    */
   max_body_bytes: positiveInt,
   /**
-   * Ask the owner's local key (lib/http/owner_key.ts) for every request of the HTTP door, not
+   * Ask the owner's local key (lib/doors/http/owner_key.ts) for every request of the HTTP door, not
    * only for the mutating operations: embeddings, rerank, generation, `/v1/models`, `/health`
    * and `/metrics` too. Off by default (a query changes nothing another caller sees); turn it on
    * when other local users must not use or observe the service. The unix socket door

@@ -115,7 +115,7 @@ export interface ServerAddressRecord {
   /** Its HTTP base URL, e.g. `http://127.0.0.1:8080`, or `unix:PATH` for a unix socket. */
   url: string;
   /**
-   * The owner key file the server checks mutating calls against (lib/http/owner_key.ts);
+   * The owner key file the server checks mutating calls against (lib/doors/http/owner_key.ts);
    * `ck-synapse` commands send that key to this server, and to no other.
    */
   key_file?: string;

@@ -36,7 +36,7 @@ export type ResolveContext = Pick<
 
 /**
  * A request's routing constraints (docs/operations.md "Common params"; the compat doors take them
- * as `x-synapse-*` request headers, lib/http/routing_headers.ts). All optional; none given, the
+ * as `x-synapse-*` request headers, lib/doors/http/routing_headers.ts). All optional; none given, the
  * model is the one named, or the task's default. (A type, not an interface, so params that
  * carry it stay plain records.)
  */

@@ -42,7 +42,7 @@ export type OpOutcome =
 type Handler = (ctx: OpContext, params: unknown, options: CallOptions) => unknown;
 
 /**
- * Who may call an operation over the HTTP door (field report F39; lib/http/owner_key.ts):
+ * Who may call an operation over the HTTP door (field report F39; lib/doors/http/owner_key.ts):
  * `owner` only with the owner's local key (every operation that changes state another caller
  * sees: models loaded, unloaded, downloaded or removed, pins, GC), `open` anyone who can reach
  * the port, unless `http.require_key_for_queries` asks the key for those too. The bus door has
@@ -62,7 +62,7 @@ export interface Operation {
 
 /**
  * Operations served by this build, with their kind (docs/internals.md §1). The subc manifest
- * declares exactly these (`lib/cli/_subc_door.ts`), and a flow-scoped route serves only the
+ * declares exactly these (`lib/doors/bus.ts`), and a flow-scoped route serves only the
  * `query` ones. `access` says who may call each over HTTP ({@link OperationAccess}); every
  * `mutate` is `owner`, and `embed.batch` (whose durable job is the caller's own) is `open`.
  *

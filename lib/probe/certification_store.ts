@@ -23,13 +23,7 @@
 import type { SQLOutputValue } from "node:sqlite";
 import { SynapseError } from "../contract/errors.ts";
 import type { EngineIdentity } from "../identity/numeric_profile.ts";
-import type {
-  CertClass,
-  CertRow,
-  KnobAssignment,
-  PerfRow,
-  ProbeLaneResult,
-} from "../probe/types.ts";
+import type { CertClass, CertRow, KnobAssignment, PerfRow, ProbeLaneResult } from "./types.ts";
 import type { Store } from "../store/store.ts";
 import { storeFailure } from "../store/_store_faults.ts";
 

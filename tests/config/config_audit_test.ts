@@ -18,7 +18,7 @@ import { LayerSchema } from "../../lib/config/schema.ts";
 import { UNSERVED_KEYS } from "../../lib/config/unserved.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
 
-const ROOT = new URL("../../", import.meta.url);
+const ROOT = new URL("../..", import.meta.url);
 
 /** Key path → the file under the repository root that reads it, and a fragment of that code. */
 const READ_BY: Readonly<Record<string, { file: string; code: string }>> = {
@@ -48,14 +48,14 @@ const READ_BY: Readonly<Record<string, { file: string; code: string }>> = {
     file: "lib/synapse.ts",
     code: "config.inline.max_concurrent_workers",
   },
-  "http.max_body_bytes": { file: "lib/http/server.ts", code: "?.http?.max_body_bytes" },
+  "http.max_body_bytes": { file: "lib/doors/http/server.ts", code: "?.http?.max_body_bytes" },
   "http.require_key_for_queries": {
-    file: "lib/http/server.ts",
+    file: "lib/doors/http/server.ts",
     code: "?.http?.require_key_for_queries",
   },
-  "http.header_timeout_ms": { file: "lib/http/server.ts", code: "= http.header_timeout_ms" },
-  "http.body_timeout_ms": { file: "lib/http/server.ts", code: "= http.body_timeout_ms" },
-  "http.idle_timeout_ms": { file: "lib/http/server.ts", code: "= http.idle_timeout_ms" },
+  "http.header_timeout_ms": { file: "lib/doors/http/server.ts", code: "= http.header_timeout_ms" },
+  "http.body_timeout_ms": { file: "lib/doors/http/server.ts", code: "= http.body_timeout_ms" },
+  "http.idle_timeout_ms": { file: "lib/doors/http/server.ts", code: "= http.idle_timeout_ms" },
   "tokenize.workers": { file: "lib/synapse.ts", code: "config.tokenize.workers" },
   "tokenize.inline_max_chars": { file: "lib/synapse.ts", code: "config.tokenize.inline_max_chars" },
   "jobs.execution_ttl_ms": { file: "lib/ops/jobs.ts", code: "ttl.execution_ttl_ms" },

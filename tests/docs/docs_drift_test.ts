@@ -13,7 +13,7 @@
  *   `OPERATIONS` (lib/ops/dispatcher.ts); docs/http.md "The owner key" names exactly those that
  *   need the owner's key.
  * - docs/http.md's table of routes names exactly the routes of `HTTP_ROUTES`
- *   (lib/http/routes.ts), with their methods.
+ *   (lib/doors/http/routes.ts), with their methods.
  * - The README's Documentation list names every docs/*.md and bench/README.md.
  * - Every relative link of README.md, docs/*.md and bench/README.md names a file that exists and,
  *   with a `#anchor`, a heading of that file (GitHub's anchor rules).
@@ -25,10 +25,10 @@ import { z } from "zod";
 import { ROOT } from "../_helpers.ts";
 import { ERROR_CODES } from "../../lib/contract/errors.ts";
 import type { ErrorCode } from "../../lib/contract/errors.ts";
-import { HTTP_STATUS } from "../../lib/http/status_table.ts";
+import { HTTP_STATUS } from "../../lib/doors/http/status_table.ts";
 import { LayerSchema, SynapseConfigSchema } from "../../lib/config/schema.ts";
 import { OPERATIONS } from "../../lib/ops/dispatcher.ts";
-import { HTTP_ROUTES } from "../../lib/http/routes.ts";
+import { HTTP_ROUTES } from "../../lib/doors/http/routes.ts";
 
 /** The lines of a markdown file outside fenced code blocks (fence lines dropped too). */
 function prose(md: string): string[] {

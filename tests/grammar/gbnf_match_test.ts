@@ -12,7 +12,7 @@ import { type Rule, TERMINAL } from "../../lib/grammar/_gbnf_rules.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
 import { JSON_GBNF } from "./_json_gbnf.ts";
 
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const GGUF = `${ROOT}fixtures/models/synapse-tiny-llama/model.gguf`;
 
 /** [grammar, text, verdict, extensible, viable code points]. */

@@ -10,7 +10,7 @@ import { SynapseError } from "../../lib/contract/errors.ts";
 import { JSON_GBNF } from "./_json_gbnf.ts";
 
 /** Repo root: the llama.cpp probe runs there so that `node-llama-cpp` resolves. */
-const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
 // llama.cpp grammars/arithmetic.gbnf, verbatim.
 const ARITHMETIC_GBNF = String.raw`root  ::= (expr "=" ws term "\n")+

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { CohereClient, CohereClientV2 } from "cohere-ai";
 import { Ollama } from "ollama";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import type { LogSink } from "../../lib/log/log.ts";
 import { MODELS, preload, resultOf, startSynapse } from "../_helpers.ts";

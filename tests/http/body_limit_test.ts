@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { startSynapse } from "../_helpers.ts";
 
 const MIB = 2 ** 20;

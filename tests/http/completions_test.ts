@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { loadConfig } from "../../lib/config/loader.ts";
 import { compileJsonSchema } from "../../lib/grammar/json_schema_gbnf.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import type { LogSink } from "../../lib/log/log.ts";
 import { fallbackPrompt } from "../../lib/ops/_chat_template.ts";

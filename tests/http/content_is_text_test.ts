@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { loadConfig } from "../../lib/config/loader.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import type { Synapse } from "../../lib/synapse.ts";

@@ -1,12 +1,12 @@
 /**
- * The HTTP door's TCP front (lib/http/_front.ts) from a raw TCP client: a request that half-closes
+ * The HTTP door's TCP front (lib/doors/http/_front.ts) from a raw TCP client: a request that half-closes
  * after its whole body (Content-Length or chunked) is answered (F40); a slow head, a stalled body
  * and an idle kept-alive connection are dropped after their configured timeouts; 200 slow
  * connections do not stop a normal /health. Timeouts are short here; every bound is loose.
  */
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/http/server.ts";
-import { DEFAULT_HTTP_TIMEOUTS } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
+import { DEFAULT_HTTP_TIMEOUTS } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { startSynapse } from "../_helpers.ts";
 

@@ -7,7 +7,7 @@
  * it has no effect, and the answer says so. On the tiny fixture model.
  */
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { MODELS, preload, startSynapse } from "../_helpers.ts";
 

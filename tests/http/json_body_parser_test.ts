@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { SynapseError } from "../../lib/contract/errors.ts";
-import { JsonBodyParser } from "../../lib/http/_json_body_parser.ts";
-import { parseJsonBytes, readJsonBody } from "../../lib/http/_request_body.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { JsonBodyParser } from "../../lib/doors/_json_body_parser.ts";
+import { parseJsonBytes, readJsonBody } from "../../lib/doors/_request_body.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { startSynapse } from "../_helpers.ts";
 

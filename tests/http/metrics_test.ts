@@ -9,8 +9,8 @@
  */
 import assert from "node:assert/strict";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
-import { serveHttp } from "../../lib/http/server.ts";
-import { renderMetrics } from "../../lib/http/metrics.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
+import { renderMetrics } from "../../lib/doors/http/metrics.ts";
 import { CounterFamily, HistogramFamily } from "../../lib/log/metrics.ts";
 import { loadConfig } from "../../lib/config/loader.ts";
 import { createSynapse } from "../../lib/synapse.ts";

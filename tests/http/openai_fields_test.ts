@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { MODELS, preload, resultOf, startSynapse } from "../_helpers.ts";
 import type { TestSynapse } from "../_helpers.ts";

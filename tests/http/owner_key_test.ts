@@ -16,8 +16,8 @@ import {
   ownerKeyPath,
   readOwnerKey,
   sameKey,
-} from "../../lib/http/owner_key.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+} from "../../lib/doors/http/owner_key.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 
 const NOBODY = 65534;
 const isRoot = Deno.build.os !== "windows" && Deno.uid() === 0;

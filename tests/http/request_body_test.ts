@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { findJsonSyntaxError, readJsonBody } from "../../lib/http/_request_body.ts";
+import { findJsonSyntaxError, readJsonBody } from "../../lib/doors/_request_body.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
 
 Deno.test("findJsonSyntaxError() finds nothing in valid JSON", () => {

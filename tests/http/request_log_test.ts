@@ -4,7 +4,7 @@
  * id, a key or a header. `/health` logs at `debug`.
  */
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { renderLogEvent } from "../../lib/log/log.ts";
 import type { LogLevel } from "../../lib/log/log.ts";
 import { startSynapse } from "../_helpers.ts";

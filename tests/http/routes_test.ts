@@ -1,22 +1,22 @@
 /**
- * The HTTP door's one route table (lib/http/routes.ts): every route is served with its method by
+ * The HTTP door's one route table (lib/doors/http/routes.ts): every route is served with its method by
  * its adapter, the 404 answer lists every route, and `ck-synapse serve --help` prints every route.
  */
 import assert from "node:assert/strict";
-import { cohereEmbedRoute } from "../../lib/http/cohere_embed.ts";
-import { ollamaRoute } from "../../lib/http/ollama.ts";
-import { rerankShapesRoute } from "../../lib/http/rerank_shapes.ts";
+import { cohereEmbedRoute } from "../../lib/doors/http/cohere_embed.ts";
+import { ollamaRoute } from "../../lib/doors/http/ollama.ts";
+import { rerankShapesRoute } from "../../lib/doors/http/rerank_shapes.ts";
 import {
   findRoute,
   HTTP_ROUTES,
   OPS_PREFIX,
   routeLines,
   unknownRoute,
-} from "../../lib/http/routes.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+} from "../../lib/doors/http/routes.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
-import { teiRoute } from "../../lib/http/tei.ts";
-import { tokenizeRoute } from "../../lib/http/tokenize_doors.ts";
+import { teiRoute } from "../../lib/doors/http/tei.ts";
+import { tokenizeRoute } from "../../lib/doors/http/tokenize_doors.ts";
 import { cli } from "../cli/_launcher.ts";
 import { startSynapse } from "../_helpers.ts";
 

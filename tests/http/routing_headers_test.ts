@@ -1,13 +1,13 @@
 /**
  * Routing by fingerprint on the compat doors (issue 19 item 3): the `x-synapse-*` request
- * headers (lib/http/routing_headers.ts) route and refuse exactly as the native params do, on the
+ * headers (lib/doors/http/routing_headers.ts) route and refuse exactly as the native params do, on the
  * OpenAI embeddings and completions doors, TEI, Ollama and Cohere/Jina rerank; a malformed value
  * is a 400 naming the header; the served fingerprint is the `x-synapse-fingerprint` response
  * header; `/v1/ops` refuses the headers (the params are in its body).
  */
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/http/server.ts";
-import { routingFromHeaders } from "../../lib/http/routing_headers.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
+import { routingFromHeaders } from "../../lib/doors/http/routing_headers.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { MODELS, preload, resultOf, startSynapse } from "../_helpers.ts";
 import type { TestSynapse } from "../_helpers.ts";

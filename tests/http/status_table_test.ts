@@ -8,7 +8,7 @@ import {
   openAiErrorTypeFor,
   TEI_ERROR_TYPE,
   teiErrorTypeFor,
-} from "../../lib/http/status_table.ts";
+} from "../../lib/doors/http/status_table.ts";
 
 Deno.test("httpStatusFor() has a row for every error code, each an error status", () => {
   for (const code of Object.keys(ERROR_CODES) as ErrorCode[]) {
@@ -20,7 +20,7 @@ Deno.test("httpStatusFor() has a row for every error code, each an error status"
   assert.deepEqual(Object.keys(HTTP_STATUS).sort(), Object.keys(ERROR_CODES).sort());
 });
 
-/** The whole table, as lib/http/status_table.ts documents it: changing a row is a decision. */
+/** The whole table, as lib/doors/http/status_table.ts documents it: changing a row is a decision. */
 const EXPECTED: Record<ErrorCode, number> = {
   invalid_request: 400,
   unauthorized: 401,

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { loadConfig } from "../../lib/config/loader.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { cutAtStop } from "../../lib/ops/_stop_strings.ts";
 import { createSynapse } from "../../lib/synapse.ts";

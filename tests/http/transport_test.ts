@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { SynapseError } from "../../lib/contract/errors.ts";
-import { bindHttp, serveHttp } from "../../lib/http/server.ts";
+import { bindHttp, serveHttp } from "../../lib/doors/http/server.ts";
 import type { LogLevel } from "../../lib/log/log.ts";
 import { startSynapse } from "../_helpers.ts";
 

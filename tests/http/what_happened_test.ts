@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { loadConfig } from "../../lib/config/loader.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import type { LogFields, LogSink } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import { parkedWorker } from "../_generation.ts";

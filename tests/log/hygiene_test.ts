@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { loadConfig } from "../../lib/config/loader.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { parseLogLine } from "../../lib/log/line.ts";
 import { redactText } from "../../lib/log/redact.ts";
 import { createModuleLog, createSynapse } from "../../lib/synapse.ts";

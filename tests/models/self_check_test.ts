@@ -25,7 +25,7 @@ import {
   selfCheckId,
 } from "../../lib/probe/self_check.ts";
 import { SelfCheckStore } from "../../lib/probe/self_check_store.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { MODELS, resultOf, semanticError } from "../_helpers.ts";
 
 const REV = "0123456789abcdef0123456789abcdef01234567";

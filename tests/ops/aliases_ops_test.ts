@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { loadConfig } from "../../lib/config/loader.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { createSynapse, type Synapse } from "../../lib/synapse.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { sha256Hex } from "../../lib/identity/sha256.ts";
 import { channelError, MODELS, preload, resultOf, semanticError } from "../_helpers.ts";
 

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import * as ort from "onnxruntime-node";
 import { Tokenizer } from "@huggingface/tokenizers";
 import { cosine, MINILM, MODELS, preload, resultOf, startSynapse } from "../_helpers.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 
 const TEXTS = [
   "hello world",

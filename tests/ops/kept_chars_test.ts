@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { sha256Hex } from "../../lib/identity/sha256.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { resultOf, startSynapse } from "../_helpers.ts";
 

@@ -7,7 +7,7 @@
  * is refused naming the allowed widths. The generated tiny embed model is 32-dimensional.
  */
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { fingerprint, numericProfileId } from "../../lib/identity/numeric_profile.ts";
 import {
   matryoshkaVariant,

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "../../lib/config/loader.ts";
 import { nullLog } from "../../lib/log/log.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import { parkedWorker, watchGenerations } from "../_generation.ts";
 import { MODELS, resultOf, semanticError } from "../_helpers.ts";

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import type { LlamaEngine } from "../../lib/engines/llama/llama_engine.ts";
 import { getLlama, LlamaLogLevel, type Token } from "node-llama-cpp";
 import { loadConfig } from "../../lib/config/loader.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { threadsForKnob } from "../../lib/models/model_registry.ts";
 import type { OpOutcome } from "../../lib/ops/dispatcher.ts";

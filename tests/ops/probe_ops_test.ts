@@ -11,8 +11,8 @@ import { DatabaseSync } from "node:sqlite";
 import { serve } from "../cli/_launcher.ts";
 import { MODELS, preload, resultOf, semanticError, startSynapse } from "../_helpers.ts";
 import { channelError } from "../_helpers.ts";
-import { serveHttp } from "../../lib/http/server.ts";
-import { newKey } from "../../lib/http/owner_key.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
+import { newKey } from "../../lib/doors/http/owner_key.ts";
 import type { Synapse } from "../../lib/synapse.ts";
 
 const LLAMA = `${MODELS}/synapse-tiny-llama`;

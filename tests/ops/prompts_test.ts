@@ -13,7 +13,7 @@ import { createHash } from "node:crypto";
 import { loadConfig } from "../../lib/config/loader.ts";
 import { createSynapse, type Synapse } from "../../lib/synapse.ts";
 import { MODELS, preload, resultOf, semanticError, startSynapse } from "../_helpers.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 
 const sha = (s: string) => createHash("sha256").update(s).digest("hex");

@@ -14,7 +14,7 @@ import {
   startSynapse,
 } from "../_helpers.ts";
 import type { TestSynapse } from "../_helpers.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 
 const EMBED = `${MODELS}/synapse-tiny-embed`;

@@ -4,7 +4,7 @@
  * `ck-synapse models list --url` — never `ready` for a model that refuses every request.
  */
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import { nullLog } from "../../lib/log/log.ts";
 import { main } from "../../lib/cli/main.ts";
 import { createSynapse } from "../../lib/synapse.ts";

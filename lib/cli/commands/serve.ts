@@ -3,11 +3,11 @@
  * SIGTERM, then shuts down cleanly (in-flight requests finish, the instance is disposed). Once
  * bound it records its address beside its singleton lease, so CLI commands in the same data home
  * talk to it by themselves. `--subc FILE` runs it as the module on the subc bus instead
- * (`lib/cli/_subc_door.ts`), with the HTTP door beside it when `--http` is given too.
+ * (`lib/doors/bus.ts`), with the HTTP door beside it when `--http` is given too.
  *
  * @module
  */
-import { HTTP_ROUTES } from "../../http/routes.ts";
+import { HTTP_ROUTES } from "../../doors/http/routes.ts";
 import { cliExitFor } from "../exit_codes.ts";
 import { parseCommandArgs, UsageError } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
@@ -47,7 +47,7 @@ ${routeHelp()}`;
 
 /**
  * The routes `serve --help` lists: one line per route of the HTTP door's table
- * (lib/http/routes.ts), `METHOD PATH  summary`.
+ * (lib/doors/http/routes.ts), `METHOD PATH  summary`.
  */
 export function routeHelp(): string {
   const width = Math.max(...HTTP_ROUTES.map((r) => `${r.method} ${r.path}`.length));
@@ -116,7 +116,7 @@ export function parseListen(value: string): HttpListen {
 export async function serveOwnerKey(
   env: import("../../paths.ts").EnvSource | undefined,
 ): Promise<{ key: string; file: string }> {
-  const { loadOwnerKey, ownerKeyPath } = await import("../../http/owner_key.ts");
+  const { loadOwnerKey, ownerKeyPath } = await import("../../doors/http/owner_key.ts");
   const file = ownerKeyPath(env);
   return { key: loadOwnerKey(file), file };
 }
@@ -129,16 +129,16 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
   });
   if (positionals.length > 0) throw new UsageError(`Cannot serve: unexpected '${positionals[0]}'`);
   if (values.subc !== undefined) {
-    // The subc door (lib/cli/_subc_door.ts): the module session, with --http beside it if given.
+    // The subc door (lib/doors/bus.ts): the module session, with --http beside it if given.
     const http = values.http === undefined ? undefined : parseListen(values.http);
-    const { serveSubc } = await import("../_subc_door.ts");
+    const { serveSubc } = await import("../_serve_subc.ts");
     return await serveSubc(values.subc, { ...(http ? { http } : {}), json: values.json }, io);
   }
   if (values.http === undefined) throw new UsageError("Cannot serve: give --http HOST:PORT");
   const listen = parseListen(values.http);
   const [{ createModuleLog, createSynapse, SYNAPSE_VERSION }, { bindHttp }] = await Promise.all([
     import("../../synapse.ts"),
-    import("../../http/server.ts"),
+    import("../../doors/http/server.ts"),
   ]);
   // Bind first: an address in use is refused at once, naming it, before a store is opened.
   const server = bindHttp(listen);

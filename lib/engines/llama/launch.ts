@@ -25,7 +25,7 @@ import type { WorkerLaunch } from "../../workers/spawn.ts";
 import { workerSocketPath } from "../../workers/handshake.ts";
 
 /** The repository root (where `ck-synapse` and `ck-synapse-worker-llama` live). */
-const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
 
 /** Options of {@link resolveLlamaWorkerLaunch}. */
 export interface LlamaLaunchOptions {

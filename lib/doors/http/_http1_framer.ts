@@ -3,7 +3,7 @@
  * that: the head (up to the empty line), then a body framed by `Content-Length`, by chunked
  * transfer coding, or (responses only) by the connection's end. The front layer of the HTTP door
  * (`_front.ts`) uses it to time a request's head and body, and to know when every answer is out.
- * Private to `lib/http/`.
+ * Private to `lib/doors/http/`.
  *
  * @module
  */

@@ -14,15 +14,15 @@
  * @module
  */
 import process from "node:process";
-import type { Metrics } from "../log/metrics.ts";
-import type { Synapse } from "../synapse.ts";
-import { SYNAPSE_VERSION } from "../version.ts";
-import { modelStatus } from "../ops/status.ts";
-import { certificationOf, isCertified, laneIdOf } from "../probe/certification.ts";
-import type { ModelServingState } from "../ops/status.ts";
-import type { CallDoor } from "../log/metrics.ts";
-import type { CallOptions } from "../ops/context.ts";
-import type { OpOutcome } from "../ops/dispatcher.ts";
+import type { Metrics } from "../../log/metrics.ts";
+import type { Synapse } from "../../synapse.ts";
+import { SYNAPSE_VERSION } from "../../version.ts";
+import { modelStatus } from "../../ops/status.ts";
+import { certificationOf, isCertified, laneIdOf } from "../../probe/certification.ts";
+import type { ModelServingState } from "../../ops/status.ts";
+import type { CallDoor } from "../../log/metrics.ts";
+import type { CallOptions } from "../../ops/context.ts";
+import type { OpOutcome } from "../../ops/dispatcher.ts";
 
 /** `Content-Type` of the text exposition format. */
 export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";

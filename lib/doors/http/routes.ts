@@ -1,29 +1,29 @@
 /**
  * The routes of the HTTP door: one table of `(method, path, adapter)`. The server finds a
- * request's route here (lib/http/server.ts), its 404 answer lists these routes, and
+ * request's route here (lib/doors/http/server.ts), its 404 answer lists these routes, and
  * `ck-synapse serve --help` prints them, so the three cannot disagree. This module imports no
  * door: the CLI's usage text reads it without loading one.
  *
  * @module
  */
 
-import { SynapseError } from "../contract/errors.ts";
+import { SynapseError } from "../../contract/errors.ts";
 
 /**
  * Who serves a route: the module that maps its shapes onto the dispatcher.
  *
- * - `ops`: the native door, the wire JSON of docs/operations.md (lib/http/server.ts).
- * - `openai`: OpenAI's embeddings and model list (lib/http/openai.ts).
- * - `openai_completions`: OpenAI's completions and chat (lib/http/openai_completions.ts).
+ * - `ops`: the native door, the wire JSON of docs/operations.md (lib/doors/http/server.ts).
+ * - `openai`: OpenAI's embeddings and model list (lib/doors/http/openai.ts).
+ * - `openai_completions`: OpenAI's completions and chat (lib/doors/http/openai_completions.ts).
  * - `rerank_shapes`: Cohere's and Jina's rerank, and `/rerank` in TEI's or Cohere's shape
- *   (lib/http/rerank_shapes.ts).
- * - `cohere_embed`: Cohere's embed (lib/http/cohere_embed.ts).
- * - `tei`: TEI's embed and info (lib/http/tei.ts).
+ *   (lib/doors/http/rerank_shapes.ts).
+ * - `cohere_embed`: Cohere's embed (lib/doors/http/cohere_embed.ts).
+ * - `tei`: TEI's embed and info (lib/doors/http/tei.ts).
  * - `tokenize_doors`: TEI's and llama.cpp's tokenize, TEI's decode, llama.cpp's detokenize
- *   (lib/http/tokenize_doors.ts).
- * - `ollama`: Ollama's embed, tags, legacy embeddings and version (lib/http/ollama.ts).
+ *   (lib/doors/http/tokenize_doors.ts).
+ * - `ollama`: Ollama's embed, tags, legacy embeddings and version (lib/doors/http/ollama.ts).
  * - `health`: the service status (lib/ops/status.ts).
- * - `metrics`: the Prometheus exposition (lib/http/metrics.ts).
+ * - `metrics`: the Prometheus exposition (lib/doors/http/metrics.ts).
  */
 export type RouteAdapter =
   | "ops"
@@ -51,7 +51,7 @@ export interface HttpRoute {
   /**
    * The operation it runs, for the request log, where the server's own adapter serves it
    * (`openai`, `openai_completions`); the API-shaped doors name theirs in their route
-   * (lib/http/_adapter.ts `AdapterRoute.op`), the native door's is in its path.
+   * (lib/doors/http/_adapter.ts `AdapterRoute.op`), the native door's is in its path.
    */
   readonly op?: string;
   /** `HEAD` is answered as `GET` without a body (`/health`, `/metrics`). @default false */

@@ -17,9 +17,9 @@
  * @module
  */
 import { createHash, timingSafeEqual } from "node:crypto";
-import { SynapseError } from "../contract/errors.ts";
+import { SynapseError } from "../../contract/errors.ts";
 
-export { ownerKeyPath } from "../paths.ts";
+export { ownerKeyPath } from "../../paths.ts";
 
 /** The header that carries the key besides `Authorization: Bearer` (lowercase). */
 export const OWNER_KEY_HEADER = "x-synapse-key";

@@ -2,24 +2,24 @@
  * The HTTP front door: a loopback-only `Deno.serve` that decodes requests into the ops
  * dispatcher and encodes its outcomes (docs/operations.md). No operation logic lives here.
  *
- * Routes: one table, lib/http/routes.ts (`HTTP_ROUTES`: method, path, adapter); an unknown path is
+ * Routes: one table, lib/doors/http/routes.ts (`HTTP_ROUTES`: method, path, adapter); an unknown path is
  * 404 `unknown_method` listing them. The native door `POST /v1/ops/<method>` takes the params JSON
  * (empty body = `{}`) and answers the wire JSON exactly — `{"result": …}` (200), a semantic error
  * `{"result": {"module_generation", "error": WireError}}` or a channel error `{code, message}`,
  * each with the status of {@link httpStatusFor}. The other routes map an upstream API's shapes
  * (OpenAI, Cohere/Jina, TEI, llama.cpp, Ollama) onto the same dispatcher, each in its own module;
  * `GET /health` is the service status of lib/ops/status.ts (it never touches an engine) and
- * `GET /metrics` the Prometheus text exposition (lib/http/metrics.ts).
+ * `GET /metrics` the Prometheus text exposition (lib/doors/http/metrics.ts).
  *
  * Transient errors carry `Retry-After` (whole seconds, rounded up) and `retry-after-ms`;
  * results that carry a fingerprint carry `x-synapse-fingerprint`. The doors that serve a model with
  * the upstream APIs' bodies (all but `/v1/ops`) take the routing params as `x-synapse-*` request
- * headers (lib/http/routing_headers.ts); `/v1/ops` refuses those headers (its params are in the
+ * headers (lib/doors/http/routing_headers.ts); `/v1/ops` refuses those headers (its params are in the
  * body). Every request is logged in one
  * line at `info` (`/health` at `debug`): see {@link logRequest}.
  *
  * Who may call what (field report F39): a call of an `owner` operation (`OPERATIONS[m].access`:
- * every mutating one) must show the owner's local key (lib/http/owner_key.ts) as
+ * every mutating one) must show the owner's local key (lib/doors/http/owner_key.ts) as
  * `Authorization: Bearer KEY` or `X-Synapse-Key: KEY`, and with `http.require_key_for_queries`
  * every request must; else 401 `unauthorized` in the route's own error shape. On a unix socket
  * (`path`, 0600) no key is asked: only the owner can connect.
@@ -30,17 +30,17 @@
  *
  * @module
  */
-import { invalidRequest, SynapseError } from "../contract/errors.ts";
-import { outcomeOf } from "../ops/dispatcher.ts";
-import type { OpOutcome } from "../ops/dispatcher.ts";
-import { callWithFacts } from "../ops/request_facts.ts";
-import type { RequestFacts } from "../ops/request_facts.ts";
-import { serviceStatus } from "../ops/status.ts";
-import { type LogSink, stderrLog } from "../log/log.ts";
-import { SYNAPSE_VERSION } from "../synapse.ts";
-import type { Synapse } from "../synapse.ts";
-import { HttpRefusal, MAX_BODY_BYTES, readJsonBody } from "./_request_body.ts";
-import { JsonBodyParser } from "./_json_body_parser.ts";
+import { invalidRequest, SynapseError } from "../../contract/errors.ts";
+import { outcomeOf } from "../../ops/dispatcher.ts";
+import type { OpOutcome } from "../../ops/dispatcher.ts";
+import { callWithFacts } from "../../ops/request_facts.ts";
+import type { RequestFacts } from "../../ops/request_facts.ts";
+import { serviceStatus } from "../../ops/status.ts";
+import { type LogSink, stderrLog } from "../../log/log.ts";
+import { SYNAPSE_VERSION } from "../../synapse.ts";
+import type { Synapse } from "../../synapse.ts";
+import { HttpRefusal, MAX_BODY_BYTES, readJsonBody } from "../_request_body.ts";
+import { JsonBodyParser } from "../_json_body_parser.ts";
 import { cohereEmbedRoute } from "./cohere_embed.ts";
 import { embeddingsAnswer, embeddingsCall, modelsAnswer, openAiError } from "./openai.ts";
 import { type CompletionsDoor, serveCompletions } from "./openai_completions.ts";
@@ -66,11 +66,11 @@ import { teiRoute } from "./tei.ts";
 import { tokenizeRoute } from "./tokenize_doors.ts";
 import { ollamaRoute } from "./ollama.ts";
 import { metricsResponse, throughDoor } from "./metrics.ts";
-import { OPERATIONS } from "../ops/dispatcher.ts";
+import { OPERATIONS } from "../../ops/dispatcher.ts";
 import { keyOfRequest, OWNER_KEY_HEADER, sameKey } from "./owner_key.ts";
 import { type Front, type FrontTimeouts, startFront } from "./_front.ts";
-import { defaultWorkerRuntimeDir } from "../engines/llama/launch.ts";
-import { prepareRuntimeDir, privateDirFault } from "../workers/runtime_dir.ts";
+import { defaultWorkerRuntimeDir } from "../../engines/llama/launch.ts";
+import { prepareRuntimeDir, privateDirFault } from "../../workers/runtime_dir.ts";
 import { dirname } from "node:path";
 
 export { float32Base64LE } from "./openai.ts";
@@ -106,7 +106,7 @@ export interface ServeHttpOptions {
    */
   path?: string;
   /**
-   * The owner's local key (lib/http/owner_key.ts): a call of an `owner` operation
+   * The owner's local key (lib/doors/http/owner_key.ts): a call of an `owner` operation
    * (`OPERATIONS[m].access`), and with `http.require_key_for_queries` every request, must show
    * it (`Authorization: Bearer KEY` or `X-Synapse-Key: KEY`), else 401 `unauthorized`.
    *
@@ -124,7 +124,7 @@ export interface ServeHttpOptions {
    */
   maxBodyBytes?: number;
   /**
-   * The unix socket `Deno.serve` listens on behind the TCP front (`lib/http/_front.ts`), in the
+   * The unix socket `Deno.serve` listens on behind the TCP front (`lib/doors/http/_front.ts`), in the
    * worker runtime dir (0700): `http-<pid>.sock` for the first server of a process (the path the
    * `ck-synapse` launcher grants), `http-<pid>-<n>.sock` for later ones.
    *
@@ -266,7 +266,7 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
   };
   // On TCP, the front holds the loopback port and enforces the header, body and idle timeouts
   // that Deno.serve has no setting for, and tells the door when a client hung up
-  // (lib/http/_front.ts); Deno.serve listens behind it on a unix socket in the 0700 worker
+  // (lib/doors/http/_front.ts); Deno.serve listens behind it on a unix socket in the 0700 worker
   // runtime dir, which no other user can reach. The owner's own unix socket door (0600, no
   // other user can connect) is served by Deno.serve directly.
   const timeouts: FrontTimeouts = { ...DEFAULT_HTTP_TIMEOUTS };
@@ -453,7 +453,7 @@ interface Door {
   /** True on a unix socket (0600: only the owner connects, no key asked). */
   unix: boolean;
   /**
-   * The TCP front (lib/http/_front.ts), which also tells when a request's client hung up (a
+   * The TCP front (lib/doors/http/_front.ts), which also tells when a request's client hung up (a
    * hang-up Deno.serve's own signal misses); undefined on the owner's unix socket door.
    */
   front: Front | undefined;
@@ -488,7 +488,7 @@ async function handleLogged(door: Door, req: Request): Promise<Response> {
     content_length: req.headers.get("content-length") ?? "-",
   });
   const record: RequestRecord = {};
-  // The request's signal, also aborted when the front saw its client go (lib/http/_front.ts).
+  // The request's signal, also aborted when the front saw its client go (lib/doors/http/_front.ts).
   const watched = door.front?.watch(req) ?? { signal: req.signal, [Symbol.dispose]() {} };
   let res: Response;
   try {
@@ -615,7 +615,7 @@ async function route(
   record: RequestRecord,
   signal: AbortSignal,
 ): Promise<Response> {
-  // The one route table (lib/http/routes.ts): each route's method, path and adapter.
+  // The one route table (lib/doors/http/routes.ts): each route's method, path and adapter.
   const entry = findRoute(path);
   const adapter = entry === undefined ? undefined : adapterRouteOf(entry);
   const openAi = entry?.adapter === "openai" || entry?.adapter === "openai_completions";
@@ -638,7 +638,7 @@ async function route(
   }
 }
 
-/** `GET /v1/models`: OpenAI's model list, mapped from `models.list` (lib/http/openai.ts). */
+/** `GET /v1/models`: OpenAI's model list, mapped from `models.list` (lib/doors/http/openai.ts). */
 async function openAiModels(
   door: Door,
   record: RequestRecord,
@@ -653,7 +653,7 @@ async function openAiModels(
 
 /**
  * `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI's completions and chat over
- * `microllm.oneshot` (lib/http/openai_completions.ts). The request's facts are the instance's
+ * `microllm.oneshot` (lib/doors/http/openai_completions.ts). The request's facts are the instance's
  * own for the call (`CallOptions.onFacts`), known when the generation ended.
  */
 async function serveCompletionsRoute(
@@ -924,7 +924,7 @@ function health(synapse: HttpBackend | undefined): Response {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The OpenAI door: a mapping around the dispatcher (lib/http/openai.ts)
+// The OpenAI door: a mapping around the dispatcher (lib/doors/http/openai.ts)
 
 async function openAiEmbeddings(
   door: Door,
@@ -944,7 +944,7 @@ async function openAiEmbeddings(
 }
 
 // ---------------------------------------------------------------------------------------------
-// The API-shaped doors: mappings around the dispatcher (lib/http/rerank_shapes.ts, tei.ts,
+// The API-shaped doors: mappings around the dispatcher (lib/doors/http/rerank_shapes.ts, tei.ts,
 // ollama.ts)
 
 async function serveAdapter(

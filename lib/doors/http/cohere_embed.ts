@@ -24,9 +24,9 @@
  * @module
  */
 import { z } from "zod";
-import { SynapseError } from "../contract/errors.ts";
-import { parseParams, wellFormedName } from "../contract/schemas.ts";
-import type { PromptSelector } from "../models/prompts.ts";
+import { SynapseError } from "../../contract/errors.ts";
+import { parseParams, wellFormedName } from "../../contract/schemas.ts";
+import type { PromptSelector } from "../../models/prompts.ts";
 import {
   type AdapterAnswer,
   type AdapterIo,

@@ -3,21 +3,21 @@
  * tags) share: the route they hand the server, what the server lends them for one request, and
  * the call through the dispatcher that records the request log's facts, with the request's
  * routing headers as the call's routing params. Each door is a mapping of
- * params and results around the one dispatcher, as lib/http/openai.ts is; the server keeps the
+ * params and results around the one dispatcher, as lib/doors/http/openai.ts is; the server keeps the
  * socket, the Host/Origin checks, the method check and the body reader.
  *
  * @module
  */
-import { SynapseError } from "../contract/errors.ts";
-import type { EmbedResult, ItemError } from "../ops/embed.ts";
-import type { CallOptions } from "../ops/context.ts";
-import type { PromptDisclosure, PromptSelector } from "../models/prompts.ts";
-import type { OpOutcome } from "../ops/dispatcher.ts";
-import { callWithFacts } from "../ops/request_facts.ts";
-import type { RequestFacts } from "../ops/request_facts.ts";
-import type { Synapse } from "../synapse.ts";
-import type { RoutingParams } from "../ops/op_types.ts";
-import { HttpRefusal } from "./_request_body.ts";
+import { SynapseError } from "../../contract/errors.ts";
+import type { EmbedResult, ItemError } from "../../ops/embed.ts";
+import type { CallOptions } from "../../ops/context.ts";
+import type { PromptDisclosure, PromptSelector } from "../../models/prompts.ts";
+import type { OpOutcome } from "../../ops/dispatcher.ts";
+import { callWithFacts } from "../../ops/request_facts.ts";
+import type { RequestFacts } from "../../ops/request_facts.ts";
+import type { Synapse } from "../../synapse.ts";
+import type { RoutingParams } from "../../ops/op_types.ts";
+import { HttpRefusal } from "../_request_body.ts";
 import { httpStatusFor } from "./status_table.ts";
 
 /** What a door needs from a Synapse instance: its dispatcher and config. */
@@ -63,7 +63,7 @@ export interface AdapterIo {
   /** The request log record; {@link callOp} fills it. */
   record: AdapterRecord;
   /**
-   * The request's routing constraints (its `x-synapse-*` headers, lib/http/routing_headers.ts),
+   * The request's routing constraints (its `x-synapse-*` headers, lib/doors/http/routing_headers.ts),
    * added by {@link callOp} to the params of every model-serving call ({@link ROUTED_OPS}).
    * Empty on a route that serves no model. @default {}
    */

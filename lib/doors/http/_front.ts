@@ -1,7 +1,7 @@
 /**
  * The TCP front of the HTTP door: it accepts the loopback connections and hands each one, byte for
  * byte, to `Deno.serve` listening on a private unix socket, enforcing what `Deno.serve` has no
- * setting for. Private to `lib/http/`.
+ * setting for. Private to `lib/doors/http/`.
  *
  * | timeout | runs while | on expiry |
  * |---|---|---|

@@ -23,10 +23,10 @@
  * @module
  */
 import { z } from "zod";
-import { SynapseError } from "../contract/errors.ts";
-import { parseParams, wellFormedName } from "../contract/schemas.ts";
-import type { ModelsListResult } from "../ops/models.ts";
-import { SYNAPSE_VERSION } from "../version.ts";
+import { SynapseError } from "../../contract/errors.ts";
+import { parseParams, wellFormedName } from "../../contract/schemas.ts";
+import type { ModelsListResult } from "../../ops/models.ts";
+import { SYNAPSE_VERSION } from "../../version.ts";
 import {
   type AdapterAnswer,
   type AdapterIo,

@@ -10,14 +10,14 @@
  * @module
  */
 import { z } from "zod";
-import { SynapseError } from "../contract/errors.ts";
-import { parseParams, wellFormedName } from "../contract/schemas.ts";
-import type { OpOutcome } from "../ops/dispatcher.ts";
-import type { CallOptions } from "../ops/context.ts";
-import type { EmbedResult } from "../ops/embed.ts";
-import type { ModelsListResult } from "../ops/models.ts";
-import type { PromptDisclosure, PromptSelector } from "../models/prompts.ts";
-import { HttpRefusal } from "./_request_body.ts";
+import { SynapseError } from "../../contract/errors.ts";
+import { parseParams, wellFormedName } from "../../contract/schemas.ts";
+import type { OpOutcome } from "../../ops/dispatcher.ts";
+import type { CallOptions } from "../../ops/context.ts";
+import type { EmbedResult } from "../../ops/embed.ts";
+import type { ModelsListResult } from "../../ops/models.ts";
+import type { PromptDisclosure, PromptSelector } from "../../models/prompts.ts";
+import { HttpRefusal } from "../_request_body.ts";
 import { httpStatusFor, openAiErrorTypeFor } from "./status_table.ts";
 import type { OpenAiErrorType } from "./status_table.ts";
 

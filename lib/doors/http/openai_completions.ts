@@ -54,14 +54,14 @@
  * @module
  */
 import { z } from "zod";
-import { SynapseError } from "../contract/errors.ts";
-import { parseParams, RESPONSE_FORMAT, wellFormedName } from "../contract/schemas.ts";
-import type { ChatMessageParam, ResponseFormat } from "../contract/schemas.ts";
-import type { OpOutcome } from "../ops/dispatcher.ts";
-import type { MicrollmParams, MicrollmResult } from "../ops/microllm.ts";
-import type { RoutingParams } from "../ops/op_types.ts";
-import type { CallOptions, GenerationStart } from "../ops/context.ts";
-import type { RequestFacts } from "../ops/request_facts.ts";
+import { SynapseError } from "../../contract/errors.ts";
+import { parseParams, RESPONSE_FORMAT, wellFormedName } from "../../contract/schemas.ts";
+import type { ChatMessageParam, ResponseFormat } from "../../contract/schemas.ts";
+import type { OpOutcome } from "../../ops/dispatcher.ts";
+import type { MicrollmParams, MicrollmResult } from "../../ops/microllm.ts";
+import type { RoutingParams } from "../../ops/op_types.ts";
+import type { CallOptions, GenerationStart } from "../../ops/context.ts";
+import type { RequestFacts } from "../../ops/request_facts.ts";
 import { openAiError } from "./openai.ts";
 
 /** The two doors. */
@@ -192,7 +192,7 @@ interface Mapped {
  * @param body The parsed JSON body.
  * @param signal The request's signal (a client that goes away cancels the generation).
  * @param routing The request's routing constraints (its `x-synapse-*` headers,
- *   lib/http/routing_headers.ts), passed to `microllm.oneshot` as its params.
+ *   lib/doors/http/routing_headers.ts), passed to `microllm.oneshot` as its params.
  * @returns The response and the call's facts.
  * @throws {SynapseError} every refusal, its `details.field` the request's own field name (the
  *   server answers it in OpenAI's error body): malformed bodies and refused sampling parameters

@@ -15,7 +15,7 @@
  *
  * `POST /tokenize` is both: a body with `inputs` is TEI's, one with `content` llama.cpp's.
  * `model` (Synapse's) picks a model; the default embed model otherwise; the routing headers
- * (`x-synapse-target-fingerprint`, …; lib/http/routing_headers.ts) choose as on every
+ * (`x-synapse-target-fingerprint`, …; lib/doors/http/routing_headers.ts) choose as on every
  * model-serving door. The prompt is chosen as TEI /embed chooses it (the model's default prompt
  * applies without `prompt_name`; on a model with no prompt table `prompt_name` applies nothing),
  * disclosed in `x-synapse-prompt`.
@@ -23,9 +23,9 @@
  * @module
  */
 import { z } from "zod";
-import { SynapseError } from "../contract/errors.ts";
-import { parseParams, wellFormedName } from "../contract/schemas.ts";
-import type { DetokenizeResult, TokenizeResult } from "../ops/tokenize.ts";
+import { SynapseError } from "../../contract/errors.ts";
+import { parseParams, wellFormedName } from "../../contract/schemas.ts";
+import type { DetokenizeResult, TokenizeResult } from "../../ops/tokenize.ts";
 import { type AdapterAnswer, type AdapterIo, type AdapterRoute, callOp } from "./_adapter.ts";
 import { teiError } from "./tei.ts";
 

@@ -67,7 +67,7 @@
  *
  * @module
  */
-import type { ErrorCode } from "../contract/errors.ts";
+import type { ErrorCode } from "../../contract/errors.ts";
 
 /** HTTP status of every stable code; typed as a full record, so a new code fails to compile. */
 export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.freeze({

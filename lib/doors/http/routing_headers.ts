@@ -8,8 +8,8 @@
  *
  * @module
  */
-import { SynapseError } from "../contract/errors.ts";
-import type { RoutingParams } from "../ops/op_types.ts";
+import { SynapseError } from "../../contract/errors.ts";
+import type { RoutingParams } from "../../ops/op_types.ts";
 
 /** The routing headers, by the param each one sets. */
 export const ROUTING_HEADERS: Readonly<Record<keyof RoutingParams, string>> = Object.freeze({

@@ -1,6 +1,6 @@
 /**
  * Rerank in the shape Cohere's and Jina's clients send: `POST /v1/rerank`, `POST /v2/rerank`, and
- * `POST /rerank` with `documents` (`POST /rerank` with `texts` is TEI's shape, lib/http/tei.ts).
+ * `POST /rerank` with `documents` (`POST /rerank` with `texts` is TEI's shape, lib/doors/http/tei.ts).
  * (`/rerank`: a body with `documents` is Cohere/Jina's, any other TEI's.)
  * A mapping around `rerank.score` through the dispatcher, nothing more: the same model
  * resolution, text checks, admission and error codes as `POST /v1/ops/rerank.score`.
@@ -16,9 +16,9 @@
  * @module
  */
 import { z } from "zod";
-import { SynapseError } from "../contract/errors.ts";
-import { parseParams, wellFormedName } from "../contract/schemas.ts";
-import type { RerankResult } from "../ops/rerank.ts";
+import { SynapseError } from "../../contract/errors.ts";
+import { parseParams, wellFormedName } from "../../contract/schemas.ts";
+import type { RerankResult } from "../../ops/rerank.ts";
 import {
   type AdapterAnswer,
   type AdapterIo,

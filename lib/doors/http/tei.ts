@@ -1,6 +1,6 @@
 /**
  * The door in the shape of Hugging Face's text-embeddings-inference (TEI) router: `POST /embed`,
- * `GET /info` and `POST /rerank` with `texts` (routed here by lib/http/rerank_shapes.ts, which
+ * `GET /info` and `POST /rerank` with `texts` (routed here by lib/doors/http/rerank_shapes.ts, which
  * owns `/rerank`). A mapping of params and results around `embed.batch`, `rerank.score` and
  * `models.list` through the dispatcher, nothing more.
  *
@@ -29,11 +29,11 @@
  * @module
  */
 import { z } from "zod";
-import { SynapseError } from "../contract/errors.ts";
-import { parseParams, wellFormedName } from "../contract/schemas.ts";
-import type { ModelRow, ModelsListResult } from "../ops/models.ts";
-import type { RerankResult } from "../ops/rerank.ts";
-import { SYNAPSE_VERSION } from "../synapse.ts";
+import { SynapseError } from "../../contract/errors.ts";
+import { parseParams, wellFormedName } from "../../contract/schemas.ts";
+import type { ModelRow, ModelsListResult } from "../../ops/models.ts";
+import type { RerankResult } from "../../ops/rerank.ts";
+import { SYNAPSE_VERSION } from "../../synapse.ts";
 import {
   type AdapterAnswer,
   type AdapterIo,
