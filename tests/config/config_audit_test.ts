@@ -58,14 +58,20 @@ const READ_BY: Readonly<Record<string, { file: string; code: string }>> = {
   "http.idle_timeout_ms": { file: "lib/doors/http/server.ts", code: "= http.idle_timeout_ms" },
   "tokenize.workers": { file: "lib/synapse.ts", code: "config.tokenize.workers" },
   "tokenize.inline_max_chars": { file: "lib/synapse.ts", code: "config.tokenize.inline_max_chars" },
-  "jobs.execution_ttl_ms": { file: "lib/ops/jobs.ts", code: "ttl.execution_ttl_ms" },
-  "jobs.result_retention_ttl_ms": { file: "lib/ops/jobs.ts", code: "ttl.result_retention_ttl_ms" },
-  "jobs.resume_deadline_ms": { file: "lib/ops/jobs.ts", code: "ttl.resume_deadline_ms" },
+  "jobs.execution_ttl_ms": { file: "lib/ops/_durable_job.ts", code: "ttl.execution_ttl_ms" },
+  "jobs.result_retention_ttl_ms": {
+    file: "lib/ops/_durable_job.ts",
+    code: "ttl.result_retention_ttl_ms",
+  },
+  "jobs.resume_deadline_ms": { file: "lib/ops/_durable_job.ts", code: "ttl.resume_deadline_ms" },
   // The older name: spread over the three TTLs above when the layer is made canonical.
   "jobs.ttl_ms": { file: "lib/config/_layer.ts", code: "named.execution_ttl_ms ?? ttl_ms" },
-  "jobs.result_page_bytes": { file: "lib/ops/jobs.ts", code: "ctx.config.jobs.result_page_bytes" },
+  "jobs.result_page_bytes": {
+    file: "lib/ops/_durable_job.ts",
+    code: "this.#ctx.config.jobs.result_page_bytes",
+  },
   "jobs.bulk_quantum_tokens": {
-    file: "lib/ops/jobs.ts",
+    file: "lib/ops/_durable_job.ts",
     code: "ctx.config.jobs.bulk_quantum_tokens",
   },
   // probeThresholds(config.probe) turns them into the parity bars of probeLane.
