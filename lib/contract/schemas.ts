@@ -60,10 +60,19 @@ export const wellFormedName = (max: number = NAME_MAX_CHARS, min = 1): z.ZodStri
  */
 export const fingerprintName = (max: number = NAME_MAX_CHARS) =>
   wellFormedName(max)
-    .refine((s) => /^[0-9A-Fa-f]{64}$/.test(s), {
+    .refine((s) => readFingerprint(s) !== undefined, {
       message: "is not a fingerprint (64 hex characters)",
     })
     .transform((s) => s.toLowerCase());
+
+/**
+ * A fingerprint as written by a caller, read: 64 hex characters of either case, answered in
+ * lowercase; `undefined` for anything else. The one rule of {@link fingerprintName} and the
+ * routing headers (lib/doors/http/routing_headers.ts).
+ */
+export function readFingerprint(s: string): string | undefined {
+  return /^[0-9A-Fa-f]{64}$/.test(s) ? s.toLowerCase() : undefined;
+}
 
 /**
  * The routing params (docs/operations.md "Routing by fingerprint"; lib/ops/_resolve_model.ts):

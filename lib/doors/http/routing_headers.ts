@@ -9,6 +9,7 @@
  * @module
  */
 import { SynapseError } from "../../contract/errors.ts";
+import { readFingerprint } from "../../contract/schemas.ts";
 import type { RoutingParams } from "../../ops/op_types.ts";
 
 /** The routing headers, by the param each one sets. */
@@ -39,11 +40,11 @@ export function routingFromHeaders(headers: Headers): RoutingParams {
   for (const key of ["target_fingerprint", "required_fingerprint"] as const) {
     const v = headers.get(ROUTING_HEADERS[key]);
     if (v === null) continue;
-    const s = v.trim();
-    if (!/^[0-9A-Fa-f]{64}$/.test(s)) {
+    const fp = readFingerprint(v.trim());
+    if (fp === undefined) {
       throw badHeader(ROUTING_HEADERS[key], "must be a fingerprint (64 hex characters)");
     }
-    out[key] = s.toLowerCase();
+    out[key] = fp;
   }
   for (const key of ["allow_equivalent", "accept_declared"] as const) {
     const v = headers.get(ROUTING_HEADERS[key]);
