@@ -276,11 +276,13 @@ export class Lane {
    */
   async run<W extends LaneWork>(work: W, options: LaneRunOptions = {}): Promise<LaneResult<W>> {
     noteLane(this.name, this.cls);
-    this.#active++;
+    // A request admitted here already counts from admit() to its permit's release.
+    const counted = options.permit === undefined;
+    if (counted) this.#active++;
     try {
       return await this.#run(work, options);
     } finally {
-      this.#active--;
+      if (counted) this.#active--;
       this.#lastUsedMs = this.#now();
     }
   }

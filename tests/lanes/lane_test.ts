@@ -596,6 +596,18 @@ Deno.test("activeRequests: an admitted request holds the lane until released; a 
   assert.equal(rig.lane("bulk").activeRequests, 0, "per lane, not per scheduler");
 });
 
+Deno.test("activeRequests: a request running under its own permit counts once (model_in_use holders)", async () => {
+  using rig = new Rig();
+  const lane = rig.lane();
+  rig.engine.hold = true;
+  const req = rig.request(embed(fakeRow(3, 1)), { bytes: 1 });
+  await rig.engine.whenCalls(1);
+  assert.equal(lane.activeRequests, 1, "admitted and running is one request, not two");
+  rig.engine.proceedAll();
+  await guard(req);
+  assert.equal(lane.activeRequests, 0);
+});
+
 Deno.test("timing: queueTimeMs is admission to start on the lane's clock", async () => {
   using rig = new Rig({ scheduler: { permits: 1 } });
   const lane = rig.lane();
