@@ -554,7 +554,7 @@ export function downloadFailed(
   cause?: unknown,
 ): SynapseError {
   const hint = reason === "storage_full"
-    ? "free disk space, raise the cache cap or run `cache gc`"
+    ? "free disk space (`ck-synapse rm` a model no longer needed, or `ck-synapse cache gc`)"
     : reason === "network"
     ? "retry later"
     : "check the URL";

@@ -280,7 +280,12 @@ Deno.test("gcLines() and holdersLine() say what gc did and who holds a model", (
 Deno.test("pullFailureHint() points at the fix for each failure", () => {
   assert.match(
     pullFailureHint({ code: "download_failed", details: { reason: "storage_full" } }, "url")!,
-    /cache gc/,
+    /disk holding the model cache is full.*cache gc/,
+  );
+  // A download is never capped by cache_max_bytes (only `cache gc` reads it): no hint to raise it.
+  assert.doesNotMatch(
+    pullFailureHint({ code: "download_failed", details: { reason: "storage_full" } }, "url")!,
+    /cache_max_bytes/,
   );
   assert.match(
     pullFailureHint({ code: "download_failed", details: { reason: "network" } }, "url")!,

@@ -319,7 +319,7 @@ export function pullFailureHint(
       return "hint: nothing was loaded; fix what the message names (the file, its source or its --sha256) and pull again";
     case "download_failed":
       if (e.details?.reason === "storage_full") {
-        return "hint: the model cache is full; free space with 'ck-synapse cache gc' (or raise cache_max_bytes), then pull again";
+        return "hint: the disk holding the model cache is full; free space on it ('ck-synapse rm' a model no longer needed, or 'ck-synapse cache gc'), then pull again";
       }
       if (e.details?.reason === "http_status") {
         return "hint: the server refused the file (see its HTTP status); check the URL (for a catalog model: the hf_endpoint config key and its mirror)";
