@@ -22,17 +22,13 @@
  * @module
  */
 import { envLookup, type EnvSource } from "../paths.ts";
-import { formatLogLine, loggerFor } from "./line.ts";
+import { formatLogLine, type LogFields, loggerFor, type LogLevel } from "./line.ts";
 import { redactFields, redactText } from "./redact.ts";
 
-/** Severity of a log line, most severe first. */
-export type LogLevel = "error" | "warn" | "info" | "debug";
+export type { LogFields, LogLevel } from "./line.ts";
 
 /** A level of `CK_LOG`: a {@link LogLevel} or `off`. */
 export type LogThreshold = LogLevel | "off";
-
-/** Fields of a line (`k=v`), in order; an `undefined` value is left out. */
-export type LogFields = Readonly<Record<string, string | number | boolean>>;
 
 const RANK: Record<LogThreshold, number> = { off: -1, error: 0, warn: 1, info: 2, debug: 3 };
 
