@@ -1,5 +1,6 @@
 /**
- * Data and config homes, and the paths Synapse derives from them (subc.md §5).
+ * Data and config homes, and the paths Synapse derives from them (docs/internals.md §8.4 "Homes,
+ * leases and the server address"; tests/paths_test.ts).
  *
  * The ladders match the cortexkit resolvers byte for byte, so this module finds the same store
  * the reference binary uses:
@@ -46,7 +47,7 @@ export function envLookup(env?: EnvSource): (name: string) => string | undefined
 }
 
 /**
- * Resolves the data home (subc.md §5).
+ * Resolves the data home: the data-home ladder above.
  *
  * @param env Environment source; defaults to `Deno.env.get`.
  * @param options Which OS ladder to follow.
@@ -57,8 +58,7 @@ export function dataHome(env?: EnvSource, options: HomeOptions = {}): string {
 }
 
 /**
- * Resolves the config home (subc.md §5): the data-home ladder with `XDG_CONFIG_HOME` and
- * `.config`.
+ * Resolves the config home: the data-home ladder with `XDG_CONFIG_HOME` and `.config`.
  *
  * @param env Environment source; defaults to `Deno.env.get`.
  * @param options Which OS ladder to follow.

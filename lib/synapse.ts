@@ -107,7 +107,8 @@ export interface SynapseOptions {
   /**
    * What a malformed `CK_LOG`, `CK_LOG_MAX_AGE_DAYS` or `CK_LOG_ALARM_SEGMENT_MB` does at boot:
    * `refuse` (`serve --http` and the CLI: `invalid_request`) or `warn` (under the subc bus,
-   * subc.md §6: the default value and one stderr warning, from the log that reads them).
+   * docs/subc.md "Serving as the `synapse` module": the default value and one stderr warning,
+   * from the log that reads them).
    *
    * @default {"refuse"}
    */
@@ -720,7 +721,7 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
   const path = options.storePath ?? storePath(options.env);
   const storeDir = path.slice(0, Math.max(0, path.lastIndexOf("/"))) || ".";
   // A second instance refuses to start (docs/internals.md §8.3): the singleton lease, then the
-  // store's own lease in its directory, taken before the store opens (subc.md §5).
+  // store's own lease in its directory, taken before the store opens.
   const leases: FileLock[] = options.singletonLease === undefined ? [] : [options.singletonLease];
   try {
     if (options.singletonLease === undefined) {

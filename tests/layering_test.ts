@@ -82,3 +82,74 @@ Deno.test("no door imports an operation's private module (lib/ops/_*)", async ()
   assert.ok(checked > 100, `only ${checked} door imports seen: the scan is broken`);
   assert.deepEqual(private_, []);
 });
+
+/**
+ * The strongly connected components of more than one file in a graph (Tarjan): each one a set of
+ * modules that import each other, directly or through others, sorted.
+ */
+function cyclesOf(graph: ReadonlyMap<string, ReadonlySet<string>>): string[][] {
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const cycles: string[][] = [];
+  const visit = (v: string): void => {
+    index.set(v, index.size);
+    low.set(v, index.get(v)!);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const component: string[] = [];
+    for (let w = stack.pop()!;; w = stack.pop()!) {
+      onStack.delete(w);
+      component.push(w);
+      if (w === v) break;
+    }
+    if (component.length > 1) cycles.push(component.sort());
+  };
+  for (const v of [...graph.keys()].sort()) if (!index.has(v)) visit(v);
+  return cycles;
+}
+
+Deno.test("cyclesOf() finds the modules that import each other, and only those", () => {
+  const graph = new Map([
+    ["a", new Set(["b"])],
+    ["b", new Set(["c"])],
+    ["c", new Set(["a", "d"])],
+    ["d", new Set(["e"])],
+    ["e", new Set<string>()],
+    ["f", new Set(["f", "g"])],
+    ["g", new Set(["f"])],
+  ]);
+  assert.deepEqual(cyclesOf(graph), [["a", "b", "c"], ["f", "g"]]);
+  assert.deepEqual(cyclesOf(new Map([["a", new Set(["b"])], ["b", new Set<string>()]])), []);
+});
+
+Deno.test("lib/ has no import cycle (value imports, `import type` and re-exports alike)", async () => {
+  const lib = `${ROOT}/lib`;
+  const graph = new Map<string, Set<string>>();
+  let edges = 0;
+  for await (const [file, target] of libImports(lib)) {
+    if (!target.startsWith(lib + "/")) continue;
+    const from = file.slice(lib.length + 1);
+    const to = target.slice(lib.length + 1);
+    if (!graph.has(from)) graph.set(from, new Set());
+    if (from !== to) graph.get(from)!.add(to);
+    edges++;
+  }
+  assert.ok(edges > 200, `only ${edges} imports seen: the scan is broken`);
+  const cycles = cyclesOf(graph).map((files) => {
+    const inside = new Set(files);
+    const lines = files.map((f) =>
+      `    ${f} → ${[...graph.get(f)!].filter((t) => inside.has(t)).sort().join(", ")}`
+    );
+    return `${files.length} files import each other:\n${lines.join("\n")}`;
+  });
+  assert.equal(cycles.length, 0, `import cycles in lib/:\n${cycles.join("\n")}`);
+});

@@ -11,26 +11,12 @@
 import type { OpParams, OpResult, SynapseMethod } from "../ops/op_types.ts";
 import { parseArgs } from "node:util";
 import type { ParseArgsConfig } from "node:util";
-import type { SynapseOptions } from "../synapse.ts";
 import { cliExitFor } from "./exit_codes.ts";
 import type { ClientOutcome, SynapseClient } from "./client.ts";
+import type { CliIO } from "./cli_io.ts";
 import { findServer } from "./_find_server.ts";
 
-/** Where a command writes, and what a caller (a test) may inject. */
-export interface CliIO {
-  /** Writes one line to standard output (the newline is added). */
-  out(line: string): void;
-  /** Writes one line to standard error (the newline is added). */
-  err(line: string): void;
-  /** Stops long-running commands (`serve`) when aborted, besides SIGINT and SIGTERM. */
-  signal?: AbortSignal;
-  /**
-   * Options of the embedded instance when no server is found; `env` (also read for
-   * `SYNAPSE_URL`) and the lease options also say where to look for a running server.
-   * @default {}
-   */
-  synapseOptions?: SynapseOptions;
-}
+export type { CliIO } from "./cli_io.ts";
 
 /** One subcommand (STYLE rule 17). */
 export interface Command {

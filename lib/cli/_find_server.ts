@@ -12,7 +12,7 @@
 import { envLookup } from "../paths.ts";
 import { readOwnerKey } from "../doors/http/owner_key.ts";
 import { findServerAddress, SINGLETON_LEASE_NAME, singletonLeaseDir } from "../lease/lease.ts";
-import type { CliIO } from "./_command.ts";
+import type { CliIO } from "./cli_io.ts";
 
 /** Where a server URL came from (named in error messages). */
 export type ServerSource = "--url" | "SYNAPSE_URL" | { record: string; pid: number };

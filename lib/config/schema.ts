@@ -216,9 +216,9 @@ export const HttpConfigSchema = z.strictObject({
    * Largest request body the HTTP door reads, in bytes, counted while it streams in: past it
    * reading stops and the request is refused (413, `invalid_request` with
    * `{limit: "http.max_body_bytes", max, received_at_least}`). The default equals the wire
-   * door's frame limit (subc.md: 64 MiB) and `inline.byte_budget`, so one request is accepted
-   * or refused alike by both doors, and a file job of ~100 000 passages of 600 bytes fits in one
-   * body; the door holds at most this much per request while it parses.
+   * door's frame limit (64 MiB; docs/internals.md "subc wire") and `inline.byte_budget`, so one
+   * request is accepted or refused alike by both doors, and a file job of ~100 000 passages of 600
+   * bytes fits in one body; the door holds at most this much per request while it parses.
    *
    * @default {67108864}
    */

@@ -1,5 +1,5 @@
 /**
- * The module's day files (fleet-logging r2, subc.md §6):
+ * The module's day files (fleet-logging r2; docs/observability.md "Logging"):
  * `<module data dir>/logs/<module_id>.<YYYY-MM-DD>.log`, one per UTC day, shared by every
  * process of the module.
  *

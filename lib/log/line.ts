@@ -25,7 +25,12 @@
  *
  * @module
  */
-import type { LogFields, LogLevel } from "./log.ts";
+
+/** Severity of a log line, most severe first. */
+export type LogLevel = "error" | "warn" | "info" | "debug";
+
+/** Fields of a line (`k=v`), in order; an `undefined` value is left out. */
+export type LogFields = Readonly<Record<string, string | number | boolean>>;
 
 /** One event, ready to format. */
 export interface LogRecord {

@@ -14,7 +14,8 @@
  * `synapse.perf` (the subc daemon expands a bare key `k` of its `log` block to `<module>.k`
  * before it sets `CK_LOG`). A malformed value is refused at boot by the HTTP door and the CLI
  * (`onInvalid: "refuse"`), and means `info` plus one stderr warning under the bus
- * (`onInvalid: "warn"`, subc.md §6); the sink itself never throws.
+ * (`onInvalid: "warn"`; docs/subc.md "Serving as the `synapse` module"); the sink itself never
+ * throws.
  *
  * Worker log lines arrive here through {@link LineRateLimiter} so a chatty worker cannot flood
  * it.
@@ -22,17 +23,13 @@
  * @module
  */
 import { envLookup, type EnvSource } from "../paths.ts";
-import { formatLogLine, loggerFor } from "./line.ts";
+import { formatLogLine, type LogFields, loggerFor, type LogLevel } from "./line.ts";
 import { redactFields, redactText } from "./redact.ts";
 
-/** Severity of a log line, most severe first. */
-export type LogLevel = "error" | "warn" | "info" | "debug";
+export type { LogFields, LogLevel } from "./line.ts";
 
 /** A level of `CK_LOG`: a {@link LogLevel} or `off`. */
 export type LogThreshold = LogLevel | "off";
-
-/** Fields of a line (`k=v`), in order; an `undefined` value is left out. */
-export type LogFields = Readonly<Record<string, string | number | boolean>>;
 
 const RANK: Record<LogThreshold, number> = { off: -1, error: 0, warn: 1, info: 2, debug: 3 };
 
@@ -84,8 +81,8 @@ export type InvalidLogEnv = "refuse" | "warn";
 export interface LogEnvOptions {
   /**
    * `refuse`: throw {@link LogEnvError} (boot of `serve --http` and the CLI; docs/config.md
-   * "Environment variables"); `warn`:
-   * use the default and report the problem in `invalid` / `warnings` (under the bus, subc.md §6).
+   * "Environment variables"); `warn`: use the default and report the problem in `invalid` /
+   * `warnings` (under the bus; docs/observability.md "Logging").
    *
    * @default {"refuse"}
    */
@@ -234,7 +231,10 @@ export function readLogFilter(
   return parseLogFilter(readVar(env, "CK_LOG"), options);
 }
 
-/** Log settings of the environment (subc.md §6, §8: the daemon sets them from its `log` block). */
+/**
+ * Log settings of the environment (docs/observability.md "Logging"; under the bus the daemon sets
+ * them from its `log` block, docs/subc.md "Serving as the `synapse` module").
+ */
 export interface LogSettings {
   /** `CK_LOG`. */
   filter: LogFilter;
@@ -371,9 +371,10 @@ export function renderLogEvent(
 }
 
 /**
- * Logs an uncaught error the fleet's way (subc.md §6): one `synapse.panic` line at `error` per
- * line of its text (the stack, or the message), trimmed, blank lines skipped. `serve` calls it
- * from its `error` and `unhandledrejection` listeners; the process then dies as it would have.
+ * Logs an uncaught error the fleet's way (docs/observability.md "Logging"): one `synapse.panic`
+ * line at `error` per line of its text (the stack, or the message), trimmed, blank lines skipped.
+ * `serve` calls it from its `error` and `unhandledrejection` listeners; the process then dies as
+ * it would have.
  *
  * @param log Where to write.
  * @param err What was thrown.

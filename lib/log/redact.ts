@@ -39,7 +39,7 @@
  *
  * @module
  */
-import type { LogFields } from "./log.ts";
+import type { LogFields } from "./line.ts";
 
 /** What a redacted secret is replaced with. */
 export const REDACTED = "[REDACTED]";

@@ -14,7 +14,6 @@ import type { JobStore } from "../store/job_store.ts";
 import type { LogSink } from "../log/log.ts";
 import type { TokenizerPool } from "../tokenize/tokenizer_pool.ts";
 import type { CallDoor } from "../log/metrics.ts";
-import type { RequestFacts } from "./request_facts.ts";
 import type { CertificationStore } from "../probe/certification_store.ts";
 import type { MachineProfile } from "../identity/machine_profile.ts";
 import type { KnobAssignment } from "../probe/types.ts";
@@ -117,6 +116,34 @@ export interface CallOptions {
    * working them out again. Set by a door, never read from the wire.
    */
   onFacts?: (facts: RequestFacts) => void;
+}
+
+/**
+ * The facts of one call for the request log (`CallOptions.onFacts`; worked out by
+ * lib/ops/request_facts.ts): never a text, an id or a key, only counts, the model id and codes. A
+ * fact that is not known is absent.
+ */
+export interface RequestFacts {
+  /** The model that served it (the result's `model_id`), or the one asked for. */
+  model?: string;
+  /** Items in the request: batch items, rerank candidates, 1 for a query or a generation. */
+  items?: number;
+  /** Items refused inside a served result (`item_errors`). */
+  item_errors?: number;
+  /** Tokens the engine read (`real_token_counts`), plus those it generated (`n_gen`). */
+  tokens?: number;
+  /** ms from admission to the start on the engine (`queue_time_ms`). */
+  queue_ms?: number;
+  /** ms of engine work (`inference_time_ms`). */
+  inference_ms?: number;
+  /**
+   * What happened: `ok`; the stable error code of a refusal (a door that answers all or nothing
+   * counts a result with a refused item as that item's code, with no tokens served); or
+   * `cancelled` when the caller went away before the answer (an HTTP client hang-up, a bus
+   * Cancel), whatever the operation then said (the wire error of that case stays
+   * `deadline_exceeded` with `details.reason: "cancelled"`).
+   */
+  outcome: string;
 }
 
 /** What `microllm.oneshot` tells `onStart` as its generation starts. */

@@ -46,7 +46,8 @@ type Handler = (ctx: OpContext, params: unknown, options: CallOptions) => unknow
  * `owner` only with the owner's local key (every operation that changes state another caller
  * sees: models loaded, unloaded, downloaded or removed, pins, GC), `open` anyone who can reach
  * the port, unless `http.require_key_for_queries` asks the key for those too. The bus door has
- * its own authentication (subc.md) and the in-process CLI needs none.
+ * its own authentication (the connection file's key; docs/subc.md "Serving as the `synapse`
+ * module") and the in-process CLI needs none.
  */
 export type OperationAccess = "open" | "owner";
 

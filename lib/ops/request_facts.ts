@@ -5,32 +5,10 @@
  *
  * @module
  */
-import type { CallOptions } from "./context.ts";
+import type { CallOptions, RequestFacts } from "./context.ts";
 import type { OpOutcome } from "./dispatcher.ts";
 
-/** The facts of one call for the request log; a fact that is not known is absent. */
-export interface RequestFacts {
-  /** The model that served it (the result's `model_id`), or the one asked for. */
-  model?: string;
-  /** Items in the request: batch items, rerank candidates, 1 for a query or a generation. */
-  items?: number;
-  /** Items refused inside a served result (`item_errors`). */
-  item_errors?: number;
-  /** Tokens the engine read (`real_token_counts`), plus those it generated (`n_gen`). */
-  tokens?: number;
-  /** ms from admission to the start on the engine (`queue_time_ms`). */
-  queue_ms?: number;
-  /** ms of engine work (`inference_time_ms`). */
-  inference_ms?: number;
-  /**
-   * What happened: `ok`; the stable error code of a refusal (a door that answers all or nothing
-   * counts a result with a refused item as that item's code, with no tokens served); or
-   * `cancelled` when the caller went away before the answer (an HTTP client hang-up, a bus
-   * Cancel), whatever the operation then said (the wire error of that case stays
-   * `deadline_exceeded` with `details.reason: "cancelled"`).
-   */
-  outcome: string;
-}
+export type { RequestFacts } from "./context.ts";
 
 /** How the door answered the call, for {@link requestFacts}. */
 export interface FactsOptions {
