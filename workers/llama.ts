@@ -1,5 +1,5 @@
 /**
- * The llama.cpp worker process (contract.md §7): node-llama-cpp 3.21.1 behind the worker
+ * The llama.cpp worker process (docs/internals.md "§7 Worker protocol"): node-llama-cpp 3.21.1 behind the worker
  * protocol. The module spawns it with `--socket PATH` and the nonce in `SYNAPSE_WORKER_NONCE`
  * (or `--nonce HEX`); it connects, sends HELLO with
  * its engine identity (`llama.cpp-worker`, the node-llama-cpp version, build flags naming the GPU
@@ -115,7 +115,7 @@ const { values: flags } = parseArgs({
 });
 
 // The module hands the nonce over in the environment (never on the command line, which `ps`
-// shows every local user); `--nonce` (contract.md §7) is still accepted. Removed from the
+// shows every local user); `--nonce` (docs/internals.md §7) is still accepted. Removed from the
 // environment at once, so no child process of this worker inherits it.
 const launchNonce = flags.nonce ?? Deno.env.get("SYNAPSE_WORKER_NONCE");
 Deno.env.delete("SYNAPSE_WORKER_NONCE");
@@ -636,7 +636,7 @@ async function generate(
       yieldEogToken: true,
       ...(state === undefined ? {} : { grammarEvaluationState: state }),
     });
-    // Precedence at a token boundary (contract.md §6): natural completion, then cancel. Under a
+    // Precedence at a token boundary (docs/internals.md §6): natural completion, then cancel. Under a
     // grammar, the end token means llama.cpp's sampler let it through; the module checks the
     // text against the grammar before it calls the answer complete (and finds completions that
     // fall on exactly the max_tokens-th token, which this loop reports as max_tokens).

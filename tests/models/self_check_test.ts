@@ -1,5 +1,5 @@
 /**
- * The catalog self-check (contract.md §10, lib/probe/self_check.ts) through the real instance: a
+ * The catalog self-check (docs/internals.md §10, lib/probe/self_check.ts) through the real instance: a
  * test catalog over the generated tiny models, served by a loopback "Hugging Face", installed
  * with `models.download`. A check that passes is `passed` with its `check_id`, and a restart
  * reuses its row; pinned expected values that are wrong fail it naming the input, and the model

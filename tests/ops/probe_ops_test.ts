@@ -1,5 +1,5 @@
 /**
- * The probe operations (issue 18, contract.md §1 `probe.*`) on a real Synapse: the tiny llama
+ * The probe operations (docs/internals.md §1 `probe.*`) on a real Synapse: the tiny llama
  * embed lane refuses `not_certified` until `probe.start` (over HTTP with the owner key; without it
  * 401) certifies it, `probe.status` follows the job to `done`, `probe.report` lists the rows and
  * what serves, the same key attaches, other models under it conflict, a deadline fails the job and

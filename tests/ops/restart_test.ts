@@ -1,6 +1,6 @@
 /**
  * A real server process, SIGKILLed in the middle of a durable job, then restarted on the same
- * store (contract.md §8, design.md: module_restarted is transient and safe to retry).
+ * store (docs/internals.md §8: module_restarted is transient and safe to retry).
  *
  * The kill must land while the job runs. Rather than race a poll against the job, the test
  * freezes the server (SIGSTOP) once two pages are in and reads the job from the store itself:

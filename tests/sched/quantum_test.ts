@@ -3,7 +3,7 @@ import { quantumTokensFor, takeQuantum } from "../../lib/sched/quantum.ts";
 
 Deno.test("quantumTokensFor() targets ~200 ms of engine work within [256, 3072]", () => {
   assert.equal(quantumTokensFor(10_000), 2000);
-  assert.equal(quantumTokensFor(19_700), 3072); // 3940 capped (contract.md §6 default)
+  assert.equal(quantumTokensFor(19_700), 3072); // 3940 capped (docs/internals.md §6 default)
   assert.equal(quantumTokensFor(500), 256);
   assert.equal(quantumTokensFor(0), 256);
   assert.equal(quantumTokensFor(10_000, { targetMs: 100 }), 1000);

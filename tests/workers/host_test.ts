@@ -2,7 +2,7 @@
  * Worker host, supervisor and llama lane against real worker processes (`workers/llama.ts` and
  * its hidden `--test-…` hooks), no mocks: every way a worker can fail the handshake or break the
  * connection afterwards is a typed `engine_crashed` with its `details.reason`, the process is gone
- * afterwards, and the host starts a healthy worker right after (contract.md §7, F13).
+ * afterwards, and the host starts a healthy worker right after (docs/internals.md §7, F13).
  */
 import assert from "node:assert/strict";
 import { SynapseError } from "../../lib/contract/errors.ts";

@@ -16,7 +16,7 @@ const spec = {
 
 Deno.test("OrtThread: two worker threads with 40 concurrent runs stay correct (stress)", async () => {
   // onnxruntime-node 1.21 aborted with HandleScope errors when several threads ran sessions;
-  // this keeps an upgrade from bringing that back (design.md, "where engines run").
+  // this keeps an upgrade from bringing that back (docs/internals.md "§11 Engines and lanes").
   const tok = await SanitizedTokenizer.fromFile(`${dir}/tokenizer.json`);
   using a = new OrtThread({ intraOpThreads: 1 });
   using b = new OrtThread({ intraOpThreads: 1 });
