@@ -35,19 +35,19 @@ export interface RequestLine {
   /** The door's log target: `synapse.http`, `synapse.subc`. */
   target: string;
   /** @default "info" (the HTTP door logs its probes, `/health` and `/metrics`, at `debug`) */
-  level?: LogLevel;
+  level?: LogLevel | undefined;
   /** The door's fields before `op`, in order (HTTP: `method`, `path`). */
-  lead?: LogFields;
+  lead?: LogFields | undefined;
   /** The operation it ran, when it got that far. */
-  op?: string;
+  op?: string | undefined;
   /** The call's request facts, when it reached an operation. */
-  facts?: RequestFacts;
+  facts?: RequestFacts | undefined;
   /** The caller went away before the answer: the outcome is `cancelled`, whatever the facts say. */
-  cancelled?: boolean;
+  cancelled?: boolean | undefined;
   /** The outcome of a request without facts (the door's refusal's code, or `ok`). */
-  unreached?: string;
+  unreached?: string | undefined;
   /** The door's fields after `outcome`, in order (HTTP: `status`; the bus: `channel`, `corr`). */
-  tail?: LogFields;
+  tail?: LogFields | undefined;
   /** Time in the door, ms. */
   totalMs: number;
 }

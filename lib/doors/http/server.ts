@@ -542,9 +542,9 @@ function logHttpRequest(
     target: "synapse.http",
     level: path === "/health" || path === "/metrics" ? "debug" : "info",
     lead: { method, path },
-    ...(record.op === undefined ? {} : { op: record.op }),
-    ...(record.facts === undefined ? {} : { facts: record.facts }),
-    ...(record.cancelled ? { cancelled: true } : {}),
+    op: record.op,
+    facts: record.facts,
+    cancelled: record.cancelled,
     unreached: record.error?.code ?? (status < 400 ? "ok" : "-"),
     tail: { status },
     totalMs,
@@ -672,7 +672,9 @@ async function serveCompletionsRoute(
   record.params = served.params;
   // The facts the instance worked out for the call (once per call), for the log line; a live
   // stream's line waits for the generation's end.
-  const facts = served.facts.then((f) => void (record.facts = f));
+  const facts = served.facts.then((f) => {
+    if (f !== undefined) record.facts = f;
+  });
   if (served.live) record.settled = facts;
   else await facts;
   return served.response;
