@@ -27,6 +27,7 @@ import { dispatch, OPERATIONS } from "./ops/dispatcher.ts";
 import { factsOptions, requestFacts } from "./ops/request_facts.ts";
 import type { OpOutcome } from "./ops/dispatcher.ts";
 import type { CallOptions, OpContext } from "./ops/context.ts";
+import { type DoorBackend, doorBackend } from "./ops/door_backend.ts";
 import { Admission } from "./sched/admission.ts";
 import { JobStore } from "./store/job_store.ts";
 import { CertificationStore } from "./probe/certification_store.ts";
@@ -65,7 +66,7 @@ import {
 } from "./log/log.ts";
 import { createFleetLog, type FleetLog, type FleetLogOptions } from "./log/fleet_log.ts";
 import { PerfSampler } from "./log/perf_sampler.ts";
-import { Metrics } from "./log/metrics.ts";
+import { type CallDoor, Metrics } from "./log/metrics.ts";
 import { type CallScope, runInCallScope } from "./log/call_scope.ts";
 import { prepareRuntimeDir } from "./workers/runtime_dir.ts";
 import { WorkerSlots } from "./workers/worker_slots.ts";
@@ -553,6 +554,18 @@ export class Synapse implements AsyncDisposable {
         message: (err as Error)?.message ?? String(err),
       });
     }
+  }
+
+  /**
+   * This instance as one door sees it (lib/ops/door_backend.ts): its calls, counted under `name`
+   * and answered with their request facts, the service status, and the few facts a door's answers
+   * need. A door makes it once, when the instance is attached to it.
+   *
+   * @param name The door (`http`, `bus`): the `door` label of `synapse_requests_total`.
+   * @returns The door's backend; it reads this instance live and holds nothing of its own.
+   */
+  door(name: CallDoor): DoorBackend {
+    return doorBackend(this, name);
   }
 
   /** True after {@link dispose}. */

@@ -3,7 +3,8 @@
  * layer, never from a higher one — so the doors sit on ops, ops on models and lanes, lanes on
  * engines and the scheduler, and an engine never reaches up into a door or an operation. A door
  * (lib/doors/: HTTP and the bus; lib/cli/) maps shapes only: it never imports an operation's private
- * module (`lib/ops/_*.ts`), whose logic belongs behind the dispatcher.
+ * module (`lib/ops/_*.ts`), whose logic belongs behind the dispatcher, and it sees the instance
+ * through its `DoorBackend` (lib/ops/door_backend.ts) only, never its registry, context or metrics.
  */
 import assert from "node:assert/strict";
 import { ROOT } from "./_helpers.ts";
@@ -152,4 +153,32 @@ Deno.test("lib/ has no import cycle (value imports, `import type` and re-exports
     return `${files.length} files import each other:\n${lines.join("\n")}`;
   });
   assert.equal(cycles.length, 0, `import cycles in lib/:\n${cycles.join("\n")}`);
+});
+
+/**
+ * Code of a .ts source with its comments blanked (strings kept): `//` to the end of the line and
+ * `/* … *\/` blocks, so a doc comment that names `synapse.context` is not read as code.
+ */
+function codeOf(text: string): string {
+  return text
+    .replace(/\/\*[\s\S]*?\*\//g, (c) => c.replace(/[^\n]/g, "")) // keeps the line numbers
+    .replace(/(^|[^:"'`\\])\/\/.*$/gm, "$1");
+}
+
+Deno.test("no door reads an instance's registry, context or metrics (they hold a DoorBackend)", async () => {
+  const lib = `${ROOT}/lib`;
+  const reads: string[] = [];
+  let files = 0;
+  for await (const file of tsFiles(`${lib}/doors`)) {
+    files++;
+    const lines = codeOf(await Deno.readTextFile(file)).split("\n");
+    lines.forEach((line, i) => {
+      // `.registry`, `?.context`, `["metrics"]`: any read of those members, however spelled.
+      if (/(?:\.|\[\s*["'`])\s*(?:registry|context|metrics)\b/.test(line)) {
+        reads.push(`${file.slice(lib.length + 1)}:${i + 1}: ${line.trim()}`);
+      }
+    });
+  }
+  assert.ok(files > 15, `only ${files} door files seen: the scan is broken`);
+  assert.deepEqual(reads, []);
 });

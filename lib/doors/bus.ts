@@ -20,8 +20,7 @@
 import { acquireLease, leaseFileName, singletonLeaseDir } from "../lease/lease.ts";
 import { type LogSink, stderrLog } from "../log/log.ts";
 import { OPERATIONS } from "../ops/dispatcher.ts";
-import { callWithFacts } from "../ops/request_facts.ts";
-import { serviceStatus } from "../ops/status.ts";
+import type { DoorBackend } from "../ops/door_backend.ts";
 import { moduleStorePath } from "../paths.ts";
 import { STORE_SCHEMA_VERSION } from "../store/store.ts";
 import { createSynapse } from "../synapse.ts";
@@ -45,6 +44,7 @@ import type {
 } from "../subc/module_session.ts";
 import { JsonBodyParser } from "./_json_body_parser.ts";
 import { parseJsonBytes } from "./_request_body.ts";
+import { logRequest } from "./request_log.ts";
 
 const TARGET = "synapse.subc";
 const ENCODER = new TextEncoder();
@@ -170,7 +170,7 @@ export async function runSubcModule(options: SubcModuleOptions): Promise<Session
         synapse.startSweeper();
         synapse.startPerfSampler();
         await options.onReady?.(synapse, ack);
-        return synapseService(synapse, log);
+        return synapseService(synapse.door("bus"), log);
       },
     });
     options.onSession?.(session);
@@ -224,14 +224,18 @@ async function parseBody(parser: JsonBodyParser, body: Uint8Array): Promise<unkn
   return parsed.value;
 }
 
-/** A Synapse instance as the session's service: the dispatcher, and the one status function. */
-function synapseService(synapse: Synapse, log: LogSink): ModuleService {
+/**
+ * A Synapse instance, seen through its bus door backend (lib/ops/door_backend.ts), as the
+ * session's service: the dispatcher, and the one status function. Each request writes its line of
+ * the request log (lib/doors/request_log.ts): target `synapse.subc`, `channel corr` after the
+ * outcome.
+ */
+function synapseService(backend: DoorBackend, log: LogSink): ModuleService {
   return {
     async call(req: ModuleRequest): Promise<ModuleReply> {
       const started = performance.now();
-      const { outcome, facts: f } = await callWithFacts(synapse, req.method, req.params, {
+      const { outcome, facts } = await backend.call(req.method, req.params, {
         signal: req.signal,
-        door: "bus",
       });
       let reply: ModuleReply;
       if (outcome.kind === "channel") {
@@ -250,34 +254,24 @@ function synapseService(synapse: Synapse, log: LogSink): ModuleService {
           };
         }
       }
-      const dash = (v: string | number | undefined): string | number => v ?? "-";
-      log("info", TARGET, "request", {
-        op: req.method.length > 200 ? `${req.method.slice(0, 200)}…` : req.method,
-        model: dash(f.model),
-        items: dash(f.items),
-        item_errors: dash(f.item_errors),
-        tokens: dash(f.tokens),
-        queue_ms: dash(f.queue_ms),
-        inference_ms: dash(f.inference_ms),
-        outcome: f.outcome,
-        channel: req.channel,
-        corr: String(req.corr),
-        total_ms: Math.round((performance.now() - started) * 1000) / 1000,
+      logRequest(log, {
+        target: TARGET,
+        op: req.method,
+        facts,
+        tail: { channel: req.channel, corr: String(req.corr) },
+        totalMs: performance.now() - started,
       });
       return reply;
     },
     health(): ModuleHealth {
-      const s = serviceStatus(synapse.registry.list(), {
-        disposed: synapse.disposed,
-        certification: synapse.context,
-      });
+      const s = backend.status();
       const ready = s.models.filter((m) => m.state === "ready").length;
       return {
         // loading is not failing: the daemon must not restart a module for warming up.
         status: s.status === "ok" ? "ok" : s.status === "unavailable" ? "failing" : "degraded",
         ...(s.reason === undefined ? {} : { detail: s.reason }),
         metrics: {
-          module_generation: synapse.moduleGeneration,
+          module_generation: backend.moduleGeneration,
           models_ready: ready,
           models_total: s.models.length,
         },

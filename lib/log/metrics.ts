@@ -1,7 +1,7 @@
 /**
  * The counters and histograms of one Synapse instance, behind `GET /metrics` (the Prometheus
- * text exposition format, rendered by lib/doors/http/metrics.ts). Each is recorded where its fact is
- * born — a call's outcome and duration in `Synapse.call` (the one path every door takes), a
+ * text exposition format, rendered by lib/ops/metrics_exposition.ts). Each is recorded where its
+ * fact is born — a call's outcome and duration in `Synapse.call` (the one path every door takes), a
  * worker's start or crash in its supervisor's hooks, a model load attempt in the registry — and
  * lives as long as the instance, so a counter never goes down between two scrapes, whatever
  * engine, lane or worker comes and goes. Gauges (queue depths, model states, memory) are read at

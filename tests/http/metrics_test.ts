@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import { serveHttp } from "../../lib/doors/http/server.ts";
-import { renderMetrics } from "../../lib/doors/http/metrics.ts";
+import { renderMetrics } from "../../lib/ops/metrics_exposition.ts";
 import { CounterFamily, HistogramFamily } from "../../lib/log/metrics.ts";
 import { loadConfig } from "../../lib/config/loader.ts";
 import { createSynapse } from "../../lib/synapse.ts";

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { serveHttp } from "../../lib/doors/http/server.ts";
+import { logRequest } from "../../lib/doors/request_log.ts";
 import { renderLogEvent } from "../../lib/log/log.ts";
 import type { LogLevel } from "../../lib/log/log.ts";
 import { startSynapse } from "../_helpers.ts";
@@ -123,4 +124,53 @@ Deno.test("the request log writes one line per request with the fields of a real
   } finally {
     await server.shutdown();
   }
+});
+
+Deno.test("one request log for every door (lib/doors/request_log.ts): the door's fields around the facts, cancelled over the facts, caller strings cut", () => {
+  const lines: Line[] = [];
+  const log = (level: LogLevel, target: string, message: string, fields?: Line["fields"]) =>
+    lines.push({ level, target, message, fields: fields ?? {} });
+  const facts = { model: "m".repeat(250), items: 2, tokens: 5, outcome: "ok" };
+  logRequest(log, {
+    target: "synapse.subc",
+    op: "embed.batch",
+    facts,
+    cancelled: true,
+    tail: { channel: 3, corr: "7" },
+    totalMs: 1.23456,
+  });
+  logRequest(log, {
+    target: "synapse.http",
+    level: "debug",
+    lead: { method: "GET", path: `/${"p".repeat(300)}` },
+    unreached: "invalid_request",
+    tail: { status: 400 },
+    totalMs: 0.5,
+  });
+  const [bus, http] = lines;
+  assert.deepEqual(bus, {
+    level: "info",
+    target: "synapse.subc",
+    message: "request",
+    fields: {
+      op: "embed.batch",
+      model: `${"m".repeat(200)}…`,
+      items: 2,
+      item_errors: "-",
+      tokens: 5,
+      queue_ms: "-",
+      inference_ms: "-",
+      outcome: "cancelled",
+      channel: 3,
+      corr: "7",
+      total_ms: 1.235,
+    },
+  });
+  assert.equal(http!.level, "debug");
+  assert.deepEqual(Object.keys(http!.fields), KEYS);
+  assert.equal(http!.fields.path, `/${"p".repeat(199)}…`);
+  assert.equal(http!.fields.op, "-");
+  assert.equal(http!.fields.model, "-");
+  assert.equal(http!.fields.outcome, "invalid_request");
+  assert.equal(http!.fields.status, 400);
 });

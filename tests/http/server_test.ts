@@ -1,7 +1,10 @@
 import assert from "node:assert/strict";
 import { SynapseError } from "../../lib/contract/errors.ts";
 import { outcomeOf } from "../../lib/ops/dispatcher.ts";
-import { nullLog } from "../../lib/log/log.ts";
+import { nullLog, stderrLog } from "../../lib/log/log.ts";
+import { Metrics } from "../../lib/log/metrics.ts";
+import { DEFAULT_CONFIG } from "../../lib/config/defaults.ts";
+import { doorBackend, type DoorSource } from "../../lib/ops/door_backend.ts";
 import type { OpOutcome } from "../../lib/ops/dispatcher.ts";
 import { isLoopbackHostname, serveHttp } from "../../lib/doors/http/server.ts";
 import type { HttpBackend, ServeHttpOptions } from "../../lib/doors/http/server.ts";
@@ -31,19 +34,25 @@ async function startServer(options: ServeHttpOptions = {}): Promise<TestServer> 
   };
 }
 
-/** A backend with fixed models and a fixed outcome, for states a real instance passes quickly. */
+/**
+ * A backend with fixed models and a fixed outcome (or its own `call`), for states a real instance
+ * passes quickly: the real door backend (lib/ops/door_backend.ts) over a stand-in instance.
+ */
 function fakeBackend(
   models: { modelId: string; state: string; testModel?: boolean }[],
   outcome?: OpOutcome,
+  call: DoorSource["call"] = () => Promise.resolve(outcome!),
 ): HttpBackend {
   const entries = models.map((m) => ({ task: "embed", loadAttempts: 1, ...m }));
-  return {
-    call: () => Promise.resolve(outcome!),
-    context: {},
+  const source = {
+    call,
+    context: { config: DEFAULT_CONFIG, log: stderrLog },
     registry: { list: () => entries },
+    metrics: new Metrics(),
     disposed: false,
     moduleGeneration: 7,
-  } as unknown as HttpBackend;
+  } as unknown as DoorSource;
+  return { door: (name) => doorBackend(source, name) };
 }
 
 // deno-lint-ignore no-explicit-any
@@ -145,10 +154,11 @@ Deno.test("serveHttp() passes the request's signal to the call, so a client that
   const started = new Promise<void>((resolve) => callStarted = resolve);
   let sawAbort!: (aborted: boolean) => void;
   const aborted = new Promise<boolean>((resolve) => sawAbort = resolve);
-  const backend = {
-    ...fakeBackend([]),
-    call(_method: string, _params: unknown, options: { signal?: AbortSignal } = {}) {
-      return new Promise<OpOutcome>((resolve) => {
+  const backend = fakeBackend(
+    [],
+    undefined,
+    (_method: string, _params: unknown, options: { signal?: AbortSignal } = {}) =>
+      new Promise<OpOutcome>((resolve) => {
         // Only a watchdog, so that a server that never aborts fails instead of hanging: the
         // test passes on the abort event, however long the machine takes to deliver it.
         const watchdog = setTimeout(() => {
@@ -161,9 +171,8 @@ Deno.test("serveHttp() passes the request's signal to the call, so a client that
           resolve({ kind: "result", body: { result: {} } });
         }, { once: true });
         callStarted();
-      });
-    },
-  } as unknown as HttpBackend;
+      }),
+  );
   const server = serveHttp(backend, {});
   try {
     const client = new AbortController();

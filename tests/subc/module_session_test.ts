@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { OPERATIONS } from "../../lib/ops/dispatcher.ts";
-import { nullLog } from "../../lib/log/log.ts";
+import { type LogFields, nullLog } from "../../lib/log/log.ts";
 import { createSynapse } from "../../lib/synapse.ts";
 import { SubcWireError } from "../../lib/subc/errors.ts";
 import { writeConnectionFile } from "../../lib/subc/connection_file.ts";
@@ -257,6 +257,68 @@ Deno.test("embed.query over the bus answers the same envelope as the in-process 
   assert.equal(bodyOf(refused).result.error.code, "invalid_request");
   await m.link.ping(m.corrs.next());
   assert.equal(m.link.seen.filter((f) => f.channel === 4).length, 2, "exactly one terminal each");
+});
+
+Deno.test("the bus door writes one request line per request (the request log of every door) and counts its calls door=bus", async () => {
+  const lines: { level: string; target: string; message: string; fields: LogFields }[] = [];
+  await using m = await startModule({
+    log: (level, target, message, fields) =>
+      lines.push({ level, target, message, fields: fields ?? {} }),
+  });
+  const syn = await registerAndBind(m, 4, 2);
+  await syn.modelsSettled;
+  const requests = () => lines.filter((l) => l.message === "request");
+  await m.link.send(
+    m.link.requestFrame(4, 2, 90n, { method: "embed.batch", params: { texts: ["alpha", ""] } }),
+  );
+  const reply = await m.link.reply(4, 90n);
+  assert.equal(reply.type, FrameType.Response);
+  const r = bodyOf(reply).result;
+  // The line is written before the reply goes out.
+  const line = requests().at(-1)!;
+  assert.equal(line.level, "info");
+  assert.equal(line.target, "synapse.subc");
+  assert.deepEqual(Object.keys(line.fields), [
+    "op",
+    "model",
+    "items",
+    "item_errors",
+    "tokens",
+    "queue_ms",
+    "inference_ms",
+    "outcome",
+    "channel",
+    "corr",
+    "total_ms",
+  ]);
+  const f = line.fields;
+  assert.equal(f.op, "embed.batch");
+  assert.equal(f.model, "synapse-tiny-embed");
+  assert.equal(f.items, 2);
+  assert.equal(f.item_errors, 1);
+  assert.equal(f.tokens, r.real_token_counts[0]);
+  assert.equal(f.queue_ms, r.queue_time_ms);
+  assert.equal(f.inference_ms, r.inference_time_ms);
+  assert.equal(f.outcome, "ok");
+  assert.equal(f.channel, 4);
+  assert.equal(f.corr, "90");
+  assert.ok(typeof f.total_ms === "number" && f.total_ms >= 0);
+  // A method no operation serves: its code, and "-" for every fact it never reached.
+  await m.link.send(m.link.requestFrame(4, 2, 91n, { method: "no.such", params: {} }));
+  await m.link.reply(4, 91n);
+  const unknown = requests().at(-1)!.fields;
+  assert.equal(unknown.op, "no.such");
+  assert.equal(unknown.outcome, "unknown_method");
+  assert.equal(unknown.model, "-");
+  assert.equal(unknown.tokens, "-");
+  assert.equal(unknown.corr, "91");
+  assert.equal(requests().length, 2, "one line per request");
+  // Both calls were counted under the bus door's label.
+  const bus = syn.metrics.requests.samples().filter((s) => s.labels.door === "bus");
+  assert.deepEqual(
+    bus.map((s) => [s.labels.op, s.labels.outcome, s.value]).sort(),
+    [["embed.batch", "ok", 1], ["unknown", "unknown_method", 1]],
+  );
 });
 
 Deno.test("health.check is answered from cached state; Ping gets a Pong echoing ver, flags and corr", async () => {

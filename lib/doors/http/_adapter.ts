@@ -10,18 +10,12 @@
  */
 import { SynapseError } from "../../contract/errors.ts";
 import type { EmbedResult, ItemError } from "../../ops/embed.ts";
-import type { CallOptions } from "../../ops/context.ts";
 import type { PromptDisclosure, PromptSelector } from "../../models/prompts.ts";
 import type { OpOutcome } from "../../ops/dispatcher.ts";
-import { callWithFacts } from "../../ops/request_facts.ts";
-import type { RequestFacts } from "../../ops/request_facts.ts";
-import type { Synapse } from "../../synapse.ts";
+import type { DoorBackend, DoorCallOptions, RequestFacts } from "../../ops/door_backend.ts";
 import type { RoutingParams } from "../../ops/op_types.ts";
 import { HttpRefusal } from "../_request_body.ts";
 import { httpStatusFor } from "./status_table.ts";
-
-/** What a door needs from a Synapse instance: its dispatcher and config. */
-export type AdapterBackend = Pick<Synapse, "call" | "context">;
 
 /** An answer of a door: status, body, the error it carries (for headers and logs). */
 export interface AdapterAnswer {
@@ -54,8 +48,11 @@ export interface AdapterRecord {
 
 /** What the server lends a door for one request. */
 export interface AdapterIo {
-  /** The attached instance. @throws {SynapseError} `module_not_initialized` before one is. */
-  backend(): AdapterBackend;
+  /**
+   * The attached instance's backend (lib/ops/door_backend.ts).
+   * @throws {SynapseError} `module_not_initialized` before one is attached.
+   */
+  backend(): DoorBackend;
   /** The request's JSON body, read under the door's size cap. @throws {SynapseError} */
   body(): Promise<unknown>;
   /** The request's signal (aborted when the client goes away). */
@@ -110,14 +107,14 @@ export async function callOp(
   io: AdapterIo,
   method: string,
   params: unknown,
-  options: CallOptions = {},
+  options: DoorCallOptions = {},
 ): Promise<OpOutcome> {
-  const callOptions: CallOptions = { ...options, signal: io.signal };
+  const callOptions: DoorCallOptions = { ...options, signal: io.signal };
   const routing = io.routing ?? {};
   if (ROUTED_OPS.has(method) && Object.keys(routing).length > 0) {
     params = { ...(params as Record<string, unknown>), ...routing };
   }
-  const { outcome, facts } = await callWithFacts(io.backend(), method, params, callOptions);
+  const { outcome, facts } = await io.backend().call(method, params, callOptions);
   const prev = io.record.facts;
   if (prev !== undefined && prev.outcome === "ok") {
     const sum = (a: number | undefined, b: number | undefined) =>

@@ -60,8 +60,8 @@ import type { ChatMessageParam, ResponseFormat } from "../../contract/schemas.ts
 import type { OpOutcome } from "../../ops/dispatcher.ts";
 import type { MicrollmParams, MicrollmResult } from "../../ops/microllm.ts";
 import type { RoutingParams } from "../../ops/op_types.ts";
-import type { CallOptions, GenerationStart } from "../../ops/context.ts";
-import type { RequestFacts } from "../../ops/request_facts.ts";
+import type { GenerationStart } from "../../ops/context.ts";
+import type { DoorBackend, RequestFacts } from "../../ops/door_backend.ts";
 import { openAiError } from "./openai.ts";
 
 /** The two doors. */
@@ -149,10 +149,8 @@ const IGNORED_FIELDS: Readonly<Record<CompletionsDoor, readonly string[]>> = {
   ],
 };
 
-/** What a door needs from the instance: the dispatcher's `call`. */
-export interface CompletionsBackend {
-  call(method: string, params: unknown, options?: CallOptions): Promise<OpOutcome>;
-}
+/** What the completions doors need of the instance: its door backend's `call`. */
+export type CompletionsBackend = Pick<DoorBackend, "call">;
 
 /** A served completions request: the response, and what the request log needs. */
 export interface CompletionsServed {
@@ -162,9 +160,9 @@ export interface CompletionsServed {
   /** True while the generation still runs behind a streamed response. */
   live: boolean;
   /**
-   * The call's request facts, as the instance worked them out (`CallOptions.onFacts`), once the
-   * generation has ended: before the response starts, or (`live`) after it; undefined from a
-   * backend that reports none.
+   * The call's request facts, as the instance worked them out (answered with its outcome), once
+   * the generation has ended: before the response starts, or (`live`) after it; undefined when
+   * the call failed outright (a bug).
    */
   facts: Promise<RequestFacts | undefined>;
 }
@@ -208,12 +206,7 @@ export async function serveCompletions(
 ): Promise<CompletionsServed> {
   const m = mapRequest(door, body, routing);
   if (m.stream) return await serveStreamed(backend, m, signal);
-  const facts = Promise.withResolvers<RequestFacts | undefined>();
-  const outcome = await backend.call("microllm.oneshot", m.params, {
-    signal,
-    onFacts: facts.resolve,
-  });
-  facts.resolve(undefined); // told already, unless the backend tells none
+  const { outcome, facts } = await backend.call("microllm.oneshot", m.params, { signal });
   if (outcome.kind !== "result") throw inDoorTerms(outcome.error, m);
   const res = outcome.body.result as MicrollmResult;
   const answer = answerOf(res, m);
@@ -221,7 +214,7 @@ export async function serveCompletions(
     status: 200,
     headers: withType(headersOf(res), "application/json; charset=utf-8", false),
   });
-  return { response, params: m.params, live: false, facts: facts.promise };
+  return { response, params: m.params, live: false, facts: Promise.resolve(facts) };
 }
 
 /** The headers of an answer: the fingerprint, and the chat template that made the prompt. */
@@ -260,16 +253,14 @@ async function serveStreamed(
   const onStart = (start: GenerationStart): void => void (started = start);
   // The body's reader going away (the client hung up mid-stream) stops the generation too.
   const gone = new AbortController();
-  const facts = Promise.withResolvers<RequestFacts | undefined>();
-  const call = backend.call("microllm.oneshot", m.params, {
+  const called = backend.call("microllm.oneshot", m.params, {
     signal: AbortSignal.any([signal, gone.signal]),
     onStart,
     onText,
-    onFacts: facts.resolve,
   });
-  // Told already once the call has settled, unless the backend tells none.
-  const untold = (): void => facts.resolve(undefined);
-  void call.then(untold, untold);
+  const call: Promise<OpOutcome> = called.then((r) => r.outcome);
+  // Known once the call has settled, with its outcome.
+  const facts: Promise<RequestFacts | undefined> = called.then((r) => r.facts, () => undefined);
   const firstEvent = await Promise.race([call, first.promise]);
   if (firstEvent !== "part") {
     const outcome = firstEvent;
@@ -282,7 +273,7 @@ async function serveStreamed(
       status: 200,
       headers: withType(headersOf(res), SSE_TYPE, true),
     });
-    return { response, params: m.params, live: false, facts: facts.promise };
+    return { response, params: m.params, live: false, facts };
   }
   // Generating: the op told which model before its first text.
   const model = started;
@@ -344,7 +335,7 @@ async function serveStreamed(
     status: 200,
     headers: withType(headersOf(model), SSE_TYPE, true),
   });
-  return { response, params: m.params, live: true, facts: facts.promise };
+  return { response, params: m.params, live: true, facts };
 }
 
 function withType(headers: Headers, type: string, stream: boolean): Headers {

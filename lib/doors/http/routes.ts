@@ -23,7 +23,7 @@ import { SynapseError } from "../../contract/errors.ts";
  *   (lib/doors/http/tokenize_doors.ts).
  * - `ollama`: Ollama's embed, tags, legacy embeddings and version (lib/doors/http/ollama.ts).
  * - `health`: the service status (lib/ops/status.ts).
- * - `metrics`: the Prometheus exposition (lib/doors/http/metrics.ts).
+ * - `metrics`: the Prometheus exposition (lib/ops/metrics_exposition.ts).
  */
 export type RouteAdapter =
   | "ops"

@@ -9,14 +9,20 @@
  * each with the status of {@link httpStatusFor}. The other routes map an upstream API's shapes
  * (OpenAI, Cohere/Jina, TEI, llama.cpp, Ollama) onto the same dispatcher, each in its own module;
  * `GET /health` is the service status of lib/ops/status.ts (it never touches an engine) and
- * `GET /metrics` the Prometheus text exposition (lib/doors/http/metrics.ts).
+ * `GET /metrics` the Prometheus text exposition (lib/ops/metrics_exposition.ts).
+ *
+ * The door holds no instance: at {@link BoundHttpServer.attach} it takes the instance's
+ * {@link DoorBackend} (`synapse.door("http")`, lib/ops/door_backend.ts) and sees it through that
+ * alone — its calls (counted `door="http"`, each answered with its request facts), the service
+ * status, the module generation, the `http` config section, the log and the metrics text.
  *
  * Transient errors carry `Retry-After` (whole seconds, rounded up) and `retry-after-ms`;
  * results that carry a fingerprint carry `x-synapse-fingerprint`. The doors that serve a model with
  * the upstream APIs' bodies (all but `/v1/ops`) take the routing params as `x-synapse-*` request
  * headers (lib/doors/http/routing_headers.ts); `/v1/ops` refuses those headers (its params are in the
  * body). Every request is logged in one
- * line at `info` (`/health` at `debug`): see {@link logRequest}.
+ * line at `info` (`/health` and `/metrics` at `debug`): the request log of every door,
+ * lib/doors/request_log.ts.
  *
  * Who may call what (field report F39): a call of an `owner` operation (`OPERATIONS[m].access`:
  * every mutating one) must show the owner's local key (lib/doors/http/owner_key.ts) as
@@ -33,9 +39,11 @@
 import { invalidRequest, SynapseError } from "../../contract/errors.ts";
 import { outcomeOf } from "../../ops/dispatcher.ts";
 import type { OpOutcome } from "../../ops/dispatcher.ts";
-import { callWithFacts } from "../../ops/request_facts.ts";
-import type { RequestFacts } from "../../ops/request_facts.ts";
-import { serviceStatus } from "../../ops/status.ts";
+import {
+  type DoorBackend,
+  METRICS_CONTENT_TYPE,
+  type RequestFacts,
+} from "../../ops/door_backend.ts";
 import { type LogSink, stderrLog } from "../../log/log.ts";
 import { SYNAPSE_VERSION } from "../../synapse.ts";
 import type { Synapse } from "../../synapse.ts";
@@ -65,7 +73,7 @@ import { rerankShapesRoute } from "./rerank_shapes.ts";
 import { teiRoute } from "./tei.ts";
 import { tokenizeRoute } from "./tokenize_doors.ts";
 import { ollamaRoute } from "./ollama.ts";
-import { metricsResponse, throughDoor } from "./metrics.ts";
+import { clip, logRequest } from "../request_log.ts";
 import { OPERATIONS } from "../../ops/dispatcher.ts";
 import { keyOfRequest, OWNER_KEY_HEADER, sameKey } from "./owner_key.ts";
 import { type Front, type FrontTimeouts, startFront } from "./_front.ts";
@@ -75,11 +83,11 @@ import { dirname } from "node:path";
 
 export { float32Base64LE } from "./openai.ts";
 
-/** What the HTTP door needs from a Synapse instance. */
-export type HttpBackend = Pick<
-  Synapse,
-  "call" | "context" | "registry" | "disposed" | "moduleGeneration" | "metrics"
->;
+/**
+ * What the HTTP door needs from a Synapse instance: its {@link DoorBackend}, made once at attach
+ * (`door("http")`); the door reads nothing else of it.
+ */
+export type HttpBackend = Pick<Synapse, "door">;
 
 /** Address the server is bound to. */
 export interface ListenAddress {
@@ -132,9 +140,9 @@ export interface ServeHttpOptions {
    */
   backendSocket?: string;
   /**
-   * Where the request log goes (one line per request, see {@link logRequest}).
+   * Where the request log goes (one line per request, lib/doors/request_log.ts).
    *
-   * @default {the instance's log (`context.log`); stderr, filtered by CK_LOG, before one is attached}
+   * @default {the instance's log; stderr, filtered by CK_LOG, before one is attached}
    */
   log?: LogSink;
 }
@@ -338,11 +346,12 @@ export function bindHttp(options: ServeHttpOptions = {}): BoundHttpServer {
       }
       if (attachOptions.ownerKey !== undefined) door.ownerKey = attachOptions.ownerKey;
       // Every call through this door is counted with door="http" (synapse_requests_total).
-      door.backend = throughDoor(synapse, "http");
-      const http = synapse.context?.config?.http;
-      if (http?.header_timeout_ms !== undefined) timeouts.headerMs = http.header_timeout_ms;
-      if (http?.body_timeout_ms !== undefined) timeouts.bodyMs = http.body_timeout_ms;
-      if (http?.idle_timeout_ms !== undefined) timeouts.idleMs = http.idle_timeout_ms;
+      const backend = synapse.door("http");
+      door.backend = backend;
+      const http = backend.http;
+      timeouts.headerMs = http.header_timeout_ms;
+      timeouts.bodyMs = http.body_timeout_ms;
+      timeouts.idleMs = http.idle_timeout_ms;
     },
     shutdown(): Promise<void> {
       front?.stopAccepting();
@@ -442,7 +451,8 @@ function bindError(err: unknown, hostname: string, port: number): SynapseError {
 
 /** The door's state: the attached instance (once there is one) and how it reads bodies. */
 interface Door {
-  backend: HttpBackend | undefined;
+  /** The attached instance's backend (lib/ops/door_backend.ts), once there is one. */
+  backend: DoorBackend | undefined;
   parser: JsonBodyParser;
   maxBodyBytes: number | undefined;
   log: LogSink | undefined;
@@ -481,7 +491,7 @@ const CLIENT_CLOSED_REQUEST = 499;
 async function handleLogged(door: Door, req: Request): Promise<Response> {
   const started = performance.now();
   const path = new URL(req.url).pathname;
-  const log = door.log ?? door.backend?.context?.log ?? stderrLog;
+  const log = door.log ?? door.backend?.log ?? stderrLog;
   log("debug", "synapse.http", "request start", {
     method: req.method,
     path: clip(path),
@@ -502,25 +512,25 @@ async function handleLogged(door: Door, req: Request): Promise<Response> {
   // A request whose client went away before its answer is counted and logged 499 (client closed
   // request, as nginx logs it): the status it would have had reached nobody.
   const status = record.cancelled ? CLIENT_CLOSED_REQUEST : res.status;
-  door.backend?.metrics?.httpResponses.inc({ code: String(status) });
+  door.backend?.countHttpResponse(status);
   if (record.settled === undefined) {
-    logRequest(log, req.method, path, record, status, performance.now() - started);
+    logHttpRequest(log, req.method, path, record, status, performance.now() - started);
   } else {
     void record.settled.then(() =>
-      logRequest(log, req.method, path, record, status, performance.now() - started)
+      logHttpRequest(log, req.method, path, record, status, performance.now() - started)
     );
   }
   return res;
 }
 
 /**
- * Writes the request log line: `request` at `info` (`/health` and `/metrics` at `debug`, so a
- * prober or a scraper does not fill the log) with `method path op model items item_errors tokens queue_ms inference_ms outcome
- * status total_ms`, in that order; `-` where a fact is unknown (the request never reached an
- * operation, or the operation has no such fact). No text, id, key or header is logged: only
- * counts, times, the model id and codes.
+ * Writes the request's line of the request log (lib/doors/request_log.ts): target
+ * `synapse.http`, `method path` before the facts, `status` after the outcome, at `info`
+ * (`/health` and `/metrics` at `debug`, so a prober or a scraper does not fill the log). A
+ * request that reached no operation has the code of its refusal as its outcome (`ok` for an
+ * answer under 400, e.g. `/health`).
  */
-function logRequest(
+function logHttpRequest(
   log: LogSink,
   method: string,
   path: string,
@@ -528,29 +538,17 @@ function logRequest(
   status: number,
   totalMs: number,
 ): void {
-  const f = record.facts;
-  const dash = (v: string | number | undefined): string | number => v ?? "-";
-  log(path === "/health" || path === "/metrics" ? "debug" : "info", "synapse.http", "request", {
-    method: clip(method),
-    path: clip(path),
-    op: clip(record.op ?? "-"),
-    model: clip(f?.model ?? "-"),
-    items: dash(f?.items),
-    item_errors: dash(f?.item_errors),
-    tokens: dash(f?.tokens),
-    queue_ms: dash(f?.queue_ms),
-    inference_ms: dash(f?.inference_ms),
-    outcome: record.cancelled
-      ? "cancelled"
-      : f?.outcome ?? record.error?.code ?? (status < 400 ? "ok" : "-"),
-    status,
-    total_ms: Math.round(totalMs * 1000) / 1000,
+  logRequest(log, {
+    target: "synapse.http",
+    level: path === "/health" || path === "/metrics" ? "debug" : "info",
+    lead: { method, path },
+    op: record.op,
+    facts: record.facts,
+    cancelled: record.cancelled,
+    unreached: record.error?.code ?? (status < 400 ? "ok" : "-"),
+    tail: { status },
+    totalMs,
   });
-}
-
-/** A caller-supplied string cut to a log-friendly length. */
-function clip(s: string): string {
-  return s.length > 200 ? `${s.slice(0, 200)}…` : s;
 }
 
 /** How a route's adapter serves a request that reached it (the method is checked before). */
@@ -595,7 +593,11 @@ const SERVE: Readonly<
         : res,
     );
   },
-  metrics: (door, req) => metricsResponse(attached(door), req.method === "HEAD"),
+  metrics: async (door, req) => {
+    const text = await attached(door).metricsText();
+    const headers = { "content-type": METRICS_CONTENT_TYPE, "cache-control": "no-store" };
+    return new Response(req.method === "HEAD" ? null : text, { status: 200, headers });
+  },
 };
 
 /** The API-shaped route of a table entry, or undefined for the door's own adapters. */
@@ -644,9 +646,9 @@ async function openAiModels(
   record: RequestRecord,
   signal: AbortSignal,
 ): Promise<Response> {
-  const synapse = attached(door);
+  const backend = attached(door);
   record.params = {};
-  const { outcome, facts } = await callWithFacts(synapse, "models.list", {}, { signal });
+  const { outcome, facts } = await backend.call("models.list", {}, { signal });
   record.facts = facts;
   return openAiResponse(modelsAnswer(outcome, door.startedSec));
 }
@@ -654,7 +656,7 @@ async function openAiModels(
 /**
  * `POST /v1/completions`, `POST /v1/chat/completions`: OpenAI's completions and chat over
  * `microllm.oneshot` (lib/doors/http/openai_completions.ts). The request's facts are the instance's
- * own for the call (`CallOptions.onFacts`), known when the generation ended.
+ * own for the call (answered with its outcome), known when the generation ended.
  */
 async function serveCompletionsRoute(
   door: Door,
@@ -663,14 +665,16 @@ async function serveCompletionsRoute(
   signal: AbortSignal,
 ): Promise<Response> {
   const path = new URL(req.url).pathname as CompletionsDoor;
-  const synapse = attached(door);
+  const backend = attached(door);
   const routing = routingFromHeaders(req.headers);
   const body = await readJsonBody(req, bodyOptions(door));
-  const served = await serveCompletions(synapse, path, body, signal, routing);
+  const served = await serveCompletions(backend, path, body, signal, routing);
   record.params = served.params;
   // The facts the instance worked out for the call (once per call), for the log line; a live
   // stream's line waits for the generation's end.
-  const facts = served.facts.then((f) => void (record.facts = f));
+  const facts = served.facts.then((f) => {
+    if (f !== undefined) record.facts = f;
+  });
   if (served.live) record.settled = facts;
   else await facts;
   return served.response;
@@ -687,16 +691,18 @@ async function serveOps(
   const method = decodeMethod(path.slice(OPS_PREFIX.length));
   record.op = method;
   refuseRoutingHeaders(req.headers);
-  const synapse = attached(door);
+  const backend = attached(door);
   const params = await readJsonBody(req, bodyOptions(door));
   record.params = params;
-  const { outcome, facts } = await callWithFacts(synapse, method, params, { signal });
+  const { outcome, facts } = await backend.call(method, params, { signal });
   record.facts = facts;
   return outcomeResponse(outcome);
 }
 
-/** The attached instance. @throws {SynapseError} `module_not_initialized` before one is. */
-function attached(door: Door): HttpBackend {
+/**
+ * The attached instance's backend. @throws {SynapseError} `module_not_initialized` before one is.
+ */
+function attached(door: Door): DoorBackend {
   if (door.backend === undefined) {
     throw new SynapseError(
       "module_not_initialized",
@@ -708,9 +714,7 @@ function attached(door: Door): HttpBackend {
 }
 
 function bodyOptions(door: Door): { maxBytes: number; parser: JsonBodyParser } {
-  // `context` is absent on test doubles of the backend.
-  const maxBytes = door.maxBodyBytes ?? door.backend?.context?.config?.http?.max_body_bytes ??
-    MAX_BODY_BYTES;
+  const maxBytes = door.maxBodyBytes ?? door.backend?.http.max_body_bytes ?? MAX_BODY_BYTES;
   return { maxBytes, parser: door.parser };
 }
 
@@ -720,7 +724,7 @@ function bodyOptions(door: Door): { maxBytes: number; parser: JsonBodyParser } {
  */
 function doorError(door: Door, err: unknown, path: string): SynapseError {
   if (err instanceof SynapseError) return err;
-  const log = door.log ?? door.backend?.context?.log ?? stderrLog;
+  const log = door.log ?? door.backend?.log ?? stderrLog;
   const o = outcomeOf({ moduleGeneration: door.backend?.moduleGeneration ?? 0, log }, err, path);
   if (o.kind === "result") throw new Error("outcomeOf() answered a result. This is a bug");
   return o.error;
@@ -772,7 +776,7 @@ function checkAccess(door: Door, req: Request, path: string): void {
     owner = method !== undefined && Object.hasOwn(OPERATIONS, method) &&
       OPERATIONS[method]!.access === "owner";
   }
-  const queriesToo = door.backend?.context?.config?.http?.require_key_for_queries === true;
+  const queriesToo = door.backend?.http.require_key_for_queries === true;
   if (!owner && !queriesToo) return;
   const what = method === undefined ? `${req.method} ${path}` : `'${method}'`;
   const given = keyOfRequest(req.headers);
@@ -845,15 +849,15 @@ function outcomeResponse(outcome: OpOutcome): Response {
 }
 
 /** A front-door error in the ops wire shape (channel, or semantic when the error says so). */
-function errorResponse(e: SynapseError, synapse: HttpBackend | undefined): Response {
+function errorResponse(e: SynapseError, backend: DoorBackend | undefined): Response {
   const status = e instanceof HttpRefusal ? e.status : httpStatusFor(e.code);
   const headers = retryHeaders(e);
   if (e instanceof HttpRefusal && e.status === 405) {
     headers.set("allow", String(e.details?.allow ?? ""));
   }
-  const body = e.channel || synapse === undefined
+  const body = e.channel || backend === undefined
     ? e.toChannel()
-    : { result: { module_generation: synapse.moduleGeneration, error: e.toWire() } };
+    : { result: { module_generation: backend.moduleGeneration, error: e.toWire() } };
   return jsonResponse(status, body, headers);
 }
 
@@ -896,12 +900,12 @@ function errorMessage(err: unknown): string {
 // GET /health
 
 /**
- * The service status ({@link serviceStatus}, the one status function below the doors): 200 for
- * `ok` and `degraded`, 503 for `loading` and `unavailable`. Cached state only; never touches an
- * engine. Before an instance is attached: 503 `loading`, "the instance is starting".
+ * The service status ({@link DoorBackend.status}, the one status function below the doors): 200
+ * for `ok` and `degraded`, 503 for `loading` and `unavailable`. Cached state only; never touches
+ * an engine. Before an instance is attached: 503 `loading`, "the instance is starting".
  */
-function health(synapse: HttpBackend | undefined): Response {
-  if (synapse === undefined) {
+function health(backend: DoorBackend | undefined): Response {
+  if (backend === undefined) {
     return jsonResponse(503, {
       status: "loading",
       reason: "the instance is starting",
@@ -909,15 +913,12 @@ function health(synapse: HttpBackend | undefined): Response {
       models: [],
     });
   }
-  const s = serviceStatus(synapse.registry.list(), {
-    disposed: synapse.disposed,
-    certification: synapse.context,
-  });
+  const s = backend.status();
   const body = {
     status: s.status,
     ...(s.reason === undefined ? {} : { reason: s.reason }),
     version: SYNAPSE_VERSION,
-    module_generation: synapse.moduleGeneration,
+    module_generation: backend.moduleGeneration,
     models: s.models,
   };
   return jsonResponse(s.status === "ok" || s.status === "degraded" ? 200 : 503, body);
@@ -932,13 +933,13 @@ async function openAiEmbeddings(
   record: RequestRecord,
   signal: AbortSignal,
 ): Promise<Response> {
-  const synapse = attached(door);
+  const backend = attached(door);
   const routing = routingFromHeaders(req.headers);
   const body = await readJsonBody(req, bodyOptions(door));
   const call = embeddingsCall(body, signal);
   const params = { ...call.params, ...routing };
   record.params = params;
-  const { outcome, facts } = await callWithFacts(synapse, "embed.batch", params, call.options);
+  const { outcome, facts } = await backend.call("embed.batch", params, call.options);
   record.facts = facts;
   return openAiResponse(embeddingsAnswer(outcome, call));
 }

@@ -197,7 +197,7 @@ async function embedModelRow(
   io: AdapterIo,
   model: string | undefined,
 ): Promise<ModelRow | undefined> {
-  const outcome = await io.backend().call("models.list", {}, { signal: io.signal });
+  const { outcome } = await io.backend().call("models.list", {}, { signal: io.signal });
   if (outcome.kind !== "result") throw outcome.error;
   const list = outcome.body.result as ModelsListResult;
   const id = model ?? list.served_by.embed;

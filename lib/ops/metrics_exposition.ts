@@ -1,11 +1,12 @@
 /**
- * `GET /metrics`: the instance's metrics in the Prometheus text exposition format (version
- * 0.0.4). Counters and histograms come from the instance's {@link Metrics} (recorded where their
- * facts are born, so they never go down between scrapes) and from its admission and job store,
- * which live as long as it does; gauges are read at scrape time from cached state — the lanes'
- * schedulers, the models' status ({@link modelStatus}, the one status function), the process.
- * Nothing here starts or waits on an engine, except that an idle, running llama worker is asked
- * for its resident memory (a PONG), for at most a second.
+ * The instance's metrics in the Prometheus text exposition format (version 0.0.4), which the HTTP
+ * door serves at `GET /metrics` (a door gets the text from its `DoorBackend.metricsText()`,
+ * lib/ops/door_backend.ts). Counters and histograms come from the instance's
+ * {@link Metrics} (recorded where their facts are born, so they never go down between scrapes) and
+ * from its admission and job store, which live as long as it does; gauges are read at scrape time
+ * from cached state — the lanes' schedulers, the models' status ({@link modelStatus}, the one
+ * status function), the process. Nothing here starts or waits on an engine, except that an idle,
+ * running llama worker is asked for its resident memory (a PONG), for at most a second.
  *
  * Names follow Prometheus conventions: a `synapse_` prefix (the standard `process_*` names
  * aside), base units in the name (`_seconds`, `_bytes`), `_total` on counters, labels of bounded
@@ -14,21 +15,28 @@
  * @module
  */
 import process from "node:process";
-import type { Metrics } from "../../log/metrics.ts";
-import type { Synapse } from "../../synapse.ts";
-import { SYNAPSE_VERSION } from "../../version.ts";
-import { modelStatus } from "../../ops/status.ts";
-import { certificationOf, isCertified, laneIdOf } from "../../probe/certification.ts";
-import type { ModelServingState } from "../../ops/status.ts";
-import type { CallDoor } from "../../log/metrics.ts";
-import type { CallOptions } from "../../ops/context.ts";
-import type { OpOutcome } from "../../ops/dispatcher.ts";
+import type { Metrics } from "../log/metrics.ts";
+import type { ModelRegistry } from "../models/model_registry.ts";
+import { SYNAPSE_VERSION } from "../version.ts";
+import { modelStatus } from "./status.ts";
+import { certificationOf, isCertified, laneIdOf } from "../probe/certification.ts";
+import type { ModelServingState } from "./status.ts";
+import type { OpContext } from "./context.ts";
 
 /** `Content-Type` of the text exposition format. */
 export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
 
-/** What {@link renderMetrics} reads from an instance. */
-export type MetricsSource = Pick<Synapse, "metrics" | "registry" | "context" | "moduleGeneration">;
+/** What {@link renderMetrics} reads from an instance (a `Synapse` is one). */
+export interface MetricsSource {
+  /** Its counters and histograms. */
+  readonly metrics: Metrics;
+  /** Its models and lanes: `list()`, `laneStatus()`, `engineCallsInFlight`. */
+  readonly registry: Pick<ModelRegistry, "list" | "laneStatus" | "engineCallsInFlight">;
+  /** Its ops context: admission, jobs, the clock, certification. */
+  readonly context: OpContext;
+  /** Its boot count (`synapse_module_generation`). */
+  readonly moduleGeneration: number;
+}
 
 /** Every state {@link modelStatus} can give, one `synapse_model_state` series each. */
 const MODEL_STATES: readonly ModelServingState[] = [
@@ -45,46 +53,6 @@ const CLASSES = ["control", "interactive", "bulk", "decode"] as const;
 
 /** How long a scrape waits for a worker's PONG, ms (the worker itself gets longer). */
 const WORKER_RSS_WAIT_MS = 1000;
-
-/**
- * The `GET /metrics` (or `HEAD`) answer: 200, {@link METRICS_CONTENT_TYPE}, the exposition text.
- *
- * @param source The attached instance.
- * @param head True for `HEAD`: the same headers, no body.
- */
-export async function metricsResponse(source: MetricsSource, head: boolean): Promise<Response> {
-  const text = await renderMetrics(source);
-  const headers = { "content-type": METRICS_CONTENT_TYPE, "cache-control": "no-store" };
-  return new Response(head ? null : text, { status: 200, headers });
-}
-
-/**
- * An instance seen through one door: every {@link Synapse.call} it makes carries `door`, for the
- * `door` label of `synapse_requests_total`; everything else is the instance's own.
- *
- * @param backend The instance (or a stand-in with a `call` method).
- * @param door The door's name.
- * @returns A view of `backend` whose `call` sets `options.door`.
- */
-export function throughDoor<B extends object & { call: Synapse["call"] }>(
-  backend: B,
-  door: CallDoor,
-): B {
-  const call = function call(
-    method: string,
-    params: unknown,
-    options: CallOptions = {},
-  ): Promise<OpOutcome> {
-    return backend.call(method, params, { ...options, door });
-  };
-  return new Proxy(backend, {
-    get(target, key): unknown {
-      if (key === "call") return call;
-      const v = Reflect.get(target, key, target);
-      return typeof v === "function" ? v.bind(target) : v;
-    },
-  });
-}
 
 /**
  * Renders every metric of an instance (module doc; the list: docs/observability.md "Metrics").
