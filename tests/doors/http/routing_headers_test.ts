@@ -6,11 +6,11 @@
  * header; `/v1/ops` refuses the headers (the params are in its body).
  */
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { routingFromHeaders } from "../../lib/doors/http/routing_headers.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import { MODELS, preload, resultOf, startSynapse } from "../_helpers.ts";
-import type { TestSynapse } from "../_helpers.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { routingFromHeaders } from "../../../lib/doors/http/routing_headers.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import { MODELS, preload, resultOf, startSynapse } from "../../_helpers.ts";
+import type { TestSynapse } from "../../_helpers.ts";
 
 const EMBED = `${MODELS}/synapse-tiny-embed`;
 const RERANK = `${MODELS}/synapse-tiny-rerank`;

@@ -7,17 +7,17 @@
  * checked in process.
  */
 import assert from "node:assert/strict";
-import { loadConfig } from "../../lib/config/loader.ts";
-import { compileJsonSchema } from "../../lib/grammar/json_schema_gbnf.ts";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import type { LogSink } from "../../lib/log/log.ts";
-import type { GenerationStart } from "../../lib/ops/context.ts";
-import { fallbackPrompt } from "../../lib/ops/_chat_template.ts";
-import { createSynapse } from "../../lib/synapse.ts";
-import type { Synapse } from "../../lib/synapse.ts";
-import { MODELS, resultOf } from "../_helpers.ts";
-import { ggufWithChatTemplate } from "../_gguf_chat_template.ts";
+import { loadConfig } from "../../../lib/config/loader.ts";
+import { compileJsonSchema } from "../../../lib/grammar/json_schema_gbnf.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import type { LogSink } from "../../../lib/log/log.ts";
+import type { GenerationStart } from "../../../lib/ops/context.ts";
+import { fallbackPrompt } from "../../../lib/ops/_chat_template.ts";
+import { createSynapse } from "../../../lib/synapse.ts";
+import type { Synapse } from "../../../lib/synapse.ts";
+import { MODELS, resultOf } from "../../_helpers.ts";
+import { ggufWithChatTemplate } from "../../_gguf_chat_template.ts";
 
 const GEN = `${MODELS}/synapse-tiny-llama`;
 /** The instance's `microllm_max_tokens`: what a call with messages and no max_tokens gets. */
@@ -33,7 +33,7 @@ function genEntry(modelId: string, modelPath = GEN) {
   };
 }
 
-/** The same llama2-style template as tests/http/completions_test.ts. */
+/** The same llama2-style template as tests/doors/http/completions_test.ts. */
 const TEMPLATE = "{% if messages[0]['role'] == 'assistant' %}" +
   "{{ raise_exception('Conversation must start with a system or user message') }}{% endif %}" +
   "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}" +

@@ -5,10 +5,10 @@
  * refused at bind, naming the address.
  */
 import assert from "node:assert/strict";
-import { SynapseError } from "../../lib/contract/errors.ts";
-import { bindHttp, serveHttp } from "../../lib/doors/http/server.ts";
-import type { LogLevel } from "../../lib/log/log.ts";
-import { startSynapse } from "../_helpers.ts";
+import { SynapseError } from "../../../lib/contract/errors.ts";
+import { bindHttp, serveHttp } from "../../../lib/doors/http/server.ts";
+import type { LogLevel } from "../../../lib/log/log.ts";
+import { startSynapse } from "../../_helpers.ts";
 
 /** Sends raw bytes, half-closes (no more to send), and reads the whole answer. */
 async function raw(port: number, request: string): Promise<{ status: number; body: string }> {

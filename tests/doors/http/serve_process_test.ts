@@ -6,9 +6,9 @@
  * `CK_LOG=debug`; stdout stays empty.
  */
 import assert from "node:assert/strict";
-import { cliIn, isolatedEnv, LAUNCHER } from "../cli/_launcher.ts";
-import { parseLogLine } from "../../lib/log/line.ts";
-import type { Home } from "../cli/_launcher.ts";
+import { cliIn, isolatedEnv, LAUNCHER } from "../../cli/_launcher.ts";
+import { parseLogLine } from "../../../lib/log/line.ts";
+import type { Home } from "../../cli/_launcher.ts";
 
 async function exists(path: string): Promise<boolean> {
   try {

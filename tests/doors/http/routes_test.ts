@@ -3,22 +3,22 @@
  * its adapter, the 404 answer lists every route, and `ck-synapse serve --help` prints every route.
  */
 import assert from "node:assert/strict";
-import { cohereEmbedRoute } from "../../lib/doors/http/cohere_embed.ts";
-import { ollamaRoute } from "../../lib/doors/http/ollama.ts";
-import { rerankShapesRoute } from "../../lib/doors/http/rerank_shapes.ts";
+import { cohereEmbedRoute } from "../../../lib/doors/http/cohere_embed.ts";
+import { ollamaRoute } from "../../../lib/doors/http/ollama.ts";
+import { rerankShapesRoute } from "../../../lib/doors/http/rerank_shapes.ts";
 import {
   findRoute,
   HTTP_ROUTES,
   OPS_PREFIX,
   routeLines,
   unknownRoute,
-} from "../../lib/doors/http/routes.ts";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import { teiRoute } from "../../lib/doors/http/tei.ts";
-import { tokenizeRoute } from "../../lib/doors/http/tokenize_doors.ts";
-import { cli } from "../cli/_launcher.ts";
-import { startSynapse } from "../_helpers.ts";
+} from "../../../lib/doors/http/routes.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import { teiRoute } from "../../../lib/doors/http/tei.ts";
+import { tokenizeRoute } from "../../../lib/doors/http/tokenize_doors.ts";
+import { cli } from "../../cli/_launcher.ts";
+import { startSynapse } from "../../_helpers.ts";
 
 /** A concrete path of a route (the native door's with a real operation). */
 function pathOf(path: string): string {

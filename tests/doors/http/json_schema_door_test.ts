@@ -9,12 +9,12 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { z } from "zod";
-import { loadConfig } from "../../lib/config/loader.ts";
-import { MAX_SCHEMA_DEPTH } from "../../lib/grammar/json_schema_gbnf.ts";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import { createSynapse } from "../../lib/synapse.ts";
-import { MODELS } from "../_helpers.ts";
+import { loadConfig } from "../../../lib/config/loader.ts";
+import { MAX_SCHEMA_DEPTH } from "../../../lib/grammar/json_schema_gbnf.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import { createSynapse } from "../../../lib/synapse.ts";
+import { MODELS } from "../../_helpers.ts";
 
 const GEN = `${MODELS}/synapse-tiny-llama`;
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { ERROR_CODES } from "../../lib/contract/errors.ts";
-import type { ErrorCode } from "../../lib/contract/errors.ts";
+import { ERROR_CODES } from "../../../lib/contract/errors.ts";
+import type { ErrorCode } from "../../../lib/contract/errors.ts";
 import {
   HTTP_STATUS,
   httpStatusFor,
@@ -8,7 +8,7 @@ import {
   openAiErrorTypeFor,
   TEI_ERROR_TYPE,
   teiErrorTypeFor,
-} from "../../lib/doors/http/status_table.ts";
+} from "../../../lib/doors/http/status_table.ts";
 
 Deno.test("httpStatusFor() has a row for every error code, each an error status", () => {
   for (const code of Object.keys(ERROR_CODES) as ErrorCode[]) {

@@ -1,16 +1,16 @@
 import assert from "node:assert/strict";
-import { SynapseError } from "../../lib/contract/errors.ts";
-import { outcomeOf } from "../../lib/ops/dispatcher.ts";
-import { nullLog, stderrLog } from "../../lib/log/log.ts";
-import { Metrics } from "../../lib/log/metrics.ts";
-import { DEFAULT_CONFIG } from "../../lib/config/defaults.ts";
-import { doorBackend, type DoorSource } from "../../lib/ops/door_backend.ts";
-import type { OpOutcome } from "../../lib/ops/dispatcher.ts";
-import { isLoopbackHostname, serveHttp } from "../../lib/doors/http/server.ts";
-import type { HttpBackend, ServeHttpOptions } from "../../lib/doors/http/server.ts";
-import { SYNAPSE_VERSION } from "../../lib/synapse.ts";
-import { startSynapse } from "../_helpers.ts";
-import type { TestSynapse } from "../_helpers.ts";
+import { SynapseError } from "../../../lib/contract/errors.ts";
+import { outcomeOf } from "../../../lib/ops/dispatcher.ts";
+import { nullLog, stderrLog } from "../../../lib/log/log.ts";
+import { Metrics } from "../../../lib/log/metrics.ts";
+import { DEFAULT_CONFIG } from "../../../lib/config/defaults.ts";
+import { doorBackend, type DoorSource } from "../../../lib/ops/door_backend.ts";
+import type { OpOutcome } from "../../../lib/ops/dispatcher.ts";
+import { isLoopbackHostname, serveHttp } from "../../../lib/doors/http/server.ts";
+import type { HttpBackend, ServeHttpOptions } from "../../../lib/doors/http/server.ts";
+import { SYNAPSE_VERSION } from "../../../lib/synapse.ts";
+import { startSynapse } from "../../_helpers.ts";
+import type { TestSynapse } from "../../_helpers.ts";
 
 /** A real Synapse on a temp store behind a real socket on an ephemeral port. */
 interface TestServer extends AsyncDisposable {

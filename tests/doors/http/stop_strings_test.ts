@@ -8,13 +8,13 @@
  */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { loadConfig } from "../../lib/config/loader.ts";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import { cutAtStop } from "../../lib/ops/_stop_strings.ts";
-import { createSynapse } from "../../lib/synapse.ts";
-import { watchGenerations } from "../_generation.ts";
-import { MODELS, resultOf } from "../_helpers.ts";
+import { loadConfig } from "../../../lib/config/loader.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import { cutAtStop } from "../../../lib/ops/_stop_strings.ts";
+import { createSynapse } from "../../../lib/synapse.ts";
+import { watchGenerations } from "../../_generation.ts";
+import { MODELS, resultOf } from "../../_helpers.ts";
 
 const GEN = `${MODELS}/synapse-tiny-llama`;
 

@@ -7,9 +7,9 @@
  * it has no effect, and the answer says so. On the tiny fixture model.
  */
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import { MODELS, preload, startSynapse } from "../_helpers.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import { MODELS, preload, startSynapse } from "../../_helpers.ts";
 
 const TINY = `${MODELS}/synapse-tiny-embed`;
 

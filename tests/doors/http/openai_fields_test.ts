@@ -9,10 +9,10 @@
  */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import { MODELS, preload, resultOf, startSynapse } from "../_helpers.ts";
-import type { TestSynapse } from "../_helpers.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import { MODELS, preload, resultOf, startSynapse } from "../../_helpers.ts";
+import type { TestSynapse } from "../../_helpers.ts";
 
 const GEN = `${MODELS}/synapse-tiny-llama`;
 

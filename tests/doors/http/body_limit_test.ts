@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { startSynapse } from "../_helpers.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { startSynapse } from "../../_helpers.ts";
 
 const MIB = 2 ** 20;
 

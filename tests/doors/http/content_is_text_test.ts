@@ -7,14 +7,14 @@
  * changes, what it returns).
  */
 import assert from "node:assert/strict";
-import { loadConfig } from "../../lib/config/loader.ts";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import { createSynapse } from "../../lib/synapse.ts";
-import type { Synapse } from "../../lib/synapse.ts";
-import type { EncodeOutcome, SanitizedTokenizer } from "../../lib/tokenize/tokenizer.ts";
-import { ggufWithChatTemplate } from "../_gguf_chat_template.ts";
-import { MODELS, preload, resultOf } from "../_helpers.ts";
+import { loadConfig } from "../../../lib/config/loader.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import { createSynapse } from "../../../lib/synapse.ts";
+import type { Synapse } from "../../../lib/synapse.ts";
+import type { EncodeOutcome, SanitizedTokenizer } from "../../../lib/tokenize/tokenizer.ts";
+import { ggufWithChatTemplate } from "../../_gguf_chat_template.ts";
+import { MODELS, preload, resultOf } from "../../_helpers.ts";
 
 const QWEN = `${MODELS}/synapse-tiny-qwen`;
 const CHATML = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + " +

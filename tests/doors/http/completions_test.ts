@@ -7,17 +7,17 @@
  */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { loadConfig } from "../../lib/config/loader.ts";
-import { compileJsonSchema } from "../../lib/grammar/json_schema_gbnf.ts";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import type { LogSink } from "../../lib/log/log.ts";
-import { fallbackPrompt } from "../../lib/ops/_chat_template.ts";
-import { createSynapse } from "../../lib/synapse.ts";
-import type { Synapse } from "../../lib/synapse.ts";
-import { parkedWorker, watchGenerations } from "../_generation.ts";
-import { MODELS, resultOf } from "../_helpers.ts";
-import { ggufWithChatTemplate } from "../_gguf_chat_template.ts";
+import { loadConfig } from "../../../lib/config/loader.ts";
+import { compileJsonSchema } from "../../../lib/grammar/json_schema_gbnf.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import type { LogSink } from "../../../lib/log/log.ts";
+import { fallbackPrompt } from "../../../lib/ops/_chat_template.ts";
+import { createSynapse } from "../../../lib/synapse.ts";
+import type { Synapse } from "../../../lib/synapse.ts";
+import { parkedWorker, watchGenerations } from "../../_generation.ts";
+import { MODELS, resultOf } from "../../_helpers.ts";
+import { ggufWithChatTemplate } from "../../_gguf_chat_template.ts";
 
 const GEN = `${MODELS}/synapse-tiny-llama`;
 

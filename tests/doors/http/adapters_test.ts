@@ -8,11 +8,11 @@
 import assert from "node:assert/strict";
 import { CohereClient, CohereClientV2 } from "cohere-ai";
 import { Ollama } from "ollama";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import type { LogSink } from "../../lib/log/log.ts";
-import { MODELS, preload, resultOf, startSynapse } from "../_helpers.ts";
-import type { TestSynapse } from "../_helpers.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import type { LogSink } from "../../../lib/log/log.ts";
+import { MODELS, preload, resultOf, startSynapse } from "../../_helpers.ts";
+import type { TestSynapse } from "../../_helpers.ts";
 
 interface Door extends AsyncDisposable {
   t: TestSynapse;
@@ -317,7 +317,7 @@ Deno.test("TEI /embed answers [[floats]] equal to embed.batch's; normalize and t
   );
   assert.deepEqual(cut.body, cutNative.vectors.map((v: { vector: number[] }) => v.vector));
   // Refused by name: an unknown field, a width the model does not have, a bad body. (A
-  // prompt_name is served: tests/http/input_type_test.ts.)
+  // prompt_name is served: tests/doors/http/input_type_test.ts.)
   const cases: [unknown, string][] = [
     [{ inputs: "x", extra: 1 }, "extra"],
     [{ inputs: "x", dimensions: 7 }, "dimensions"],

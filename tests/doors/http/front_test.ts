@@ -5,10 +5,10 @@
  * connections do not stop a normal /health. Timeouts are short here; every bound is loose.
  */
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { DEFAULT_HTTP_TIMEOUTS } from "../../lib/doors/http/server.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import { startSynapse } from "../_helpers.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { DEFAULT_HTTP_TIMEOUTS } from "../../../lib/doors/http/server.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import { startSynapse } from "../../_helpers.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();

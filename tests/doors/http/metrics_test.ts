@@ -9,15 +9,15 @@
  */
 import assert from "node:assert/strict";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { renderMetrics } from "../../lib/ops/metrics_exposition.ts";
-import { CounterFamily, HistogramFamily } from "../../lib/log/metrics.ts";
-import { loadConfig } from "../../lib/config/loader.ts";
-import { createSynapse } from "../../lib/synapse.ts";
-import type { LlamaEngine } from "../../lib/engines/llama/llama_engine.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import { MODELS, resultOf, ROOT, startSynapse } from "../_helpers.ts";
-import type { TestSynapse } from "../_helpers.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { renderMetrics } from "../../../lib/ops/metrics_exposition.ts";
+import { CounterFamily, HistogramFamily } from "../../../lib/log/metrics.ts";
+import { loadConfig } from "../../../lib/config/loader.ts";
+import { createSynapse } from "../../../lib/synapse.ts";
+import type { LlamaEngine } from "../../../lib/engines/llama/llama_engine.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import { MODELS, resultOf, ROOT, startSynapse } from "../../_helpers.ts";
+import type { TestSynapse } from "../../_helpers.ts";
 
 interface Family {
   name: string;

@@ -5,12 +5,12 @@
  * stops a big inline-chunked call at the next chunk boundary.
  */
 import assert from "node:assert/strict";
-import { loadConfig } from "../../lib/config/loader.ts";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import type { LogFields, LogSink } from "../../lib/log/log.ts";
-import { createSynapse } from "../../lib/synapse.ts";
-import { parkedWorker } from "../_generation.ts";
-import { MODELS, startSynapse } from "../_helpers.ts";
+import { loadConfig } from "../../../lib/config/loader.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import type { LogFields, LogSink } from "../../../lib/log/log.ts";
+import { createSynapse } from "../../../lib/synapse.ts";
+import { parkedWorker } from "../../_generation.ts";
+import { MODELS, startSynapse } from "../../_helpers.ts";
 
 interface Line {
   message: string;

@@ -4,11 +4,11 @@
  * id, a key or a header. `/health` logs at `debug`.
  */
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { logRequest } from "../../lib/doors/request_log.ts";
-import { renderLogEvent } from "../../lib/log/log.ts";
-import type { LogLevel } from "../../lib/log/log.ts";
-import { startSynapse } from "../_helpers.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { logRequest } from "../../../lib/doors/request_log.ts";
+import { renderLogEvent } from "../../../lib/log/log.ts";
+import type { LogLevel } from "../../../lib/log/log.ts";
+import { startSynapse } from "../../_helpers.ts";
 
 interface Line {
   level: LogLevel;

@@ -6,10 +6,10 @@
  * the served models.
  */
 import assert from "node:assert/strict";
-import { serveHttp } from "../../lib/doors/http/server.ts";
-import { nullLog } from "../../lib/log/log.ts";
-import { cosine, MODELS, preload, resultOf, startSynapse } from "../_helpers.ts";
-import type { TestSynapse } from "../_helpers.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import { cosine, MODELS, preload, resultOf, startSynapse } from "../../_helpers.ts";
+import type { TestSynapse } from "../../_helpers.ts";
 
 interface Door extends AsyncDisposable {
   t: TestSynapse;

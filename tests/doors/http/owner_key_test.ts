@@ -6,9 +6,9 @@
  * is 0600; the cache is 0700/0600. Real `ck-synapse serve` processes and real sockets.
  */
 import assert from "node:assert/strict";
-import { MODELS, startSynapse } from "../_helpers.ts";
-import { cliIn, type Home, isolatedEnv, LAUNCHER, serve } from "../cli/_launcher.ts";
-import { OPERATIONS } from "../../lib/ops/dispatcher.ts";
+import { MODELS, startSynapse } from "../../_helpers.ts";
+import { cliIn, type Home, isolatedEnv, LAUNCHER, serve } from "../../cli/_launcher.ts";
+import { OPERATIONS } from "../../../lib/ops/dispatcher.ts";
 import {
   keyOfRequest,
   loadOwnerKey,
@@ -16,8 +16,8 @@ import {
   ownerKeyPath,
   readOwnerKey,
   sameKey,
-} from "../../lib/doors/http/owner_key.ts";
-import { serveHttp } from "../../lib/doors/http/server.ts";
+} from "../../../lib/doors/http/owner_key.ts";
+import { serveHttp } from "../../../lib/doors/http/server.ts";
 
 const NOBODY = 65534;
 const isRoot = Deno.build.os !== "windows" && Deno.uid() === 0;
