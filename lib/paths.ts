@@ -28,7 +28,7 @@ export interface HomeOptions {
    *
    * @default {Deno.build.os}
    */
-  os?: typeof Deno.build.os;
+  os?: typeof Deno.build.os | undefined;
 }
 
 /**

@@ -74,7 +74,9 @@ export interface EmbedResult extends Envelope {
 }
 
 /** The prompt selector of a request's `input_type` / `prompt_name`. */
-function selectorOf(p: { input_type?: string; prompt_name?: string }): PromptSelector {
+function selectorOf(
+  p: { input_type?: string | undefined; prompt_name?: string | undefined },
+): PromptSelector {
   return {
     ...(p.input_type === undefined ? {} : { input_type: p.input_type }),
     ...(p.prompt_name === undefined ? {} : { prompt_name: p.prompt_name }),
@@ -171,7 +173,7 @@ export async function embedBatch(
  */
 export async function embedItems(
   ctx: OpContext,
-  p: CommonParams & { dimensions?: number; target_fingerprint?: string },
+  p: CommonParams & { dimensions?: number | undefined; target_fingerprint?: string | undefined },
   items: EmbedItem[],
   options: CallOptions = {},
   requestKey?: string,
@@ -270,7 +272,7 @@ function promptOfJob(
  */
 function widthNamedBy(
   model: ReadyModel,
-  p: CommonParams & { target_fingerprint?: string },
+  p: CommonParams & { target_fingerprint?: string | undefined },
 ): number | undefined {
   for (const fp of [p.required_fingerprint, p.target_fingerprint]) {
     if (fp === undefined || fp === model.fingerprint) continue;

@@ -272,11 +272,11 @@ export interface SubcRequestOptions {
    * Aborts the request: a Cancel is sent, the terminal awaited (at most the consumer's
    * `cancelGraceMs`), then the call rejects with the signal's reason.
    */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Deadline of the request, ms; past it the request is cancelled as by `signal` (a TimeoutError). */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** Flag byte of the Request. @default {DATA_FLAGS} (0x02, priority interactive) */
-  flags?: number;
+  flags?: number | undefined;
 }
 
 interface PendingRequest {
