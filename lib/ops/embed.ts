@@ -227,8 +227,8 @@ export async function embedItems(
   const { prepared, errors, tokens } = await prepareItems(ctx.tokenizers, model, items, {
     truncate,
     checked,
-    ...(options.signal === undefined ? {} : { signal: options.signal }),
-    ...(prompt === undefined ? {} : { prompt }),
+    signal: options.signal,
+    prompt,
   });
   if (tokens > limits.max_tokens) {
     permit.release();
@@ -246,7 +246,7 @@ export async function embedItems(
   }
   const out = await lane.run(
     { kind: "embed", rows: prepared.map((x) => x.seq) },
-    { permit, ...(options.signal === undefined ? {} : { signal: options.signal }), label: "embed" },
+    { permit, signal: options.signal, label: "embed" },
   );
   const res = assemble(ctx, model, space, prepared, errors, out);
   return disclosure === undefined ? res : { ...res, prompt: disclosure };
@@ -459,8 +459,8 @@ async function embedInChunks(
       truncate,
       offset: a,
       checked: checked.slice(a, b),
-      ...(signal === undefined ? {} : { signal }),
-      ...(prompt === undefined ? {} : { prompt }),
+      signal,
+      prompt,
     });
     for (let i = 0; i < b - a; i++) {
       const e = chunk.errors[i];
@@ -479,7 +479,7 @@ async function embedInChunks(
     for (const group of groups) {
       const out = await model.interactive.run(
         { kind: "embed", rows: group.map((x) => x.seq) },
-        { permit, ...(signal === undefined ? {} : { signal }), label: "embed" },
+        { permit, signal, label: "embed" },
       );
       queueMs += out.queueTimeMs;
       inferenceMs += out.inferenceMs;
