@@ -29,7 +29,7 @@ export interface HomeOptions {
    *
    * @default {Deno.build.os}
    */
-  os?: typeof Deno.build.os;
+  os?: typeof Deno.build.os | undefined;
 }
 
 /**

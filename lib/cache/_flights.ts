@@ -11,8 +11,8 @@
 
 /** How a caller joins. */
 export interface JoinOptions<P> {
-  signal?: AbortSignal;
-  onProgress?: (p: P) => void;
+  signal?: AbortSignal | undefined;
+  onProgress?: ((p: P) => void) | undefined;
 }
 
 interface Flight<T, P> {

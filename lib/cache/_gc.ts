@@ -35,7 +35,7 @@ import type { BlobMeta, GcRow } from "./types.ts";
 export interface GcInput {
   layout: Layout;
   /** Collect only this blob (it exists). */
-  hex?: string;
+  hex?: string | undefined;
   /** ms. */
   graceMs: number;
   /** Watermark (bytes) when no `hex` is named. */

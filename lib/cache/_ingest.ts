@@ -58,7 +58,12 @@ export interface IngestContext {
 export async function importInto(
   ctx: IngestContext,
   path: string,
-  opts: { expectedHex?: string; format?: ArtifactFormat; file: string; signal?: AbortSignal },
+  opts: {
+    expectedHex?: string | undefined;
+    format?: ArtifactFormat | undefined;
+    file: string;
+    signal?: AbortSignal | undefined;
+  },
 ): Promise<BlobMeta> {
   const { file, expectedHex: expected } = opts;
   let abs: string;
@@ -124,7 +129,7 @@ export async function downloadInto(
   ctx: IngestContext,
   url: string,
   hex: string,
-  opts: { size?: number; format?: ArtifactFormat; file: string },
+  opts: { size?: number | undefined; format?: ArtifactFormat | undefined; file: string },
   signal: AbortSignal,
   report: (p: DownloadProgress) => void,
 ): Promise<BlobMeta> {
@@ -169,15 +174,15 @@ export async function downloadInto(
       url,
       partialPath,
       sha256Hex: hex,
-      ...(opts.size === undefined ? {} : { size: opts.size }),
+      size: opts.size,
       file: opts.file,
       idleTimeoutMs: ctx.idleTimeoutMs,
-      ...(capBytes === undefined ? {} : { capBytes }),
+      capBytes,
       fetch: ctx.fetch,
       signal,
       onProgress: report,
       log: ctx.log,
-      ...(ctx.retryDelaysMs === undefined ? {} : { retryDelaysMs: ctx.retryDelaysMs }),
+      retryDelaysMs: ctx.retryDelaysMs,
     });
     publishBlobSync(l, partialPath, hex, url, ctx.now());
     ctx.markVerified(hex);

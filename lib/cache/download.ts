@@ -61,22 +61,22 @@ export interface FetchToPartialOptions {
   /** Pinned SHA-256, 64 lowercase hex digits. */
   sha256Hex: string;
   /** Pinned size in bytes, when known. */
-  size?: number;
+  size?: number | undefined;
   /** Logical file name for errors (`details.file`). */
   file: string;
   /** No body bytes for this long (ms) fails the attempt. */
   idleTimeoutMs: number;
   /** Bytes this partial may still grow to in total (storage cap minus everything else), or undefined for no cap. */
-  capBytes?: number;
+  capBytes?: number | undefined;
   fetch: typeof fetch;
-  signal?: AbortSignal;
-  onProgress?: (p: DownloadProgress) => void;
+  signal?: AbortSignal | undefined;
+  onProgress?: ((p: DownloadProgress) => void) | undefined;
   log: LogSink;
   /**
    * Waits before each retry of a transient transport fault (ms; jittered ±25 %); its length is
    * the number of retries. @default {DEFAULT_RETRY_DELAYS_MS}
    */
-  retryDelaysMs?: readonly number[];
+  retryDelaysMs?: readonly number[] | undefined;
 }
 
 /** What a finished transfer left in the partial. */

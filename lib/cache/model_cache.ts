@@ -92,31 +92,31 @@ export function modelCacheRoot(env?: EnvSource): string {
 /** Options of {@link ModelCache}. */
 export interface ModelCacheOptions {
   /** @default {modelCacheRoot()} */
-  root?: string;
+  root?: string | undefined;
   /** `cache_max_bytes`: the GC watermark when `cache.gc` names no digest (bytes). @default {32 GiB} */
-  maxBytes?: number;
+  maxBytes?: number | undefined;
   /**
    * Hard cap on blob plus tmp bytes: a write past it fails `download_failed {reason:
    * "storage_full"}` (a real ENOSPC fails the same way). @default {no cap}
    */
-  storageCapBytes?: number;
+  storageCapBytes?: number | undefined;
   /** Idle-body timeout of downloads (ms). @default {60000} */
-  idleTimeoutMs?: number;
+  idleTimeoutMs?: number | undefined;
   /** Owner of pins taken without an owner. @default {"synapse"} */
-  moduleId?: string;
+  moduleId?: string | undefined;
   /** @default {globalThis.fetch} */
-  fetch?: typeof fetch;
+  fetch?: typeof fetch | undefined;
   /** Clock (ms since the epoch). @default {Date.now} */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /** How often a download waiting for another process's download looks again (ms). @default {200} */
-  lockPollMs?: number;
+  lockPollMs?: number | undefined;
   /** @default {nullLog} */
-  log?: LogSink;
+  log?: LogSink | undefined;
   /**
    * Waits before the retries of a transient download fault (ms, jittered ±25 %); its length is
    * the number of retries. @default {[500, 1000, 2000]}
    */
-  downloadRetryDelaysMs?: readonly number[];
+  downloadRetryDelaysMs?: readonly number[] | undefined;
 }
 
 /** Who a blob check is for, named in its errors (never a caller's path). */
@@ -150,12 +150,12 @@ export interface BlobHeal {
 /** Options of {@link ModelCache.importFile}. */
 export interface ImportFileOptions {
   /** The file's expected digest: a mismatch is `artifact_invalid {reason: "digest_mismatch"}`. */
-  expectedDigest?: Digest | string;
+  expectedDigest?: Digest | string | undefined;
   /** Validate as this format; sniffed when absent. */
-  format?: ArtifactFormat;
+  format?: ArtifactFormat | undefined;
   /** Logical name for errors. @default {the file's base name} */
-  file?: string;
-  signal?: AbortSignal;
+  file?: string | undefined;
+  signal?: AbortSignal | undefined;
 }
 
 /** Options of {@link ModelCache.download}. */
@@ -163,23 +163,23 @@ export interface DownloadOptions {
   /** Pinned digest (`sha256:<hex>` or 64 hex digits); required. */
   sha256: Digest | string;
   /** Pinned size (bytes). */
-  size?: number;
+  size?: number | undefined;
   /** Validate as this format; sniffed when absent. */
-  format?: ArtifactFormat;
+  format?: ArtifactFormat | undefined;
   /** Logical name for errors (`details.file`). @default {the URL's last path segment} */
-  file?: string;
+  file?: string | undefined;
   /** Aborting rejects this call with `signal.reason`; the transfer goes on while another caller waits for it. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Called as bytes arrive (each caller of a shared transfer gets every report). */
-  onProgress?: (p: DownloadProgress) => void;
+  onProgress?: ((p: DownloadProgress) => void) | undefined;
 }
 
 /** Options of {@link ModelCache.gc}. */
 export interface GcOptions {
   /** Collect this blob only; else every blob beyond the `maxBytes` watermark, oldest first. */
-  digest?: Digest | string;
+  digest?: Digest | string | undefined;
   /** Grace period between tombstone and delete (ms). @default {60000} */
-  graceMs?: number;
+  graceMs?: number | undefined;
 }
 
 /** The model cache of one root; see the module doc. Holds no open resources between calls. */
@@ -290,9 +290,9 @@ export class ModelCache {
       : hexOf(opts.expectedDigest, "expected_digest");
     this.#layout();
     return await importInto(this.#ingest(), path, {
-      ...(expectedHex === undefined ? {} : { expectedHex }),
-      ...(opts.format === undefined ? {} : { format: opts.format }),
-      ...(opts.signal === undefined ? {} : { signal: opts.signal }),
+      expectedHex,
+      format: opts.format,
+      signal: opts.signal,
       file: opts.file ?? path.slice(path.lastIndexOf("/") + 1),
     });
   }
@@ -337,16 +337,13 @@ export class ModelCache {
     this.#layout();
     const fileOpts = {
       file,
-      ...(opts.size === undefined ? {} : { size: opts.size }),
-      ...(opts.format === undefined ? {} : { format: opts.format }),
+      size: opts.size,
+      format: opts.format,
     };
     return this.#flights.join(
       hex,
       (signal, report) => downloadInto(this.#ingest(), url, hex, fileOpts, signal, report),
-      {
-        ...(opts.signal === undefined ? {} : { signal: opts.signal }),
-        ...(opts.onProgress === undefined ? {} : { onProgress: opts.onProgress }),
-      },
+      { signal: opts.signal, onProgress: opts.onProgress },
     );
   }
 
@@ -525,13 +522,13 @@ export class ModelCache {
           if (from === "file") {
             await this.importFile(decodeURIComponent(new URL(source).pathname), {
               expectedDigest: digest,
-              ...(label.file === undefined ? {} : { file: label.file }),
+              file: label.file,
             });
           } else {
             await this.download(source, {
               sha256: digest,
               ...(meta?.size ? { size: meta.size } : {}),
-              ...(label.file === undefined ? {} : { file: label.file }),
+              file: label.file,
             });
           }
           this.#log("warn", "synapse.models", "healed a damaged model blob from its source", {
@@ -698,7 +695,7 @@ export class ModelCache {
     }
     return await collectGarbage({
       layout: this.#l,
-      ...(hex === undefined ? {} : { hex }),
+      hex,
       graceMs,
       maxBytes: this.#maxBytes,
       now: this.#now(),

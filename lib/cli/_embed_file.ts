@@ -26,25 +26,25 @@ export interface EmbedFileOptions {
   /** `request_key` of the batch (makes it a job over the inline limits). */
   requestKey: string;
   /** Model id. @default the first embed model */
-  model?: string;
+  model?: string | undefined;
   /** Cut over-long texts instead of refusing them. @default false */
-  truncate?: boolean;
+  truncate?: boolean | undefined;
   /** Vector width (`embed.batch` `dimensions`: the model's own or one of its Matryoshka widths). */
-  dimensions?: number;
+  dimensions?: number | undefined;
   /** The routing params (`target_fingerprint`, …) of the batch. @default none */
-  routing?: Record<string, unknown>;
+  routing?: Record<string, unknown> | undefined;
   /** Output path. @default stdout */
-  out?: string;
+  out?: string | undefined;
   /** Server URL. @default an embedded instance */
   url?: string | undefined;
   /** `--subc` connection file (`""` for the ladder): call over the subc bus. */
   subc?: string | undefined;
   /** Show progress on stderr. @default true */
-  progress?: boolean;
+  progress?: boolean | undefined;
   /** Pause between polls, in milliseconds. @default 200 */
-  pollMs?: number;
+  pollMs?: number | undefined;
   /** Print a refusal of the batch as JSON on stdout (`--json`). @default false */
-  json?: boolean;
+  json?: boolean | undefined;
 }
 
 /** The inline `embed.batch` result fields used here. */

@@ -12,7 +12,7 @@ export interface ProgressSnapshot {
   /** Items in the job. */
   total: number;
   /** Items per second, or undefined while unknown. */
-  rate?: number;
+  rate?: number | undefined;
 }
 
 /**
@@ -94,7 +94,7 @@ export interface BytesSnapshot {
   /** Bytes expected, or null while unknown (no length announced, no size pinned). */
   total: number | null;
   /** Bytes per second, or undefined while unknown. */
-  rate?: number;
+  rate?: number | undefined;
 }
 
 /**
@@ -180,9 +180,9 @@ export class ProgressReporter {
       : undefined;
     const format = (width: number): string =>
       this.#opts.unit === "bytes"
-        ? formatBytesProgress({ done, total, ...(rate === undefined ? {} : { rate }) }, width)
+        ? formatBytesProgress({ done, total, rate }, width)
         : formatProgress(
-          { done, total: total ?? 0, ...(rate === undefined ? {} : { rate }) },
+          { done, total: total ?? 0, rate },
           width,
         );
     if (this.#opts.mode === "bar") {

@@ -32,8 +32,8 @@ import { SYNAPSE_VERSION } from "../version.ts";
 export async function serveSubc(
   connectionFile: string,
   options: {
-    http?: { hostname: string; port: number } | { path: string };
-    json?: boolean;
+    http?: { hostname: string; port: number } | { path: string } | undefined;
+    json?: boolean | undefined;
   },
   io: CliIO,
 ): Promise<number> {

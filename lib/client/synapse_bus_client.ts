@@ -78,7 +78,7 @@ export class SynapseBusClient implements AsyncDisposable {
     const consumer = await SubcConsumer.connect(options);
     try {
       const route = await consumer.openRoute(options.moduleId ?? DEFAULT_MODULE_ID, {
-        ...(options.signal === undefined ? {} : { signal: options.signal }),
+        signal: options.signal,
       });
       return new SynapseBusClient(consumer, route, options.timeoutMs);
     } catch (err) {
@@ -120,10 +120,7 @@ export class SynapseBusClient implements AsyncDisposable {
     options: BusCallOptions = {},
   ): Promise<unknown> {
     const timeoutMs = options.timeoutMs ?? this.#timeoutMs;
-    const opts: SubcRequestOptions = {
-      ...(options.signal === undefined ? {} : { signal: options.signal }),
-      ...(timeoutMs === undefined ? {} : { timeoutMs }),
-    };
+    const opts: SubcRequestOptions = { signal: options.signal, timeoutMs };
     try {
       return await this.route.call(method, params, opts);
     } catch (err) {

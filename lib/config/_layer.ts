@@ -298,8 +298,29 @@ export function kindOf(value: unknown): string {
   return typeof value === "object" ? "an object" : `a ${typeof value}`;
 }
 
-function dropUndefined<T extends object>(value: T): T {
+/**
+ * `T` with the keys whose value may be `undefined` made optional and never `undefined`, in `T`
+ * and in the plain objects it holds (arrays are kept as they are).
+ */
+type DroppedUndefined<T> =
+  & { [K in keyof T as undefined extends T[K] ? never : K]: Dropped<T[K]> }
+  & { [K in keyof T as undefined extends T[K] ? K : never]?: Dropped<Exclude<T[K], undefined>> };
+type Dropped<V> = V extends readonly unknown[] ? V : V extends object ? DroppedUndefined<V> : V;
+
+/**
+ * A copy of `value` without its `undefined`-valued keys, in it and in the plain objects it holds:
+ * an absent key, never an undefined one, so that {@link mergeLayers} cannot let an undefined key
+ * of a layer hide the key below it.
+ */
+function dropUndefined<T extends object>(value: T): DroppedUndefined<T> {
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(value)) if (v !== undefined) out[k] = v;
-  return out as T;
+  for (const [k, v] of Object.entries(value)) {
+    if (v === undefined) continue;
+    out[k] = isPlainObject(v) ? dropUndefined(v) : v;
+  }
+  return out as DroppedUndefined<T>;
+}
+
+function isPlainObject(v: unknown): v is object {
+  return typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype;
 }

@@ -87,9 +87,9 @@ export interface EngineCallOptions {
    * worker batch). A generation that stops answers `finish_reason: "cancelled"`; other calls
    * reject with `signal.reason`.
    */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Run the call so that it shares the cores well (ORT: the non-spinning session). */
-  quiet?: boolean;
+  quiet?: boolean | undefined;
   /**
    * Generation only: receives the ids generated since the previous call, in order, while the
    * generation runs (token-by-token streaming). Every id also comes back in the output's
@@ -97,7 +97,7 @@ export interface EngineCallOptions {
    * them). Given, the llama engine sends GENERATE with `stream: true`; absent, nothing is
    * streamed. An exception it throws is swallowed. Ignored by `embed` and `score`.
    */
-  onTokens?: (ids: number[]) => void;
+  onTokens?: ((ids: number[]) => void) | undefined;
 }
 
 /** Health of an engine, read from cached state (never an engine call). */

@@ -35,16 +35,16 @@ export function sha256Hex(data: string | Uint8Array): string {
 /** How {@link sha256FileHash} and {@link sha256FileHex} read a file. */
 export interface HashFileOptions {
   /** Hash only the first `upTo` bytes (all of the file when undefined, or when it is shorter). */
-  upTo?: number;
+  upTo?: number | undefined;
   /** Bytes per read (default 8 MiB): the most held in memory at once. */
-  chunkBytes?: number;
+  chunkBytes?: number | undefined;
   /** Checked before each read: an abort rejects with `signal.reason`. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /**
    * Called with each chunk after it is hashed and before the next read (awaited): a copy that
    * hashes as it goes writes it here. `chunk` is reused by the next read; `bytesSoFar` counts it.
    */
-  onChunk?: (chunk: Uint8Array, bytesSoFar: number) => void | Promise<void>;
+  onChunk?: ((chunk: Uint8Array, bytesSoFar: number) => void | Promise<void>) | undefined;
 }
 
 /**

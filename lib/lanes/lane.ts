@@ -93,22 +93,22 @@ export interface LaneRunOptions {
    * The request's admission: its deadline and `max_queue_ms` bound the run. Without one (a
    * durable job's quantum, admitted once for the whole job) only `signal` stops the work.
    */
-  permit?: LanePermit;
+  permit?: LanePermit | undefined;
   /** The caller's signal (an HTTP client disconnect, a bus Cancel, a job's cancellation). */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Label for logs. */
-  label?: string;
+  label?: string | undefined;
   /**
    * Generate work only: receives the generated ids as the engine streams them
    * (`EngineCallOptions.onTokens`), before the run resolves.
    */
-  onTokens?: (ids: number[]) => void;
+  onTokens?: ((ids: number[]) => void) | undefined;
   /**
    * Generate work only: aborting it ends the generation early (the engine's CANCEL: the worker
    * stops within a token) and the run resolves with what was generated so far
    * (`finishReason: "cancelled"`). Unlike `signal` it is not a failure: a stop string matched.
    */
-  stop?: AbortSignal;
+  stop?: AbortSignal | undefined;
 }
 
 /** Options of {@link Lane}. */
@@ -123,11 +123,11 @@ export interface LaneOptions {
   /** The module's admission (byte budget, refusal counters). */
   admission: Admission;
   /** Asked before each engine call: true runs it so it shares the cores well. @default never */
-  quiet?: () => boolean;
+  quiet?: (() => boolean) | undefined;
   /** Engine calls in flight per request (keeps the engine fed between calls). @default 2 */
-  pipelineDepth?: number;
+  pipelineDepth?: number | undefined;
   /** Wall clock, ms. @default Date.now */
-  now?: () => number;
+  now?: (() => number) | undefined;
 }
 
 /** One model's engine under one queue class. */
@@ -295,7 +295,7 @@ export class Lane {
   async #run<W extends LaneWork>(work: W, options: LaneRunOptions): Promise<LaneResult<W>> {
     const { permit } = options;
     using req = permit === undefined ? undefined : requestSignal({
-      ...(options.signal === undefined ? {} : { callerSignal: options.signal }),
+      callerSignal: options.signal,
       deadlineMs: permit.deadlineAtMs - this.#now(),
       maxQueueMs: permit.maxQueueMs,
     });
@@ -310,9 +310,9 @@ export class Lane {
     >({
       cls: this.cls,
       tokens,
-      ...(permit === undefined ? {} : { maxQueueMs: permit.maxQueueMs }),
-      ...(signal === undefined ? {} : { signal }),
-      ...(options.label === undefined ? {} : { label: options.label }),
+      maxQueueMs: permit?.maxQueueMs,
+      signal,
+      label: options.label,
       run: (grant) => {
         req?.started();
         startedMs = this.#now();
@@ -340,10 +340,7 @@ export class Lane {
       signal,
       stop,
     ]);
-    const output = await this.engine.generate(request, {
-      ...(ends === undefined ? {} : { signal: ends }),
-      ...(onTokens === undefined ? {} : { onTokens }),
-    });
+    const output = await this.engine.generate(request, { signal: ends, onTokens });
     return { output, inferenceMs: output.runMs };
   }
 
@@ -374,7 +371,7 @@ export class Lane {
     let inferenceMs = 0;
     await runPipelined(plan, async (idx) => {
       const callRows = idx.map((i) => rows[i]!);
-      const callOpts = { quiet: this.#quiet(), ...(signal === undefined ? {} : { signal }) };
+      const callOpts = { quiet: this.#quiet(), signal };
       let res: EngineBatchOutput;
       try {
         res = kind === "embed"
@@ -398,7 +395,7 @@ export class Lane {
           ? { kind: "non_finite" }
           : { kind: "ok", values: res.data.subarray(r * res.dims, (r + 1) * res.dims) };
       });
-    }, { depth: this.#depth, ...(signal === undefined ? {} : { signal }) });
+    }, { depth: this.#depth, signal });
     return { rows: out, inferenceMs };
   }
 }

@@ -13,39 +13,44 @@ import type { Digest } from "../cache/types.ts";
 import type { ModelEngine, ModelTask } from "./model.ts";
 
 /** A file entry of `model.load`: a name, or a pinned remote file. */
-export type LoadFileParam = string | { url?: string; path?: string; sha256: Digest; size?: number };
+export type LoadFileParam = string | {
+  url?: string | undefined;
+  path?: string | undefined;
+  sha256: Digest;
+  size?: number | undefined;
+};
 
 /** Parsed `model.load` params (lib/contract/schemas.ts `ModelLoadParams`). */
 export interface LoadRequest {
-  source?: "path" | "url" | "hf";
-  path?: string;
-  url?: string;
-  repo?: string;
-  revision?: string;
+  source?: "path" | "url" | "hf" | undefined;
+  path?: string | undefined;
+  url?: string | undefined;
+  repo?: string | undefined;
+  revision?: string | undefined;
   files?: {
-    model?: LoadFileParam;
-    tokenizer?: LoadFileParam;
-    config?: LoadFileParam;
-    extra?: LoadFileParam[];
-  };
-  expected_digest?: Digest;
-  engine?: ModelEngine;
-  task?: ModelTask;
-  pooling?: "mean" | "cls" | "last";
-  normalize?: boolean;
-  max_tokens?: number;
-  model_id?: string;
-  pin?: boolean;
+    model?: LoadFileParam | undefined;
+    tokenizer?: LoadFileParam | undefined;
+    config?: LoadFileParam | undefined;
+    extra?: LoadFileParam[] | undefined;
+  } | undefined;
+  expected_digest?: Digest | undefined;
+  engine?: ModelEngine | undefined;
+  task?: ModelTask | undefined;
+  pooling?: "mean" | "cls" | "last" | undefined;
+  normalize?: boolean | undefined;
+  max_tokens?: number | undefined;
+  model_id?: string | undefined;
+  pin?: boolean | undefined;
   /** Model id of the reference lane with the same weights (`ModelSource.referenceModel`). */
-  reference_model?: string;
+  reference_model?: string | undefined;
   /** Prompt table of an embed model (`ModelSource.prompts`): name → prefix. */
-  prompts?: Record<string, string>;
+  prompts?: Record<string, string> | undefined;
   /** The prompt applied when a request selects none; must name one of `prompts`. */
-  default_prompt_name?: string;
+  default_prompt_name?: string | undefined;
   /** Matryoshka widths (`ModelSource.matryoshkaDims`). */
-  matryoshka_dims?: number[];
-  request_key?: string;
-  deadline_ms?: number;
+  matryoshka_dims?: number[] | undefined;
+  request_key?: string | undefined;
+  deadline_ms?: number | undefined;
 }
 
 /** Where one file comes from. */

@@ -75,15 +75,19 @@ export interface LoadCache {
   meta(digest: Digest): Promise<BlobMeta | undefined>;
   importFile(
     path: string,
-    opts?: { expectedDigest?: Digest; format?: ArtifactFormat; signal?: AbortSignal },
+    opts?: {
+      expectedDigest?: Digest | undefined;
+      format?: ArtifactFormat | undefined;
+      signal?: AbortSignal | undefined;
+    },
   ): Promise<BlobMeta>;
   download(url: string, opts: {
     sha256: Digest;
-    size?: number;
-    format?: ArtifactFormat;
-    file?: string;
-    signal?: AbortSignal;
-    onProgress?: (p: DownloadProgress) => void;
+    size?: number | undefined;
+    format?: ArtifactFormat | undefined;
+    file?: string | undefined;
+    signal?: AbortSignal | undefined;
+    onProgress?: ((p: DownloadProgress) => void) | undefined;
   }): Promise<BlobMeta>;
   validate(digest: Digest, format?: ArtifactFormat): Promise<BlobMeta>;
   acquireShared(digest: Digest): Disposable & { release(): void };
@@ -95,7 +99,7 @@ export interface LoadCache {
   ): Promise<{ from: "url" | "file"; source: string }>;
   pin(digest: Digest, owner?: string): Promise<BlobMeta>;
   unpin(digest: Digest, owner?: string): Promise<BlobMeta>;
-  gc(opts?: { digest?: Digest; graceMs?: number }): Promise<GcRow[]>;
+  gc(opts?: { digest?: Digest | undefined; graceMs?: number | undefined }): Promise<GcRow[]>;
 }
 
 /** The store as loads use it (lib/store/store.ts `Store`). */
@@ -667,13 +671,13 @@ export class ModelLoads {
     const signal = job.controller.signal;
     if (ref.kind === "local") {
       return await this.cache.importFile(ref.path, {
-        ...(ref.sha256 === undefined ? {} : { expectedDigest: ref.sha256 }),
+        expectedDigest: ref.sha256,
         signal,
       });
     }
     return await this.cache.download(ref.url, {
       sha256: ref.sha256,
-      ...(ref.size === undefined ? {} : { size: ref.size }),
+      size: ref.size,
       file: role,
       signal,
       onProgress: (p) => {

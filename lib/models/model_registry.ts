@@ -790,7 +790,7 @@ export class ModelRegistry implements AsyncDisposable {
           cls: interactive.cls,
           scheduler,
           admission: this.#admission,
-          ...(quiet === undefined ? {} : { quiet }),
+          quiet,
           now: this.#now,
         }),
       };
@@ -805,7 +805,7 @@ export class ModelRegistry implements AsyncDisposable {
         cls: hot.cls,
         scheduler,
         admission: this.#admission,
-        ...(quiet === undefined ? {} : { quiet }),
+        quiet,
         now: this.#now,
       }),
     };

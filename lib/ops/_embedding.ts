@@ -130,16 +130,16 @@ export interface PrepareOptions {
   /** Cut over-long items to the model's limit instead of refusing them. */
   truncate: boolean;
   /** Position of `items[0]` in the request. @default 0 */
-  offset?: number;
+  offset?: number | undefined;
   /** Errors of {@link checkItemTexts} already run on `items`; those items are skipped. */
-  checked?: (ItemError | undefined)[];
+  checked?: (ItemError | undefined)[] | undefined;
   /** Stops the tokenizing (the request was cancelled or timed out). */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /**
    * The prompt to put before each text (lib/models/prompts.ts `selectPrompt`): tokenized with
    * the text, so counts and truncation include it; truncation cuts the text, never the prefix.
    */
-  prompt?: PromptChoice;
+  prompt?: PromptChoice | undefined;
 }
 
 /**
@@ -171,7 +171,7 @@ export async function prepareItems(
     truncate: options.truncate,
     itemIds: todo.map((i) => items[i]!.id),
     submittedSha256: true,
-    ...(options.signal === undefined ? {} : { signal: options.signal }),
+    signal: options.signal,
   });
   const prepared: PreparedItem[] = [];
   let tokens = 0;

@@ -74,7 +74,9 @@ export interface EmbedResult extends Envelope {
 }
 
 /** The prompt selector of a request's `input_type` / `prompt_name`. */
-function selectorOf(p: { input_type?: string; prompt_name?: string }): PromptSelector {
+function selectorOf(
+  p: { input_type?: string | undefined; prompt_name?: string | undefined },
+): PromptSelector {
   return {
     ...(p.input_type === undefined ? {} : { input_type: p.input_type }),
     ...(p.prompt_name === undefined ? {} : { prompt_name: p.prompt_name }),
@@ -171,7 +173,7 @@ export async function embedBatch(
  */
 export async function embedItems(
   ctx: OpContext,
-  p: CommonParams & { dimensions?: number; target_fingerprint?: string },
+  p: CommonParams & { dimensions?: number | undefined; target_fingerprint?: string | undefined },
   items: EmbedItem[],
   options: CallOptions = {},
   requestKey?: string,
@@ -225,8 +227,8 @@ export async function embedItems(
   const { prepared, errors, tokens } = await prepareItems(ctx.tokenizers, model, items, {
     truncate,
     checked,
-    ...(options.signal === undefined ? {} : { signal: options.signal }),
-    ...(prompt === undefined ? {} : { prompt }),
+    signal: options.signal,
+    prompt,
   });
   if (tokens > limits.max_tokens) {
     permit.release();
@@ -244,7 +246,7 @@ export async function embedItems(
   }
   const out = await lane.run(
     { kind: "embed", rows: prepared.map((x) => x.seq) },
-    { permit, ...(options.signal === undefined ? {} : { signal: options.signal }), label: "embed" },
+    { permit, signal: options.signal, label: "embed" },
   );
   const res = assemble(ctx, model, space, prepared, errors, out);
   return disclosure === undefined ? res : { ...res, prompt: disclosure };
@@ -270,7 +272,7 @@ function promptOfJob(
  */
 function widthNamedBy(
   model: ReadyModel,
-  p: CommonParams & { target_fingerprint?: string },
+  p: CommonParams & { target_fingerprint?: string | undefined },
 ): number | undefined {
   for (const fp of [p.required_fingerprint, p.target_fingerprint]) {
     if (fp === undefined || fp === model.fingerprint) continue;
@@ -457,8 +459,8 @@ async function embedInChunks(
       truncate,
       offset: a,
       checked: checked.slice(a, b),
-      ...(signal === undefined ? {} : { signal }),
-      ...(prompt === undefined ? {} : { prompt }),
+      signal,
+      prompt,
     });
     for (let i = 0; i < b - a; i++) {
       const e = chunk.errors[i];
@@ -477,7 +479,7 @@ async function embedInChunks(
     for (const group of groups) {
       const out = await model.interactive.run(
         { kind: "embed", rows: group.map((x) => x.seq) },
-        { permit, ...(signal === undefined ? {} : { signal }), label: "embed" },
+        { permit, signal, label: "embed" },
       );
       queueMs += out.queueTimeMs;
       inferenceMs += out.inferenceMs;

@@ -190,7 +190,7 @@ async function runEmbedJob(
           {
             truncate: req.truncate,
             offset: i,
-            ...(req.prompt === undefined ? {} : { prompt: req.prompt }),
+            prompt: req.prompt,
           },
         );
         prepared.push(...r.prepared);

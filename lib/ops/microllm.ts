@@ -266,8 +266,8 @@ export async function microllmOneshot(
   const [encoded] = await ctx.tokenizers.encodeItems(model.tokenizer, [prompt], {
     maxTokens: model.maxTokens,
     truncate: false,
-    ...(spans === undefined ? {} : { specialSpans: [spans] }),
-    ...(options.signal === undefined ? {} : { signal: options.signal }),
+    specialSpans: spans === undefined ? undefined : [spans],
+    signal: options.signal,
   });
   if (!encoded!.ok) throw encoded!.error;
   const seq = encoded!.seq;
@@ -321,8 +321,8 @@ export async function microllmOneshot(
     },
     {
       permit,
-      ...(options.signal === undefined ? {} : { signal: options.signal }),
-      ...(onTokens === undefined ? {} : { onTokens }),
+      signal: options.signal,
+      onTokens,
       ...(stops.length === 0 ? {} : { stop: stopNow.signal }),
       label: "microllm.oneshot",
     },

@@ -368,7 +368,7 @@ export async function cachePin(
     }
     const meta = await cache.download(p.source_url, {
       sha256: p.expected_digest,
-      ...(p.format === undefined ? {} : { format: p.format }),
+      format: p.format,
     });
     digest = meta.digest;
   }
@@ -399,10 +399,7 @@ export async function cacheGc(
   params: unknown,
 ): Promise<{ module_generation: number; rows: GcRow[]; freed_bytes: number }> {
   const p = parseParams("cache.gc", CacheGcParams, params);
-  const rows = await loads(ctx).cache.gc({
-    ...(p.digest === undefined ? {} : { digest: p.digest }),
-    ...(p.grace_ms === undefined ? {} : { graceMs: p.grace_ms }),
-  });
+  const rows = await loads(ctx).cache.gc({ digest: p.digest, graceMs: p.grace_ms });
   return {
     module_generation: ctx.moduleGeneration,
     rows,

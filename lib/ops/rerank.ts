@@ -151,7 +151,7 @@ export async function rerankScore(
       maxTokens: model.maxTokens,
       truncate: p.truncate ?? false,
       itemIds: chunk.map((_, i) => String(a + i)),
-      ...(options.signal === undefined ? {} : { signal: options.signal }),
+      signal: options.signal,
     });
     const chunkSeqs: EncodedSequence[] = outcomes.map((o, i) => {
       if (!o.ok) throw o.error;
@@ -165,7 +165,7 @@ export async function rerankScore(
       { kind: "score", rows: chunkSeqs },
       {
         permit,
-        ...(options.signal === undefined ? {} : { signal: options.signal }),
+        signal: options.signal,
         label: "rerank",
       },
     );

@@ -197,7 +197,7 @@ export async function tokenizeOp(
   // Off the event loop past a few hundred characters (the tokenizer pool's Worker threads).
   const tokenized = await ctx.tokenizers.tokenizeTexts(model.tokenizer, texts, {
     addSpecial,
-    ...(options.signal === undefined ? {} : { signal: options.signal }),
+    signal: options.signal,
   });
   return {
     module_generation: ctx.moduleGeneration,

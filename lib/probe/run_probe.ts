@@ -405,7 +405,7 @@ async function runRows(
     const callRows = idx.map((i) => rows[i]!);
     const res: LaneBatchResult = await lane.run(
       { kind, rows: callRows },
-      { ...(ctx.input.signal === undefined ? {} : { signal: ctx.input.signal }), label: "probe" },
+      { signal: ctx.input.signal, label: "probe" },
     );
     if (timed) {
       ctx.timed.push({
@@ -1056,7 +1056,7 @@ async function opLengthCheck(
     const opts = {
       maxTokens: model.maxTokens,
       truncate: false,
-      ...(ctx.input.signal === undefined ? {} : { signal: ctx.input.signal }),
+      signal: ctx.input.signal,
     };
     [outcome] = t.query === undefined
       ? await pool.encodeItems(model.tokenizer, [t.text], opts) as [EncodeOutcome]
@@ -1095,14 +1095,11 @@ async function probeGeneration(ctx: ProbeContext): Promise<void> {
   });
   const repeat = requests.slice(0, GREEDY_REPEAT_PROMPTS);
   ctx.total = 2 * requests.length;
-  const signalOpt = ctx.input.signal === undefined ? {} : { signal: ctx.input.signal };
+  const signal = ctx.input.signal;
   const serial = async (requests: GenerateRequest[]): Promise<number[][]> => {
     const out: number[][] = [];
     for (const request of requests) {
-      const r = await lanes.query.run({ kind: "generate", request }, {
-        ...signalOpt,
-        label: "probe",
-      });
+      const r = await lanes.query.run({ kind: "generate", request }, { signal, label: "probe" });
       ctx.timed.push({
         rows: 1,
         tokens: r.output.generatedIds.length,
@@ -1118,10 +1115,7 @@ async function probeGeneration(ctx: ProbeContext): Promise<void> {
   const first = await serial(requests);
   ctx.step("greedy_concurrent");
   const concurrent = await Promise.all(requests.map(async (request) => {
-    const r = await lanes.batch.run({ kind: "generate", request }, {
-      ...signalOpt,
-      label: "probe",
-    });
+    const r = await lanes.batch.run({ kind: "generate", request }, { signal, label: "probe" });
     ctx.ran();
     return r.output.generatedIds;
   }));

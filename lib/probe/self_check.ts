@@ -188,10 +188,7 @@ export async function runSelfCheck(
   const ceiling = options.ceilingMs ?? SELF_CHECK_CEILING_MS;
   let engineMs = 0;
   const run: Run = async (lane, work, index) => {
-    const res = await lane.run(work, {
-      label: "self_check",
-      ...(options.signal === undefined ? {} : { signal: options.signal }),
-    });
+    const res = await lane.run(work, { label: "self_check", signal: options.signal });
     // The engine's own measure of its calls, from when each started on the engine: neither the
     // lane's queue wait nor a worker's cold start is the model's time.
     engineMs += res.inferenceMs;

@@ -54,14 +54,14 @@ export interface LaneTask<T> {
   /** Does the engine work; its promise settles the submit promise. Called at most once. */
   run: (grant: LaneGrant) => Promise<T>;
   /** Aborting while queued removes the task; it never runs and rejects with `signal.reason`. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Free-form label for logs. */
-  label?: string;
+  label?: string | undefined;
   /**
    * Longest acceptable start delay in ms, for the `meetingDeadlines` statistic only: the
    * scheduler never drops a task for it (pass a timeout `signal` for that).
    */
-  maxQueueMs?: number;
+  maxQueueMs?: number | undefined;
 }
 
 /** Options of {@link LaneScheduler}. */

@@ -10,9 +10,9 @@
 /** Options of {@link runPipelined}. */
 export interface PipelineOptions {
   /** Calls in flight at once. @default 2 */
-  depth?: number;
+  depth?: number | undefined;
   /** Checked before each call starts; once aborted no further call starts. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 /**

@@ -11,7 +11,7 @@ import { SynapseError } from "../contract/errors.ts";
 /** Options of {@link requestSignal}. */
 export interface RequestSignalOptions {
   /** The caller's signal (HTTP client disconnect, bus Cancel). */
-  callerSignal?: AbortSignal;
+  callerSignal?: AbortSignal | undefined;
   /** Milliseconds from now until the deadline. */
   deadlineMs: number;
   /** Longest wait in ms before the request must start. */

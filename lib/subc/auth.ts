@@ -226,9 +226,9 @@ export function parseClientAuth(value: unknown): { clientAuth: Uint8Array } {
 /** Options of {@link startClientAuth}. */
 export interface StartClientAuthOptions {
   /** The unverified role label. @default {DEFAULT_CLIENT_ROLE} */
-  role?: string;
+  role?: string | undefined;
   /** The client nonce (tests pass the vectors'). @default {randomNonce()} */
-  clientNonce?: Uint8Array;
+  clientNonce?: Uint8Array | undefined;
 }
 
 /**
@@ -318,7 +318,7 @@ export interface AnswerClientHelloInput {
   /** Message 1 as parsed JSON. */
   hello: unknown;
   /** The server nonce (tests pass the vectors'). @default {randomNonce()} */
-  serverNonce?: Uint8Array;
+  serverNonce?: Uint8Array | undefined;
 }
 
 /**
@@ -424,15 +424,15 @@ export interface HandshakeOptions {
    * The one deadline of the whole handshake, in milliseconds.
    * @default {DEFAULT_AUTH_DEADLINE_MS}
    */
-  deadlineMs?: number;
+  deadlineMs?: number | undefined;
   /** Aborts the handshake (the connection is closed; the signal's reason is thrown). */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 /** Options of {@link clientHandshake}. */
 export interface ClientHandshakeOptions extends HandshakeOptions {
   /** The unverified role label. @default {DEFAULT_CLIENT_ROLE} */
-  role?: string;
+  role?: string | undefined;
 }
 
 /** Options of {@link serverHandshake}. */
@@ -444,7 +444,7 @@ export interface ServerHandshakeOptions extends HandshakeOptions {
    * a fixed nonce lets a recorded client proof be replayed.
    * @default {randomNonce()}, fresh for each handshake
    */
-  serverNonce?: Uint8Array;
+  serverNonce?: Uint8Array | undefined;
 }
 
 /**
@@ -465,9 +465,7 @@ export async function clientHandshake(
 ): Promise<{ daemonVer: string }> {
   return await underDeadline(conn, options, async (io) => {
     checkKey(options.key);
-    const { clientNonce, hello } = startClientAuth(
-      options.role === undefined ? {} : { role: options.role },
-    );
+    const { clientNonce, hello } = startClientAuth({ role: options.role });
     await io.send(hello);
     const serverProof = await io.receive("ServerProof");
     const { auth, daemonVer } = await finishClientAuth({
@@ -504,7 +502,7 @@ export async function serverHandshake(
       daemonId: options.daemonId,
       daemonVer: options.daemonVer,
       hello,
-      ...(options.serverNonce === undefined ? {} : { serverNonce: options.serverNonce }),
+      serverNonce: options.serverNonce,
     });
     await io.send(answer.proof);
     const auth = await io.receive("ClientAuth");
@@ -522,15 +520,15 @@ export async function serverHandshake(
 /** Options of {@link connectAndAuthenticate}. */
 export interface ConnectOptions {
   /** The unverified role label. @default {DEFAULT_CLIENT_ROLE} */
-  role?: string;
+  role?: string | undefined;
   /**
    * Deadline of the handshake, in milliseconds (the TCP connect runs before it, under the
    * same `signal`).
    * @default {DEFAULT_AUTH_DEADLINE_MS}
    */
-  deadlineMs?: number;
+  deadlineMs?: number | undefined;
   /** Aborts the connect or the handshake. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 /**
@@ -553,9 +551,9 @@ export async function connectAndAuthenticate(
   const { daemonVer } = await clientHandshake(conn, {
     key: info.key,
     daemonId: info.daemonId,
-    ...(options.role === undefined ? {} : { role: options.role }),
-    ...(options.deadlineMs === undefined ? {} : { deadlineMs: options.deadlineMs }),
-    ...(options.signal === undefined ? {} : { signal: options.signal }),
+    role: options.role,
+    deadlineMs: options.deadlineMs,
+    signal: options.signal,
   });
   return { conn, daemonVer };
 }

@@ -251,11 +251,11 @@ export async function readConnectionFile(
 /** Options of {@link connectionFileCandidates} and {@link discoverConnectionFile}. */
 export interface DiscoveryOptions {
   /** An explicit path (a `--subc` flag): the only candidate when given. */
-  explicit?: string;
+  explicit?: string | undefined;
   /** Environment source. @default {Deno.env.get} */
-  env?: EnvSource;
+  env?: EnvSource | undefined;
   /** The uid in the temp-dir file name. @default {Deno.uid()} */
-  uid?: number;
+  uid?: number | undefined;
 }
 
 /** The candidates of the ladder, and whether the first is exclusive. */

@@ -261,9 +261,9 @@ export interface SubcConsumerOptions {
 /** Options of {@link SubcConsumer.openRoute}. */
 export interface OpenRouteOptions {
   /** Aborts the open (and its retries); rejects with the signal's reason. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Total deadline, retries included, ms. @default the consumer's `openDeadlineMs` */
-  deadlineMs?: number;
+  deadlineMs?: number | undefined;
 }
 
 /** Options of a request ({@link SubcRoute.request}, {@link SubcRoute.call}). */
@@ -272,11 +272,11 @@ export interface SubcRequestOptions {
    * Aborts the request: a Cancel is sent, the terminal awaited (at most the consumer's
    * `cancelGraceMs`), then the call rejects with the signal's reason.
    */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Deadline of the request, ms; past it the request is cancelled as by `signal` (a TimeoutError). */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** Flag byte of the Request. @default {DATA_FLAGS} (0x02, priority interactive) */
-  flags?: number;
+  flags?: number | undefined;
 }
 
 interface PendingRequest {
@@ -378,8 +378,8 @@ export class SubcConsumer implements AsyncDisposable {
     let info = options.info;
     if (info === undefined) {
       const found = await discoverConnectionFile({
-        ...(options.connectionFile === undefined ? {} : { explicit: options.connectionFile }),
-        ...(options.env === undefined ? {} : { env: options.env }),
+        explicit: options.connectionFile,
+        env: options.env,
       });
       path = found.path;
       info = found.info;
@@ -391,8 +391,8 @@ export class SubcConsumer implements AsyncDisposable {
     let connected: { conn: Deno.TcpConn; daemonVer: string };
     try {
       connected = await connectAndAuthenticate(info, {
-        ...(options.authDeadlineMs === undefined ? {} : { deadlineMs: options.authDeadlineMs }),
-        ...(options.signal === undefined ? {} : { signal: options.signal }),
+        deadlineMs: options.authDeadlineMs,
+        signal: options.signal,
       });
     } catch (err) {
       if (err instanceof SubcWireError || options.signal?.aborted) throw err;
@@ -925,7 +925,7 @@ export class SubcRoute implements AsyncDisposable {
       });
     }
     const signal = requestSignal(options);
-    const opts = { ...options, ...(signal === undefined ? {} : { signal }), timeoutMs: undefined };
+    const opts = { ...options, signal, timeoutMs: undefined };
     if (this.#state === "gone") await this.#reopen(this.#channel, this.#epoch, signal);
     let sent = { channel: this.#channel, epoch: this.#epoch };
     let terminal = await this.#consumer.sendRequest(sent, body, opts);
@@ -995,9 +995,7 @@ export class SubcRoute implements AsyncDisposable {
     if (this.#channel !== channel || this.#epoch !== epoch) return; // someone already did
     this.#reopening ??= (async () => {
       try {
-        const next = await this.#consumer.reopen(this.target, {
-          ...(signal === undefined ? {} : { signal }),
-        });
+        const next = await this.#consumer.reopen(this.target, { signal });
         this.#channel = next.channel;
         this.#epoch = next.epoch;
         if (this.#state === "gone") this.#state = "open";

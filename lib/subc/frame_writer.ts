@@ -32,9 +32,9 @@ export interface FrameWriterOptions {
    * Queued bytes above which {@link FrameWriter.belowHighWater} waits.
    * @default {DEFAULT_HIGH_WATER_BYTES}
    */
-  highWaterBytes?: number;
+  highWaterBytes?: number | undefined;
   /** Queued bytes at or below which it resolves again. @default highWaterBytes / 2 */
-  lowWaterBytes?: number;
+  lowWaterBytes?: number | undefined;
 }
 
 /**

@@ -153,7 +153,7 @@ export class ModuleSession {
     this.#log = options.log ?? nullLog;
     this.#writer = new FrameWriter(
       options.conn,
-      options.highWaterBytes === undefined ? {} : { highWaterBytes: options.highWaterBytes },
+      { highWaterBytes: options.highWaterBytes },
     );
     this.#moduleId = options.hello.manifest.module_id;
     this.#data = new DataPlane({

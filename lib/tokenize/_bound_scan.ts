@@ -306,7 +306,7 @@ export interface UnitScannerOptions {
    * Characters before which a cut is safe (they normalize to the boundary symbol no merge
    * crosses), when the tokenizer allows cuts at all.
    */
-  cutBefore?: ReadonlySet<number>;
+  cutBefore?: ReadonlySet<number> | undefined;
 }
 
 /**

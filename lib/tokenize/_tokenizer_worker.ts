@@ -64,11 +64,9 @@ function handle(req: PoolRequest): void {
       truncate: req.truncate,
       plans: req.plans,
       itemIds: req.itemIds,
-      ...(req.fullTokenizeMaxChars === undefined
-        ? {}
-        : { fullTokenizeMaxChars: req.fullTokenizeMaxChars }),
-      ...(req.pairQuery === undefined ? {} : { pairQuery: req.pairQuery }),
-      ...(req.specialSpans === undefined ? {} : { specialSpans: req.specialSpans }),
+      fullTokenizeMaxChars: req.fullTokenizeMaxChars,
+      pairQuery: req.pairQuery,
+      specialSpans: req.specialSpans,
     });
     if (req.hash) {
       outcomes.forEach((o, i) => {

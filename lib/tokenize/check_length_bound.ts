@@ -18,20 +18,20 @@ export interface CheckLengthBoundOptions {
   /** Largest sequence the model accepts, special tokens included. */
   maxTokens: number;
   /** Truncation asked for: then only a query that leaves no room is refused. @default false */
-  truncate?: boolean;
+  truncate?: boolean | undefined;
   /** Item id named in the refusal. */
-  itemId?: string;
+  itemId?: string | undefined;
   /** The query of a (query, document) pair: `text` is then the document. */
-  pairQuery?: string;
+  pairQuery?: string | undefined;
   /** As `EncodeOptions.fullTokenizeMaxChars`. @default {max(65536, 32 × maxTokens)} */
-  fullTokenizeMaxChars?: number;
+  fullTokenizeMaxChars?: number | undefined;
   /**
    * Code units scanned per text; a text not decided within it passes (the encoder decides).
    * For a batch, share one budget: `MAIN_THREAD_SCAN_CHARS / items` (as the pool does).
    *
    * @default {MAIN_THREAD_SCAN_CHARS}
    */
-  scanLimit?: number;
+  scanLimit?: number | undefined;
 }
 
 /**

@@ -424,7 +424,7 @@ function analyzeBpe(
     byteUnits,
     maxUnitsPerToken: maxUnits,
     normalize: norm,
-    ...(cutBefore === undefined ? {} : { cutBefore }),
+    cutBefore,
   });
   return TokenBound._of(
     "units",

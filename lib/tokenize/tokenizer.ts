@@ -79,9 +79,9 @@ export interface EncodeOptions {
   /** Largest sequence the model accepts, special tokens included. */
   maxTokens: number;
   /** Cut to `maxTokens` instead of refusing with `sequence_too_long`. @default false */
-  truncate?: boolean;
+  truncate?: boolean | undefined;
   /** Item id named in a `sequence_too_long` refusal. */
-  itemId?: string;
+  itemId?: string | undefined;
   /**
    * Texts longer than this many UTF-16 code units (a pair's two texts together) are not
    * tokenized in full when a bound applies ({@link SanitizedTokenizer.bound}): one that
@@ -91,7 +91,7 @@ export interface EncodeOptions {
    *
    * @default {max(65536, 32 × maxTokens)}
    */
-  fullTokenizeMaxChars?: number;
+  fullTokenizeMaxChars?: number | undefined;
   /**
    * Spans of the text that are special tokens (see {@link SanitizedTokenizer.findSpecialTokens}):
    * each `text.slice(start, end)` is the content of one special added token and becomes its id;
@@ -99,7 +99,7 @@ export interface EncodeOptions {
    * overlapping. For a chat template's scaffolding; a text with spans is always tokenized in
    * full (no length bound applies), and cannot be the document of a pair.
    */
-  specialSpans?: readonly SpecialSpan[];
+  specialSpans?: readonly SpecialSpan[] | undefined;
 }
 
 /**
@@ -110,16 +110,16 @@ export type SpecialSpan = readonly [start: number, end: number];
 /** Options of {@link SanitizedTokenizer.encodeMany} and {@link SanitizedTokenizer.encodePairs}. */
 export interface EncodeManyOptions extends Omit<EncodeOptions, "itemId" | "specialSpans"> {
   /** Item id of each text, named in its `sequence_too_long` refusal. */
-  itemIds?: readonly (string | undefined)[];
+  itemIds?: readonly (string | undefined)[] | undefined;
   /** {@link EncodeOptions.specialSpans} of each text (none where absent). */
-  specialSpans?: readonly (readonly SpecialSpan[] | undefined)[];
+  specialSpans?: readonly (readonly SpecialSpan[] | undefined)[] | undefined;
   /**
    * Plans from {@link SanitizedTokenizer.planMany} with the same options, one per text (a
    * missing one is planned here). The text of a `prefix` plan may already be cut.
    */
-  plans?: readonly (EncodePlan | undefined)[];
+  plans?: readonly (EncodePlan | undefined)[] | undefined;
   /** The query of (query, document) pairs: every text is then a document. */
-  pairQuery?: string;
+  pairQuery?: string | undefined;
 }
 
 /** Options of {@link SanitizedTokenizer.planMany}. */
@@ -129,19 +129,19 @@ export interface PlanManyOptions extends Omit<EncodeManyOptions, "plans"> {
    *
    * @default {Infinity}
    */
-  scanLimit?: number;
+  scanLimit?: number | undefined;
 }
 
 /** Options of {@link SanitizedTokenizer.planEncode}. */
 export interface PlanEncodeOptions extends EncodeOptions {
   /** The query of a (query, document) pair; `text` is then the document. */
-  pairQuery?: string;
+  pairQuery?: string | undefined;
   /**
    * Scan at most about this many UTF-16 code units per text; past it the plan is `undecided`.
    *
    * @default {Infinity}
    */
-  scanLimit?: number;
+  scanLimit?: number | undefined;
 }
 
 /**

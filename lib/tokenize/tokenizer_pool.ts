@@ -58,11 +58,11 @@ export interface PoolEncodeOptions {
   /** Largest sequence the model accepts, special tokens included. */
   maxTokens: number;
   /** Cut to `maxTokens` instead of refusing with `sequence_too_long`. @default false */
-  truncate?: boolean;
+  truncate?: boolean | undefined;
   /** Item id of each text, named in its `sequence_too_long` refusal. */
-  itemIds?: readonly (string | undefined)[];
+  itemIds?: readonly (string | undefined)[] | undefined;
   /** See {@link EncodeOptions.fullTokenizeMaxChars}. @default {max(65536, 32 × maxTokens)} */
-  fullTokenizeMaxChars?: number;
+  fullTokenizeMaxChars?: number | undefined;
   /**
    * Also compute each served item's `submittedSha256` (hex SHA-256 of its UTF-8 text, the
    * envelope's `submitted_sha256`) where the tokenizing happens, so hashing a 50 MiB text does
@@ -70,17 +70,17 @@ export interface PoolEncodeOptions {
    *
    * @default {false}
    */
-  submittedSha256?: boolean;
+  submittedSha256?: boolean | undefined;
   /**
    * {@link EncodeOptions.specialSpans} of each text: the spans that are special tokens (a chat
    * template's scaffolding). Texts are plain text everywhere else, and entirely without it.
    */
-  specialSpans?: readonly (readonly SpecialSpan[] | undefined)[];
+  specialSpans?: readonly (readonly SpecialSpan[] | undefined)[] | undefined;
   /**
    * Aborts the call: a queued batch is dropped; a running one stops its worker (which is
    * replaced). The promise rejects with `signal.reason`.
    */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 /** Default worker count: half the cores, at least 1, at most 4. */
@@ -272,8 +272,8 @@ export class TokenizerPool implements AsyncDisposable {
     // Cheap and bounded: refusals by length, truncation cuts.
     const planned = tokenizer.planMany(texts, {
       ...common,
-      ...(options.itemIds === undefined ? {} : { itemIds: options.itemIds }),
-      ...(options.specialSpans === undefined ? {} : { specialSpans: options.specialSpans }),
+      itemIds: options.itemIds,
+      specialSpans: options.specialSpans,
       scanLimit: Math.max(1 << 16, Math.floor(this.scanLimit / Math.max(1, texts.length))),
     });
     const hash = options.submittedSha256 === true;
@@ -335,7 +335,7 @@ export class TokenizerPool implements AsyncDisposable {
   async tokenizeTexts(
     tokenizer: SanitizedTokenizer,
     texts: readonly string[],
-    options: { addSpecial: boolean; signal?: AbortSignal },
+    options: { addSpecial: boolean; signal?: AbortSignal | undefined },
   ): Promise<TokenizedText[]> {
     this.#ensureNotDisposed();
     options.signal?.throwIfAborted();

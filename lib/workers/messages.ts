@@ -37,7 +37,7 @@ const maxFrame = z.int().min(1).max(U32_MAX);
 const engineIdentity = z.strictObject({
   engine: z.string().min(1),
   version: z.string(),
-  build_flags: z.record(z.string(), z.string()).optional(),
+  build_flags: z.record(z.string(), z.string()).exactOptional(),
 });
 
 /** Pooling as the worker wire spells it (docs/internals.md §7; `last` = last token). */

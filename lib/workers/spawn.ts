@@ -92,34 +92,34 @@ export interface WorkerStartOptions {
   runtimeDir: string;
   launch: WorkerLaunch;
   /** When set, HELLO's `engine.version` must equal it. */
-  expectedVersion?: string;
+  expectedVersion?: string | undefined;
   /**
    * When set, HELLO's `engine.build_flags` must equal it (a restarted worker must have the
    * identity the model's fingerprint was computed with).
    */
-  expectedBuildFlags?: Record<string, string>;
+  expectedBuildFlags?: Record<string, string> | undefined;
   /**
    * ms to wait for the worker to connect (config `worker.start_timeout_ms`).
    * @default {DEFAULT_WORKER_START_TIMEOUT_MS}
    */
-  acceptTimeoutMs?: number;
+  acceptTimeoutMs?: number | undefined;
   /**
    * ms to wait for HELLO once connected (config `worker.start_timeout_ms`).
    * @default {DEFAULT_WORKER_START_TIMEOUT_MS}
    */
-  helloTimeoutMs?: number;
+  helloTimeoutMs?: number | undefined;
   /**
    * ms a worker has to answer a request it was sent CANCEL for; past it the worker is killed
    * (`engine_crashed` `{reason: "cancel_timeout"}`, counted as a crash).
    * @default {DEFAULT_CANCEL_GRACE_MS} (5000)
    */
-  cancelGraceMs?: number;
+  cancelGraceMs?: number | undefined;
   /** Our largest frame in bytes. @default 64 MiB */
-  maxFrameBytes?: number;
+  maxFrameBytes?: number | undefined;
   /** Each line the worker writes on stdout or stderr, as it arrives. */
-  onLogLine?: (line: string, stream: "stdout" | "stderr") => void;
+  onLogLine?: ((line: string, stream: "stdout" | "stderr") => void) | undefined;
   /** Module log for the connection's own debug lines (a stray TEXT_PART). @default none */
-  log?: LogSink;
+  log?: LogSink | undefined;
 }
 
 /**

@@ -67,13 +67,13 @@ export interface SupervisedWorkerOptions {
   /** Crash budget key: the canonical runtime config. */
   key: string;
   /** @default {DEFAULT_CRASH_BUDGET} */
-  budget?: CrashBudget;
+  budget?: CrashBudget | undefined;
   /** Wall clock, ms. @default Date.now */
-  now?: () => number;
+  now?: (() => number) | undefined;
   /** Called after each crash (already counted) with the crash error. */
-  onCrash?: (err: SynapseError, status: SupervisorStatus) => void;
+  onCrash?: ((err: SynapseError, status: SupervisorStatus) => void) | undefined;
   /** Called after each worker start that succeeded (`status.generation` counts starts). */
-  onStart?: (status: SupervisorStatus) => void;
+  onStart?: ((status: SupervisorStatus) => void) | undefined;
 }
 
 /**

@@ -176,7 +176,12 @@ Deno.test("probeMachineProfile() follows the non-macOS column", async () => {
 });
 
 Deno.test("probeMachineProfile() maps the arch to Rust names", async () => {
-  for (const [deno, rust] of [["x86_64", "x86_64"], ["aarch64", "aarch64"], ["arm64", "aarch64"]]) {
+  const cases: [deno: string, rust: string][] = [
+    ["x86_64", "x86_64"],
+    ["aarch64", "aarch64"],
+    ["arm64", "aarch64"],
+  ];
+  for (const [deno, rust] of cases) {
     const profile = await probeMachineProfile({
       env: {},
       run: fakeRunner(LINUX).run,

@@ -112,7 +112,7 @@ Deno.test("readLogSettings() reads CK_LOG_MAX_AGE_DAYS and CK_LOG_ALARM_SEGMENT_
 });
 
 Deno.test("withBound() adds bracket context; retarget() writes under one logger with fields first", () => {
-  const seen: [LogLevel, string, string, LogFields?, LogFields?][] = [];
+  const seen: [LogLevel, string, string, LogFields | undefined, LogFields | undefined][] = [];
   const sink: LogSink = (l, t, m, f, b) => seen.push([l, t, m, f, b]);
   const session = withBound(sink, { session: "cli:1" });
   session("info", "synapse.http", "a", { n: 1 });

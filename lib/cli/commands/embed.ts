@@ -122,7 +122,7 @@ async function runEmbed(args: string[], io: CliIO): Promise<number> {
       requestKey: key,
       model: values.model,
       truncate: values.truncate ?? false,
-      ...(dimensions === undefined ? {} : { dimensions }),
+      dimensions,
       routing,
       out: values.out,
       url: values.url,

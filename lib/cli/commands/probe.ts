@@ -211,8 +211,8 @@ async function runProbe(args: string[], io: CliIO): Promise<number> {
       client,
       {
         models: values.model ?? [],
-        ...(deadlineMs === undefined ? {} : { deadlineMs }),
-        ...(requestKey === undefined ? {} : { requestKey }),
+        deadlineMs,
+        requestKey,
       },
       io,
       { json, progress: json ? "off" : "lines" },
@@ -251,8 +251,8 @@ export interface ProbeRunRequest {
    * The job's deadline, ms from admission. @default {@link PROBE_TIMEOUT_MS} per lane to probe
    * (the models named, else the lanes `probe.report` says need a certificate)
    */
-  deadlineMs?: number;
-  requestKey?: string;
+  deadlineMs?: number | undefined;
+  requestKey?: string | undefined;
 }
 
 /** Options of {@link runAndFollow}. */

@@ -463,7 +463,7 @@ export async function certifyAfterPull(
   const { followProbe } = await import("./probe.ts");
   const req = {
     models: [modelId],
-    ...(probeDeadlineMs === undefined ? {} : { deadlineMs: probeDeadlineMs }),
+    deadlineMs: probeDeadlineMs,
   };
   const out = await followProbe(client, req, io, {
     progress: json ? "off" : "lines",

@@ -132,7 +132,7 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
     // The subc door (lib/doors/bus.ts): the module session, with --http beside it if given.
     const http = values.http === undefined ? undefined : parseListen(values.http);
     const { serveSubc } = await import("../_serve_subc.ts");
-    return await serveSubc(values.subc, { ...(http ? { http } : {}), json: values.json }, io);
+    return await serveSubc(values.subc, { http, json: values.json }, io);
   }
   if (values.http === undefined) throw new UsageError("Cannot serve: give --http HOST:PORT");
   const listen = parseListen(values.http);

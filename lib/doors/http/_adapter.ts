@@ -43,7 +43,7 @@ export function promptHeader(d: PromptDisclosure): string {
 export interface AdapterRecord {
   op?: string;
   params?: unknown;
-  facts?: RequestFacts;
+  facts?: RequestFacts | undefined;
 }
 
 /** What the server lends a door for one request. */
@@ -250,7 +250,7 @@ export async function embedAllOrNothing(
   params: { texts: string[]; model?: string; truncate?: boolean },
   options: {
     maxInputs: number;
-    dimensions?: number | null;
+    dimensions?: number | null | undefined;
     list: string;
     /** The door's prompt selector (TEI `prompt_name`, Jina `task`, Cohere `input_type`). */
     prompt?: PromptSelector;

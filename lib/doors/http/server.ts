@@ -476,7 +476,7 @@ interface RequestRecord {
   /** The params the operation got (counted, never logged). */
   params?: unknown;
   /** The outcome's facts (model, items, tokens, times). */
-  facts?: RequestFacts;
+  facts?: RequestFacts | undefined;
   /** The error it was answered with, when it did not reach or finish an operation. */
   error?: SynapseError;
   /** Set for a response that streams past the handler: the log line waits for it. */

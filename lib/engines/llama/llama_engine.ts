@@ -141,18 +141,16 @@ export class LlamaEngine implements Engine {
     const target = `worker.llama.${spec.modelId}`;
     this.worker = new SupervisedWorker({
       key: canonicalRuntimeConfig(spec),
-      ...(options.crashBudget === undefined ? {} : { budget: options.crashBudget }),
-      ...(options.now === undefined ? {} : { now: options.now }),
+      budget: options.crashBudget,
+      now: options.now,
       start: {
         engine: "llama.cpp-worker",
         workerId: options.workerId ?? `llama:${spec.modelId}`,
         runtimeDir: options.runtimeDir,
         launch: options.launch,
-        ...(options.acceptTimeoutMs === undefined
-          ? {}
-          : { acceptTimeoutMs: options.acceptTimeoutMs }),
-        ...(options.helloTimeoutMs === undefined ? {} : { helloTimeoutMs: options.helloTimeoutMs }),
-        ...(options.cancelGraceMs === undefined ? {} : { cancelGraceMs: options.cancelGraceMs }),
+        acceptTimeoutMs: options.acceptTimeoutMs,
+        helloTimeoutMs: options.helloTimeoutMs,
+        cancelGraceMs: options.cancelGraceMs,
         log,
         onLogLine: (line, stream) => {
           const dropped = limiter.admit();

@@ -21,7 +21,7 @@ interface Loaded {
   /** Whether quiet runs get a twin session (created by the first of them). */
   quietTwin: boolean;
   /** The twin: one thread, so nothing spins; runs while another thread is busy on the cores. */
-  quiet?: ort.InferenceSession;
+  quiet?: ort.InferenceSession | undefined;
   task: OrtTask;
   pooling: Pooling;
   normalize: boolean;

@@ -58,12 +58,12 @@ export interface OrtRunResult {
 /** Options of {@link OrtThread}. */
 export interface OrtThreadOptions {
   /** onnxruntime intra-op threads. @default navigator.hardwareConcurrency */
-  intraOpThreads?: number;
+  intraOpThreads?: number | undefined;
   /**
    * Let intra-op threads spin-wait between runs: best when this thread has the cores to itself,
    * wasteful when two threads share them. @default true
    */
-  allowSpinning?: boolean;
+  allowSpinning?: boolean | undefined;
   /**
    * Give every model a second session whose threads never spin, for runs made while another
    * thread is busy on the same cores (`run(..., {quiet: true})`): a spinning session is fastest
@@ -72,19 +72,19 @@ export interface OrtThreadOptions {
    * arena its runs need, until {@link OrtThreadOptions.quietTwinIdleMs} releases it.
    * @default false
    */
-  quietTwin?: boolean;
+  quietTwin?: boolean | undefined;
   /**
    * Milliseconds without a quiet run after which the thread releases its quiet twins (the next
    * quiet run creates them again). `Infinity` keeps them. @default 60_000
    */
-  quietTwinIdleMs?: number;
+  quietTwinIdleMs?: number | undefined;
   /**
    * Milliseconds without any request after which the thread unloads every model, keeping what it
    * needs to load them again: the next run of a model pays its cold load (session creation and
    * warm-up) first. For a thread whose work comes in bursts, such as durable jobs, so its sessions
    * hold memory only while work arrives. `Infinity` keeps models loaded. @default Infinity
    */
-  idleUnloadMs?: number;
+  idleUnloadMs?: number | undefined;
   /**
    * Nice value (0 … 19) for this thread's engine threads on Linux, so another thread's work runs
    * first when both share the cores. The worker thread lowers itself before it creates its
@@ -93,9 +93,9 @@ export interface OrtThreadOptions {
    * the model loads all the same, {@link OrtThread.load} reports the nice value actually in force,
    * and the thread logs a `warn` line once per worker thread. @default 0
    */
-  niceness?: number;
+  niceness?: number | undefined;
   /** Module log (the priority warning above). @default stderrLog */
-  log?: LogSink;
+  log?: LogSink | undefined;
 }
 
 /** Options of {@link OrtThread.run}. */

@@ -15,13 +15,13 @@ export const ORT_BULK_NICENESS = 10;
 /** Options of {@link createOrtThreads}. */
 export interface OrtThreadsOptions {
   /** onnxruntime intra-op threads of each thread. @default navigator.hardwareConcurrency */
-  intraOpThreads?: number;
+  intraOpThreads?: number | undefined;
   /** Milliseconds without a quiet run before the interactive thread drops its quiet twins. @default 60_000 */
-  quietTwinIdleMs?: number;
+  quietTwinIdleMs?: number | undefined;
   /** Milliseconds without work before the bulk thread unloads its models. @default 60_000 */
-  bulkIdleUnloadMs?: number;
+  bulkIdleUnloadMs?: number | undefined;
   /** Module log. @default stderrLog */
-  log?: LogSink;
+  log?: LogSink | undefined;
 }
 
 /** The two threads; dispose both when done. */
@@ -57,10 +57,7 @@ export interface OrtThreads {
  * ```
  */
 export function createOrtThreads(options: OrtThreadsOptions = {}): OrtThreads {
-  const common = {
-    ...(options.intraOpThreads === undefined ? {} : { intraOpThreads: options.intraOpThreads }),
-    ...(options.log === undefined ? {} : { log: options.log }),
-  };
+  const common = { intraOpThreads: options.intraOpThreads, log: options.log };
   const interactive = new OrtThread({
     ...common,
     allowSpinning: true,
