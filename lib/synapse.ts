@@ -177,23 +177,23 @@ export const DECODE_WORKER_NICE = 5;
 
 /** Worker options of a {@link Synapse} (from {@link SynapseOptions}). */
 export interface SynapseWorkerOptions {
-  log?: LogSink;
-  llamaWorkerArgs?: string[];
-  workerHandshakeTimeoutMs?: number;
-  workerRequestTimeoutMs?: number;
-  workerGenerateTimeoutMs?: number;
-  loadRetryBaseMs?: number;
+  log?: LogSink | undefined;
+  llamaWorkerArgs?: string[] | undefined;
+  workerHandshakeTimeoutMs?: number | undefined;
+  workerRequestTimeoutMs?: number | undefined;
+  workerGenerateTimeoutMs?: number | undefined;
+  loadRetryBaseMs?: number | undefined;
   /** Model cache root, catalog and download idle timeout ({@link SynapseOptions}). */
-  modelCacheRoot?: string;
-  env?: EnvSource;
-  catalog?: readonly CatalogModel[];
-  downloadIdleTimeoutMs?: number;
+  modelCacheRoot?: string | undefined;
+  env?: EnvSource | undefined;
+  catalog?: readonly CatalogModel[] | undefined;
+  downloadIdleTimeoutMs?: number | undefined;
   /** {@link SynapseOptions.selfCheckCeilingMs}. */
-  selfCheckCeilingMs?: number;
+  selfCheckCeilingMs?: number | undefined;
   /** {@link SynapseOptions.loadModels}. */
-  loadModels?: boolean;
+  loadModels?: boolean | undefined;
   /** {@link SynapseOptions.testHooks}. */
-  testHooks?: RegistryTestHooks;
+  testHooks?: RegistryTestHooks | undefined;
 }
 
 /** A running Synapse instance. */
@@ -541,11 +541,11 @@ export class Synapse implements AsyncDisposable {
         door: options.door ?? "embedded",
         outcome: facts.outcome,
         seconds: (performance.now() - started) / 1000,
-        ...(scope.lane === undefined ? {} : { lane: scope.lane }),
-        ...(scope.cls === undefined ? {} : { cls: scope.cls }),
-        ...(facts.queue_ms === undefined ? {} : { queueSeconds: facts.queue_ms / 1000 }),
-        ...(facts.tokens === undefined ? {} : { tokens: facts.tokens }),
-        ...(model === undefined ? {} : { model }),
+        lane: scope.lane,
+        cls: scope.cls,
+        queueSeconds: facts.queue_ms === undefined ? undefined : facts.queue_ms / 1000,
+        tokens: facts.tokens,
+        model,
       });
       // The door's request log takes the same facts: worked out once per call.
       options.onFacts?.(facts);
@@ -759,33 +759,19 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
   let syn: Synapse;
   try {
     syn = new Synapse(config, store, sources, options.now ?? Date.now, machine, leases, {
-      ...(options.log === undefined ? {} : { log: options.log }),
-      ...(options.llamaWorkerArgs === undefined
-        ? {}
-        : { llamaWorkerArgs: options.llamaWorkerArgs }),
-      ...(options.workerHandshakeTimeoutMs === undefined
-        ? {}
-        : { workerHandshakeTimeoutMs: options.workerHandshakeTimeoutMs }),
-      ...(options.workerRequestTimeoutMs === undefined
-        ? {}
-        : { workerRequestTimeoutMs: options.workerRequestTimeoutMs }),
-      ...(options.workerGenerateTimeoutMs === undefined
-        ? {}
-        : { workerGenerateTimeoutMs: options.workerGenerateTimeoutMs }),
-      ...(options.loadRetryBaseMs === undefined
-        ? {}
-        : { loadRetryBaseMs: options.loadRetryBaseMs }),
-      ...(options.modelCacheRoot === undefined ? {} : { modelCacheRoot: options.modelCacheRoot }),
-      ...(options.env === undefined ? {} : { env: options.env }),
-      ...(options.catalog === undefined ? {} : { catalog: options.catalog }),
-      ...(options.downloadIdleTimeoutMs === undefined
-        ? {}
-        : { downloadIdleTimeoutMs: options.downloadIdleTimeoutMs }),
-      ...(options.loadModels === undefined ? {} : { loadModels: options.loadModels }),
-      ...(options.selfCheckCeilingMs === undefined
-        ? {}
-        : { selfCheckCeilingMs: options.selfCheckCeilingMs }),
-      ...(options.testHooks === undefined ? {} : { testHooks: options.testHooks }),
+      log: options.log,
+      llamaWorkerArgs: options.llamaWorkerArgs,
+      workerHandshakeTimeoutMs: options.workerHandshakeTimeoutMs,
+      workerRequestTimeoutMs: options.workerRequestTimeoutMs,
+      workerGenerateTimeoutMs: options.workerGenerateTimeoutMs,
+      loadRetryBaseMs: options.loadRetryBaseMs,
+      modelCacheRoot: options.modelCacheRoot,
+      env: options.env,
+      catalog: options.catalog,
+      downloadIdleTimeoutMs: options.downloadIdleTimeoutMs,
+      loadModels: options.loadModels,
+      selfCheckCeilingMs: options.selfCheckCeilingMs,
+      testHooks: options.testHooks,
     });
   } catch (err) {
     // Nothing may leak from a failed start: the store and both leases go with it.

@@ -264,8 +264,8 @@ export async function openClient(
     const { BusClient } = await import("./client.ts");
     const env = io.synapseOptions?.env;
     return new BusClient(flags.subc, {
-      ...(env === undefined ? {} : { env }),
-      ...(io.signal === undefined ? {} : { signal: io.signal }),
+      env,
+      signal: io.signal,
     });
   }
   const target = await findServer(flags.url, io);
@@ -273,7 +273,7 @@ export async function openClient(
   if (target !== undefined) {
     return await HttpClient.open(target.url, {
       source: target.source,
-      ...(target.key === undefined ? {} : { key: target.key }),
+      key: target.key,
     });
   }
   const options = io.synapseOptions ?? {};

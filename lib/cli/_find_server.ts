@@ -24,7 +24,7 @@ export interface ServerTarget {
   /** Where the URL came from. */
   source: ServerSource;
   /** The owner key to send (the serve record's `key_file`), when this is the recorded server. */
-  key?: string;
+  key?: string | undefined;
 }
 
 /**
@@ -59,7 +59,7 @@ export async function findServer(
     return {
       url: found.url,
       source: { record: found.record, pid: found.pid },
-      ...(key === undefined ? {} : { key }),
+      key,
     };
   }
   return undefined;

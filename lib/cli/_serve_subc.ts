@@ -50,7 +50,7 @@ export async function serveSubc(
   const injected = io.synapseOptions?.log;
   const moduleLog = injected === undefined
     ? createModuleLog({
-      ...(io.synapseOptions?.env === undefined ? {} : { env: io.synapseOptions.env }),
+      env: io.synapseOptions?.env,
       onInvalid: "warn",
     })
     : undefined;

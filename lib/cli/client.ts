@@ -147,7 +147,7 @@ export interface HttpClientOptions {
   /** Where the URL came from, named in errors. @default "--url" */
   source?: ServerSource;
   /** The owner's key, sent as `Authorization: Bearer` (only to the recorded server). */
-  key?: string;
+  key?: string | undefined;
 }
 
 /** A client over a running server's `POST /v1/ops/<method>`. */
@@ -300,9 +300,9 @@ function connectionFailed(url: URL, source: ServerSource, err: unknown): ClientO
 /** Options of {@link BusClient}. */
 export interface BusClientOptions {
   /** Environment source (`SUBC_CONNECTION_FILE` and the ladder, `SUBC_MODULE_ID`). */
-  env?: EnvSource;
+  env?: EnvSource | undefined;
   /** Stops a route.open still retrying (the command's signal). */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 /**
@@ -406,7 +406,7 @@ export class BusClient implements SynapseClient {
     });
     try {
       const route = await consumer.openRoute(subcModuleId(env), {
-        ...(this.#options.signal === undefined ? {} : { signal: this.#options.signal }),
+        signal: this.#options.signal,
       });
       this.#connected = { consumer, route };
       return this.#connected;

@@ -119,9 +119,7 @@ export async function runSubcModule(options: SubcModuleOptions): Promise<Session
     const endpoint = info.endpoints[0]!;
     let conn: Deno.TcpConn;
     try {
-      ({ conn } = await connectAndAuthenticate(info, {
-        ...(options.signal === undefined ? {} : { signal: options.signal }),
-      }));
+      ({ conn } = await connectAndAuthenticate(info, { signal: options.signal }));
     } catch (err) {
       if (err instanceof SubcWireError) throw err;
       // Stopped while connecting: nothing was registered, nothing to drain.

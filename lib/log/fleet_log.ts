@@ -29,7 +29,7 @@ export const FILE_RETRY_MS = 60_000;
 /** Options of {@link createFleetLog}. */
 export interface FleetLogOptions extends LogEnvOptions {
   /** Environment of `CK_LOG*` and the data home. @default Deno.env */
-  env?: EnvSource;
+  env?: EnvSource | undefined;
   /**
    * The logs directory; undefined with `file: false`.
    * @default `<data_home>/cortexkit/synapse/logs`

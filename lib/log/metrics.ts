@@ -168,15 +168,15 @@ export interface CallRecord {
   /** Wall time from the call to its outcome, seconds. */
   seconds: number;
   /** Lane that served it (`none` when it never reached one). */
-  lane?: string;
+  lane?: string | undefined;
   /** That lane's queue class. */
-  cls?: string;
+  cls?: string | undefined;
   /** Time from admission to the start on the engine, seconds, when the result says. */
-  queueSeconds?: number;
+  queueSeconds?: number | undefined;
   /** Tokens read and generated, when the result says. */
-  tokens?: number;
+  tokens?: number | undefined;
   /** A loaded model's id (never an unknown id a caller sent). */
-  model?: string;
+  model?: string | undefined;
 }
 
 /** Options of {@link Metrics}. */

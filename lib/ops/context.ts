@@ -80,7 +80,7 @@ export interface OpContext {
 /** Per-call options every operation takes. */
 export interface CallOptions {
   /** Aborts the call (client went away). */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /**
    * The door the call came through, for the `door` label of `synapse_requests_total`; set by a
    * door, never read from the wire. @default "embedded"
@@ -183,14 +183,14 @@ export interface EmbedCallOptions {
    * durable job or a refusal, up to this many items. Queries and other inline requests take
    * their turn between chunks. Ignored when the call has a `request_key`.
    */
-  inlineChunksUpTo?: number;
+  inlineChunksUpTo?: number | undefined;
   /**
    * The door's `dimensions` (OpenAI, TEI, Ollama): serve vectors this wide — the model's own
    * width, or one of its declared `matryoshka_dims` (a derived space with its own fingerprint,
    * lib/models/matryoshka.ts); any other width is refused with `invalid_request` naming
    * `dimensions` and the allowed widths.
    */
-  requiredDims?: number;
+  requiredDims?: number | undefined;
   /**
    * Stop at the first refused item (its texts are checked before any engine work; later chunks
    * are not run) and answer what was refused: the caller refuses the whole request anyway.
@@ -200,5 +200,5 @@ export interface EmbedCallOptions {
    * The request's prompt selector (`input_type` / `prompt_name`, or a door's mapping of its own
    * field: TEI `prompt_name`, Jina `task`, Cohere `input_type`); see lib/models/prompts.ts.
    */
-  prompt?: PromptSelector;
+  prompt?: PromptSelector | undefined;
 }

@@ -18,7 +18,7 @@ export interface FactsOptions {
    */
   allOrNothing?: boolean;
   /** The caller's signal: aborted when the call ends means the caller went away (`cancelled`). */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 /**
@@ -27,11 +27,11 @@ export interface FactsOptions {
  * @param options The call options the door passed to `Synapse.call`.
  */
 export function factsOptions(
-  options: { signal?: AbortSignal; embed?: { allOrNothing?: boolean } } | undefined,
+  options: { signal?: AbortSignal | undefined; embed?: { allOrNothing?: boolean } } | undefined,
 ): FactsOptions {
   return {
     ...(options?.embed?.allOrNothing ? { allOrNothing: true } : {}),
-    ...(options?.signal === undefined ? {} : { signal: options.signal }),
+    signal: options?.signal,
   };
 }
 

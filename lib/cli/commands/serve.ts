@@ -150,7 +150,7 @@ async function runServe(args: string[], io: CliIO): Promise<number> {
     const injected = io.synapseOptions?.log;
     moduleLog = injected === undefined
       ? createModuleLog({
-        ...(io.synapseOptions?.env === undefined ? {} : { env: io.synapseOptions.env }),
+        env: io.synapseOptions?.env,
       })
       : undefined;
     synapse = await createSynapse({

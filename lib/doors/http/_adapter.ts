@@ -23,9 +23,9 @@ export interface AdapterAnswer {
   body: unknown;
   error?: SynapseError;
   /** The fingerprint of the result, for `x-synapse-fingerprint`. */
-  fingerprint?: string;
+  fingerprint?: string | undefined;
   /** The embed answer's prompt disclosure, for `x-synapse-prompt` ({@link promptHeader}). */
-  prompt?: PromptDisclosure;
+  prompt?: PromptDisclosure | undefined;
 }
 
 /**
@@ -253,17 +253,15 @@ export async function embedAllOrNothing(
     dimensions?: number | null | undefined;
     list: string;
     /** The door's prompt selector (TEI `prompt_name`, Jina `task`, Cohere `input_type`). */
-    prompt?: PromptSelector;
+    prompt?: PromptSelector | undefined;
   },
 ): Promise<{ result: EmbedResult } | { error: SynapseError }> {
   const outcome = await callOp(io, "embed.batch", params, {
     embed: {
       inlineChunksUpTo: options.maxInputs,
       allOrNothing: true,
-      ...(options.prompt === undefined ? {} : { prompt: options.prompt }),
-      ...(options.dimensions === undefined || options.dimensions === null
-        ? {}
-        : { requiredDims: options.dimensions }),
+      prompt: options.prompt,
+      requiredDims: options.dimensions ?? undefined,
     },
   });
   const err = outcomeError(outcome, (i) => `${options.list}.${i}`);

@@ -148,7 +148,7 @@ async function cohereEmbed(io: AdapterIo, v2: boolean): Promise<AdapterAnswer> {
     maxInputs: COHERE_MAX_TEXTS,
     dimensions: p.output_dimension,
     list: "texts",
-    ...(prompt === undefined ? {} : { prompt }),
+    prompt,
   });
   if ("error" in served) return cohereEmbedError(served.error);
   const res = served.result;
@@ -176,7 +176,7 @@ async function cohereEmbed(io: AdapterIo, v2: boolean): Promise<AdapterAnswer> {
   return {
     status: 200,
     fingerprint: res.fingerprint,
-    ...(res.prompt === undefined ? {} : { prompt: res.prompt }),
+    prompt: res.prompt,
     body: {
       id: crypto.randomUUID(),
       embeddings: v2 ? { float: vectors } : vectors,

@@ -116,12 +116,12 @@ export function embeddingsCall(body: unknown, signal?: AbortSignal): EmbeddingsC
   return {
     params: { texts, ...(p.model === undefined ? {} : { model: p.model }) },
     options: {
-      ...(signal === undefined ? {} : { signal }),
+      signal,
       embed: {
         inlineChunksUpTo: OPENAI_MAX_INPUTS,
         allOrNothing: true,
-        ...(p.dimensions === undefined ? {} : { requiredDims: p.dimensions }),
-        ...(p.task === undefined ? {} : { prompt: jinaTaskSelector(p.task) }),
+        requiredDims: p.dimensions,
+        prompt: p.task === undefined ? undefined : jinaTaskSelector(p.task),
       },
     },
     single,
@@ -150,9 +150,9 @@ export interface OpenAiAnswer {
   body: unknown;
   error?: SynapseError;
   /** The fingerprint of the vectors, for `x-synapse-fingerprint`. */
-  fingerprint?: string;
+  fingerprint?: string | undefined;
   /** The prompt disclosure, for `x-synapse-prompt`. */
-  prompt?: PromptDisclosure;
+  prompt?: PromptDisclosure | undefined;
 }
 
 /**
@@ -249,7 +249,7 @@ export function embeddingsAnswer(outcome: OpOutcome, call: EmbeddingsCall): Open
     status: 200,
     body,
     fingerprint: res.fingerprint,
-    ...(res.prompt === undefined ? {} : { prompt: res.prompt }),
+    prompt: res.prompt,
   };
 }
 

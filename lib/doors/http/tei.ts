@@ -149,9 +149,9 @@ async function teiEmbed(io: AdapterIo): Promise<AdapterAnswer> {
     maxInputs: TEI_MAX_INPUTS,
     dimensions: p.dimensions,
     list: "inputs",
-    ...(p.prompt_name === undefined || p.prompt_name === null
-      ? {}
-      : { prompt: { prompt_name: p.prompt_name } }),
+    prompt: p.prompt_name === undefined || p.prompt_name === null
+      ? undefined
+      : { prompt_name: p.prompt_name },
   });
   if ("error" in served) return teiErrorOf(served.error, single);
   const res = served.result;
@@ -159,7 +159,7 @@ async function teiEmbed(io: AdapterIo): Promise<AdapterAnswer> {
     status: 200,
     body: res.vectors.map((v) => v.vector),
     fingerprint: res.fingerprint,
-    ...(res.prompt === undefined ? {} : { prompt: res.prompt }),
+    prompt: res.prompt,
   };
 }
 

@@ -127,7 +127,7 @@ async function teiTokenize(io: AdapterIo, body: unknown): Promise<AdapterAnswer>
     body: out,
     fingerprint: r.result.fingerprint,
     // The prompt chosen, in x-synapse-prompt, as TEI /embed discloses it.
-    ...(r.result.prompt === undefined ? {} : { prompt: r.result.prompt }),
+    prompt: r.result.prompt,
   };
 }
 
@@ -151,7 +151,7 @@ async function teiDecode(io: AdapterIo): Promise<AdapterAnswer> {
   return {
     status: 200,
     body: texts,
-    ...(fingerprint === undefined ? {} : { fingerprint }),
+    fingerprint,
   };
 }
 
