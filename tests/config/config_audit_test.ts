@@ -48,10 +48,10 @@ const READ_BY: Readonly<Record<string, { file: string; code: string }>> = {
     file: "lib/synapse.ts",
     code: "config.inline.max_concurrent_workers",
   },
-  "http.max_body_bytes": { file: "lib/doors/http/server.ts", code: "?.http?.max_body_bytes" },
+  "http.max_body_bytes": { file: "lib/doors/http/server.ts", code: "?.http.max_body_bytes" },
   "http.require_key_for_queries": {
     file: "lib/doors/http/server.ts",
-    code: "?.http?.require_key_for_queries",
+    code: "?.http.require_key_for_queries",
   },
   "http.header_timeout_ms": { file: "lib/doors/http/server.ts", code: "= http.header_timeout_ms" },
   "http.body_timeout_ms": { file: "lib/doors/http/server.ts", code: "= http.body_timeout_ms" },
