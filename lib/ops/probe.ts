@@ -244,6 +244,8 @@ export function probeStart(ctx: OpContext, rawParams: unknown): ProbeJobAccepted
         retentionMs: ctx.config.jobs.result_retention_ttl_ms,
         resumeMs: ctx.config.jobs.resume_deadline_ms,
       },
+      // probe.start is the owner's: naming the job that holds a key reveals nothing to others.
+      revealConflictingJob: true,
     });
   let key = p.request_key ?? defaultKey(ctx, models.map((m) => m.model));
   let outcome = admit(key);

@@ -153,7 +153,8 @@ export class JobStore {
    * @returns The job and whether it was attached.
    * @throws {SynapseError} `invalid_request` (details `{field: "request_key", bytes, max_bytes}`)
    * when the key is empty or longer than 256 UTF-8 bytes; `idempotency_conflict` (details
-   * `{request_key, job_id}`) when a retained job holds the key under another digest;
+   * `{request_key}`, plus `job_id` with `revealConflictingJob`) when a retained job holds the
+   *   key under another digest;
    * `store_failure`; `disposed`.
    * @throws {TypeError} when a field has the wrong type or `params` cannot be serialized.
    * @throws {RangeError} when a count or TTL is not a non-negative integer.
@@ -190,10 +191,18 @@ export class JobStore {
         const job = this.#overlay(rowToJob(newest));
         if (isRetained(job, now)) {
           if (job.requestDigest !== input.requestDigest) {
+            // A query's job is read by its id: only the owner's operations learn whose it is.
+            const reveal = input.revealConflictingJob === true;
             throw new SynapseError(
               "idempotency_conflict",
-              `Cannot admit job: request_key '${input.requestKey}' is bound to job ${job.jobId} with another request digest`,
-              { details: { request_key: input.requestKey, job_id: job.jobId } },
+              reveal
+                ? `Cannot admit job: request_key '${input.requestKey}' is bound to job ${job.jobId} with another request digest`
+                : `Cannot admit job: request_key '${input.requestKey}' is bound to another request; use a new key, or resend exactly the original request`,
+              {
+                details: reveal
+                  ? { request_key: input.requestKey, job_id: job.jobId }
+                  : { request_key: input.requestKey },
+              },
             );
           }
           if (!isRetryableFailure(job)) return { job, attached: true };

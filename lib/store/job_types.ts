@@ -105,6 +105,13 @@ export interface AdmitJobInput {
   ttls: JobTtls;
   /** Logical handle of the request, when it has one. */
   logicalHandle?: string;
+  /**
+   * Name the job that holds the key in an `idempotency_conflict` (`details.job_id`, the
+   * message). Only for jobs of the owner's operations (`probe.start`): a job id is the
+   * capability that reads a job's results, and a query's `request_key` may be guessed by any
+   * local caller (field report F39). @default false
+   */
+  revealConflictingJob?: boolean;
 }
 
 /** Outcome of {@link JobStore.admit}. */

@@ -98,6 +98,9 @@ Deno.test("embed.batch jobs: same key and digest attach, another digest is idemp
   );
   assert.equal(c.code, "idempotency_conflict");
   assert.equal(c.class, "permanent");
+  // Another caller reusing a key learns no job id to read the first caller's results with (F39).
+  assert.deepEqual(c.details, { request_key: "k" });
+  assert.ok(!c.message.includes(a.job_id), c.message);
   // 258 UTF-8 bytes: refused at the door, before any job (the store's limit is the door's).
   const long = channelError(
     await t.syn.call("embed.batch", { texts: TEXTS, request_key: "é".repeat(129) }),

@@ -164,8 +164,17 @@ Deno.test("JobStore.admit() refuses another digest under a retained key", async 
   }
   assert.ok(caught instanceof SynapseError);
   assert.strictEqual(caught.code, "idempotency_conflict");
-  assert.deepStrictEqual(caught.details, { request_key: "key-1", job_id: "job_1" });
+  // A query's job id is the capability that reads its results: the conflict never names it (F39).
+  assert.deepStrictEqual(caught.details, { request_key: "key-1" });
+  assert.doesNotMatch(caught.message, /job_1/);
   assert.strictEqual(caught.toWire().class, "permanent");
+  // The owner's operations (probe.start) ask for the job that holds the key.
+  assert.throws(
+    () => jobs.admit(admission({ requestDigest: D2, revealConflictingJob: true })),
+    (e: unknown) =>
+      e instanceof SynapseError &&
+      JSON.stringify(e.details) === JSON.stringify({ request_key: "key-1", job_id: "job_1" }),
+  );
   // Still a conflict once the job ended, until its retention is over.
   jobs.finish("job_1", "done");
   clock.now += DAY_MS;
