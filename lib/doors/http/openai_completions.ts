@@ -566,6 +566,8 @@ function answerOf(
     fingerprint: res.fingerprint,
     model_id: res.model_id,
     module_generation: res.module_generation,
+    // `certified: false` in warn mode, as every native answer says (docs/certification.md).
+    provenance: res.provenance,
     finish_reason: res.finish_reason,
     n_prompt: res.n_prompt,
     n_gen: res.n_gen,

@@ -203,6 +203,11 @@ Deno.test("/v1/completions and /v1/chat/completions answer the openai client, as
       max_tokens: 8,
     });
     assert.equal(list.choices[0]!.text, r.text);
+    // In warn mode the uncertified model's answer says so, as the native answer does.
+    // deno-lint-ignore no-explicit-any
+    const provenance = (c as any).synapse.provenance;
+    assert.deepEqual(provenance, r.provenance);
+    assert.equal(provenance.certified, false);
   });
 
   await t.step("completions with a JSON schema: the text parses and validates", async () => {
