@@ -124,9 +124,13 @@ export async function dispatch(
   try {
     const op = Object.hasOwn(OPERATIONS, method) ? OPERATIONS[method] : undefined;
     if (!op) {
-      throw new SynapseError("unknown_method", `Cannot call '${method}': unknown method`, {
-        details: { method, known: Object.keys(OPERATIONS) },
-      });
+      // A channel error's body is {code, message}: the message itself names the methods.
+      const known = Object.keys(OPERATIONS);
+      throw new SynapseError(
+        "unknown_method",
+        `Cannot call '${method}': unknown method; the methods are ${known.join(", ")}`,
+        { details: { method, known } },
+      );
     }
     const result = await op.handler(ctx, params ?? {}, options);
     return { kind: "result", body: { result } };

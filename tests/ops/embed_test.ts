@@ -321,7 +321,14 @@ Deno.test("embed.query refuses a lone surrogate as invalid_request (F14)", async
 
 Deno.test("dispatch answers unknown_method as a channel error", async () => {
   await using t = await startSynapse();
-  assert.equal(channelError(await t.syn.call("embed.querry", {})).code, "unknown_method");
+  const e = channelError(await t.syn.call("embed.querry", {}));
+  assert.equal(e.code, "unknown_method");
+  // The channel body is {code, message}: the message names every method a caller may call.
+  for (
+    const m of ["embed.query", "embed.batch", "rerank.score", "microllm.oneshot", "models.list"]
+  ) {
+    assert.ok(e.message.includes(m), `${m} missing from: ${e.message}`);
+  }
 });
 
 Deno.test("F21: a text far over the limit with truncate is cut from a proven prefix, and the disclosure says its count is a lower bound", async () => {

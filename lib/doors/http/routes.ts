@@ -178,14 +178,20 @@ export function routeLines(): string[] {
 /**
  * The refusal of a request whose path has no route: `unknown_method` (404), its details the
  * path and every route of the table ({@link routeLines}). It is a channel error, so over HTTP
- * the body is `{code, message}` and the details stay with the error (the request log, a caller
- * in process).
+ * the body is `{code, message}`: the message lists the routes too, and the details stay with the
+ * error (the request log, a caller in process).
  *
  * @param method The request's method.
  * @param path The request's path.
  */
 export function unknownRoute(method: string, path: string): SynapseError {
-  return new SynapseError("unknown_method", `Cannot route ${method} ${path}: no such endpoint`, {
-    details: { path, endpoints: routeLines() },
-  });
+  // A channel error's body is {code, message}: the message itself lists the routes.
+  const routes = routeLines().join(", ");
+  return new SynapseError(
+    "unknown_method",
+    `Cannot route ${method} ${path}: no such endpoint; the routes are ${routes}`,
+    {
+      details: { path, endpoints: routeLines() },
+    },
+  );
 }
