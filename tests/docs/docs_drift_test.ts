@@ -363,3 +363,26 @@ Deno.test("docs/http.md's table of routes names exactly the routes of HTTP_ROUTE
   const want = HTTP_ROUTES.map((r) => `${r.method} ${r.path}`);
   assert.deepEqual([...rows].sort(), [...want].sort());
 });
+
+Deno.test("docs/subc.md's manifest paragraph gives every operation the kind OPERATIONS gives it", async () => {
+  const md = await Deno.readTextFile(`${ROOT}/docs/subc.md`);
+  const start = md.indexOf("**What it declares.**");
+  assert.ok(start >= 0, "docs/subc.md has no 'What it declares.' paragraph");
+  const para = prose(md.slice(start).split("\n\n")[0]!).join(" ");
+  const queryPart = para.slice(para.indexOf("`query` for"), para.indexOf("`mutate` for"));
+  const mutatePart = para.slice(para.indexOf("`mutate` for"), para.indexOf("(a flow-scoped"));
+  const namedIn = (s: string) =>
+    [...s.matchAll(/`([a-z]+(?:\.[a-z._]+)?)`/g)].map((m) => m[1]!).filter((n) =>
+      Object.hasOwn(OPERATIONS, n)
+    ).sort();
+  const of = (kind: string) =>
+    Object.entries(OPERATIONS).filter(([, o]) => o.kind === kind).map(([k]) => k).sort();
+  assert.deepEqual(namedIn(mutatePart), of("mutate"), "the mutate operations");
+  // The inference ops are named as a group; every other query operation by name.
+  const inference = ["embed.query", "embed.batch", "rerank.score", "microllm.oneshot"];
+  assert.deepEqual(
+    namedIn(queryPart),
+    of("query").filter((k) => !inference.includes(k)),
+    "the query operations",
+  );
+});
