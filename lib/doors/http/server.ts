@@ -585,18 +585,23 @@ const SERVE: Readonly<
       : openAiEmbeddings(door, req, record, signal);
   },
   openai_completions: serveCompletionsRoute,
-  health: (door, req) => {
+  health: async (door, req) => {
     const res = health(door.backend);
-    return Promise.resolve(
-      req.method === "HEAD"
-        ? new Response(null, { status: res.status, headers: res.headers })
-        : res,
-    );
+    if (req.method !== "HEAD") return res;
+    // HEAD: the headers a GET would get, its Content-Length included (RFC 9110 §9.3.2).
+    const bytes = (await res.arrayBuffer()).byteLength;
+    res.headers.set("content-length", String(bytes));
+    return new Response(null, { status: res.status, headers: res.headers });
   },
   metrics: async (door, req) => {
     const text = await attached(door).metricsText();
-    const headers = { "content-type": METRICS_CONTENT_TYPE, "cache-control": "no-store" };
-    return new Response(req.method === "HEAD" ? null : text, { status: 200, headers });
+    const headers = new Headers({
+      "content-type": METRICS_CONTENT_TYPE,
+      "cache-control": "no-store",
+    });
+    if (req.method !== "HEAD") return new Response(text, { status: 200, headers });
+    headers.set("content-length", String(new TextEncoder().encode(text).byteLength));
+    return new Response(null, { status: 200, headers });
   },
 };
 

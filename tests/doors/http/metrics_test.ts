@@ -333,6 +333,8 @@ Deno.test("HEAD /metrics answers the headers alone; other methods are 405", asyn
   assert.equal(head.status, 200);
   assert.equal(head.headers.get("content-type"), "text/plain; version=0.0.4; charset=utf-8");
   assert.equal(await head.text(), "");
+  // The length of the scrape it stands for, not 0 (the counters move between scrapes).
+  assert.ok(Number(head.headers.get("content-length")) > 1000, head.headers.get("content-length")!);
   const posted = await post(d.base, "/metrics", {});
   assert.equal(posted.status, 405);
   assert.equal(posted.headers.get("allow"), "GET");

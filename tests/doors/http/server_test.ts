@@ -212,6 +212,11 @@ Deno.test("serveHttp() over a real instance", async (t) => {
     const res = await fetch(`${s.base}/health`, { method: "HEAD" });
     assert.equal(res.status, 200);
     assert.equal(await res.text(), "");
+    // The Content-Length a GET would have, not 0 (RFC 9110 §9.3.2).
+    const got = await fetch(`${s.base}/health`);
+    const bytes = (await got.arrayBuffer()).byteLength;
+    assert.ok(bytes > 0);
+    assert.equal(res.headers.get("content-length"), String(bytes));
   });
 
   await t.step(
