@@ -403,6 +403,15 @@ function resolveLoaded(
     const cat = modelId === undefined
       ? undefined
       : ctx.loads?.catalog.find((m) => m.id === modelId);
+    const pending = modelId === undefined ? undefined : ctx.loads?.pendingLoad(modelId);
+    if (pending !== undefined && err instanceof SynapseError && err.code === "unknown_model") {
+      // A `model.load` answered its job for this id and is still fetching or validating it.
+      throw new SynapseError(
+        "model_loading",
+        `Cannot serve ${task}: model '${modelId}' is loading`,
+        { cause: err, retryAfterMs: 250, details: { model_id: modelId, attempt: 0 } },
+      );
+    }
     if (cat !== undefined && err instanceof SynapseError && err.code === "unknown_model") {
       throw new SynapseError(
         "model_not_installed",
