@@ -772,3 +772,23 @@ Deno.test("a model.load that fails leaves its id unknown: model_loading while it
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a fixture loaded at run time is flagged test_model alike for ONNX and GGUF", async () => {
+  await using h = await home();
+  const syn = await h.start();
+  try {
+    for (
+      const [path, id] of [[EMBED_DIR, "te"], [`${MODELS}/synapse-tiny-llama`, "tl"]] as const
+    ) {
+      const job = resultOf(await syn.call("model.load", { path, model_id: id }));
+      const done = await settle(syn, job.job_id);
+      assert.equal(done.state, "ready", JSON.stringify(done));
+      const row = resultOf(await syn.call("models.list", {})).models.find((
+        m: { model_id: string },
+      ) => m.model_id === id);
+      assert.equal(row.test_model, true, id);
+    }
+  } finally {
+    await syn.dispose();
+  }
+});
