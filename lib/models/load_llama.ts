@@ -44,6 +44,7 @@ import {
   type ReadyModel,
   type TokenizerSource,
 } from "./model.ts";
+import { labelledTestModel } from "./sources.ts";
 import { loadPromptTable, promptProfileField } from "./prompts.ts";
 import type { PromptTable } from "./prompts.ts";
 
@@ -130,13 +131,9 @@ export async function loadLlamaModel(
   checkDeclaredDtype(src, facts.dtype, "llama");
   checkDeclaredQuant(src, facts.quant, "llama");
   checkDeclaredFamily(src, facts.architecture, "GGUF general.architecture");
-  let testModel = src.testModel === true;
-  // A config.json beside the GGUF may label a generated test model (scripts/gen_gguf.ts).
-  try {
-    const dir = src.modelPath.slice(0, Math.max(0, src.modelPath.lastIndexOf("/"))) || ".";
-    const cfg = JSON.parse(await Deno.readTextFile(`${dir}/config.json`));
-    if (cfg?.synapse_test_model === true) testModel = true;
-  } catch { /* no config.json: nothing to label */ }
+  // Its config.json (the source's, as a run-time load brings it, or beside the GGUF) may label a
+  // generated test model (scripts/gen_gguf.ts), as for ONNX.
+  const testModel = src.testModel === true || labelledTestModel(src);
   let tokenizer: SanitizedTokenizer;
   let built: GgufTokenizer | undefined;
   if (src.tokenizerPath !== undefined) {

@@ -186,6 +186,8 @@ export class ModelLoads {
   #log: LogSink;
   #jobs: ModelJobTable;
   #specs = new Map<string, LoadSpec>();
+  /** Model ids a `model.load` job named and has not yet handed to the registry or failed. */
+  #pending = new Map<string, string>();
 
   constructor(options: ModelLoadsOptions) {
     this.cache = options.cache;
@@ -204,6 +206,19 @@ export class ModelLoads {
   /** The load spec of a model loaded at run time or from the catalog. */
   spec(modelId: string): LoadSpec | undefined {
     return this.#specs.get(modelId);
+  }
+
+  /**
+   * The job id of a `model.load` that named this model id and is still resolving, fetching or
+   * validating its files (before the registry holds the model as `loading`); undefined when
+   * none. A request naming the id meanwhile answers `model_loading`, never `unknown_model`
+   * (lib/ops/_resolve_model.ts).
+   */
+  pendingLoad(modelId: string): string | undefined {
+    const jobId = this.#pending.get(modelId);
+    if (jobId === undefined) return undefined;
+    const state = this.#jobs.get(jobId).view.state;
+    return state === "ready" || state === "failed" || state === "cancelled" ? undefined : jobId;
   }
 
   /**
@@ -242,7 +257,14 @@ export class ModelLoads {
       req.request_key,
       "resolving",
     );
-    job.done = this.#runLoad(job, req, plan);
+    const named = req.model_id;
+    // Known as loading from the moment the job is answered, until the registry holds it.
+    if (named !== undefined && !this.#pending.has(named)) this.#pending.set(named, job.view.job_id);
+    job.done = this.#runLoad(job, req, plan).finally(() => {
+      if (named !== undefined && this.#pending.get(named) === job.view.job_id) {
+        this.#pending.delete(named);
+      }
+    });
     return { ...job.view };
   }
 

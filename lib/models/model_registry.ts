@@ -25,6 +25,7 @@ import { type LlamaEngineFactory, llamaReadyModel, loadLlamaModel } from "./load
 import type { ModelEntry, ModelSource, ModelTask, QueryPath, ReadyModel } from "./model.ts";
 import { Lane } from "../lanes/lane.ts";
 import { type RegistryTestHooks, SkewedEngine } from "./_test_hooks.ts";
+import { labelledTestModel } from "./sources.ts";
 
 /** Background retries of a load that failed transiently; after them the failure is permanent. */
 export const LOAD_RETRIES = 2;
@@ -250,7 +251,7 @@ export class ModelRegistry implements AsyncDisposable {
       task: source.task,
       engine: source.engine ?? "ort",
       state: "loading",
-      testModel: source.testModel ?? false,
+      testModel: source.testModel ?? labelledTestModel(source),
       loadStartedMs: this.#now(),
       loadAttempts: 0,
     };
@@ -713,7 +714,7 @@ export class ModelRegistry implements AsyncDisposable {
         ...(runMs === undefined || !(runMs >= 0) ? {} : { defaultRunMs: runMs }),
       });
       this.#own.set(entry.modelId, { engine: l.engine, scheduler });
-      entry.testModel = l.testModel;
+      entry.testModel ||= l.testModel;
       entry.coldLoadMs = l.coldLoadMs;
       return this.#skewed(
         llamaReadyModel(entry, l, { scheduler, admission: this.#admission, now: this.#now }),
@@ -726,7 +727,7 @@ export class ModelRegistry implements AsyncDisposable {
       threadPolicy: this.#threadPolicy,
       maxBatchTokens: this.#maxBatchTokens,
     });
-    entry.testModel = o.testModel;
+    entry.testModel ||= o.testModel;
     entry.coldLoadMs = o.coldLoadMs;
     this.#seedOrt(entry.modelId, this.#initialRunMs?.(entry.modelId, numericProfileId(o.profile)));
     return this.#skewed(
@@ -848,21 +849,38 @@ export class ModelRegistry implements AsyncDisposable {
 }
 
 /**
- * The model that serves a task when a request names none: the first of the task, in load order,
- * that is not a generated test model and has not failed; else the first that has not failed;
- * else the first. So a model pulled at run time takes over from the test models. A model whose
- * source says `notDefault` comes only after every other model of the task that has not failed.
+ * The models of a task in the order a request that names none tries them: first those that are
+ * not generated test models, then the test models, then those whose source says `notDefault`;
+ * within each group in load order (`preload_models` order, then models restored from an earlier
+ * run in the order they were loaded, then models loaded at run time in the order their loads
+ * started). Whether a model is a test model is known when its load starts (the source's label or
+ * its `config.json`), so the order never depends on which load finishes first.
+ */
+export function defaultCandidatesOf(
+  list: readonly ModelEntry[],
+  task: ModelTask,
+): ModelEntry[] {
+  const mine = list.filter((x) => x.task === task);
+  const eligible = mine.filter((x) => !x.source.notDefault);
+  return [
+    ...eligible.filter((x) => !x.testModel),
+    ...eligible.filter((x) => x.testModel),
+    ...mine.filter((x) => x.source.notDefault),
+  ];
+}
+
+/**
+ * The model that serves a task when a request names none, as far as the registry knows: the
+ * first of {@link defaultCandidatesOf} that has not failed; else the first. So a model pulled at
+ * run time takes over from the test models. (lib/ops/_resolve_model.ts also passes over a model
+ * the certification gate or a failed self-check refuses, when a later candidate can serve.)
  */
 export function defaultModelOf(
   list: readonly ModelEntry[],
   task: ModelTask,
 ): ModelEntry | undefined {
-  const mine = list.filter((x) => x.task === task);
-  const eligible = mine.filter((x) => !x.source.notDefault);
-  return eligible.find((x) => x.state !== "failed" && !x.testModel) ??
-    eligible.find((x) => x.state !== "failed") ??
-    mine.find((x) => x.state !== "failed") ??
-    mine[0];
+  const candidates = defaultCandidatesOf(list, task);
+  return candidates.find((x) => x.state !== "failed") ?? candidates[0];
 }
 
 function unknownModel(

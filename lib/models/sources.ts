@@ -45,6 +45,29 @@ export function defaultModelSources(dir: string = FIXTURE_MODELS_DIR): ModelSour
 }
 
 /**
+ * Whether a model's files label it a generated test model (`"synapse_test_model": true` in its
+ * `config.json`: the source's `configPath`, else the `config.json` beside the model file), read
+ * when its load starts, so the default model of a task (lib/models/model_registry.ts
+ * `defaultCandidatesOf`) never depends on which load finishes first. Both engines read the same
+ * label (lib/models/load_ort.ts, lib/models/load_llama.ts).
+ *
+ * @param src The model source.
+ * @returns True for a labelled test model; false when no `config.json` is readable.
+ */
+export function labelledTestModel(src: Pick<ModelSource, "modelPath" | "configPath">): boolean {
+  const beside = `${
+    src.modelPath.slice(0, Math.max(0, src.modelPath.lastIndexOf("/"))) || "."
+  }/config.json`;
+  for (const path of src.configPath === undefined ? [beside] : [src.configPath, beside]) {
+    try {
+      const cfg = JSON.parse(Deno.readTextFileSync(path));
+      if (cfg?.synapse_test_model === true) return true;
+    } catch { /* no config.json there: nothing to label */ }
+  }
+  return false;
+}
+
+/**
  * Turns a `preload_models[]` entry into a model source. `model_path` may name model.onnx or
  * the model directory (model.onnx, tokenizer.json, config.json inside).
  *

@@ -14,7 +14,7 @@ import type { ModelEntry, ModelTask, ReadyModel } from "../models/model.ts";
 import type { OpContext } from "./context.ts";
 import type { AliasEquivalent } from "../identity/aliases.ts";
 import { catalogLaneId } from "../models/catalog.ts";
-import { defaultModelOf } from "../models/model_registry.ts";
+import { defaultCandidatesOf, defaultModelOf } from "../models/model_registry.ts";
 import { matryoshkaVariants } from "../models/matryoshka.ts";
 import { admitCertified, servedCertified } from "../probe/certification.ts";
 
@@ -157,11 +157,42 @@ export function resolveModel(
     requireServes(ctx, model, "required_fingerprint", routing);
     return model;
   }
-  const model = resolveLoaded(ctx, modelId, task);
+  const model = modelId === undefined
+    ? resolveDefault(ctx, task, gate)
+    : resolveLoaded(ctx, modelId, task);
   requireServes(ctx, model, "target_fingerprint", routing);
   requireServes(ctx, model, "required_fingerprint", routing);
-  if (gate) admitCertified(ctx, model);
+  if (gate && modelId !== undefined) admitCertified(ctx, model);
   return model;
+}
+
+/**
+ * The model of a request that names none: the first of `defaultCandidatesOf` (lib/models/
+ * model_registry.ts: non-test models, then test models, then `notDefault` ones, each in load
+ * order) that can serve it. A candidate whose load failed, whose self-check failed, or that the
+ * certification gate refuses in the current mode is passed over for the next; a candidate still
+ * loading answers `model_loading` (the choice never depends on which load finishes first). When
+ * none can serve, the first candidate's refusal.
+ *
+ * @throws {SynapseError} the first candidate's refusal; `model_loading` for a loading one; as
+ *   {@link resolveLoaded} when the task has no model.
+ */
+function resolveDefault(ctx: ResolveContext, task: ModelTask, gate: boolean): ReadyModel {
+  const candidates = defaultCandidatesOf(ctx.registry.list(), task);
+  if (candidates.length === 0) return resolveLoaded(ctx, undefined, task);
+  let first: unknown;
+  for (const entry of candidates) {
+    try {
+      const model = resolveLoaded(ctx, entry.modelId, task);
+      if (gate) admitCertified(ctx, model);
+      return model;
+    } catch (err) {
+      if (entry.state === "loading") throw err;
+      if (err instanceof SynapseError && err.code === "store_failure") throw err;
+      first ??= err;
+    }
+  }
+  throw first;
 }
 
 /** Options of {@link resolveModel}. */
@@ -403,6 +434,15 @@ function resolveLoaded(
     const cat = modelId === undefined
       ? undefined
       : ctx.loads?.catalog.find((m) => m.id === modelId);
+    const pending = modelId === undefined ? undefined : ctx.loads?.pendingLoad(modelId);
+    if (pending !== undefined && err instanceof SynapseError && err.code === "unknown_model") {
+      // A `model.load` answered its job for this id and is still fetching or validating it.
+      throw new SynapseError(
+        "model_loading",
+        `Cannot serve ${task}: model '${modelId}' is loading`,
+        { cause: err, retryAfterMs: 250, details: { model_id: modelId, attempt: 0 } },
+      );
+    }
     if (cat !== undefined && err instanceof SynapseError && err.code === "unknown_model") {
       throw new SynapseError(
         "model_not_installed",
@@ -429,19 +469,26 @@ function resolveLoaded(
 }
 
 /**
- * Which model serves each task when a request names none (`models.list` `served_by`): the rule
- * of `ModelRegistry.resolve(undefined, task)` ({@link defaultModelOf}: the first model of the
- * task, in load order, that is not a test model and has not failed, …); `null` when no model
- * serves the task.
+ * Which model serves each task when a request names none (`models.list` `served_by`): the one
+ * {@link resolveModel} picks for a request that names none and no routing params (the first of
+ * `defaultCandidatesOf`, lib/models/model_registry.ts, that can serve, passing over failed ones
+ * and ones the certification gate refuses); when none can serve now, the registry's choice
+ * ({@link defaultModelOf}: the first that has not failed, a loading one included); `null` when
+ * the task has no model.
  *
- * @param ctx Module context (registry).
+ * @param ctx Module context (registry, certification rows, config).
  * @returns A model id or null per task.
  */
-export function servedByTask(
-  ctx: Pick<OpContext, "registry">,
-): Record<ModelTask, string | null> {
+export function servedByTask(ctx: ResolveContext): Record<ModelTask, string | null> {
   const list = ctx.registry.list();
-  const pick = (task: ModelTask): string | null => defaultModelOf(list, task)?.modelId ?? null;
+  const pick = (task: ModelTask): string | null => {
+    if (!list.some((m) => m.task === task)) return null;
+    try {
+      return resolveDefault(ctx, task, true).modelId;
+    } catch {
+      return defaultModelOf(list, task)?.modelId ?? null;
+    }
+  };
   return { embed: pick("embed"), rerank: pick("rerank"), generate: pick("generate") };
 }
 

@@ -732,3 +732,63 @@ Deno.test("cache.pin pins and unpins per module, and cannot drop the pins of a l
     await syn.dispose();
   }
 });
+
+Deno.test("a request naming a model right after model.load answered its job gets model_loading with a retry hint, never unknown_model", async () => {
+  await using h = await home();
+  const syn = await h.start();
+  try {
+    const job = resultOf(await syn.call("model.load", { path: EMBED_DIR, model_id: "e2" }));
+    // No wait beyond the call: the id is known as loading from the moment the job is answered.
+    const e = semanticError(await syn.call("embed.query", { model: "e2", text: "hello" }));
+    assert.equal(e.code, "model_loading", JSON.stringify(e));
+    assert.equal(e.retry_after_ms, 250);
+    assert.equal(e.details.model_id, "e2");
+    const done = await settle(syn, job.job_id);
+    assert.equal(done.state, "ready", JSON.stringify(done));
+    const out = resultOf(await syn.call("embed.query", { model: "e2", text: "hello" }));
+    assert.equal(out.model_id, "e2");
+  } finally {
+    await syn.dispose();
+  }
+});
+
+Deno.test("a model.load that fails leaves its id unknown: model_loading while it runs, unknown_model after", async () => {
+  await using h = await home();
+  const syn = await h.start();
+  const dir = await Deno.makeTempDir({ prefix: "synapse-bad-" });
+  try {
+    // A file that is no model: validation refuses it once the job runs.
+    await Deno.writeTextFile(`${dir}/model.onnx`, "not an onnx model");
+    await Deno.copyFile(`${EMBED_DIR}/tokenizer.json`, `${dir}/tokenizer.json`);
+    const job = resultOf(await syn.call("model.load", { path: dir, model_id: "bad" }));
+    const e = semanticError(await syn.call("embed.query", { model: "bad", text: "hello" }));
+    assert.equal(e.code, "model_loading", JSON.stringify(e));
+    const done = await settle(syn, job.job_id);
+    assert.equal(done.state, "failed", JSON.stringify(done));
+    const after = semanticError(await syn.call("embed.query", { model: "bad", text: "hello" }));
+    assert.equal(after.code, "unknown_model", JSON.stringify(after));
+  } finally {
+    await syn.dispose();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a fixture loaded at run time is flagged test_model alike for ONNX and GGUF", async () => {
+  await using h = await home();
+  const syn = await h.start();
+  try {
+    for (
+      const [path, id] of [[EMBED_DIR, "te"], [`${MODELS}/synapse-tiny-llama`, "tl"]] as const
+    ) {
+      const job = resultOf(await syn.call("model.load", { path, model_id: id }));
+      const done = await settle(syn, job.job_id);
+      assert.equal(done.state, "ready", JSON.stringify(done));
+      const row = resultOf(await syn.call("models.list", {})).models.find((
+        m: { model_id: string },
+      ) => m.model_id === id);
+      assert.equal(row.test_model, true, id);
+    }
+  } finally {
+    await syn.dispose();
+  }
+});

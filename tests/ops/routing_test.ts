@@ -793,3 +793,61 @@ Deno.test("among equivalents a certified lane is preferred; an uncertified only 
     }
   }
 });
+
+Deno.test("the default model is known a test model when its load starts, so the order of loads decides it, not their ends", async () => {
+  await using t = await startSynapse({
+    certification: "warn",
+    preload_models: [preload(EMBED, "tiny", { task: "embed" })],
+  }, { log: nullLog });
+  await t.syn.modelsSettled;
+  const { sourceFromPreload } = await import("../../lib/models/sources.ts");
+  const { defaultModelOf } = await import("../../lib/models/model_registry.ts");
+  const loading = t.syn.registry.load(
+    sourceFromPreload({
+      ...preload(`${MODELS}/synapse-tiny-embed-f16`, "f16", { task: "embed" }),
+      pooling: "mean",
+      normalize: true,
+    }),
+  );
+  // Still loading: labelled from its config.json already, it never takes over from 'tiny'.
+  const entry = t.syn.registry.list().find((m) => m.modelId === "f16")!;
+  assert.equal(entry.state, "loading");
+  assert.equal(entry.testModel, true);
+  assert.equal(defaultModelOf(t.syn.registry.list(), "embed")?.modelId, "tiny");
+  await loading;
+  assert.equal(defaultModelOf(t.syn.registry.list(), "embed")?.modelId, "tiny");
+  const r = resultOf(await t.syn.call("embed.query", { text: "x" }));
+  assert.equal(r.model_id, "tiny");
+});
+
+Deno.test("the default model passes over one the certification gate refuses when another of the task can serve; alone, its refusal", async () => {
+  const F16 = `${MODELS}/synapse-tiny-embed-f16`;
+  for (const mode of ["require", "warn"] as const) {
+    await using t = await startSynapse({
+      certification: mode,
+      preload_models: [
+        // First in preload order, uncertified (no probe has run).
+        preload(F16, "tiny-f16", { task: "embed", reference_model: "tiny" }),
+        preload(EMBED, "tiny", { task: "embed" }),
+      ],
+    }, { log: nullLog });
+    await t.syn.modelsSettled;
+    const r = resultOf(await t.syn.call("embed.query", { text: "x" }));
+    const servedBy = resultOf(await t.syn.call("models.list", {})).served_by.embed;
+    assert.equal(servedBy, r.model_id, "models.list served_by names the model that serves");
+    if (mode === "require") {
+      assert.equal(r.model_id, "tiny", mode);
+      assert.equal(r.provenance.certified, true);
+    } else {
+      // warn: the gate refuses nothing, so the first model serves, uncertified.
+      assert.equal(r.model_id, "tiny-f16", mode);
+      assert.equal(r.provenance.certified, false);
+    }
+    if (mode === "require") {
+      resultOf(await t.syn.call("model.unload", { model_id: "tiny" }));
+      const e = semanticError(await t.syn.call("embed.query", { text: "x" }));
+      assert.equal(e.code, "not_certified");
+      assert.equal(e.details.model_id, "tiny-f16");
+    }
+  }
+});
