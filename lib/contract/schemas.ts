@@ -290,6 +290,82 @@ export function parseParams<S extends z.ZodType>(
 }
 
 /**
+ * Validates a door's body as {@link parseParams} does, after refusing any string in it — a value
+ * or an object key, at any depth, a field the door ignores included — that is not well-formed
+ * Unicode (a lone UTF-16 surrogate, field report F17). The caller's texts (`except`) are left
+ * to the operation, which refuses them with its own details (F14, `reason: "invalid_unicode"`).
+ *
+ * @param method The door's name in messages, e.g. `/v1/embeddings`.
+ * @param schema The door's body schema.
+ * @param body The parsed JSON body.
+ * @param except Paths of the caller's text strings, dot-separated, `*` for any one step (an index
+ *   or a key), e.g. `["input", "input.*", "messages.*.content"]`; keys are always checked.
+ * @returns The parsed body.
+ * @throws {SynapseError} channel `invalid_request` `{field, reason: "invalid_unicode"}`: the
+ *   field's path (a bad key: the object's path, `params` at the top), never the bad string.
+ */
+export function parseDoorParams<S extends z.ZodType>(
+  method: string,
+  schema: S,
+  body: unknown,
+  except: readonly string[] = [],
+): z.infer<S> {
+  refuseIllFormed(method, body, except.map((e) => e.split(".")));
+  return parseParams(method, schema, body);
+}
+
+/**
+ * Refuses the first string (value or key) of a JSON value that is not well-formed Unicode.
+ *
+ * @param method The door or operation, for the message.
+ * @param value The JSON value.
+ * @param except Paths of strings left to the operation (segments; `*` matches any one step).
+ * @throws {SynapseError} channel `invalid_request` `{field, reason: "invalid_unicode"}`.
+ */
+export function refuseIllFormed(
+  method: string,
+  value: unknown,
+  except: readonly (readonly string[])[] = [],
+): void {
+  const bad = illFormedAt(value, [], except);
+  if (bad === undefined) return;
+  const field = bad.path.length === 0 ? "params" : bad.path.join(".");
+  const what = bad.key ? `field '${field}': a key` : `field '${field}'`;
+  throw invalidRequest(
+    `Cannot parse params of ${method}: ${what} has a lone UTF-16 surrogate, so it is not valid Unicode`,
+    { field, reason: "invalid_unicode" },
+  );
+}
+
+function illFormedAt(
+  value: unknown,
+  path: string[],
+  except: readonly (readonly string[])[],
+): { path: string[]; key: boolean } | undefined {
+  if (typeof value === "string") {
+    if (value.isWellFormed()) return undefined;
+    const left = except.some((e) =>
+      e.length === path.length && e.every((s, i) => s === "*" || s === path[i])
+    );
+    return left ? undefined : { path, key: false };
+  }
+  if (typeof value !== "object" || value === null) return undefined;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const bad = illFormedAt(value[i], [...path, String(i)], except);
+      if (bad !== undefined) return bad;
+    }
+    return undefined;
+  }
+  for (const [k, v] of Object.entries(value)) {
+    if (!k.isWellFormed()) return { path, key: true };
+    const bad = illFormedAt(v, [...path, k], except);
+    if (bad !== undefined) return bad;
+  }
+  return undefined;
+}
+
+/**
  * The issue to report: for a failed union (a batch item that is neither a string nor a valid
  * `{id, text}`), the issue of the branch whose type the value had, at its own path — so
  * `items.0.txt` is named as an unknown field rather than `items.0` as "invalid input".

@@ -5,7 +5,7 @@
  * F16 for batch items: an unknown field inside an item is named at its own path.
  */
 import assert from "node:assert/strict";
-import { channelError, resultOf, startSynapse } from "../_helpers.ts";
+import { channelError, MODELS, resultOf, semanticError, startSynapse } from "../_helpers.ts";
 import { NAME_MAX_CHARS, REQUEST_KEY_MAX_BYTES } from "../../lib/contract/schemas.ts";
 
 const LONE = "\ud83d";
@@ -107,4 +107,33 @@ Deno.test("F17 in a job-sized batch: a lone-surrogate id is a permanent invalid_
   // An empty request_key still means none: an inline-sized batch is served.
   const ok = resultOf(await t.syn.call("embed.batch", { texts: ["a"], request_key: "" }));
   assert.equal((ok.vectors as unknown[]).length, 1);
+});
+
+Deno.test("F17: microllm.oneshot refuses a lone surrogate in a stop string, and in a message's content naming the message", async () => {
+  const gen = `${MODELS}/synapse-tiny-llama`;
+  await using t = await startSynapse({
+    preload_models: [{
+      engine: "llama",
+      model_path: gen,
+      tokenizer_path: `${gen}/tokenizer.json`,
+      task: "generate",
+      model_id: "gen",
+    }],
+  });
+  for (const stop of [[LONE], ["ok", `a${"\udc00"}`]]) {
+    const e = channelError(
+      await t.syn.call("microllm.oneshot", { model: "gen", prompt: "Hi", max_tokens: 2, stop }),
+    );
+    assert.equal(e.code, "invalid_request");
+    assert.match(e.message, new RegExp(`'stop\\.${stop.length - 1}'.*lone UTF-16 surrogate`));
+    assert.ok(!e.message.includes(LONE) && !e.message.includes("\udc00"), e.message);
+  }
+  const messages = [{ role: "user", content: "Hello" }, { role: "user", content: "\udc00" }];
+  const e = semanticError(
+    await t.syn.call("microllm.oneshot", { model: "gen", messages, max_tokens: 2 }),
+  );
+  assert.equal(e.code, "invalid_request");
+  assert.equal(e.details.field, "messages.1.content");
+  assert.equal(e.details.reason, "invalid_unicode");
+  assert.ok(!JSON.stringify(e).includes("\\udc00") && !JSON.stringify(e).includes("\udc00"));
 });
