@@ -49,6 +49,29 @@ export const wellFormedName = (max: number = NAME_MAX_CHARS, min = 1): z.ZodStri
       message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
     }) as unknown as z.ZodString;
 
+/** The refusal of a string that is not well-formed Unicode (F17). */
+const ILL_FORMED = "has a lone UTF-16 surrogate, so it is not valid Unicode";
+
+/** A string that must be well-formed Unicode (no lone UTF-16 surrogate, F17), of any length. */
+export const wellFormedString = (): z.ZodString =>
+  z.string().refine((s) => s.isWellFormed(), { message: ILL_FORMED }) as unknown as z.ZodString;
+
+/**
+ * A string → string record whose keys and values are well-formed Unicode (F17); a bad key is
+ * named by the record's path ("a key"), never by itself.
+ */
+export const wellFormedRecord = () =>
+  z.record(z.string(), z.string()).superRefine((rec, ctx) => {
+    for (const [k, v] of Object.entries(rec)) {
+      if (!k.isWellFormed()) {
+        return ctx.addIssue({ code: "custom", message: `has a key that ${ILL_FORMED}` });
+      }
+      if (!v.isWellFormed()) {
+        return ctx.addIssue({ code: "custom", message: ILL_FORMED, path: [k] });
+      }
+    }
+  });
+
 /**
  * A fingerprint as a caller writes it: 64 hex characters (a SHA-256; docs/operations.md
  * "Fingerprints"), of either case, read as its lowercase form (hex is case-blind, and every
@@ -123,8 +146,8 @@ export const RESPONSE_FORMAT = z.discriminatedUnion("type", [
   z.strictObject({
     type: z.literal("json_schema"),
     json_schema: z.strictObject({
-      name: z.string().min(1).max(64),
-      description: z.string().optional(),
+      name: wellFormedString().min(1).max(64),
+      description: wellFormedString().optional(),
       schema: z.unknown().optional(),
       strict: z.boolean().nullable().optional(),
     }),
@@ -452,7 +475,7 @@ export const ModelLoadParams = z.strictObject({
    * name → prefix; part of the numeric profile. Absent: a local model directory's
    * `config_sentence_transformers.json` `prompts`.
    */
-  prompts: z.record(z.string(), z.string()).optional(),
+  prompts: wellFormedRecord().optional(),
   /** The prompt applied when a request selects none; must name one of `prompts`. */
   default_prompt_name: wellFormedName(128).optional(),
   /**
@@ -479,7 +502,7 @@ export const ModelUnloadParams = z.strictObject({ model_id: wellFormedName() });
 
 /** `models.catalog {query?, task?, runnable_here?, installed?}`. */
 export const ModelsCatalogParams = z.strictObject({
-  query: z.string().max(NAME_MAX_CHARS).optional(),
+  query: wellFormedString().max(NAME_MAX_CHARS).optional(),
   task: z.enum(["embed", "rerank", "generate"]).optional(),
   runnable_here: z.boolean().optional(),
   installed: z.boolean().optional(),

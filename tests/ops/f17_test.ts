@@ -137,3 +137,35 @@ Deno.test("F17: microllm.oneshot refuses a lone surrogate in a stop string, and 
   assert.equal(e.details.reason, "invalid_unicode");
   assert.ok(!JSON.stringify(e).includes("\\udc00") && !JSON.stringify(e).includes("\udc00"));
 });
+
+Deno.test("F17 on the native door's other strings: a json_schema name, a catalog query, a prompt table's keys and values", async () => {
+  const gen = `${MODELS}/synapse-tiny-llama`;
+  await using t = await startSynapse({
+    preload_models: [{
+      engine: "llama",
+      model_path: gen,
+      tokenizer_path: `${gen}/tokenizer.json`,
+      task: "generate",
+      model_id: "gen",
+    }],
+  });
+  const schema = { type: "json_schema", json_schema: { name: `n${LONE}`, schema: {} } };
+  const load = { path: `${MODELS}/synapse-tiny-embed`, model_id: "e2" };
+  const cases: [string, Record<string, unknown>, string][] = [
+    [
+      "microllm.oneshot",
+      { model: "gen", prompt: "Hi", max_tokens: 2, response_format: schema },
+      "response_format.json_schema.name",
+    ],
+    ["models.catalog", { query: `q${LONE}` }, "query"],
+    ["model.load", { ...load, prompts: { [`k${LONE}`]: "p: " } }, "prompts"],
+    ["model.load", { ...load, prompts: { k: `p${LONE}` } }, "prompts.k"],
+  ];
+  for (const [method, params, field] of cases) {
+    const e = channelError(await t.syn.call(method, params));
+    assert.equal(e.code, "invalid_request", `${method} ${field}: ${e.message}`);
+    assert.match(e.message, new RegExp(`field '${field.replaceAll(".", "\\.")}'`), e.message);
+    assert.match(e.message, /lone UTF-16 surrogate/);
+    assert.ok(!e.message.includes(LONE), "the bad string is not echoed back");
+  }
+});
