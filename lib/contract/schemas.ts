@@ -350,7 +350,7 @@ export function refuseIllFormed(
   value: unknown,
   except: readonly (readonly string[])[] = [],
 ): void {
-  const bad = illFormedAt(value, [], except);
+  const bad = illFormedAt(value, except);
   if (bad === undefined) return;
   const field = bad.path.length === 0 ? "params" : bad.path.join(".");
   const what = bad.key ? `field '${field}': a key` : `field '${field}'`;
@@ -360,30 +360,35 @@ export function refuseIllFormed(
   );
 }
 
+/** The first ill-formed string or key, in document order; iterative, so any depth is fine. */
 function illFormedAt(
-  value: unknown,
-  path: string[],
+  root: unknown,
   except: readonly (readonly string[])[],
 ): { path: string[]; key: boolean } | undefined {
-  if (typeof value === "string") {
-    if (value.isWellFormed()) return undefined;
-    const left = except.some((e) =>
-      e.length === path.length && e.every((s, i) => s === "*" || s === path[i])
-    );
-    return left ? undefined : { path, key: false };
-  }
-  if (typeof value !== "object" || value === null) return undefined;
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const bad = illFormedAt(value[i], [...path, String(i)], except);
-      if (bad !== undefined) return bad;
+  const stack: { value: unknown; path: string[] }[] = [{ value: root, path: [] }];
+  while (stack.length > 0) {
+    const { value, path } = stack.pop()!;
+    if (typeof value === "string") {
+      if (value.isWellFormed()) continue;
+      const left = except.some((e) =>
+        e.length === path.length && e.every((s, i) => s === "*" || s === path[i])
+      );
+      if (!left) return { path, key: false };
+      continue;
     }
-    return undefined;
-  }
-  for (const [k, v] of Object.entries(value)) {
-    if (!k.isWellFormed()) return { path, key: true };
-    const bad = illFormedAt(v, [...path, k], except);
-    if (bad !== undefined) return bad;
+    if (typeof value !== "object" || value === null) continue;
+    const entries: [string, unknown][] = Array.isArray(value)
+      ? value.map((v, i) => [String(i), v])
+      : Object.entries(value);
+    if (!Array.isArray(value) && entries.some(([k]) => !k.isWellFormed())) {
+      return { path, key: true };
+    }
+    for (let k = entries.length - 1; k >= 0; k--) {
+      const [name, v] = entries[k]!;
+      if (typeof v === "string" || (typeof v === "object" && v !== null)) {
+        stack.push({ value: v, path: [...path, name] });
+      }
+    }
   }
   return undefined;
 }
