@@ -299,6 +299,14 @@ export function parseParams<S extends z.ZodType>(
   const path = issue.path.map(String).join(".");
   if (issue.code === "unrecognized_keys") {
     const keys = (issue as { keys: string[] }).keys;
+    if (keys.some((k) => !k.isWellFormed())) {
+      // Never echoed (F17): named by the object that holds it.
+      const at = path === "" ? "params" : path;
+      throw invalidRequest(
+        `Cannot parse params of ${method}: field '${at}': a key has a lone UTF-16 surrogate, so it is not valid Unicode`,
+        { field: at, reason: "invalid_unicode" },
+      );
+    }
     const field = [path, keys[0]].filter((s) => s !== "").join(".");
     throw invalidRequest(`Cannot parse params of ${method}: unknown field '${field}'`, {
       field,

@@ -20,6 +20,9 @@ Deno.test("F17: a lone surrogate in an item id, request_key, model or job id is 
     ["embed.batch", { texts: ["a", "b", "c"], request_key: `k${LONE}` }, "request_key"],
     ["embed.result", { job_id: `job_${LONE}` }, "job_id"],
     ["rerank.score", { query: "q", candidates: ["a"], model_id: LONE }, "model_id"],
+    // An unknown key with one is named by the object that holds it, never echoed.
+    ["embed.query", { text: "x", [`k${LONE}`]: 1 }, "params"],
+    ["embed.batch", { items: [{ id: "a", text: "x", [LONE]: 1 }] }, "items.0"],
   ];
   for (const [method, params, field] of cases) {
     const e = channelError(await t.syn.call(method, params));
