@@ -49,6 +49,29 @@ export const wellFormedName = (max: number = NAME_MAX_CHARS, min = 1): z.ZodStri
       message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
     }) as unknown as z.ZodString;
 
+/** The refusal of a string that is not well-formed Unicode (F17). */
+const ILL_FORMED = "has a lone UTF-16 surrogate, so it is not valid Unicode";
+
+/** A string that must be well-formed Unicode (no lone UTF-16 surrogate, F17), of any length. */
+export const wellFormedString = (): z.ZodString =>
+  z.string().refine((s) => s.isWellFormed(), { message: ILL_FORMED }) as unknown as z.ZodString;
+
+/**
+ * A string → string record whose keys and values are well-formed Unicode (F17); a bad key is
+ * named by the record's path ("a key"), never by itself.
+ */
+export const wellFormedRecord = () =>
+  z.record(z.string(), z.string()).superRefine((rec, ctx) => {
+    for (const [k, v] of Object.entries(rec)) {
+      if (!k.isWellFormed()) {
+        return ctx.addIssue({ code: "custom", message: `has a key that ${ILL_FORMED}` });
+      }
+      if (!v.isWellFormed()) {
+        return ctx.addIssue({ code: "custom", message: ILL_FORMED, path: [k] });
+      }
+    }
+  });
+
 /**
  * A fingerprint as a caller writes it: 64 hex characters (a SHA-256; docs/operations.md
  * "Fingerprints"), of either case, read as its lowercase form (hex is case-blind, and every
@@ -123,8 +146,8 @@ export const RESPONSE_FORMAT = z.discriminatedUnion("type", [
   z.strictObject({
     type: z.literal("json_schema"),
     json_schema: z.strictObject({
-      name: z.string().min(1).max(64),
-      description: z.string().optional(),
+      name: wellFormedString().min(1).max(64),
+      description: wellFormedString().optional(),
       schema: z.unknown().optional(),
       strict: z.boolean().nullable().optional(),
     }),
@@ -276,6 +299,14 @@ export function parseParams<S extends z.ZodType>(
   const path = issue.path.map(String).join(".");
   if (issue.code === "unrecognized_keys") {
     const keys = (issue as { keys: string[] }).keys;
+    if (keys.some((k) => !k.isWellFormed())) {
+      // Never echoed (F17): named by the object that holds it.
+      const at = path === "" ? "params" : path;
+      throw invalidRequest(
+        `Cannot parse params of ${method}: field '${at}': a key has a lone UTF-16 surrogate, so it is not valid Unicode`,
+        { field: at, reason: "invalid_unicode" },
+      );
+    }
     const field = [path, keys[0]].filter((s) => s !== "").join(".");
     throw invalidRequest(`Cannot parse params of ${method}: unknown field '${field}'`, {
       field,
@@ -287,6 +318,87 @@ export function parseParams<S extends z.ZodType>(
     field,
     issue: issue.code,
   });
+}
+
+/**
+ * Validates a door's body as {@link parseParams} does, after refusing any string in it — a value
+ * or an object key, at any depth, a field the door ignores included — that is not well-formed
+ * Unicode (a lone UTF-16 surrogate, field report F17). The caller's texts (`except`) are left
+ * to the operation, which refuses them with its own details (F14, `reason: "invalid_unicode"`).
+ *
+ * @param method The door's name in messages, e.g. `/v1/embeddings`.
+ * @param schema The door's body schema.
+ * @param body The parsed JSON body.
+ * @param except Paths of the caller's text strings, dot-separated, `*` for any one step (an index
+ *   or a key), e.g. `["input", "input.*", "messages.*.content"]`; keys are always checked.
+ * @returns The parsed body.
+ * @throws {SynapseError} channel `invalid_request` `{field, reason: "invalid_unicode"}`: the
+ *   field's path (a bad key: the object's path, `params` at the top), never the bad string.
+ */
+export function parseDoorParams<S extends z.ZodType>(
+  method: string,
+  schema: S,
+  body: unknown,
+  except: readonly string[] = [],
+): z.infer<S> {
+  refuseIllFormed(method, body, except.map((e) => e.split(".")));
+  return parseParams(method, schema, body);
+}
+
+/**
+ * Refuses the first string (value or key) of a JSON value that is not well-formed Unicode.
+ *
+ * @param method The door or operation, for the message.
+ * @param value The JSON value.
+ * @param except Paths of strings left to the operation (segments; `*` matches any one step).
+ * @throws {SynapseError} channel `invalid_request` `{field, reason: "invalid_unicode"}`.
+ */
+export function refuseIllFormed(
+  method: string,
+  value: unknown,
+  except: readonly (readonly string[])[] = [],
+): void {
+  const bad = illFormedAt(value, except);
+  if (bad === undefined) return;
+  const field = bad.path.length === 0 ? "params" : bad.path.join(".");
+  const what = bad.key ? `field '${field}': a key` : `field '${field}'`;
+  throw invalidRequest(
+    `Cannot parse params of ${method}: ${what} has a lone UTF-16 surrogate, so it is not valid Unicode`,
+    { field, reason: "invalid_unicode" },
+  );
+}
+
+/** The first ill-formed string or key, in document order; iterative, so any depth is fine. */
+function illFormedAt(
+  root: unknown,
+  except: readonly (readonly string[])[],
+): { path: string[]; key: boolean } | undefined {
+  const stack: { value: unknown; path: string[] }[] = [{ value: root, path: [] }];
+  while (stack.length > 0) {
+    const { value, path } = stack.pop()!;
+    if (typeof value === "string") {
+      if (value.isWellFormed()) continue;
+      const left = except.some((e) =>
+        e.length === path.length && e.every((s, i) => s === "*" || s === path[i])
+      );
+      if (!left) return { path, key: false };
+      continue;
+    }
+    if (typeof value !== "object" || value === null) continue;
+    const entries: [string, unknown][] = Array.isArray(value)
+      ? value.map((v, i) => [String(i), v])
+      : Object.entries(value);
+    if (!Array.isArray(value) && entries.some(([k]) => !k.isWellFormed())) {
+      return { path, key: true };
+    }
+    for (let k = entries.length - 1; k >= 0; k--) {
+      const [name, v] = entries[k]!;
+      if (typeof v === "string" || (typeof v === "object" && v !== null)) {
+        stack.push({ value: v, path: [...path, name] });
+      }
+    }
+  }
+  return undefined;
 }
 
 /**
@@ -376,7 +488,7 @@ export const ModelLoadParams = z.strictObject({
    * name → prefix; part of the numeric profile. Absent: a local model directory's
    * `config_sentence_transformers.json` `prompts`.
    */
-  prompts: z.record(z.string(), z.string()).optional(),
+  prompts: wellFormedRecord().optional(),
   /** The prompt applied when a request selects none; must name one of `prompts`. */
   default_prompt_name: wellFormedName(128).optional(),
   /**
@@ -403,7 +515,7 @@ export const ModelUnloadParams = z.strictObject({ model_id: wellFormedName() });
 
 /** `models.catalog {query?, task?, runnable_here?, installed?}`. */
 export const ModelsCatalogParams = z.strictObject({
-  query: z.string().max(NAME_MAX_CHARS).optional(),
+  query: wellFormedString().max(NAME_MAX_CHARS).optional(),
   task: z.enum(["embed", "rerank", "generate"]).optional(),
   runnable_here: z.boolean().optional(),
   installed: z.boolean().optional(),

@@ -82,7 +82,11 @@ export const MicrollmOneshotParams = z.strictObject({
     message: `is longer than ${GRAMMAR_MAX_CHARS} UTF-16 code units`,
   }).optional(),
   response_format: RESPONSE_FORMAT.optional(),
-  stop: z.array(z.string().min(1).max(STOP_MAX_CHARS)).min(1).max(STOP_MAX_COUNT).optional(),
+  stop: z.array(
+    z.string().min(1).max(STOP_MAX_CHARS).refine((s) => s.isWellFormed(), {
+      message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
+    }),
+  ).min(1).max(STOP_MAX_COUNT).optional(),
 });
 /** Parsed `microllm.oneshot {prompt}` params. */
 export type MicrollmOneshotParams = z.infer<typeof MicrollmOneshotParams>;
@@ -405,7 +409,7 @@ function constrainedFormat(
  * sent back as it came) is empty content; on any other role it is refused.
  *
  * @throws {SynapseError} `invalid_request` `{field: "messages.<i>.content", reason:
- *   "content_required"}`.
+ *   "content_required" | "invalid_unicode"}`.
  */
 function chatMessages(messages: MicrollmMessagesParams["messages"]): ChatMessage[] {
   return messages.map((msg, i) => {
@@ -414,6 +418,14 @@ function chatMessages(messages: MicrollmMessagesParams["messages"]): ChatMessage
         "invalid_request",
         `Cannot render message ${i}: a ${msg.role} message needs content (only an assistant message may have content null)`,
         { details: { field: `messages.${i}.content`, reason: "content_required" } },
+      );
+    }
+    // Checked before rendering, so the refusal names the message, not an index into the prompt.
+    if (msg.content !== null && !msg.content.isWellFormed()) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot render message ${i}: its content has a lone UTF-16 surrogate, so it is not valid Unicode`,
+        { details: { field: `messages.${i}.content`, reason: "invalid_unicode" } },
       );
     }
     return {

@@ -5,7 +5,7 @@
  * F16 for batch items: an unknown field inside an item is named at its own path.
  */
 import assert from "node:assert/strict";
-import { channelError, resultOf, startSynapse } from "../_helpers.ts";
+import { channelError, MODELS, resultOf, semanticError, startSynapse } from "../_helpers.ts";
 import { NAME_MAX_CHARS, REQUEST_KEY_MAX_BYTES } from "../../lib/contract/schemas.ts";
 
 const LONE = "\ud83d";
@@ -20,6 +20,9 @@ Deno.test("F17: a lone surrogate in an item id, request_key, model or job id is 
     ["embed.batch", { texts: ["a", "b", "c"], request_key: `k${LONE}` }, "request_key"],
     ["embed.result", { job_id: `job_${LONE}` }, "job_id"],
     ["rerank.score", { query: "q", candidates: ["a"], model_id: LONE }, "model_id"],
+    // An unknown key with one is named by the object that holds it, never echoed.
+    ["embed.query", { text: "x", [`k${LONE}`]: 1 }, "params"],
+    ["embed.batch", { items: [{ id: "a", text: "x", [LONE]: 1 }] }, "items.0"],
   ];
   for (const [method, params, field] of cases) {
     const e = channelError(await t.syn.call(method, params));
@@ -107,4 +110,65 @@ Deno.test("F17 in a job-sized batch: a lone-surrogate id is a permanent invalid_
   // An empty request_key still means none: an inline-sized batch is served.
   const ok = resultOf(await t.syn.call("embed.batch", { texts: ["a"], request_key: "" }));
   assert.equal((ok.vectors as unknown[]).length, 1);
+});
+
+Deno.test("F17: microllm.oneshot refuses a lone surrogate in a stop string, and in a message's content naming the message", async () => {
+  const gen = `${MODELS}/synapse-tiny-llama`;
+  await using t = await startSynapse({
+    preload_models: [{
+      engine: "llama",
+      model_path: gen,
+      tokenizer_path: `${gen}/tokenizer.json`,
+      task: "generate",
+      model_id: "gen",
+    }],
+  });
+  for (const stop of [[LONE], ["ok", `a${"\udc00"}`]]) {
+    const e = channelError(
+      await t.syn.call("microllm.oneshot", { model: "gen", prompt: "Hi", max_tokens: 2, stop }),
+    );
+    assert.equal(e.code, "invalid_request");
+    assert.match(e.message, new RegExp(`'stop\\.${stop.length - 1}'.*lone UTF-16 surrogate`));
+    assert.ok(!e.message.includes(LONE) && !e.message.includes("\udc00"), e.message);
+  }
+  const messages = [{ role: "user", content: "Hello" }, { role: "user", content: "\udc00" }];
+  const e = semanticError(
+    await t.syn.call("microllm.oneshot", { model: "gen", messages, max_tokens: 2 }),
+  );
+  assert.equal(e.code, "invalid_request");
+  assert.equal(e.details.field, "messages.1.content");
+  assert.equal(e.details.reason, "invalid_unicode");
+  assert.ok(!JSON.stringify(e).includes("\\udc00") && !JSON.stringify(e).includes("\udc00"));
+});
+
+Deno.test("F17 on the native door's other strings: a json_schema name, a catalog query, a prompt table's keys and values", async () => {
+  const gen = `${MODELS}/synapse-tiny-llama`;
+  await using t = await startSynapse({
+    preload_models: [{
+      engine: "llama",
+      model_path: gen,
+      tokenizer_path: `${gen}/tokenizer.json`,
+      task: "generate",
+      model_id: "gen",
+    }],
+  });
+  const schema = { type: "json_schema", json_schema: { name: `n${LONE}`, schema: {} } };
+  const load = { path: `${MODELS}/synapse-tiny-embed`, model_id: "e2" };
+  const cases: [string, Record<string, unknown>, string][] = [
+    [
+      "microllm.oneshot",
+      { model: "gen", prompt: "Hi", max_tokens: 2, response_format: schema },
+      "response_format.json_schema.name",
+    ],
+    ["models.catalog", { query: `q${LONE}` }, "query"],
+    ["model.load", { ...load, prompts: { [`k${LONE}`]: "p: " } }, "prompts"],
+    ["model.load", { ...load, prompts: { k: `p${LONE}` } }, "prompts.k"],
+  ];
+  for (const [method, params, field] of cases) {
+    const e = channelError(await t.syn.call(method, params));
+    assert.equal(e.code, "invalid_request", `${method} ${field}: ${e.message}`);
+    assert.match(e.message, new RegExp(`field '${field.replaceAll(".", "\\.")}'`), e.message);
+    assert.match(e.message, /lone UTF-16 surrogate/);
+    assert.ok(!e.message.includes(LONE), "the bad string is not echoed back");
+  }
 });

@@ -25,7 +25,7 @@
  */
 import { z } from "zod";
 import { SynapseError } from "../../contract/errors.ts";
-import { parseParams, wellFormedName } from "../../contract/schemas.ts";
+import { parseDoorParams, wellFormedName } from "../../contract/schemas.ts";
 import type { PromptSelector } from "../../models/prompts.ts";
 import {
   type AdapterAnswer,
@@ -108,7 +108,9 @@ export function cohereEmbedRoute(path: string): AdapterRoute | undefined {
  *   field (the route answers it in Cohere's error shape).
  */
 async function cohereEmbed(io: AdapterIo, v2: boolean): Promise<AdapterAnswer> {
-  const p = parseParams(v2 ? "/v2/embed" : "/v1/embed", CohereEmbedRequest, await io.body());
+  const p = parseDoorParams(v2 ? "/v2/embed" : "/v1/embed", CohereEmbedRequest, await io.body(), [
+    "texts.*",
+  ]);
   if (p.texts.length > COHERE_MAX_TEXTS) {
     throw new SynapseError(
       "invalid_request",

@@ -24,7 +24,7 @@
  */
 import { z } from "zod";
 import { SynapseError } from "../../contract/errors.ts";
-import { parseParams, wellFormedName } from "../../contract/schemas.ts";
+import { parseDoorParams, wellFormedName } from "../../contract/schemas.ts";
 import type { ModelsListResult } from "../../ops/models.ts";
 import { SYNAPSE_VERSION } from "../../version.ts";
 import {
@@ -87,7 +87,9 @@ const OllamaLegacyEmbedRequest = z.strictObject({
  * older clients still call: the same path as `/api/embed` with one input.
  */
 async function ollamaLegacyEmbed(io: AdapterIo): Promise<AdapterAnswer> {
-  const p = parseParams("/api/embeddings", OllamaLegacyEmbedRequest, await io.body());
+  const p = parseDoorParams("/api/embeddings", OllamaLegacyEmbedRequest, await io.body(), [
+    "prompt",
+  ]);
   const answer = await ollamaEmbed({
     ...io,
     body: () =>
@@ -122,7 +124,10 @@ function ollamaVersion(_io: AdapterIo): Promise<AdapterAnswer> {
  */
 async function ollamaEmbed(io: AdapterIo): Promise<AdapterAnswer> {
   const started = performance.now();
-  const p = parseParams("/api/embed", OllamaEmbedRequest, await io.body());
+  const p = parseDoorParams("/api/embed", OllamaEmbedRequest, await io.body(), [
+    "input",
+    "input.*",
+  ]);
   const single = typeof p.input === "string";
   const texts = typeof p.input === "string" ? [p.input] : p.input;
   if (texts.length > OLLAMA_MAX_INPUTS) {

@@ -11,7 +11,7 @@
  */
 import { z } from "zod";
 import { SynapseError } from "../../contract/errors.ts";
-import { parseParams, wellFormedName } from "../../contract/schemas.ts";
+import { parseDoorParams, wellFormedName } from "../../contract/schemas.ts";
 import type { OpOutcome } from "../../ops/dispatcher.ts";
 import type { CallOptions } from "../../ops/context.ts";
 import type { EmbedResult } from "../../ops/embed.ts";
@@ -93,8 +93,11 @@ export interface EmbeddingsCall {
  * @throws {SynapseError} channel `invalid_request` naming the field for a malformed body, and
  *   naming `input` for more than {@link OPENAI_MAX_INPUTS} inputs.
  */
+/** The caller's texts: a lone surrogate in one is the operation's to refuse, naming the input (F14). */
+const TEXTS = ["input", "input.*"];
+
 export function embeddingsCall(body: unknown, signal?: AbortSignal): EmbeddingsCall {
-  const p = parseParams("/v1/embeddings", OpenAiEmbeddingsRequest, body);
+  const p = parseDoorParams("/v1/embeddings", OpenAiEmbeddingsRequest, body, TEXTS);
   const single = typeof p.input === "string";
   // One path for a string and a one-element list (field report F5).
   const texts = typeof p.input === "string" ? [p.input] : p.input;

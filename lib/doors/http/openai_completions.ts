@@ -55,7 +55,7 @@
  */
 import { z } from "zod";
 import { SynapseError } from "../../contract/errors.ts";
-import { parseParams, RESPONSE_FORMAT, wellFormedName } from "../../contract/schemas.ts";
+import { parseDoorParams, RESPONSE_FORMAT, wellFormedName } from "../../contract/schemas.ts";
 import type { ChatMessageParam, ResponseFormat } from "../../contract/schemas.ts";
 import type { OpOutcome } from "../../ops/dispatcher.ts";
 import type { MicrollmParams, MicrollmResult } from "../../ops/microllm.ts";
@@ -344,6 +344,9 @@ function withType(headers: Headers, type: string, stream: boolean): Headers {
   return headers;
 }
 
+/** The chat request's texts: the operation refuses a lone surrogate in one, naming the message. */
+const CHAT_TEXTS = ["messages.*.content", "messages.*.content.*.text"];
+
 /**
  * Maps a body to `microllm.oneshot` params. The door refuses what is OpenAI's shape alone
  * (sampling, tools, two disagreeing max_tokens fields); the operation checks the rest (limits,
@@ -352,8 +355,8 @@ function withType(headers: Headers, type: string, stream: boolean): Headers {
 function mapRequest(door: CompletionsDoor, body: unknown, routing: RoutingParams): Mapped {
   const chat = door === "/v1/chat/completions";
   const p = chat
-    ? parseParams(door, ChatRequest, body)
-    : parseParams(door, CompletionsRequest, body);
+    ? parseDoorParams(door, ChatRequest, body, CHAT_TEXTS)
+    : parseDoorParams(door, CompletionsRequest, body, ["prompt", "prompt.*"]);
   refuseSampling(p as Record<string, unknown>);
   if (chat) refuseTools(p as z.infer<typeof ChatRequest>);
   let maxTokens = p.max_tokens ?? undefined;

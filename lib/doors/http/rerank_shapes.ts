@@ -17,7 +17,7 @@
  */
 import { z } from "zod";
 import { SynapseError } from "../../contract/errors.ts";
-import { parseParams, wellFormedName } from "../../contract/schemas.ts";
+import { parseDoorParams, wellFormedName } from "../../contract/schemas.ts";
 import type { RerankResult } from "../../ops/rerank.ts";
 import {
   type AdapterAnswer,
@@ -92,7 +92,11 @@ export function rerankShapesRoute(path: string): AdapterRoute | undefined {
  */
 async function cohereRerank(io: AdapterIo, preread?: unknown): Promise<AdapterAnswer> {
   const body = preread === undefined ? await io.body() : preread;
-  const p = parseParams("rerank", CohereRerankRequest, body);
+  const p = parseDoorParams("rerank", CohereRerankRequest, body, [
+    "query",
+    "documents.*",
+    "documents.*.text",
+  ]);
   if (p.documents.length > RERANK_MAX_DOCUMENTS) {
     throw new SynapseError(
       "invalid_request",

@@ -30,7 +30,7 @@
  */
 import { z } from "zod";
 import { SynapseError } from "../../contract/errors.ts";
-import { parseParams, wellFormedName } from "../../contract/schemas.ts";
+import { parseDoorParams, wellFormedName } from "../../contract/schemas.ts";
 import type { ModelRow, ModelsListResult } from "../../ops/models.ts";
 import type { RerankResult } from "../../ops/rerank.ts";
 import { SYNAPSE_VERSION } from "../../synapse.ts";
@@ -117,7 +117,7 @@ function checkDirection(direction: string | null | undefined): void {
  *   naming `inputs[i]`).
  */
 async function teiEmbed(io: AdapterIo): Promise<AdapterAnswer> {
-  const p = parseParams("/embed", TeiEmbedRequest, await io.body());
+  const p = parseDoorParams("/embed", TeiEmbedRequest, await io.body(), ["inputs", "inputs.*"]);
   const single = typeof p.inputs === "string";
   const texts = typeof p.inputs === "string" ? [p.inputs] : p.inputs;
   if (texts.length > TEI_MAX_INPUTS) {
@@ -263,7 +263,7 @@ async function teiInfo(io: AdapterIo): Promise<AdapterAnswer> {
  */
 export async function teiRerank(io: AdapterIo, body: unknown): Promise<AdapterAnswer> {
   try {
-    const p = parseParams("/rerank", TeiRerankRequest, body);
+    const p = parseDoorParams("/rerank", TeiRerankRequest, body, ["query", "texts.*"]);
     if (p.texts.length > RERANK_MAX_DOCUMENTS) {
       throw new SynapseError(
         "invalid_request",

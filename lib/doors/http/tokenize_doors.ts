@@ -24,7 +24,7 @@
  */
 import { z } from "zod";
 import { SynapseError } from "../../contract/errors.ts";
-import { parseParams, wellFormedName } from "../../contract/schemas.ts";
+import { parseDoorParams, wellFormedName } from "../../contract/schemas.ts";
 import type { DetokenizeResult, TokenizeResult } from "../../ops/tokenize.ts";
 import { type AdapterAnswer, type AdapterIo, type AdapterRoute, callOp } from "./_adapter.ts";
 import { teiError } from "./tei.ts";
@@ -88,7 +88,7 @@ async function serveTokenize(io: AdapterIo): Promise<AdapterAnswer> {
 }
 
 async function teiTokenize(io: AdapterIo, body: unknown): Promise<AdapterAnswer> {
-  const p = parseParams("/tokenize", TeiTokenizeRequest, body);
+  const p = parseDoorParams("/tokenize", TeiTokenizeRequest, body, ["inputs", "inputs.*"]);
   const texts = typeof p.inputs === "string" ? [p.inputs] : p.inputs;
   if (texts.length === 0) {
     throw new SynapseError("invalid_request", "Cannot tokenize: `inputs` cannot be empty", {
@@ -132,7 +132,7 @@ async function teiTokenize(io: AdapterIo, body: unknown): Promise<AdapterAnswer>
 }
 
 async function teiDecode(io: AdapterIo): Promise<AdapterAnswer> {
-  const p = parseParams("/decode", TeiDecodeRequest, await io.body());
+  const p = parseDoorParams("/decode", TeiDecodeRequest, await io.body());
   const lists = p.ids.length > 0 && Array.isArray(p.ids[0])
     ? p.ids as number[][]
     : [p.ids as number[]];
@@ -156,7 +156,7 @@ async function teiDecode(io: AdapterIo): Promise<AdapterAnswer> {
 }
 
 async function llamaTokenize(io: AdapterIo, body: unknown): Promise<AdapterAnswer> {
-  const p = parseParams("/tokenize", LlamaTokenizeRequest, body);
+  const p = parseDoorParams("/tokenize", LlamaTokenizeRequest, body, ["content"]);
   const r = await tokenizeCall(io, {
     texts: [p.content],
     add_special_tokens: p.add_special ?? false,
@@ -191,7 +191,7 @@ function pieceOf(
 }
 
 async function llamaDetokenize(io: AdapterIo): Promise<AdapterAnswer> {
-  const p = parseParams("/detokenize", LlamaDetokenizeRequest, await io.body());
+  const p = parseDoorParams("/detokenize", LlamaDetokenizeRequest, await io.body());
   const r = await detokenizeCall(io, {
     ids: p.tokens,
     skip_special_tokens: false,
