@@ -34,6 +34,9 @@ export const REQUEST_KEY_MAX_BYTES = 256;
 /** Longest GBNF grammar, in UTF-16 code units (64 Ki). */
 export const GRAMMAR_MAX_CHARS = 65_536;
 
+/** The refusal of a string that is not well-formed Unicode (F17), after its field's name. */
+export const ILL_FORMED = "has a lone UTF-16 surrogate, so it is not valid Unicode";
+
 /**
  * A caller string that names something: a string of well-formed Unicode, `min` to `max` UTF-16
  * code units (see above).
@@ -45,12 +48,7 @@ export const wellFormedName = (max: number = NAME_MAX_CHARS, min = 1): z.ZodStri
   z.string()
     .min(min, { message: min === 1 ? "must not be empty" : `must be at least ${min} characters` })
     .max(max, { message: `is longer than ${max} UTF-16 code units` })
-    .refine((s) => s.isWellFormed(), {
-      message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
-    }) as unknown as z.ZodString;
-
-/** The refusal of a string that is not well-formed Unicode (F17). */
-const ILL_FORMED = "has a lone UTF-16 surrogate, so it is not valid Unicode";
+    .refine((s) => s.isWellFormed(), { message: ILL_FORMED }) as unknown as z.ZodString;
 
 /** A string that must be well-formed Unicode (no lone UTF-16 surrogate, F17), of any length. */
 export const wellFormedString = (): z.ZodString =>
@@ -215,10 +213,7 @@ export type EmbedQueryParams = z.infer<typeof EmbedQueryParams>;
 /** `embed.batch {items | texts, request_key?, input_type?, prompt_name?}`. */
 /** A job's idempotency key: empty means none (inline); a job needs a non-empty one. */
 const requestKey = z.string()
-  .refine((s) => s.isWellFormed(), {
-    message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
-    abort: true,
-  })
+  .refine((s) => s.isWellFormed(), { message: ILL_FORMED, abort: true })
   .refine((s) => utf8.encode(s).byteLength <= REQUEST_KEY_MAX_BYTES, {
     message: `is longer than ${REQUEST_KEY_MAX_BYTES} UTF-8 bytes`,
   })

@@ -46,6 +46,7 @@ import {
   CHAT_MESSAGE,
   COMMON_PARAMS,
   GRAMMAR_MAX_CHARS,
+  ILL_FORMED,
   parseParams,
   requestedModel,
   RESPONSE_FORMAT,
@@ -83,9 +84,7 @@ export const MicrollmOneshotParams = z.strictObject({
   }).optional(),
   response_format: RESPONSE_FORMAT.optional(),
   stop: z.array(
-    z.string().min(1).max(STOP_MAX_CHARS).refine((s) => s.isWellFormed(), {
-      message: "has a lone UTF-16 surrogate, so it is not valid Unicode",
-    }),
+    z.string().min(1).max(STOP_MAX_CHARS).refine((s) => s.isWellFormed(), { message: ILL_FORMED }),
   ).min(1).max(STOP_MAX_COUNT).optional(),
 });
 /** Parsed `microllm.oneshot {prompt}` params. */
