@@ -123,7 +123,8 @@ function checkDirection(direction: string | null | undefined): void {
 
 /**
  * Serves `POST /`, TEI's root route (see the module doc): rerank for `{query, texts}`, embed for
- * `{inputs}` unless the model it would get is a reranker (TEI's predict, refused).
+ * `{inputs}`; an embed that is refused because the model it would get is a reranker is TEI's
+ * predict, refused as such (looked up only then, so an embed costs what `POST /embed` costs).
  *
  * @param io The request's io.
  * @throws {SynapseError} channel `invalid_request {field: "inputs", reason: "unsupported", route:
@@ -139,28 +140,45 @@ async function teiRoot(io: AdapterIo): Promise<AdapterAnswer> {
     return await teiRerank(io, body);
   }
   const inputs = (body as { inputs?: unknown }).inputs;
-  const model = (body as { model?: unknown }).model;
-  const predict = (why: string): never => {
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot serve POST / with inputs ${why}: that is TEI's /predict (a classifier's or a reranker's scores), which Synapse does not serve; send {query, texts} to rerank, or {inputs} for an embedding model`,
-      { channel: true, details: { field: "inputs", reason: "unsupported", route: "predict" } },
-    );
-  };
   if (Array.isArray(inputs) && inputs.some((x) => Array.isArray(x))) {
-    predict("as [text, text] pairs");
+    throw predictRefusal("as [text, text] pairs");
   }
-  if (model === undefined || model === null || typeof model === "string") {
-    const list = await modelsList(io);
-    const row = typeof model === "string"
-      ? list.models.find((m) => m.model_id === model)
-      : undefined;
-    if (row?.task === "rerank") predict(`for reranker '${row.model_id}'`);
-    if (typeof model !== "string" && list.served_by.embed === null && list.served_by.rerank) {
-      predict(`on an instance whose model is a reranker ('${list.served_by.rerank}')`);
-    }
+  let answer: AdapterAnswer;
+  try {
+    answer = await teiEmbed(io, body);
+  } catch (err) {
+    if (!(err instanceof SynapseError)) throw err;
+    answer = teiError(err);
   }
-  return await teiEmbed(io, body);
+  if (answer.status < 400) return answer;
+  const why = await predictReason(io, (body as { model?: unknown }).model);
+  if (why !== undefined) throw predictRefusal(why);
+  return answer;
+}
+
+/**
+ * Why `{inputs}` on `POST /` is TEI's predict, or undefined: `model` names a reranker, or no
+ * `model` is given and the instance serves a reranker and no embedding model.
+ */
+async function predictReason(io: AdapterIo, model: unknown): Promise<string | undefined> {
+  if (model !== undefined && model !== null && typeof model !== "string") return undefined;
+  const list = await modelsList(io);
+  if (typeof model === "string") {
+    const row = list.models.find((m) => m.model_id === model);
+    return row?.task === "rerank" ? `for reranker '${row.model_id}'` : undefined;
+  }
+  return list.served_by.embed === null && list.served_by.rerank !== null
+    ? `on an instance whose model is a reranker ('${list.served_by.rerank}')`
+    : undefined;
+}
+
+/** The refusal of TEI's predict on `POST /`. */
+function predictRefusal(why: string): SynapseError {
+  return new SynapseError(
+    "invalid_request",
+    `Cannot serve POST / with inputs ${why}: that is TEI's /predict (a classifier's or a reranker's scores), which Synapse does not serve; send {query, texts} to rerank, or {inputs} for an embedding model`,
+    { channel: true, details: { field: "inputs", reason: "unsupported", route: "predict" } },
+  );
 }
 
 /**

@@ -200,6 +200,19 @@ Deno.test("the official cohere-ai client embeds float and base64 against /v2/emb
     embeddingTypes: ["float"],
   });
   assert.deepEqual(byInputs.embeddings.float, vectors);
+  // The v1 client: floats by default, by type when it asks for types.
+  const v1 = new CohereClient({ token: "unused", environment: d.base });
+  const floats = await v1.embed({ texts: TEXTS, model: "synapse-tiny-embed" });
+  assert.equal(floats.responseType, "embeddings_floats");
+  assert.deepEqual(floats.embeddings, vectors);
+  const typed = await v1.embed({
+    texts: TEXTS,
+    model: "synapse-tiny-embed",
+    embeddingTypes: ["base64"],
+  });
+  assert.equal(typed.responseType, "embeddings_by_type");
+  assert.ok(typed.responseType === "embeddings_by_type");
+  assert.deepEqual(typed.embeddings.base64, res.embeddings.base64);
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -391,6 +404,11 @@ Deno.test("TEI POST / refuses TEI's predict by name: inputs for a reranker, or a
     assert.equal(r.body.code, "invalid_request");
     assert.match(r.body.error, /TEI's \/predict/);
   }
+  // A model that is not served is just that, in TEI's body.
+  const unknown = await d.post("/", { inputs: "x", model: "nope" });
+  assert.equal(unknown.res.status, 404);
+  assert.equal(unknown.body.code, "unknown_model");
+  assert.equal(typeof unknown.body.error_type, "string");
   // An instance whose only model is a reranker: POST / with inputs is predict (as TEI's).
   await using reranker = await door({
     preload_models: [preload(`${MODELS}/synapse-tiny-rerank`, "only-rerank", { task: "rerank" })],
