@@ -3,7 +3,8 @@
  * dispatcher and encodes its outcomes (docs/operations.md). No operation logic lives here.
  *
  * Routes: one table, lib/doors/http/routes.ts (`HTTP_ROUTES`: method, path, adapter); an unknown path is
- * 404 `unknown_method` listing them. The native door `POST /v1/ops/<method>` takes the params JSON
+ * 404 `unknown_method` listing them, in the error body of the API its prefix belongs to
+ * (lib/doors/http/unrouted.ts). The native door `POST /v1/ops/<method>` takes the params JSON
  * (empty body = `{}`) and answers the wire JSON exactly — `{"result": …}` (200), a semantic error
  * `{"result": {"module_generation", "error": WireError}}` or a channel error `{code, message}`,
  * each with the status of {@link httpStatusFor}. The other routes map an upstream API's shapes
