@@ -1,9 +1,10 @@
 /**
- * The OpenAI-shaped door (`POST /v1/embeddings`, `GET /v1/models`): a mapping of params and
- * results around the one dispatcher, nothing more. An embeddings request becomes an `embed.batch`
- * call (`texts`, `model`) with the door's call options — up to {@link OPENAI_MAX_INPUTS} inputs
- * served as inline chunks under the same lane admission, `dimensions` served as the model's width or one of its Matryoshka widths (else refused),
- * all or nothing — and the outcome becomes OpenAI's response or error body. Model resolution,
+ * The OpenAI-shaped door (`POST /v1/embeddings`, `GET /v1/models`, `GET /v1/models/{id}`): a
+ * mapping of params and results around the one dispatcher, nothing more. An embeddings request
+ * becomes an `embed.batch` call (`texts`, `model`) with the door's call options — up to
+ * {@link OPENAI_MAX_INPUTS} inputs served as inline chunks under the same lane admission,
+ * `dimensions` served as the model's width or one of its Matryoshka widths (else refused), all or
+ * nothing — and the outcome becomes OpenAI's response or error body. Model resolution,
  * the disposed check, text checks and admission all happen below, exactly as for
  * `/v1/ops/embed.batch`.
  *
@@ -269,22 +270,53 @@ export function modelsAnswer(outcome: OpOutcome, createdSec: number): OpenAiAnsw
   const res = outcome.body.result as ModelsListResult;
   return {
     status: 200,
-    body: {
-      object: "list",
-      data: res.models.map((m) => ({
-        id: m.model_id,
-        object: "model",
-        created: createdSec,
-        owned_by: "synapse",
-        synapse: {
-          task: m.task,
-          state: m.state,
-          ...(m.state_reason === undefined ? {} : { state_reason: m.state_reason }),
-          ...(m.dims === undefined ? {} : { dims: m.dims }),
-          ...(m.fingerprints[0] === undefined ? {} : { fingerprint: m.fingerprints[0] }),
-          ...(m.test_model ? { test_model: true } : {}),
-        },
-      })),
+    body: { object: "list", data: res.models.map((m) => modelEntry(m, createdSec)) },
+  };
+}
+
+/**
+ * Maps the `models.list` outcome to OpenAI's model object of one id (`GET /v1/models/{id}`):
+ * `{id, object: "model", created, owned_by, synapse}`, the entry {@link modelsAnswer} lists for
+ * it; an id that is not served is 404 `unknown_model` in OpenAI's error body, its message listing
+ * the models served.
+ *
+ * @param outcome The dispatcher's `models.list` outcome.
+ * @param id The model id asked for (decoded from the path).
+ * @param createdSec `created`: when this server started, in Unix seconds.
+ */
+export function modelAnswer(outcome: OpOutcome, id: string, createdSec: number): OpenAiAnswer {
+  if (outcome.kind !== "result") return openAiError(outcome.error);
+  const res = outcome.body.result as ModelsListResult;
+  const row = res.models.find((m) => m.model_id === id);
+  if (row === undefined) {
+    const known = res.models.map((m) => m.model_id);
+    return openAiError(
+      new SynapseError(
+        "unknown_model",
+        `Cannot describe model '${id}': it is not served here; the models served are ${
+          known.length === 0 ? "none" : known.join(", ")
+        } (GET /v1/models lists them)`,
+        { details: { field: "model", model_id: id, known } },
+      ),
+    );
+  }
+  return { status: 200, body: modelEntry(row, createdSec) };
+}
+
+/** One model of OpenAI's model list, Synapse's facts under `synapse`. */
+function modelEntry(m: ModelsListResult["models"][number], createdSec: number): unknown {
+  return {
+    id: m.model_id,
+    object: "model",
+    created: createdSec,
+    owned_by: "synapse",
+    synapse: {
+      task: m.task,
+      state: m.state,
+      ...(m.state_reason === undefined ? {} : { state_reason: m.state_reason }),
+      ...(m.dims === undefined ? {} : { dims: m.dims }),
+      ...(m.fingerprints[0] === undefined ? {} : { fingerprint: m.fingerprints[0] }),
+      ...(m.test_model ? { test_model: true } : {}),
     },
   };
 }

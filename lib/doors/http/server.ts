@@ -3,7 +3,8 @@
  * dispatcher and encodes its outcomes (docs/operations.md). No operation logic lives here.
  *
  * Routes: one table, lib/doors/http/routes.ts (`HTTP_ROUTES`: method, path, adapter); an unknown path is
- * 404 `unknown_method` listing them. The native door `POST /v1/ops/<method>` takes the params JSON
+ * 404 `unknown_method` listing them, in the error body of the API its prefix belongs to
+ * (lib/doors/http/unrouted.ts). The native door `POST /v1/ops/<method>` takes the params JSON
  * (empty body = `{}`) and answers the wire JSON exactly — `{"result": …}` (200), a semantic error
  * `{"result": {"module_generation", "error": WireError}}` or a channel error `{code, message}`,
  * each with the status of {@link httpStatusFor}. The other routes map an upstream API's shapes
@@ -50,15 +51,23 @@ import type { Synapse } from "../../synapse.ts";
 import { HttpRefusal, MAX_BODY_BYTES, readJsonBody } from "../_request_body.ts";
 import { JsonBodyParser } from "../_json_body_parser.ts";
 import { cohereEmbedRoute } from "./cohere_embed.ts";
-import { embeddingsAnswer, embeddingsCall, modelsAnswer, openAiError } from "./openai.ts";
+import {
+  embeddingsAnswer,
+  embeddingsCall,
+  modelAnswer,
+  modelsAnswer,
+  openAiError,
+} from "./openai.ts";
 import { type CompletionsDoor, serveCompletions } from "./openai_completions.ts";
 import {
   findRoute,
   type HttpRoute,
   OPS_PREFIX,
   type RouteAdapter,
+  routeParam,
   unknownRoute,
 } from "./routes.ts";
+import { unroutedError } from "./unrouted.ts";
 import type { OpenAiAnswer } from "./openai.ts";
 import { httpStatusFor } from "./status_table.ts";
 import {
@@ -580,9 +589,12 @@ const SERVE: Readonly<
   ops: serveOps,
   openai: (door, req, record, signal) => {
     const path = new URL(req.url).pathname;
-    return path === "/v1/models"
-      ? openAiModels(door, record, signal)
-      : openAiEmbeddings(door, req, record, signal);
+    const entry = findRoute(path)!;
+    if (entry.path === "/v1/models") return openAiModels(door, record, signal);
+    if (entry.path === "/v1/models/<id>") {
+      return openAiModel(door, routeParam(entry, path), record, signal);
+    }
+    return openAiEmbeddings(door, req, record, signal);
   },
   openai_completions: serveCompletionsRoute,
   health: async (door, req) => {
@@ -641,8 +653,38 @@ async function route(
     record.error = e;
     if (openAi) return openAiResponse(openAiError(e));
     if (adapter !== undefined) return openAiResponse(adapter.error(e));
+    // No route: the body of the API the path's prefix belongs to (lib/doors/http/unrouted.ts).
+    const unrouted = entry === undefined ? unroutedError(path, e) : undefined;
+    if (unrouted !== undefined) return openAiResponse(unrouted);
     return errorResponse(e, door.backend);
   }
+}
+
+/**
+ * `GET /v1/models/{id}`: OpenAI's model object, mapped from `models.list`
+ * (lib/doors/http/openai.ts); the id is the path's URL-decoded rest (`BAAI%2Fbge-small`).
+ */
+async function openAiModel(
+  door: Door,
+  rawId: string,
+  record: RequestRecord,
+  signal: AbortSignal,
+): Promise<Response> {
+  let id: string;
+  try {
+    id = decodeURIComponent(rawId);
+  } catch {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot describe model '${rawId}': the id in the path is not valid URL encoding`,
+      { channel: true, details: { field: "model", reason: "malformed_path" } },
+    );
+  }
+  const backend = attached(door);
+  record.params = {};
+  const { outcome, facts } = await backend.call("models.list", {}, { signal });
+  record.facts = facts;
+  return openAiResponse(modelAnswer(outcome, id, door.startedSec));
 }
 
 /** `GET /v1/models`: OpenAI's model list, mapped from `models.list` (lib/doors/http/openai.ts). */

@@ -1,8 +1,16 @@
 /**
  * The door in the shape of Hugging Face's text-embeddings-inference (TEI) router: `POST /embed`,
- * `GET /info` and `POST /rerank` with `texts` (routed here by lib/doors/http/rerank_shapes.ts, which
- * owns `/rerank`). A mapping of params and results around `embed.batch`, `rerank.score` and
- * `models.list` through the dispatcher, nothing more.
+ * `GET /info`, `POST /rerank` with `texts` (routed here by lib/doors/http/rerank_shapes.ts, which
+ * owns `/rerank`) and TEI's root route `POST /`. A mapping of params and results around
+ * `embed.batch`, `rerank.score` and `models.list` through the dispatcher, nothing more.
+ *
+ * `POST /` is what TEI routes there for the kind of model it serves: an embedding model's
+ * `/embed`, a reranker's `/rerank`, a classifier's `/predict`. Synapse serves several models, so
+ * the body says which: `{query, texts}` is TEI's rerank (the default rerank model, or `model`),
+ * `{inputs}` TEI's embed (the default embed model, or `model`). `{inputs}` for a reranker —
+ * `model` naming one, or no `model` on an instance that serves a reranker and no embedding model
+ * — is TEI's `/predict`, which Synapse does not serve: it is refused naming `inputs`, as are
+ * `inputs` given as `[text, text]` pairs (predict's pair form).
  *
  * Semantics kept, never changed silently:
  *
@@ -84,13 +92,17 @@ const TeiRerankRequest = z.strictObject({
 });
 
 /**
- * The route of a TEI path (`/embed`, `/info`), or undefined.
+ * The route of a TEI path (`/embed`, `/info`, `/`), or undefined.
  *
  * @param path The request path.
  */
 export function teiRoute(path: string): AdapterRoute | undefined {
   if (path === "/embed") {
-    return { op: "embed.batch", method: "POST", serve: teiEmbed, error: teiError };
+    return { op: "embed.batch", method: "POST", serve: (io) => teiEmbed(io), error: teiError };
+  }
+  if (path === "/") {
+    // The log's op is embed.batch until the body says rerank (teiRoot sets it).
+    return { op: "embed.batch", method: "POST", serve: teiRoot, error: teiError };
   }
   if (path === "/info") {
     return { op: "models.list", method: "GET", serve: teiInfo, error: teiError };
@@ -110,14 +122,76 @@ function checkDirection(direction: string | null | undefined): void {
 }
 
 /**
+ * Serves `POST /`, TEI's root route (see the module doc): rerank for `{query, texts}`, embed for
+ * `{inputs}`; an embed that is refused because the model it would get is a reranker is TEI's
+ * predict, refused as such (looked up only then, so an embed costs what `POST /embed` costs).
+ *
+ * @param io The request's io.
+ * @throws {SynapseError} channel `invalid_request {field: "inputs", reason: "unsupported", route:
+ *   "predict"}` for a predict request.
+ */
+async function teiRoot(io: AdapterIo): Promise<AdapterAnswer> {
+  const body = await io.body();
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    return await teiEmbed(io, body);
+  }
+  if ("query" in body || "texts" in body) {
+    io.record.op = "rerank.score";
+    return await teiRerank(io, body);
+  }
+  const inputs = (body as { inputs?: unknown }).inputs;
+  if (Array.isArray(inputs) && inputs.some((x) => Array.isArray(x))) {
+    throw predictRefusal("as [text, text] pairs");
+  }
+  let answer: AdapterAnswer;
+  try {
+    answer = await teiEmbed(io, body);
+  } catch (err) {
+    if (!(err instanceof SynapseError)) throw err;
+    answer = teiError(err);
+  }
+  if (answer.status < 400) return answer;
+  const why = await predictReason(io, (body as { model?: unknown }).model);
+  if (why !== undefined) throw predictRefusal(why);
+  return answer;
+}
+
+/**
+ * Why `{inputs}` on `POST /` is TEI's predict, or undefined: `model` names a reranker, or no
+ * `model` is given and the instance serves a reranker and no embedding model.
+ */
+async function predictReason(io: AdapterIo, model: unknown): Promise<string | undefined> {
+  if (model !== undefined && model !== null && typeof model !== "string") return undefined;
+  const list = await modelsList(io);
+  if (typeof model === "string") {
+    const row = list.models.find((m) => m.model_id === model);
+    return row?.task === "rerank" ? `for reranker '${row.model_id}'` : undefined;
+  }
+  return list.served_by.embed === null && list.served_by.rerank !== null
+    ? `on an instance whose model is a reranker ('${list.served_by.rerank}')`
+    : undefined;
+}
+
+/** The refusal of TEI's predict on `POST /`. */
+function predictRefusal(why: string): SynapseError {
+  return new SynapseError(
+    "invalid_request",
+    `Cannot serve POST / with inputs ${why}: that is TEI's /predict (a classifier's or a reranker's scores), which Synapse does not serve; send {query, texts} to rerank, or {inputs} for an embedding model`,
+    { channel: true, details: { field: "inputs", reason: "unsupported", route: "predict" } },
+  );
+}
+
+/**
  * Serves `POST /embed`: `[[float, …], …]`, one vector per input in input order.
  *
  * @param io The request's io.
+ * @param preread The body, when the caller has read it.
  * @returns The vectors, or the error answer (all or nothing: one refused input refuses the call,
  *   naming `inputs[i]`).
  */
-async function teiEmbed(io: AdapterIo): Promise<AdapterAnswer> {
-  const p = parseDoorParams("/embed", TeiEmbedRequest, await io.body(), ["inputs", "inputs.*"]);
+async function teiEmbed(io: AdapterIo, preread?: unknown): Promise<AdapterAnswer> {
+  const body = preread === undefined ? await io.body() : preread;
+  const p = parseDoorParams("/embed", TeiEmbedRequest, body, ["inputs", "inputs.*"]);
   const single = typeof p.inputs === "string";
   const texts = typeof p.inputs === "string" ? [p.inputs] : p.inputs;
   if (texts.length > TEI_MAX_INPUTS) {
@@ -192,14 +266,19 @@ async function checkNormalize(
   );
 }
 
+/** The instance's `models.list`, not recorded as the request's call. */
+async function modelsList(io: AdapterIo): Promise<ModelsListResult> {
+  const { outcome } = await io.backend().call("models.list", {}, { signal: io.signal });
+  if (outcome.kind !== "result") throw outcome.error;
+  return outcome.body.result as ModelsListResult;
+}
+
 /** The `models.list` row of the embed model a request would get (undefined if none). */
 async function embedModelRow(
   io: AdapterIo,
   model: string | undefined,
 ): Promise<ModelRow | undefined> {
-  const { outcome } = await io.backend().call("models.list", {}, { signal: io.signal });
-  if (outcome.kind !== "result") throw outcome.error;
-  const list = outcome.body.result as ModelsListResult;
+  const list = await modelsList(io);
   const id = model ?? list.served_by.embed;
   return list.models.find((m) => m.model_id === id && m.task === "embed");
 }

@@ -1,5 +1,5 @@
 /**
- * Tokenizer doors in two API shapes over the `tokenize` and `detokenize` operations:
+ * Tokenizer doors in three API shapes over the `tokenize` and `detokenize` operations:
  *
  * - TEI: `POST /tokenize {inputs: string | string[], add_special_tokens? = true, prompt_name?}` →
  *   `[[{id, text, special, start, stop}, …], …]` (one list per input; `start`/`stop` are UTF-8
@@ -12,6 +12,14 @@
  *   `POST /detokenize {tokens}` → `{content}`. `parse_special: true` (llama.cpp's default) is
  *   accepted and means what Synapse always does for a caller's text: special-token strings in
  *   it are text (F25); it is disclosed as `synapse.parse_special: false`.
+ * - Cohere: `POST /v1/tokenize {text, model}` → `{tokens, token_strings, meta}` (no special
+ *   tokens added, as Cohere; `token_strings[i]` the text token `i` covers with the text before it
+ *   since the previous token, so that joined they give the text, up to what follows the last
+ *   token; a token that shares its characters with the one before it, a byte of a split
+ *   character, has `""`); `POST /v1/detokenize {tokens, model}` → `{text, meta}` (special tokens
+ *   kept: the text of exactly the tokens given). Both add Synapse's facts under `synapse`
+ *   (`model_id`, `fingerprint`, and the prompt chosen), and answer Cohere's error body
+ *   `{message, code, field?}`.
  *
  * `POST /tokenize` is both: a body with `inputs` is TEI's, one with `content` llama.cpp's.
  * `model` (Synapse's) picks a model; the default embed model otherwise; the routing headers
@@ -27,6 +35,7 @@ import { SynapseError } from "../../contract/errors.ts";
 import { parseDoorParams, wellFormedName } from "../../contract/schemas.ts";
 import type { DetokenizeResult, TokenizeResult } from "../../ops/tokenize.ts";
 import { type AdapterAnswer, type AdapterIo, type AdapterRoute, callOp } from "./_adapter.ts";
+import { cohereError } from "./rerank_shapes.ts";
 import { teiError } from "./tei.ts";
 
 const TeiTokenizeRequest = z.strictObject({
@@ -55,8 +64,21 @@ const LlamaDetokenizeRequest = z.strictObject({
   model: wellFormedName().nullish(),
 });
 
+/** Cohere's `POST /v1/tokenize` request; `model` (required by Cohere) picks the model here too. */
+const CohereTokenizeRequest = z.strictObject({
+  text: z.string(),
+  model: wellFormedName().optional(),
+});
+
+/** Cohere's `POST /v1/detokenize` request. */
+const CohereDetokenizeRequest = z.strictObject({
+  tokens: z.array(z.number().int()),
+  model: wellFormedName().optional(),
+});
+
 /**
- * The route of a tokenizer path (`/tokenize`, `/decode`, `/detokenize`), or undefined.
+ * The route of a tokenizer path (`/tokenize`, `/decode`, `/detokenize`, `/v1/tokenize`,
+ * `/v1/detokenize`), or undefined.
  *
  * @param path The request path.
  */
@@ -70,7 +92,97 @@ export function tokenizeRoute(path: string): AdapterRoute | undefined {
   if (path === "/detokenize") {
     return { op: "detokenize", method: "POST", serve: llamaDetokenize, error: llamaError };
   }
+  if (path === "/v1/tokenize") {
+    return { op: "tokenize", method: "POST", serve: cohereTokenize, error: cohereError };
+  }
+  if (path === "/v1/detokenize") {
+    return { op: "detokenize", method: "POST", serve: cohereDetokenize, error: cohereError };
+  }
   return undefined;
+}
+
+/** Cohere's `meta` of a tokenizer answer. */
+const COHERE_META = { api_version: { version: "1" } };
+
+async function cohereTokenize(io: AdapterIo): Promise<AdapterAnswer> {
+  const p = parseDoorParams("/v1/tokenize", CohereTokenizeRequest, await io.body(), ["text"]);
+  const r = await tokenizeCall(io, {
+    texts: [p.text],
+    add_special_tokens: false,
+    ...(p.model === undefined ? {} : { model: p.model }),
+  });
+  if ("error" in r) return cohereError(fieldAs(r.error, "texts.0", "text"));
+  const item = r.result.items[0]!;
+  return {
+    status: 200,
+    body: {
+      tokens: item.ids,
+      token_strings: tokenStrings(item.tokenized_text ?? p.text, item),
+      meta: COHERE_META,
+      synapse: {
+        model_id: r.result.model_id,
+        fingerprint: r.result.fingerprint,
+        ...(item.prefix_chars === undefined ? {} : { prefix_chars: item.prefix_chars }),
+        ...(r.result.prompt === undefined ? {} : { prompt: r.result.prompt }),
+      },
+    },
+    fingerprint: r.result.fingerprint,
+    prompt: r.result.prompt,
+  };
+}
+
+async function cohereDetokenize(io: AdapterIo): Promise<AdapterAnswer> {
+  const p = parseDoorParams("/v1/detokenize", CohereDetokenizeRequest, await io.body());
+  const r = await detokenizeCall(io, {
+    ids: p.tokens,
+    skip_special_tokens: false,
+    ...(p.model === undefined ? {} : { model: p.model }),
+  });
+  if ("error" in r) return cohereError(fieldAs(r.error, "ids", "tokens"));
+  return {
+    status: 200,
+    body: {
+      text: r.result.text,
+      meta: COHERE_META,
+      synapse: { model_id: r.result.model_id, fingerprint: r.result.fingerprint },
+    },
+    fingerprint: r.result.fingerprint,
+  };
+}
+
+/**
+ * An operation's error with its field in the door's terms: `from` (and `from.<rest>`) renamed
+ * `to` (`ids.3` → `tokens[3]`, `texts.0` → `text`).
+ */
+function fieldAs(e: SynapseError, from: string, to: string): SynapseError {
+  const field = e.details?.field;
+  if (typeof field !== "string" || !(field === from || field.startsWith(`${from}.`))) return e;
+  const rest = field.slice(from.length + 1);
+  const renamed = rest === "" ? to : /^\d+$/.test(rest) ? `${to}[${rest}]` : `${to}.${rest}`;
+  return new SynapseError(e.code, e.message, {
+    channel: e.channel,
+    details: { ...e.details, field: renamed },
+    cause: e,
+    ...(e.retryAfterMs === undefined ? {} : { retryAfterMs: e.retryAfterMs }),
+  });
+}
+
+/**
+ * Cohere's `token_strings` of a tokenized text: each token's text with what comes before it since
+ * the previous token's end (so they join to the text up to the last token's end); a token whose
+ * span ends where an earlier one's did (a byte of a split character) is `""`; a special token is
+ * its piece.
+ */
+function tokenStrings(text: string, item: TokenizeResult["items"][number]): string[] {
+  const chars = [...text];
+  let cursor = 0;
+  return item.ids.map((_, i) => {
+    if (item.special[i]) return item.pieces[i]!;
+    const end = Math.max(cursor, item.offsets[i]![1]);
+    const s = chars.slice(cursor, end).join("");
+    cursor = end;
+    return s;
+  });
 }
 
 /** `POST /tokenize`: TEI's with `inputs`, llama.cpp's with `content`. */

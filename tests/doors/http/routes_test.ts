@@ -7,10 +7,12 @@ import { cohereEmbedRoute } from "../../../lib/doors/http/cohere_embed.ts";
 import { ollamaRoute } from "../../../lib/doors/http/ollama.ts";
 import { rerankShapesRoute } from "../../../lib/doors/http/rerank_shapes.ts";
 import {
+  errorShapeFor,
   findRoute,
   HTTP_ROUTES,
   OPS_PREFIX,
   routeLines,
+  routeParam,
   unknownRoute,
 } from "../../../lib/doors/http/routes.ts";
 import { serveHttp } from "../../../lib/doors/http/server.ts";
@@ -20,9 +22,11 @@ import { tokenizeRoute } from "../../../lib/doors/http/tokenize_doors.ts";
 import { cli } from "../../cli/_launcher.ts";
 import { startSynapse } from "../../_helpers.ts";
 
-/** A concrete path of a route (the native door's with a real operation). */
+/** A concrete path of a route (the native door's with a real operation, a model's with an id). */
 function pathOf(path: string): string {
-  return path === `${OPS_PREFIX}<method>` ? `${OPS_PREFIX}embed.query` : path;
+  if (path === `${OPS_PREFIX}<method>`) return `${OPS_PREFIX}embed.query`;
+  if (path === "/v1/models/<id>") return "/v1/models/synapse-tiny-embed";
+  return path;
 }
 
 Deno.test("HTTP_ROUTES: one entry per path; findRoute() finds each, an API-shaped one has its module's route", () => {
@@ -46,6 +50,34 @@ Deno.test("HTTP_ROUTES: one entry per path; findRoute() finds each, an API-shape
   }
   assert.equal(findRoute("/v2/nothing"), undefined);
   assert.equal(findRoute("/v1/ops"), undefined);
+  // A route with a parameter takes any non-empty rest, slashes included; an empty one is no route.
+  assert.equal(findRoute("/v1/models/BAAI/bge-small")?.path, "/v1/models/<id>");
+  assert.equal(
+    routeParam(findRoute("/v1/models/BAAI%2Fbge")!, "/v1/models/BAAI%2Fbge"),
+    "BAAI%2Fbge",
+  );
+  assert.equal(findRoute("/v1/models/"), undefined);
+  assert.equal(findRoute("/v1/ops/"), undefined);
+  assert.equal(findRoute("/v1/models")?.path, "/v1/models");
+  assert.equal(findRoute("/")?.adapter, "tei");
+});
+
+Deno.test("errorShapeFor() picks the error body of an unrouted path by its prefix", () => {
+  const cases: [string, ReturnType<typeof errorShapeFor>][] = [
+    ["/v1/ops", "ops"],
+    ["/v1/ops/x", "ops"],
+    ["/v1/opsx", "openai_cohere"],
+    ["/api", "ollama"],
+    ["/api/show", "ollama"],
+    ["/apix", "tei"],
+    ["/v1", "openai_cohere"],
+    ["/v1/files", "openai_cohere"],
+    ["/v2/classify", "openai_cohere"],
+    ["/v3/x", "tei"],
+    ["/predict", "tei"],
+    ["/", "tei"],
+  ];
+  for (const [path, shape] of cases) assert.equal(errorShapeFor(path), shape, path);
 });
 
 Deno.test("the HTTP door serves every route of the table with its method, and its 404 names every route", async () => {
@@ -63,12 +95,14 @@ Deno.test("the HTTP door serves every route of the table with its method, and it
       assert.equal(res.status, 405, `${r.method} ${r.path}`);
       assert.equal(res.headers.get("allow"), r.method, `${r.method} ${r.path}`);
     }
-    // An unknown path: 404 unknown_method, a channel error ({code, message}) whose details
-    // (kept with the error) list every route.
+    // An unknown path: 404 unknown_method whose details (kept with the error) list every route;
+    // under /v2 its body is the one both OpenAI's and Cohere's clients read.
     const res = await fetch(`${base}/v2/nothing`, { method: "POST", body: "{}" });
     assert.equal(res.status, 404);
     const body = await res.json();
     assert.equal(body.code, "unknown_method");
+    assert.equal(body.error.message, body.message);
+    assert.equal(body.error.type, "not_found_error");
     // The body has no room for details: the message lists every route of the table.
     assert.equal(
       body.message,
