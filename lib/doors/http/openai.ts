@@ -218,6 +218,8 @@ export function embeddingsAnswer(outcome: OpOutcome, call: EmbeddingsCall): Open
   }
   const promptTokens = res.real_token_counts.reduce((a, b) => a + b, 0);
   const synapse: Record<string, unknown> = {
+    // The model that served; `model` is the name the request gave (a model alias, docs/config.md).
+    model_id: res.model_id,
     fingerprint: res.fingerprint,
     table_epoch: res.table_epoch,
     dims: res.dims,
@@ -244,7 +246,7 @@ export function embeddingsAnswer(outcome: OpOutcome, call: EmbeddingsCall): Open
       index: Number(v.id),
       embedding: call.format === "base64" ? float32Base64LE(v.vector) : v.vector,
     })),
-    model: res.model_id,
+    model: res.requested_model ?? res.model_id,
     usage: { prompt_tokens: promptTokens, total_tokens: promptTokens },
     synapse,
   };
@@ -259,7 +261,9 @@ export function embeddingsAnswer(outcome: OpOutcome, call: EmbeddingsCall): Open
 /**
  * Maps the `models.list` outcome to OpenAI's model list `{object: "list", data: [{id, object:
  * "model", created, owned_by}]}`; each entry adds Synapse's facts under `synapse` (task, state and
- * why it is not ready, dims, fingerprint).
+ * why it is not ready, dims, fingerprint). Then one entry per config `model_aliases` name whose
+ * model is listed: `id` the alias, `synapse` its model's facts and `alias_of` its model id, so a
+ * client that checks the list before calling finds the name it defaults to.
  *
  * @param outcome The dispatcher's `models.list` outcome.
  * @param createdSec `created` of every entry: when this server started, in Unix seconds.
@@ -267,26 +271,46 @@ export function embeddingsAnswer(outcome: OpOutcome, call: EmbeddingsCall): Open
 export function modelsAnswer(outcome: OpOutcome, createdSec: number): OpenAiAnswer {
   if (outcome.kind !== "result") return openAiError(outcome.error);
   const res = outcome.body.result as ModelsListResult;
+  const entry = (id: string, m: ModelsListResult["models"][number], aliasOf?: string) => ({
+    id,
+    object: "model",
+    created: createdSec,
+    owned_by: "synapse",
+    synapse: {
+      ...(aliasOf === undefined ? {} : { alias_of: aliasOf }),
+      task: m.task,
+      state: m.state,
+      ...(m.state_reason === undefined ? {} : { state_reason: m.state_reason }),
+      ...(m.dims === undefined ? {} : { dims: m.dims }),
+      ...(m.fingerprints[0] === undefined ? {} : { fingerprint: m.fingerprints[0] }),
+      ...(m.test_model ? { test_model: true } : {}),
+    },
+  });
   return {
     status: 200,
     body: {
       object: "list",
-      data: res.models.map((m) => ({
-        id: m.model_id,
-        object: "model",
-        created: createdSec,
-        owned_by: "synapse",
-        synapse: {
-          task: m.task,
-          state: m.state,
-          ...(m.state_reason === undefined ? {} : { state_reason: m.state_reason }),
-          ...(m.dims === undefined ? {} : { dims: m.dims }),
-          ...(m.fingerprints[0] === undefined ? {} : { fingerprint: m.fingerprints[0] }),
-          ...(m.test_model ? { test_model: true } : {}),
-        },
-      })),
+      data: [
+        ...res.models.map((m) => entry(m.model_id, m)),
+        ...aliasRows(res).map(([alias, m]) => entry(alias, m, m.model_id)),
+      ],
     },
   };
+}
+
+/**
+ * The `models.list` model of each `model_aliases` row whose model is listed, in the table's
+ * order: `[alias, row]`.
+ *
+ * @param list The `models.list` result.
+ */
+export function aliasRows(list: ModelsListResult): [string, ModelsListResult["models"][number]][] {
+  const out: [string, ModelsListResult["models"][number]][] = [];
+  for (const a of list.model_aliases ?? []) {
+    const m = list.models.find((row) => row.model_id === a.model_id);
+    if (m !== undefined) out.push([a.model_alias, m]);
+  }
+  return out;
 }
 
 /**

@@ -200,7 +200,11 @@ async function embedModelRow(
   const { outcome } = await io.backend().call("models.list", {}, { signal: io.signal });
   if (outcome.kind !== "result") throw outcome.error;
   const list = outcome.body.result as ModelsListResult;
-  const id = model ?? list.served_by.embed;
+  const named = model ?? list.served_by.embed;
+  // A config model_aliases name stands for its model (a real model id wins).
+  const id = list.models.some((m) => m.model_id === named)
+    ? named
+    : list.model_aliases?.find((a) => a.model_alias === named)?.model_id ?? named;
   return list.models.find((m) => m.model_id === id && m.task === "embed");
 }
 
