@@ -315,3 +315,29 @@ Deno.test("chat and completions with a client default name: `model` echoes it, s
   assert.equal(native.model_id, "gen");
   assert.equal(native.requested_model, "gpt-4o-mini");
 });
+
+Deno.test("a model loaded later under an alias's name is served as itself: a real id wins", async () => {
+  await using t = await startSynapse({
+    model_aliases: { "text-embedding-3-small": "synapse-tiny-embed" },
+  }, { log: nullLog });
+  const before = resultOf(
+    await t.syn.call("embed.query", { text: "hello", model: "text-embedding-3-small" }),
+  );
+  assert.equal(before.model_id, "synapse-tiny-embed");
+  assert.equal(before.requested_model, "text-embedding-3-small");
+  const job = resultOf(
+    await t.syn.call("model.load", {
+      path: `${MODELS}/synapse-tiny-embed`,
+      model_id: "text-embedding-3-small",
+    }),
+  );
+  const done = await t.syn.loads.settled(job.job_id);
+  assert.equal(done.state, "ready", JSON.stringify(done));
+  const after = resultOf(
+    await t.syn.call("embed.query", { text: "hello", model: "text-embedding-3-small" }),
+  );
+  assert.equal(after.model_id, "text-embedding-3-small");
+  assert.equal(after.requested_model, undefined);
+  const list = resultOf(await t.syn.call("models.list", {}));
+  assert.deepEqual(list.model_aliases, []);
+});
