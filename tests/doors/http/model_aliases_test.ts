@@ -278,6 +278,18 @@ Deno.test("the official ollama and cohere-ai clients serve an alias and answer t
   // deno-lint-ignore no-explicit-any
   const raw = ranked as any;
   assert.equal(raw.results.length, 2);
+  // TEI's `model`: the alias's model answers, and its normalize is checked (it normalises).
+  const tei = await d.post("/embed", { inputs: "hi", model: "text-embedding-3-small" });
+  assert.equal(tei.status, 200, JSON.stringify(tei.body));
+  assert.deepEqual(tei.body, [native.vectors[0].vector]);
+  const teiOff = await d.post("/embed", {
+    inputs: "hi",
+    model: "text-embedding-3-small",
+    normalize: false,
+  });
+  assert.equal(teiOff.status, 400, JSON.stringify(teiOff.body));
+  assert.equal(teiOff.body.field, "normalize");
+  assert.match(teiOff.body.error, /model 'tiny-embed' normalises its vectors/);
   const direct = await d.post("/v2/rerank", { model: "rerank-v3.5", query: "q", documents: ["a"] });
   assert.equal(direct.status, 200);
   assert.equal(direct.body.model, "rerank-v3.5");
