@@ -207,7 +207,9 @@ export interface EmbedCallOptions {
    * Most tokens per input for this call (a door's per-call context: Ollama `options.num_ctx`),
    * honoured only below the model's `max_tokens` (at or above it nothing changes): an input over
    * it is cut to it when the call truncates (disclosed per item as any cut), else refused
-   * `sequence_too_long` with `max_tokens` this cap. A positive integer.
+   * `sequence_too_long` with `max_tokens` this cap. A positive integer. Not kept by a durable
+   * job: a call with a `request_key` that would become one is refused `invalid_request`
+   * `{field: "request_key", reason: "token_cap_in_job"}`.
    */
   maxTokens?: number | undefined;
   /**

@@ -217,6 +217,7 @@ export async function embedItems(
     const limit = items.length > limits.max_items
       ? { limit: "inline.max_items", items: items.length, max: limits.max_items }
       : { limit: "inline.byte_budget", bytes, max: limits.byte_budget };
+    refuseCapInJob(maxTokens, requestKey);
     return submitJob(ctx, requestKey, limit, {
       model,
       space,
@@ -243,6 +244,7 @@ export async function embedItems(
   if (tokens > limits.max_tokens) {
     permit.release();
     const limit = { limit: "inline.max_tokens", tokens, max: limits.max_tokens };
+    refuseCapInJob(maxTokens, requestKey);
     return submitJob(ctx, requestKey, limit, {
       model,
       space,
@@ -269,7 +271,9 @@ export async function embedItems(
 function tokenCapOf(model: ReadyModel, cap: number | undefined): number | undefined {
   if (cap === undefined || cap >= model.maxTokens) return undefined;
   if (!Number.isInteger(cap) || cap < 1) {
-    throw new RangeError(`Cannot cap tokens as 'maxTokens' must be a positive integer: ${cap}`);
+    throw new RangeError(
+      `Cannot cap tokens as 'maxTokens' must be a positive integer: received ${cap}`,
+    );
   }
   return cap;
 }
@@ -323,6 +327,21 @@ function checkItems(items: EmbedItem[]): void {
     }
     seen.add(it.id);
   }
+}
+
+/**
+ * A per-call token cap ({@link EmbedCallOptions.maxTokens}) is not kept by a durable job: a call
+ * with one that would become a job is refused rather than served without it.
+ *
+ * @throws {SynapseError} `invalid_request` `{field: "request_key", reason: "token_cap_in_job"}`.
+ */
+function refuseCapInJob(maxTokens: number | undefined, requestKey: string | undefined): void {
+  if (maxTokens === undefined || requestKey === undefined || requestKey === "") return;
+  throw new SynapseError(
+    "invalid_request",
+    `Cannot run this batch as a durable job: its per-call token cap of ${maxTokens} is not kept by a job; send fewer items inline, or leave the cap out`,
+    { details: { field: "request_key", reason: "token_cap_in_job", max_tokens: maxTokens } },
+  );
 }
 
 function submitJob(
