@@ -23,6 +23,7 @@ import type { ModelEntry, ModelSource, ReadyModel } from "./models/model.ts";
 import type { CertRow } from "./probe/types.ts";
 import type { RegistryTestHooks } from "./models/_test_hooks.ts";
 import { defaultModelSources, sourceFromPreload } from "./models/sources.ts";
+import { checkModelAliases } from "./models/model_aliases.ts";
 import { dispatch, OPERATIONS } from "./ops/dispatcher.ts";
 import { factsOptions, requestFacts } from "./ops/request_facts.ts";
 import type { OpOutcome } from "./ops/dispatcher.ts";
@@ -40,7 +41,7 @@ import {
 } from "./probe/certification.ts";
 import { ModelCache, modelCacheRoot } from "./cache/model_cache.ts";
 import { ModelLoads } from "./models/model_loads.ts";
-import type { CatalogModel } from "./models/catalog.ts";
+import { CATALOG, type CatalogModel } from "./models/catalog.ts";
 import { Store } from "./store/store.ts";
 import { SelfChecks } from "./probe/self_check.ts";
 import { SelfCheckStore } from "./probe/self_check_store.ts";
@@ -662,7 +663,9 @@ export function createModuleLog(options: FleetLogOptions = {}): FleetLog {
  * Starts a Synapse instance: loads config, opens the store (bumping `module_generation`), and
  * loads the preloaded models (or the two test models when none is configured).
  *
- * @throws {SynapseError} `invalid_request` for a bad config (naming key and file) or an invalid
+ * @throws {SynapseError} `invalid_request` for a bad config (naming key and file; a
+ *   `model_aliases` name that is a model id, or whose target is no configured or catalog model,
+ *   naming `model_aliases.<name>`: lib/models/model_aliases.ts) or an invalid
  *   `CK_LOG`, `CK_LOG_MAX_AGE_DAYS` or `CK_LOG_ALARM_SEGMENT_MB` (naming it),
  * `module_not_initialized` when a machine-profile probe fails (docs/internals.md §5: no
  * placeholders), `store_failure` when the store cannot open.
@@ -710,6 +713,18 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
     : config.preload_models.length > 0
     ? config.preload_models.map(sourceFromPreload)
     : defaultModelSources();
+  // Config model_aliases name served models only, and never shadow one (lib/models/model_aliases.ts).
+  if (Object.keys(config.model_aliases).length > 0) {
+    const configured = options.loadModels === false
+      ? (config.preload_models.length > 0
+        ? config.preload_models.map(sourceFromPreload)
+        : defaultModelSources())
+      : sources;
+    checkModelAliases(config.model_aliases, {
+      configured: configured.map((s) => s.modelId),
+      catalog: (options.catalog ?? CATALOG).map((m) => m.id),
+    });
+  }
   // Before any lease or store, each llama model's worker plan: a runtime dir another user could
   // reach, or a socket or program this process may not use, refuses boot (docs/internals.md §7
   // "Process and handshake"). The n-th llama model is checked against slot n: slots are taken

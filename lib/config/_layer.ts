@@ -248,6 +248,8 @@ export function resolveConfig(layer: ConfigLayer): SynapseConfig {
     certification: layer.certification ?? d.certification,
     sidecar_spec: structuredClone(layer.sidecar_spec ?? {}),
     remote_providers: structuredClone(layer.remote_providers ?? []),
+    // A copy whose keys are all own data properties (a name `__proto__` included).
+    model_aliases: Object.fromEntries(Object.entries(layer.model_aliases ?? {})),
     worker: { ...d.worker, ...layer.worker },
     log: { ...d.log, ...layer.log },
     inline: { ...d.inline, ...layer.inline },

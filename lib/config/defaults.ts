@@ -40,6 +40,7 @@ export const DEFAULT_CONFIG: Readonly<SynapseConfig> = deepFreeze(
     certification: "require",
     sidecar_spec: {},
     remote_providers: [],
+    model_aliases: {},
     worker: { load_timeout_ms: 900_000, start_timeout_ms: 60_000, cancel_grace_ms: 5000 },
     log: { perf_interval_secs: 0, worker_forward_lines_per_sec: 50 },
     inline: {

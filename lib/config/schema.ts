@@ -11,6 +11,7 @@
  */
 
 import { z } from "zod";
+import { ILL_FORMED, NAME_MAX_CHARS } from "../contract/schemas.ts";
 
 const positiveInt = z.int().positive();
 const nonNegativeInt = z.int().nonnegative();
@@ -120,6 +121,52 @@ export const PreloadModelConfigSchema = z.strictObject({
   /** Runtime directory of the worker's socket. */
   worker_runtime_dir: nonEmpty.optional(),
 });
+
+/**
+ * `model_aliases`: a model name a client sends (`text-embedding-3-small`, the default of many
+ * frameworks) → the id of a model this service serves. Each name and target is 1 to
+ * {@link NAME_MAX_CHARS} UTF-16 code units of well-formed Unicode (no lone surrogate), the length
+ * a request's `model` may have. A name never maps to itself, and aliases do not chain: a target
+ * that is itself a name of the table is refused, naming the key. Whether names shadow a served
+ * model id and whether each target is served is checked at boot, against the configured models
+ * (lib/models/model_aliases.ts).
+ */
+export const ModelAliasesSchema = z.record(z.string(), z.string()).superRefine((table, ctx) => {
+  for (const [name, target] of Object.entries(table)) {
+    const named = checkAliasName(name);
+    if (named !== undefined) {
+      // A malformed name is named by the table (never echoed: it may not be valid Unicode).
+      ctx.addIssue({ code: "custom", message: `has a name that ${named}` });
+      return;
+    }
+    const bad = checkAliasName(target);
+    if (bad !== undefined) {
+      ctx.addIssue({ code: "custom", message: `its target ${bad}`, path: [name] });
+      return;
+    }
+    if (target === name) {
+      ctx.addIssue({ code: "custom", message: "maps the name to itself", path: [name] });
+      return;
+    }
+    if (Object.hasOwn(table, target)) {
+      ctx.addIssue({
+        code: "custom",
+        message:
+          `its target '${target}' is itself a model alias, and aliases do not chain; map '${name}' to a model id`,
+        path: [name],
+      });
+      return;
+    }
+  }
+});
+
+/** Why a model alias name or target is malformed, or undefined when it is well formed. */
+function checkAliasName(s: string): string | undefined {
+  if (s.length === 0) return "is empty";
+  if (s.length > NAME_MAX_CHARS) return `is longer than ${NAME_MAX_CHARS} UTF-16 code units`;
+  if (!s.isWellFormed()) return ILL_FORMED;
+  return undefined;
+}
 
 /** `worker` section. */
 export const WorkerConfigSchema = z.strictObject({
@@ -402,6 +449,14 @@ export const SynapseConfigSchema = z.strictObject({
    * @default {[]}
    */
   remote_providers: z.array(z.record(z.string(), z.unknown())),
+  /**
+   * Model names clients default to, mapped onto served model ids (`{"text-embedding-3-small":
+   * "minilm"}`): a request naming an alias is served by its target, and the answer names both
+   * ({@link ModelAliasesSchema}; docs/config.md "Model aliases").
+   *
+   * @default {{}}
+   */
+  model_aliases: ModelAliasesSchema,
   /** Worker settings. */
   worker: WorkerConfigSchema,
   /** Log settings. */

@@ -13,6 +13,7 @@ import type {
   JobsConfigSchema,
   KnobSchema,
   LogConfigSchema,
+  ModelAliasesSchema,
   PreloadModelConfigSchema,
   PreloadPoolingSchema,
   PreloadTaskSchema,
@@ -36,6 +37,9 @@ export type PreloadPooling = z.infer<typeof PreloadPoolingSchema>;
 
 /** One `preload_models[]` entry, with defaults applied and the engine name normalized. */
 export type PreloadModelConfig = z.infer<typeof PreloadModelConfigSchema>;
+
+/** `model_aliases`: client model name → served model id. */
+export type ModelAliases = z.infer<typeof ModelAliasesSchema>;
 
 /** `worker` section. */
 export type WorkerConfig = z.infer<typeof WorkerConfigSchema>;

@@ -26,6 +26,11 @@ export interface Envelope {
   equivalent_to: string[];
   /** The model that served the request. */
   model_id: string;
+  /**
+   * The name the request gave when it differs from `model_id`: a config `model_aliases` name
+   * that resolved to the model `model_id` names (docs/config.md "Model aliases").
+   */
+  requested_model?: string;
   /** Present and true when the model is a generated test fixture, not a real model. */
   test_model?: true;
 }
@@ -39,13 +44,16 @@ export interface EnvelopeFacts {
   moduleGeneration: number;
   equivalentTo?: string[];
   modelId: string;
+  /** The model name the request gave (`model` / `model_id`), if any. */
+  requestedModel?: string | undefined;
   testModel: boolean;
   /** `provenance.certified` (lib/probe/certification.ts `servedCertified`). */
   certified: boolean;
 }
 
 /**
- * Builds the envelope. `build_flags` is omitted when empty (docs/internals.md §3).
+ * Builds the envelope. `build_flags` is omitted when empty (docs/internals.md §3);
+ * `requested_model` is present only when the requested name is not the served `model_id`.
  *
  * @returns A fresh object; the caller spreads the op payload into it.
  */
@@ -63,6 +71,9 @@ export function buildEnvelope(f: EnvelopeFacts): Envelope {
     equivalent_to: f.equivalentTo ?? [],
     model_id: f.modelId,
   };
+  if (f.requestedModel !== undefined && f.requestedModel !== f.modelId) {
+    env.requested_model = f.requestedModel;
+  }
   if (f.testModel) env.test_model = true;
   return env;
 }

@@ -140,6 +140,12 @@ export interface PrepareOptions {
    * the text, so counts and truncation include it; truncation cuts the text, never the prefix.
    */
   prompt?: PromptChoice | undefined;
+  /**
+   * Most tokens per item for this call, below the model's `max_tokens` (a door's per-call
+   * context, e.g. Ollama `options.num_ctx`): items are cut to it with `truncate`, else refused
+   * `sequence_too_long` naming it. @default the model's `max_tokens`
+   */
+  maxTokens?: number | undefined;
 }
 
 /**
@@ -167,7 +173,7 @@ export async function prepareItems(
   );
   const texts = todo.map((i, k) => applied[k]?.text ?? items[i]!.text);
   const outcomes = await pool.encodeItems(model.tokenizer, texts, {
-    maxTokens: model.maxTokens,
+    maxTokens: Math.min(options.maxTokens ?? model.maxTokens, model.maxTokens),
     truncate: options.truncate,
     itemIds: todo.map((i) => items[i]!.id),
     submittedSha256: true,

@@ -17,6 +17,7 @@ import { catalogLaneId } from "../models/catalog.ts";
 import { defaultCandidatesOf, defaultModelOf } from "../models/model_registry.ts";
 import { matryoshkaVariants } from "../models/matryoshka.ts";
 import { admitCertified, servedCertified } from "../probe/certification.ts";
+import { modelAliasTarget } from "../models/model_aliases.ts";
 
 /** What {@link resolveModel} reads from the module context. */
 export type ResolveContext = Pick<
@@ -118,6 +119,11 @@ export const PRELOAD_EXAMPLES: Readonly<Record<ModelTask, Readonly<Record<string
  * - `allow_equivalent` and `accept_declared` modify the two fingerprint params and have no
  *   effect without them (`accept_declared` none without `allow_equivalent`).
  *
+ * A `modelId` that config `model_aliases` lists, and that no model has as its id (a real id
+ * wins), is resolved as its target (lib/models/model_aliases.ts); the op's answer then names both
+ * (`model_id` the served model, `requested_model` the alias). A target that cannot serve is
+ * refused as the target would be, the message and `details.model_alias` naming the alias.
+ *
  * Then the serving gate (docs/internals.md §12; lib/probe/certification.ts `admitCertified`):
  * in config `certification: "require"` a lane that needs a certificate and has none for this
  * machine refuses `not_certified`. Every inference op and the completions doors resolve here; the
@@ -148,6 +154,59 @@ export function resolveModel(
   task: ModelTask,
   routing: RoutingParams = {},
   options: ResolveOptions = {},
+): ReadyModel {
+  const named = modelId === undefined ? undefined : modelNamed(ctx, modelId);
+  if (named?.alias === undefined) return resolveNamed(ctx, modelId, task, routing, options);
+  try {
+    return resolveNamed(ctx, named.modelId, task, routing, options);
+  } catch (err) {
+    throw viaAlias(err, named.alias, named.modelId);
+  }
+}
+
+/**
+ * The model id a requested name stands for: the name, or config `model_aliases`' target of it
+ * when no model (loaded, loading, or being loaded by `model.load`) has the name as its id
+ * (lib/models/model_aliases.ts).
+ *
+ * @param ctx Module context (config, registry, loads).
+ * @param name The requested model name.
+ * @returns The id to resolve, and the alias when one was taken.
+ */
+export function modelNamed(
+  ctx: Pick<ResolveContext, "config" | "registry" | "loads">,
+  name: string,
+): { modelId: string; alias?: string } {
+  return modelAliasTarget(
+    ctx.config.model_aliases,
+    name,
+    (id) =>
+      ctx.registry.list().some((m) => m.modelId === id) ||
+      ctx.loads?.pendingLoad(id) !== undefined,
+  );
+}
+
+/** A refusal of an alias's target, its message and details naming the alias too. */
+function viaAlias(err: unknown, alias: string, target: string): unknown {
+  if (!(err instanceof SynapseError)) return err;
+  return new SynapseError(
+    err.code,
+    `${err.message} (model '${alias}' is a model alias of '${target}', config model_aliases)`,
+    {
+      cause: err,
+      channel: err.channel,
+      details: { ...err.details, model_alias: alias },
+      ...(err.retryAfterMs === undefined ? {} : { retryAfterMs: err.retryAfterMs }),
+    },
+  );
+}
+
+function resolveNamed(
+  ctx: ResolveContext,
+  modelId: string | undefined,
+  task: ModelTask,
+  routing: RoutingParams,
+  options: ResolveOptions,
 ): ReadyModel {
   const gate = options.certificationGate ?? true;
   checkEpoch(ctx, routing);
@@ -458,6 +517,9 @@ function resolveLoaded(
         },
       );
     }
+    if (modelId !== undefined && err instanceof SynapseError && err.code === "unknown_model") {
+      throw unknownNamed(ctx, err, task);
+    }
     if (
       modelId !== undefined || !(err instanceof SynapseError) || err.code !== "unknown_model" ||
       ctx.registry.list().some((m) => m.task === task)
@@ -490,6 +552,35 @@ export function servedByTask(ctx: ResolveContext): Record<ModelTask, string | nu
     }
   };
   return { embed: pick("embed"), rerank: pick("rerank"), generate: pick("generate") };
+}
+
+/**
+ * The registry's `unknown_model` for a named model, its message listing what is served for the
+ * task (`serving: …`) and config `model_aliases` when there are any (`details.model_aliases`:
+ * name → target).
+ */
+function unknownNamed(
+  ctx: Pick<OpContext, "registry" | "config">,
+  err: SynapseError,
+  task: ModelTask,
+): SynapseError {
+  const served = ctx.registry.list().filter((m) => m.task === task).map((m) => m.modelId);
+  const aliases = Object.entries(ctx.config.model_aliases);
+  const ofTask = aliases.filter(([, target]) => served.includes(target));
+  const aliasText = ofTask.length === 0
+    ? ""
+    : `; model aliases: ${ofTask.map(([n, t]) => `${n} → ${t}`).join(", ")}`;
+  return new SynapseError(
+    err.code,
+    `${err.message} (serving ${task}: ${served.join(", ") || "none"}${aliasText})`,
+    {
+      cause: err,
+      details: {
+        ...err.details,
+        ...(aliases.length === 0 ? {} : { model_aliases: Object.fromEntries(aliases) }),
+      },
+    },
+  );
 }
 
 function noModelFor(

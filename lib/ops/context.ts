@@ -150,6 +150,8 @@ export interface RequestFacts {
 export interface GenerationStart {
   /** The model that generates (the result's `model_id`). */
   model_id: string;
+  /** The model alias the request named, when it named one (the result's `requested_model`). */
+  requested_model?: string;
   /** Its fingerprint (the result's `fingerprint`). */
   fingerprint: string;
   /** With `messages`: the chat template that made the prompt (the result's `chat_template`). */
@@ -201,4 +203,19 @@ export interface EmbedCallOptions {
    * field: TEI `prompt_name`, Jina `task`, Cohere `input_type`); see lib/models/prompts.ts.
    */
   prompt?: PromptSelector | undefined;
+  /**
+   * Most tokens per input for this call (a door's per-call context: Ollama `options.num_ctx`),
+   * honoured only below the model's `max_tokens` (at or above it nothing changes): an input over
+   * it is cut to it when the call truncates (disclosed per item as any cut), else refused
+   * `sequence_too_long` with `max_tokens` this cap. A positive integer. Not kept by a durable
+   * job: a call with a `request_key` that would become one is refused `invalid_request`
+   * `{field: "request_key", reason: "token_cap_in_job"}`.
+   */
+  maxTokens?: number | undefined;
+  /**
+   * Accept an empty input list (a door's warm-up call, Ollama `{model}` without `input`): the
+   * model is resolved and checked exactly as for a call with inputs, and the answer has no
+   * vectors. @default false
+   */
+  allowEmpty?: boolean;
 }

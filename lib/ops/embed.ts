@@ -179,9 +179,13 @@ export async function embedItems(
   requestKey?: string,
 ): Promise<EmbedResult | JobAccepted> {
   const limits = ctx.config.inline;
-  checkItems(items);
+  // A door's warm-up (Ollama `{model}` without input) resolves the model as a call would and
+  // answers no vectors.
+  if (items.length > 0 || options.embed?.allowEmpty !== true) checkItems(items);
   const routing = routingOf(p);
-  const model = resolveModel(ctx, requestedModel(p), "embed", routing);
+  const requested = requestedModel(p);
+  const model = resolveModel(ctx, requested, "embed", routing);
+  const maxTokens = tokenCapOf(model, options.embed?.maxTokens);
   // The space served: the model's own, or a Matryoshka width of it (its own fingerprint) asked
   // by `dimensions`, or named by its fingerprint.
   const space = servedVariant(
@@ -194,6 +198,11 @@ export async function embedItems(
     options.embed?.prompt ?? {},
     model.modelId,
   );
+  if (items.length === 0) {
+    // A warm-up (allowEmpty): the model serves, and there is nothing to embed.
+    const res = buildResult(ctx, model, space, newServed(), [], 0, 0, requested);
+    return disclosure === undefined ? res : { ...res, prompt: disclosure };
+  }
   const chunksUpTo = requestKey === undefined ? options.embed?.inlineChunksUpTo : undefined;
   if (chunksUpTo !== undefined) {
     const res = await embedInChunks(ctx, model, space, p, items, chunksUpTo, options, prompt);
@@ -208,6 +217,7 @@ export async function embedItems(
     const limit = items.length > limits.max_items
       ? { limit: "inline.max_items", items: items.length, max: limits.max_items }
       : { limit: "inline.byte_budget", bytes, max: limits.byte_budget };
+    refuseCapInJob(maxTokens, requestKey);
     return submitJob(ctx, requestKey, limit, {
       model,
       space,
@@ -229,10 +239,12 @@ export async function embedItems(
     checked,
     signal: options.signal,
     prompt,
+    maxTokens,
   });
   if (tokens > limits.max_tokens) {
     permit.release();
     const limit = { limit: "inline.max_tokens", tokens, max: limits.max_tokens };
+    refuseCapInJob(maxTokens, requestKey);
     return submitJob(ctx, requestKey, limit, {
       model,
       space,
@@ -248,8 +260,22 @@ export async function embedItems(
     { kind: "embed", rows: prepared.map((x) => x.seq) },
     { permit, signal: options.signal, label: "embed" },
   );
-  const res = assemble(ctx, model, space, prepared, errors, out);
+  const res = assemble(ctx, model, space, prepared, errors, out, requested);
   return disclosure === undefined ? res : { ...res, prompt: disclosure };
+}
+
+/**
+ * The per-call token cap of {@link EmbedCallOptions.maxTokens}: `cap` when it is below the
+ * model's `max_tokens`, else none (the model's own limit holds).
+ */
+function tokenCapOf(model: ReadyModel, cap: number | undefined): number | undefined {
+  if (cap === undefined || cap >= model.maxTokens) return undefined;
+  if (!Number.isInteger(cap) || cap < 1) {
+    throw new RangeError(
+      `Cannot cap tokens as 'maxTokens' must be a positive integer: received ${cap}`,
+    );
+  }
+  return cap;
 }
 
 /** The prompt fields of a job request: the selector (bound by the request digest), choice, disclosure. */
@@ -303,6 +329,21 @@ function checkItems(items: EmbedItem[]): void {
   }
 }
 
+/**
+ * A per-call token cap ({@link EmbedCallOptions.maxTokens}) is not kept by a durable job: a call
+ * with one that would become a job is refused rather than served without it.
+ *
+ * @throws {SynapseError} `invalid_request` `{field: "request_key", reason: "token_cap_in_job"}`.
+ */
+function refuseCapInJob(maxTokens: number | undefined, requestKey: string | undefined): void {
+  if (maxTokens === undefined || requestKey === undefined || requestKey === "") return;
+  throw new SynapseError(
+    "invalid_request",
+    `Cannot run this batch as a durable job: its per-call token cap of ${maxTokens} is not kept by a job; send fewer items inline, or leave the cap out`,
+    { details: { field: "request_key", reason: "token_cap_in_job", max_tokens: maxTokens } },
+  );
+}
+
 function submitJob(
   ctx: OpContext,
   requestKey: string | undefined,
@@ -331,6 +372,7 @@ function assemble(
   prepared: PreparedItem[],
   errors: (ItemError | undefined)[],
   out: LaneBatchResult,
+  requested: string | undefined,
 ): EmbedResult {
   const served = newServed();
   collectRows(model, space, prepared, out, served, (e) => errors[e.index] = e);
@@ -342,6 +384,7 @@ function assemble(
     errors.filter((e): e is ItemError => e !== undefined),
     out.queueTimeMs,
     out.inferenceMs,
+    requested,
   );
 }
 
@@ -386,6 +429,7 @@ function buildResult(
   errors: ItemError[],
   queueTimeMs: number,
   inferenceMs: number,
+  requested: string | undefined,
 ): EmbedResult {
   const result: EmbedResult = {
     ...buildEnvelope({
@@ -396,6 +440,7 @@ function buildResult(
       engine: model.identity,
       moduleGeneration: ctx.moduleGeneration,
       modelId: model.modelId,
+      requestedModel: requested,
       testModel: model.testModel,
       certified: servedCertified(ctx, model),
     }),
@@ -446,7 +491,10 @@ async function embedInChunks(
   const served = newServed();
   let queueMs = 0;
   let inferenceMs = 0;
-  const done = () => buildResult(ctx, model, space, served, errors, queueMs, inferenceMs);
+  const requested = requestedModel(p);
+  const maxTokens = tokenCapOf(model, embed.maxTokens);
+  const done = () =>
+    buildResult(ctx, model, space, served, errors, queueMs, inferenceMs, requested);
   if (embed.allOrNothing && errors.length > 0) return done();
   for (const [a, b, bytes] of inlineChunks(items, limits.max_items, limits.byte_budget)) {
     signal?.throwIfAborted();
@@ -461,6 +509,7 @@ async function embedInChunks(
       checked: checked.slice(a, b),
       signal,
       prompt,
+      maxTokens,
     });
     for (let i = 0; i < b - a; i++) {
       const e = chunk.errors[i];

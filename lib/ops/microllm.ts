@@ -424,8 +424,12 @@ export async function microllmOneshot(
       options.onTokens?.(ids);
       live?.push(ids);
     };
+  const requested = requestedModel(p);
   options.onStart?.({
     model_id: model.modelId,
+    ...(requested === undefined || requested === model.modelId
+      ? {}
+      : { requested_model: requested }),
     fingerprint: model.fingerprint,
     ...(rendered === undefined ? {} : { chat_template: rendered.template }),
   });
@@ -482,6 +486,7 @@ export async function microllmOneshot(
       engine: model.identity,
       moduleGeneration: ctx.moduleGeneration,
       modelId: model.modelId,
+      requestedModel: requestedModel(p),
       testModel: model.testModel,
       certified: servedCertified(ctx, model),
     }),

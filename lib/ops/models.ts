@@ -156,6 +156,13 @@ export interface ModelsListResult {
    * `(fingerprint_a, fingerprint_b, valid_from_ms)` (lib/identity/aliases.ts).
    */
   alias_rows: AliasRow[];
+  /**
+   * Config `model_aliases` (docs/config.md "Model aliases"): each name a request may send for
+   * a model, with the model id it resolves to and that model's task (null while no model has
+   * that id: a catalog model not pulled yet). A name a model now has as its own id (a real id
+   * wins) is left out. In the table's order.
+   */
+  model_aliases: ModelAliasRow[];
   /** The model that serves each task when a request names none; null when none does. */
   served_by: Record<"embed" | "rerank" | "generate", string | null>;
   /**
@@ -163,6 +170,16 @@ export interface ModelsListResult {
    * when the config lists models (the test models are then off, whatever tasks are left bare).
    */
   default_test_models: boolean;
+}
+
+/** One `models.list` `model_aliases` row. */
+export interface ModelAliasRow {
+  /** The name a request may send (`model` / `model_id`). */
+  model_alias: string;
+  /** The model it resolves to. */
+  model_id: string;
+  /** That model's task; null while no model has the id. */
+  task: "embed" | "rerank" | "generate" | null;
 }
 
 /**
@@ -320,6 +337,13 @@ export async function modelsList(
       return row;
     }),
     alias_rows: aliases.rows,
+    model_aliases: Object.entries(ctx.config.model_aliases)
+      .filter(([name]) => !entries.some((m) => m.modelId === name))
+      .map(([name, target]) => ({
+        model_alias: name,
+        model_id: target,
+        task: entries.find((m) => m.modelId === target)?.task ?? null,
+      })),
     served_by: servedByTask(ctx),
     default_test_models: ctx.config.preload_models.length === 0,
   };

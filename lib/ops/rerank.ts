@@ -197,6 +197,7 @@ export async function rerankScore(
       engine: model.identity,
       moduleGeneration: ctx.moduleGeneration,
       modelId: model.modelId,
+      requestedModel: requestedModel(p),
       testModel: model.testModel,
       certified: servedCertified(ctx, model),
     }),

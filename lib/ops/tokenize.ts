@@ -29,7 +29,7 @@ import {
 import { toCodePointOffsets } from "../tokenize/token_offsets.ts";
 import type { TokenizedText } from "../tokenize/tokenizer.ts";
 import type { CallOptions, OpContext } from "./context.ts";
-import { resolveModel, routingOf, type RoutingParams } from "./_resolve_model.ts";
+import { modelNamed, resolveModel, routingOf, type RoutingParams } from "./_resolve_model.ts";
 
 /** Most texts one `tokenize` call takes. */
 export const TOKENIZE_MAX_TEXTS = 1000;
@@ -111,6 +111,8 @@ export interface TokenizeItem {
 export interface TokenizeResult {
   module_generation: number;
   model_id: string;
+  /** The model alias the request named, when it named one (config `model_aliases`). */
+  requested_model?: string;
   fingerprint: string;
   sanitized_tokenizer_digest: string;
   /** The model's longest sequence in tokens, special tokens included. */
@@ -128,6 +130,8 @@ export interface TokenizeResult {
 export interface DetokenizeResult {
   module_generation: number;
   model_id: string;
+  /** The model alias the request named, when it named one (config `model_aliases`). */
+  requested_model?: string;
   fingerprint: string;
   text: string;
 }
@@ -202,6 +206,7 @@ export async function tokenizeOp(
   return {
     module_generation: ctx.moduleGeneration,
     model_id: model.modelId,
+    ...requestedOf(requestedModel(p), model),
     fingerprint: model.fingerprint,
     sanitized_tokenizer_digest: model.profile.sanitized_tokenizer_digest,
     max_tokens: model.maxTokens,
@@ -264,9 +269,20 @@ export function detokenizeOp(ctx: OpContext, rawParams: unknown): DetokenizeResu
   return {
     module_generation: ctx.moduleGeneration,
     model_id: model.modelId,
+    ...requestedOf(requestedModel(p), model),
     fingerprint: model.fingerprint,
     text: tok.decodeIds(p.ids, p.skip_special_tokens ?? true),
   };
+}
+
+/** `requested_model` when the request named a model alias (its name is not the served id). */
+function requestedOf(
+  requested: string | undefined,
+  model: ReadyModel,
+): { requested_model?: string } {
+  return requested === undefined || requested === model.modelId
+    ? {}
+    : { requested_model: requested };
 }
 
 /** Tasks a routed target is looked for in, in order, when the request names no model. */
@@ -288,6 +304,13 @@ export function modelFor(
   modelId: string | undefined,
   routing: RoutingParams = {},
 ): ReadyModel {
+  // A config `model_aliases` name is resolved (and refused) as the model resolution does.
+  const named = modelId === undefined ? undefined : modelNamed(ctx, modelId);
+  if (named?.alias !== undefined) {
+    const target = named.modelId;
+    const task = ctx.registry.list().find((m) => m.modelId === target)?.task ?? "embed";
+    return resolveModel(ctx, modelId, task, routing, { certificationGate: false });
+  }
   const entry = modelId === undefined
     ? undefined
     : ctx.registry.list().find((m) => m.modelId === modelId);

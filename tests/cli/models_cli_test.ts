@@ -53,3 +53,35 @@ Deno.test("models list prints what serves each task; a bare task says why and wh
     /^error: unknown_model: Cannot serve embed: no embed model is loaded \(preload_models lists rr \(rerank\), and the test models are off whenever preload_models lists a model\); load one now with .ck-synapse pull gte-modernbert-base. \(more: .ck-synapse models catalog --task embed.\), or add an embed model to preload_models in the config, e\.g\. \{"engine":"ort"/,
   );
 });
+
+Deno.test("models list prints the config's model_aliases after what serves each task; embed --model takes an alias", async () => {
+  const env = {
+    SYNAPSE_CONFIG_JSON: JSON.stringify({
+      model_aliases: {
+        "text-embedding-3-small": "synapse-tiny-embed",
+        "gte-base": "gte-modernbert-base",
+      },
+    }),
+  };
+  const [list, embed] = await Promise.all([
+    cli(["models", "list"], env),
+    cli(["embed", "--model", "text-embedding-3-small", "--json", "hello"], env),
+  ]);
+  assert.equal(list.code, 0, list.stderr);
+  assert.ok(
+    list.stdout.endsWith(
+      [
+        "",
+        "MODEL ALIAS             MODEL                TASK",
+        "text-embedding-3-small  synapse-tiny-embed   embed",
+        "gte-base                gte-modernbert-base  (not loaded)",
+        "",
+      ].join("\n"),
+    ),
+    list.stdout,
+  );
+  assert.equal(embed.code, 0, embed.stderr);
+  const out = JSON.parse(embed.stdout);
+  assert.equal(out.model_id, "synapse-tiny-embed");
+  assert.equal(out.requested_model, "text-embedding-3-small");
+});

@@ -94,6 +94,8 @@ const READ_BY: Readonly<Record<string, { file: string; code: string }>> = {
     file: "lib/config/_layer.ts",
     code: "dev?.alias_admin_enabled ?? dev_alias_admin",
   },
+  // A requested name is looked up in it by the model resolution; boot checks it (synapse.ts).
+  model_aliases: { file: "lib/ops/_resolve_model.ts", code: "ctx.config.model_aliases" },
   certification: {
     file: "lib/probe/certification.ts",
     code: 'ctx.config.certification === "warn"',

@@ -26,7 +26,8 @@ const USAGE = `usage: ck-synapse models list [--json] [--url URL | --subc [FILE]
 
 list: the models with their task, state, dims and fingerprint, why a model is not ready (the
 same state and reason as GET /health), then which model serves each task when a request names
-none (and why none does); --json prints the whole models.list result.
+none (and why none does), then the config's model_aliases (name, model, task); --json prints
+the whole models.list result.
 
 catalog: the shipped catalog of real models, each pinned by Hugging Face revision and per-file
 SHA-256 (models.catalog): ID, TASK, BACKENDS (each backend, with why it cannot run here), SIZE
@@ -60,6 +61,8 @@ interface ModelsPrintable {
   }[];
   served_by?: Record<string, string | null>;
   default_test_models?: boolean;
+  /** Config `model_aliases` rows (docs/config.md "Model aliases"). */
+  model_aliases?: { model_alias: string; model_id: string; task: string | null }[];
 }
 
 /** One `models.catalog` row, the fields `models catalog` prints. */
@@ -140,6 +143,12 @@ async function runList(client: SynapseClient, json: boolean, io: CliIO): Promise
     io.out("");
     for (const [task, by] of [["TASK", "SERVED BY"], ...servedBy(res)]) {
       io.out(`${task!.padEnd(8)}  ${by}`);
+    }
+    const aliases = res.model_aliases ?? [];
+    if (aliases.length > 0) {
+      io.out("");
+      const rows = aliases.map((a) => [a.model_alias, a.model_id, a.task ?? "(not loaded)"]);
+      for (const line of formatTable(["MODEL ALIAS", "MODEL", "TASK"], rows)) io.out(line);
     }
   });
 }

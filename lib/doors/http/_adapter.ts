@@ -254,6 +254,10 @@ export async function embedAllOrNothing(
     list: string;
     /** The door's prompt selector (TEI `prompt_name`, Jina `task`, Cohere `input_type`). */
     prompt?: PromptSelector | undefined;
+    /** A per-call token cap (Ollama `options.num_ctx`; `EmbedCallOptions.maxTokens`). */
+    maxTokens?: number | undefined;
+    /** No texts is a warm-up, not a refusal (`EmbedCallOptions.allowEmpty`). */
+    allowEmpty?: boolean;
   },
 ): Promise<{ result: EmbedResult } | { error: SynapseError }> {
   const outcome = await callOp(io, "embed.batch", params, {
@@ -262,6 +266,8 @@ export async function embedAllOrNothing(
       allOrNothing: true,
       prompt: options.prompt,
       requiredDims: options.dimensions ?? undefined,
+      ...(options.maxTokens === undefined ? {} : { maxTokens: options.maxTokens }),
+      ...(options.allowEmpty === true ? { allowEmpty: true } : {}),
     },
   });
   const err = outcomeError(outcome, (i) => `${options.list}.${i}`);

@@ -180,6 +180,8 @@ async function cohereEmbed(io: AdapterIo, v2: boolean): Promise<AdapterAnswer> {
   const vectors = res.vectors.map((v) => v.vector);
   const tokens = res.real_token_counts.reduce((a, b) => a + b, 0);
   const synapse: Record<string, unknown> = {
+    model_id: res.model_id,
+    ...(res.requested_model === undefined ? {} : { requested_model: res.requested_model }),
     fingerprint: res.fingerprint,
     table_epoch: res.table_epoch,
     dims: res.dims,

@@ -219,6 +219,8 @@ export function embeddingsAnswer(outcome: OpOutcome, call: EmbeddingsCall): Open
   }
   const promptTokens = res.real_token_counts.reduce((a, b) => a + b, 0);
   const synapse: Record<string, unknown> = {
+    // The model that served; `model` is the name the request gave (a model alias, docs/config.md).
+    model_id: res.model_id,
     fingerprint: res.fingerprint,
     table_epoch: res.table_epoch,
     dims: res.dims,
@@ -245,7 +247,7 @@ export function embeddingsAnswer(outcome: OpOutcome, call: EmbeddingsCall): Open
       index: Number(v.id),
       embedding: call.format === "base64" ? float32Base64LE(v.vector) : v.vector,
     })),
-    model: res.model_id,
+    model: res.requested_model ?? res.model_id,
     usage: { prompt_tokens: promptTokens, total_tokens: promptTokens },
     synapse,
   };
@@ -260,7 +262,9 @@ export function embeddingsAnswer(outcome: OpOutcome, call: EmbeddingsCall): Open
 /**
  * Maps the `models.list` outcome to OpenAI's model list `{object: "list", data: [{id, object:
  * "model", created, owned_by}]}`; each entry adds Synapse's facts under `synapse` (task, state and
- * why it is not ready, dims, fingerprint).
+ * why it is not ready, dims, fingerprint). Then one entry per config `model_aliases` name whose
+ * model is listed: `id` the alias, `synapse` its model's facts and `alias_of` its model id, so a
+ * client that checks the list before calling finds the name it defaults to.
  *
  * @param outcome The dispatcher's `models.list` outcome.
  * @param createdSec `created` of every entry: when this server started, in Unix seconds.
@@ -270,15 +274,21 @@ export function modelsAnswer(outcome: OpOutcome, createdSec: number): OpenAiAnsw
   const res = outcome.body.result as ModelsListResult;
   return {
     status: 200,
-    body: { object: "list", data: res.models.map((m) => modelEntry(m, createdSec)) },
+    body: {
+      object: "list",
+      data: [
+        ...res.models.map((m) => modelEntry(m.model_id, m, createdSec)),
+        ...aliasRows(res).map(([alias, m]) => modelEntry(alias, m, createdSec, m.model_id)),
+      ],
+    },
   };
 }
 
 /**
  * Maps the `models.list` outcome to OpenAI's model object of one id (`GET /v1/models/{id}`):
  * `{id, object: "model", created, owned_by, synapse}`, the entry {@link modelsAnswer} lists for
- * it; an id that is not served is 404 `unknown_model` in OpenAI's error body, its message listing
- * the models served.
+ * it (a model alias's entry too, `synapse.alias_of` naming its model); an id that is not served is
+ * 404 `unknown_model` in OpenAI's error body, its message listing the models served.
  *
  * @param outcome The dispatcher's `models.list` outcome.
  * @param id The model id asked for (decoded from the path).
@@ -288,6 +298,10 @@ export function modelAnswer(outcome: OpOutcome, id: string, createdSec: number):
   if (outcome.kind !== "result") return openAiError(outcome.error);
   const res = outcome.body.result as ModelsListResult;
   const row = res.models.find((m) => m.model_id === id);
+  const alias = row === undefined ? aliasRows(res).find(([name]) => name === id) : undefined;
+  if (alias !== undefined) {
+    return { status: 200, body: modelEntry(id, alias[1], createdSec, alias[1].model_id) };
+  }
   if (row === undefined) {
     const known = res.models.map((m) => m.model_id);
     return openAiError(
@@ -300,17 +314,26 @@ export function modelAnswer(outcome: OpOutcome, id: string, createdSec: number):
       ),
     );
   }
-  return { status: 200, body: modelEntry(row, createdSec) };
+  return { status: 200, body: modelEntry(row.model_id, row, createdSec) };
 }
 
-/** One model of OpenAI's model list, Synapse's facts under `synapse`. */
-function modelEntry(m: ModelsListResult["models"][number], createdSec: number): unknown {
+/**
+ * One model of OpenAI's model list, Synapse's facts under `synapse`: the model itself, or a model
+ * alias (`id` the alias, `aliasOf` its model, named in `synapse.alias_of`).
+ */
+function modelEntry(
+  id: string,
+  m: ModelsListResult["models"][number],
+  createdSec: number,
+  aliasOf?: string,
+): unknown {
   return {
-    id: m.model_id,
+    id,
     object: "model",
     created: createdSec,
     owned_by: "synapse",
     synapse: {
+      ...(aliasOf === undefined ? {} : { alias_of: aliasOf }),
       task: m.task,
       state: m.state,
       ...(m.state_reason === undefined ? {} : { state_reason: m.state_reason }),
@@ -319,6 +342,21 @@ function modelEntry(m: ModelsListResult["models"][number], createdSec: number): 
       ...(m.test_model ? { test_model: true } : {}),
     },
   };
+}
+
+/**
+ * The `models.list` model of each `model_aliases` row whose model is listed, in the table's
+ * order: `[alias, row]`.
+ *
+ * @param list The `models.list` result.
+ */
+export function aliasRows(list: ModelsListResult): [string, ModelsListResult["models"][number]][] {
+  const out: [string, ModelsListResult["models"][number]][] = [];
+  for (const a of list.model_aliases ?? []) {
+    const m = list.models.find((row) => row.model_id === a.model_id);
+    if (m !== undefined) out.push([a.model_alias, m]);
+  }
+  return out;
 }
 
 /**

@@ -267,7 +267,13 @@ async function serveStreamed(
     if (outcome.kind !== "result") throw inDoorTerms(outcome.error, m);
     const res = outcome.body.result as MicrollmResult;
     const answer = answerOf(res, m);
-    const events = new SseEvents(m, answer.id, answer.created, res.model_id, res.fingerprint);
+    const events = new SseEvents(
+      m,
+      answer.id,
+      answer.created,
+      res.requested_model ?? res.model_id,
+      res.fingerprint,
+    );
     const lines = [...events.opening(), ...events.delta(answer.text), ...events.closing(answer)];
     const response = new Response(lines.join("") + SSE_DONE, {
       status: 200,
@@ -287,7 +293,7 @@ async function serveStreamed(
     m,
     id,
     Math.floor(Date.now() / 1000),
-    model.model_id,
+    model.requested_model ?? model.model_id,
     model.fingerprint,
   );
   const enc = new TextEncoder();
@@ -617,7 +623,8 @@ function answerOf(
     id,
     object: chat ? "chat.completion" : "text_completion",
     created,
-    model: res.model_id,
+    // The name the request gave (a model alias, docs/config.md); `synapse.model_id` served it.
+    model: res.requested_model ?? res.model_id,
     system_fingerprint: res.fingerprint,
     choices: [choice],
     usage,

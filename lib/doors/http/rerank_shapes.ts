@@ -124,6 +124,7 @@ async function cohereRerank(io: AdapterIo, preread?: unknown): Promise<AdapterAn
   const res = outcome.body.result as RerankResult;
   const tokens = res.real_token_counts.reduce((a, b) => a + b, 0);
   const synapse: Record<string, unknown> = {
+    model_id: res.model_id,
     fingerprint: res.fingerprint,
     score_kind: "raw_logit",
     relevance_score: "sigmoid",
@@ -142,7 +143,7 @@ async function cohereRerank(io: AdapterIo, preread?: unknown): Promise<AdapterAn
     fingerprint: res.fingerprint,
     body: {
       id: crypto.randomUUID(),
-      model: res.model_id,
+      model: res.requested_model ?? res.model_id,
       results: rankOrder(res.scores, p.top_n).map((i) => ({
         index: i,
         relevance_score: res.sigmoid_scores[i]!,

@@ -279,7 +279,11 @@ async function embedModelRow(
   model: string | undefined,
 ): Promise<ModelRow | undefined> {
   const list = await modelsList(io);
-  const id = model ?? list.served_by.embed;
+  const named = model ?? list.served_by.embed;
+  // A config model_aliases name stands for its model (a real model id wins).
+  const id = list.models.some((m) => m.model_id === named)
+    ? named
+    : list.model_aliases?.find((a) => a.model_alias === named)?.model_id ?? named;
   return list.models.find((m) => m.model_id === id && m.task === "embed");
 }
 

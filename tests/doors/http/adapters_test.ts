@@ -398,8 +398,10 @@ Deno.test("Ollama /api/embed answers its shape with embed.batch's vectors; trunc
   );
   assert.ok(Number.isInteger(body.total_duration) && body.total_duration > 0);
   assert.equal(body.load_duration, 0);
-  // Ollama's runner settings are accepted, change nothing, and are named in the answer.
-  assert.deepEqual(body.synapse.ignored_fields, ["keep_alive", "options"]);
+  // Ollama's runner settings are accepted, change nothing, and are named in the answer (each
+  // option by name: tests/doors/http/ollama_embed_test.ts).
+  assert.deepEqual(body.synapse.ignored_fields, ["keep_alive"]);
+  assert.deepEqual(body.synapse.ignored_options, ["temperature"]);
   const one = await d.post("/api/embed", { model: "synapse-tiny-embed", input: "apple pie" });
   assert.equal(one.body.synapse.ignored_fields, undefined);
   assert.deepEqual(one.body.embeddings, [native.vectors[0].vector]);
