@@ -8,7 +8,7 @@
  */
 
 import { lineColumn } from "../line_column.ts";
-import { parse as parseJsonc, type ParseError, printParseErrorCode } from "jsonc-parser";
+import { type Node, type ParseError, parseTree, printParseErrorCode } from "jsonc-parser";
 import { SynapseError } from "../contract/errors.ts";
 import { CATALOG_RESERVED_MODEL_IDS, DEFAULT_CONFIG, normalizeEngineName } from "./defaults.ts";
 import { type LayerInput, LayerSchema, type PreloadEntryInput } from "./schema.ts";
@@ -84,7 +84,7 @@ export function parseLayer(text: string, source: string, options: ParseLayerOpti
 export function parseJsoncText(text: string, source: string): unknown {
   const errors: ParseError[] = [];
   const body = text.startsWith("\uFEFF") ? text.slice(1) : text;
-  const value: unknown = parseJsonc(body, errors, {
+  const tree = parseTree(body, errors, {
     allowTrailingComma: true,
     disallowComments: false,
   });
@@ -99,7 +99,54 @@ export function parseJsoncText(text: string, source: string): unknown {
       { details: { file: source, line, column, offset: first.offset } },
     );
   }
-  return value;
+  return tree === undefined ? undefined : valueOf(tree);
+}
+
+/** The path of the first own key `__proto__` in a parsed value, or undefined. */
+function protoKeyPath(value: unknown, path: (string | number)[]): (string | number)[] | undefined {
+  if (typeof value !== "object" || value === null) return undefined;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = protoKeyPath(value[i], [...path, i]);
+      if (found !== undefined) return found;
+    }
+    return undefined;
+  }
+  for (const key of Object.keys(value)) {
+    if (key === "__proto__") return [...path, key];
+    const found = protoKeyPath((value as Record<string, unknown>)[key], [...path, key]);
+    if (found !== undefined) return found;
+  }
+  return undefined;
+}
+
+/**
+ * The value of a parsed JSONC node, as `JSON.parse` builds it: every key an own property, so a
+ * key `__proto__` is a key (named as unknown, or refused, by the schema) and never sets the
+ * object's prototype, as plain assignment would (jsonc-parser's own `parse` assigns). A key
+ * written twice keeps its last value.
+ */
+function valueOf(node: Node): unknown {
+  switch (node.type) {
+    case "object": {
+      const out: Record<string, unknown> = {};
+      for (const prop of node.children ?? []) {
+        const [key, value] = prop.children ?? [];
+        if (key === undefined || value === undefined) continue;
+        Object.defineProperty(out, key.value as string, {
+          value: valueOf(value),
+          enumerable: true,
+          writable: true,
+          configurable: true,
+        });
+      }
+      return out;
+    }
+    case "array":
+      return (node.children ?? []).map(valueOf);
+    default:
+      return node.value;
+  }
 }
 
 /**
@@ -112,6 +159,13 @@ export function parseJsoncText(text: string, source: string): unknown {
  * first; otherwise the first invalid value in schema order.
  */
 export function validateLayer(value: unknown, source: string): LayerInput {
+  // No config object takes a key `__proto__`, and the schema library drops one unseen (it would
+  // set the parsed object's prototype): it is refused here, by its path.
+  const proto = protoKeyPath(value, []);
+  if (proto !== undefined) {
+    const key = formatKeyPath(proto);
+    throw configError(source, key, `unknown key '${key}'`);
+  }
   const result = LayerSchema.safeParse(value);
   if (result.success) return result.data;
   const issues = result.error.issues;
