@@ -26,6 +26,11 @@ export interface AdapterAnswer {
   fingerprint?: string | undefined;
   /** The embed answer's prompt disclosure, for `x-synapse-prompt` ({@link promptHeader}). */
   prompt?: PromptDisclosure | undefined;
+  /**
+   * A body the server sends as it comes (a generation streamed as NDJSON) instead of `body`,
+   * with its content type; the request's log line waits for `settled` (the generation's end).
+   */
+  stream?: { body: ReadableStream<Uint8Array>; contentType: string; settled: Promise<void> };
 }
 
 /**
@@ -44,6 +49,8 @@ export interface AdapterRecord {
   op?: string;
   params?: unknown;
   facts?: RequestFacts | undefined;
+  /** Set for a response that streams past the handler: the log line waits for it. */
+  settled?: Promise<void>;
 }
 
 /** What the server lends a door for one request. */
@@ -73,6 +80,7 @@ export interface AdapterIo {
  * headers choose nothing.
  */
 export const ROUTED_OPS: ReadonlySet<string> = new Set([
+  "microllm.oneshot",
   "embed.batch",
   "rerank.score",
   "tokenize",
