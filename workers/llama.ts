@@ -56,11 +56,13 @@ import {
   LlamaGrammarEvaluationState,
   LlamaLogLevel,
   type LlamaModel,
+  type SequenceEvaluateOptions,
   type Token,
 } from "node-llama-cpp";
 import { encodeFrame, FrameDecoder } from "../lib/workers/frame.ts";
 import {
   type FinishReason,
+  type GenerateMessage,
   type ModuleToWorkerMessage,
   type WorkerToModuleMessage,
 } from "../lib/workers/messages.ts";
@@ -632,7 +634,7 @@ async function generate(
   if (stopRequested(msg.req_id)) finish = "cancelled";
   else {
     const it = seq.evaluate(prompt, {
-      temperature: 0,
+      ...samplingOptions(msg.sampling, prompt, generated),
       yieldEogToken: true,
       ...(state === undefined ? {} : { grammarEvaluationState: state }),
     });
@@ -673,6 +675,46 @@ async function generate(
     finish_reason: finish,
     generated_token_ids: generated,
   });
+}
+
+/**
+ * node-llama-cpp's evaluate options of a GENERATE's sampling: exactly the module's values (the
+ * library's own defaults, top_k 40 and top_p 0.95, never apply), the penalties over the last
+ * `repeat_last_n` ids of the prompt and the generation so far. Absent: greedy, no penalties.
+ *
+ * @param sampling The GENERATE's `sampling`.
+ * @param prompt The prompt ids.
+ * @param generated The ids generated so far (grows as the generation runs).
+ */
+function samplingOptions(
+  sampling: GenerateMessage["sampling"],
+  prompt: readonly Token[],
+  generated: readonly number[],
+): SequenceEvaluateOptions {
+  if (sampling === undefined) return { temperature: 0 };
+  const lastN = sampling.repeat_last_n;
+  const penalised = sampling.repeat_penalty !== 1 || sampling.frequency_penalty !== 0 ||
+    sampling.presence_penalty !== 0;
+  return {
+    temperature: sampling.temperature,
+    topK: sampling.top_k,
+    topP: sampling.top_p,
+    minP: sampling.min_p,
+    seed: sampling.seed,
+    ...(lastN === 0 || !penalised ? {} : {
+      repeatPenalty: {
+        punishTokens: () => {
+          const fromGenerated = generated.slice(-lastN) as Token[];
+          const more = lastN - fromGenerated.length;
+          return more > 0 ? [...prompt.slice(-more), ...fromGenerated] : fromGenerated;
+        },
+        maxPunishTokens: lastN,
+        penalty: sampling.repeat_penalty,
+        frequencyPenalty: sampling.frequency_penalty,
+        presencePenalty: sampling.presence_penalty,
+      },
+    }),
+  };
 }
 
 function abortProcess(): never {

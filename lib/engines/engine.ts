@@ -52,7 +52,35 @@ export interface EngineBatchOutput {
   runMs: number;
 }
 
-/** One greedy generation (`microllm.oneshot`, docs/operations.md). */
+/**
+ * How a generation picks each token, resolved by `microllm.oneshot` (docs/generation.md
+ * "Sampling"): every value explicit, so the worker applies exactly what the answer reports.
+ * `temperature: 0` is greedy (the most likely token after the penalties; `top_k`, `top_p`,
+ * `min_p` and `seed` then change nothing). The penalties look at the last `repeat_last_n` tokens
+ * of the prompt and the generation so far (llama.cpp's penalties sampler).
+ */
+export interface SamplingConfig {
+  /** Softmax temperature, 0 (greedy) to 2. */
+  temperature: number;
+  /** Keep the k most likely tokens; 0 keeps all. */
+  top_k: number;
+  /** Keep the smallest set whose probability reaches p (nucleus sampling); 1 keeps all. */
+  top_p: number;
+  /** Drop tokens below `min_p` times the most likely one's probability; 0 keeps all. */
+  min_p: number;
+  /** The random generator's seed (u32 below 2^32 − 1); the same seed gives the same tokens. */
+  seed: number;
+  /** Divides (or multiplies) the logit of a recently seen token; 1 is off. */
+  repeat_penalty: number;
+  /** How many recent tokens the penalties look at; 0 turns them off. */
+  repeat_last_n: number;
+  /** Subtracted from a recent token's logit once per occurrence; 0 is off. */
+  frequency_penalty: number;
+  /** Subtracted once from the logit of any recent token; 0 is off. */
+  presence_penalty: number;
+}
+
+/** One generation (`microllm.oneshot`, docs/operations.md): greedy unless `sampling` says otherwise. */
 export interface GenerateRequest {
   /** Prompt token ids, specials included. */
   ids: Int32Array;
@@ -60,6 +88,8 @@ export interface GenerateRequest {
   maxTokens: number;
   /** GBNF source, already validated by the module. */
   grammar?: string;
+  /** How each token is picked; absent: greedy, no penalties (what the probes certify). */
+  sampling?: SamplingConfig;
 }
 
 /** Why a generation ended (`finish_reason` of `microllm.oneshot`). */

@@ -1,8 +1,11 @@
 /**
  * `microllm.oneshot {model?, prompt | messages, max_tokens, grammar? | response_format?, stop?,
  * max_context_tokens?}`
- * (docs/operations.md, `microllm.oneshot`): greedy generation on a GGUF model through its llama
- * worker, in the `decode` queue class of the model's own lane.
+ * (docs/operations.md, `microllm.oneshot`): generation on a GGUF model through its llama worker,
+ * in the `decode` queue class of the model's own lane. Greedy unless `temperature` is above 0:
+ * then sampled with `top_k`, `top_p`, `min_p` and a `seed` (sent, or picked and reported), and
+ * the same seed gives the same tokens on the same lane; the penalties apply in both modes
+ * ({@link resolveSampling}); the answer's `sampling` reports every value applied.
  *
  * `messages` (instead of `prompt`) are rendered into one prompt by the model's GGUF chat template
  * where it has one, else a `role: content` fallback (`_chat_template.ts`); the result says which
@@ -66,6 +69,12 @@ import { grammarFinishReason } from "./_grammar_finish.ts";
 import { checkText, utf8Length } from "./_text.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 import { resolveModel, routingOf } from "./_resolve_model.ts";
+import type { SamplingConfig } from "../engines/engine.ts";
+
+/** The largest seed: llama.cpp's seeds are u32, and 2^32 − 1 means "pick one at random". */
+export const SEED_MAX = 0xffff_fffe;
+/** `repeat_last_n` when the call sends none (llama.cpp's and Ollama's default). */
+export const REPEAT_LAST_N_DEFAULT = 64;
 
 /** Most stop strings of one generation. */
 export const STOP_MAX_COUNT = 4;
@@ -73,11 +82,32 @@ export const STOP_MAX_COUNT = 4;
 export const STOP_MAX_CHARS = 256;
 
 /**
+ * The sampling params of `microllm.oneshot` (docs/generation.md "Sampling"). `temperature` absent
+ * or 0 is greedy, exactly as without them; above 0 each token is drawn from the model's
+ * distribution after `top_k`, `top_p` and `min_p` cut it, by a generator seeded with `seed` (or
+ * a seed the service picks and reports). The penalties (`repeat_penalty`, `frequency_penalty`,
+ * `presence_penalty`, over the last `repeat_last_n` tokens) apply in both modes. Ranges are
+ * llama.cpp's and OpenAI's.
+ */
+export const SAMPLING_PARAMS = {
+  temperature: z.number().min(0).max(2).optional(),
+  top_k: z.int().min(0).max(1_000_000).optional(),
+  top_p: z.number().gt(0).max(1).optional(),
+  min_p: z.number().min(0).max(1).optional(),
+  seed: z.int().min(0).max(SEED_MAX).optional(),
+  repeat_penalty: z.number().gt(0).max(10).optional(),
+  repeat_last_n: z.int().min(0).max(1_000_000).optional(),
+  frequency_penalty: z.number().min(-2).max(2).optional(),
+  presence_penalty: z.number().min(-2).max(2).optional(),
+};
+
+/**
  * `microllm.oneshot {prompt}` params: the common params (no `truncate`) plus prompt, max_tokens,
- * grammar or response_format, stop.
+ * grammar or response_format, stop, and the sampling params ({@link SAMPLING_PARAMS}).
  */
 export const MicrollmOneshotParams = z.strictObject({
   ...COMMON_PARAMS,
+  ...SAMPLING_PARAMS,
   prompt: z.string(),
   max_tokens: z.number().int().positive(),
   grammar: z.string().max(GRAMMAR_MAX_CHARS, {
@@ -104,6 +134,7 @@ export type MicrollmOneshotParams = z.infer<typeof MicrollmOneshotParams>;
  */
 export const MicrollmMessagesParams = z.strictObject({
   ...COMMON_PARAMS,
+  ...SAMPLING_PARAMS,
   messages: z.array(CHAT_MESSAGE).min(1),
   max_tokens: z.number().int().positive().optional(),
   grammar: MicrollmOneshotParams.shape.grammar,
@@ -118,6 +149,90 @@ export type MicrollmMessagesParams = z.infer<typeof MicrollmMessagesParams>;
 export type MicrollmParams =
   | z.input<typeof MicrollmOneshotParams>
   | z.input<typeof MicrollmMessagesParams>;
+
+/**
+ * How the answer's tokens were picked: every value applied, whether sent or defaulted
+ * (docs/generation.md "Sampling"). Greedy: `temperature` 0, no seed, and `without_effect` names
+ * the sampler params the call sent that greedy decoding does not use (`top_k`, `top_p`, `min_p`,
+ * `seed`). Sampled: `seed` is the generator's, `seed_source` says whether the call sent it or the
+ * service picked it (send it back to get the same tokens on the same lane).
+ */
+export interface SamplingReport {
+  mode: "greedy" | "sampled";
+  temperature: number;
+  top_k: number;
+  top_p: number;
+  min_p: number;
+  seed?: number;
+  seed_source?: "request" | "service";
+  repeat_penalty: number;
+  repeat_last_n: number;
+  frequency_penalty: number;
+  presence_penalty: number;
+  without_effect?: string[];
+}
+
+/** The sampler params greedy decoding does not use. */
+const SAMPLER_ONLY = ["top_k", "top_p", "min_p", "seed"] as const;
+
+/**
+ * Resolves a call's sampling params: what the worker applies (undefined for plain greedy, which
+ * is what the probes certify and what every call without sampling params gets, unchanged) and
+ * the report the answer carries.
+ *
+ * @param p The parsed params ({@link SAMPLING_PARAMS}).
+ * @param pickSeed The seed when a sampled call sends none (a random u32 up to {@link SEED_MAX}).
+ */
+export function resolveSampling(
+  p: { [K in keyof typeof SAMPLING_PARAMS]?: number | undefined },
+  pickSeed: () => number = randomSeed,
+): { config: SamplingConfig | undefined; report: SamplingReport } {
+  const temperature = p.temperature ?? 0;
+  const penalties = {
+    repeat_penalty: p.repeat_penalty ?? 1,
+    repeat_last_n: p.repeat_last_n ?? REPEAT_LAST_N_DEFAULT,
+    frequency_penalty: p.frequency_penalty ?? 0,
+    presence_penalty: p.presence_penalty ?? 0,
+  };
+  const penalised = penalties.repeat_last_n > 0 &&
+    (penalties.repeat_penalty !== 1 || penalties.frequency_penalty !== 0 ||
+      penalties.presence_penalty !== 0);
+  if (temperature === 0) {
+    const greedy = { temperature: 0, top_k: 0, top_p: 1, min_p: 0 };
+    const unused = SAMPLER_ONLY.filter((k) => p[k] !== undefined);
+    const report: SamplingReport = {
+      mode: "greedy",
+      ...greedy,
+      ...penalties,
+      ...(unused.length === 0 ? {} : { without_effect: [...unused] }),
+    };
+    // The seed is never read by a greedy sampler: 0 keeps the worker's request well-formed.
+    return { config: penalised ? { ...greedy, seed: 0, ...penalties } : undefined, report };
+  }
+  const seed = p.seed ?? pickSeed();
+  const config: SamplingConfig = {
+    temperature,
+    top_k: p.top_k ?? 0,
+    top_p: p.top_p ?? 1,
+    min_p: p.min_p ?? 0,
+    seed,
+    ...penalties,
+  };
+  return {
+    config,
+    report: {
+      mode: "sampled",
+      ...config,
+      seed_source: p.seed === undefined ? "service" : "request",
+    },
+  };
+}
+
+/** A random seed in `[0, SEED_MAX]`. */
+function randomSeed(): number {
+  const [v] = crypto.getRandomValues(new Uint32Array(1));
+  return v! === 0xffff_ffff ? 0 : v!;
+}
 
 /** How the generated bytes were made valid UTF-8 (present only when something was repaired). */
 export interface TextRepair {
@@ -143,6 +258,8 @@ export interface MicrollmResult extends Envelope {
     truncated: false;
   }[];
   text_repair?: TextRepair;
+  /** How the tokens were picked: greedy (the default) or sampled, with every value applied. */
+  sampling: SamplingReport;
   /** With `messages`: `gguf` (the model's own chat template) or `fallback` (`role: content`). */
   chat_template?: "gguf" | "fallback";
   /** With the fallback template: why (`no_chat_template`, `template_unparsable: …`). */
@@ -228,6 +345,7 @@ export async function microllmOneshot(
     }
     if (compiled.notes.length > 0) schemaNotes = compiled.notes;
   }
+  const sampling = resolveSampling(p);
   // Messages become one prompt through the model's chat template; its special tokens are the
   // only spans read as special tokens (F25), and a prompt is plain text entirely.
   const messages = "messages" in p ? chatMessages(p.messages) : undefined;
@@ -345,6 +463,7 @@ export async function microllmOneshot(
         ids: seq.ids,
         maxTokens,
         ...(grammar === undefined ? {} : { grammar: grammar.source }),
+        ...(sampling.config === undefined ? {} : { sampling: sampling.config }),
       },
     },
     {
@@ -403,6 +522,7 @@ export async function microllmOneshot(
       effective_tokens: seq.effectiveTokens,
       truncated: false,
     }],
+    sampling: sampling.report,
     queue_time_ms: run.queueTimeMs,
     inference_time_ms: Math.round(run.inferenceMs * 1000) / 1000,
   };
@@ -453,7 +573,9 @@ function chatMessages(messages: MicrollmMessagesParams["messages"]): ChatMessage
       );
     }
     return {
-      role: msg.role,
+      // OpenAI's `developer` role is its newer name for `system`: chat templates know only the
+      // latter (many refuse any other role), so it is rendered as a system message.
+      role: msg.role === "developer" ? "system" : msg.role,
       content: msg.content ?? "",
       ...(msg.name === undefined ? {} : { name: msg.name }),
     };

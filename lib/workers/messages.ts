@@ -111,6 +111,18 @@ const SCORES = z.strictObject({
   req_id: reqId,
   n: count,
 });
+/** How a GENERATE picks tokens (lib/engines/engine.ts `SamplingConfig`); absent: greedy. */
+const SAMPLING = z.strictObject({
+  temperature: z.number().min(0).max(2),
+  top_k: z.int().min(0),
+  top_p: z.number().gt(0).max(1),
+  min_p: z.number().min(0).max(1),
+  seed: z.int().min(0).max(0xffff_fffe),
+  repeat_penalty: z.number().gt(0).max(10),
+  repeat_last_n: z.int().min(0),
+  frequency_penalty: z.number().min(-2).max(2),
+  presence_penalty: z.number().min(-2).max(2),
+});
 const GENERATE = z.strictObject({
   type: z.literal("GENERATE"),
   req_id: reqId,
@@ -118,6 +130,7 @@ const GENERATE = z.strictObject({
   max_tokens: z.int().min(1),
   grammar: z.string().optional(),
   stream: z.literal(true).optional(),
+  sampling: SAMPLING.optional(),
 });
 const TEXT_PART = z.strictObject({
   type: z.literal("TEXT_PART"),
@@ -214,7 +227,7 @@ export type RerankSequencesMessage = z.infer<typeof RERANK_SEQUENCES>;
 /** SCORES `{n}`; followed by one f32 frame of `n` scores. */
 export type ScoresMessage = z.infer<typeof SCORES>;
 /**
- * GENERATE `{max_tokens, grammar?, stream?}`; followed by one i32 frame of prompt ids. With
+ * GENERATE `{max_tokens, grammar?, stream?, sampling?}`; followed by one i32 frame of prompt ids. With
  * `stream: true` the worker also sends TEXT_PART frames while it generates (then TEXT, as ever).
  */
 export type GenerateMessage = z.infer<typeof GENERATE>;

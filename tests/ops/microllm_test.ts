@@ -535,7 +535,7 @@ Deno.test("microllmOneshot() refuses malformed params, limits, bad prompts and w
   );
 
   await t.step("an unknown field is a channel error naming it (F16)", async () => {
-    for (const field of ["temperature", "maxTokens", "stop"]) {
+    for (const field of ["temprature", "maxTokens", "stop"]) {
       assertChannelNames(
         await call({ model: "gen", prompt: "hi", max_tokens: 2, [field]: 1 }),
         field,
@@ -719,7 +719,7 @@ Deno.test("POST /v1/ops/microllm.oneshot answers the same envelope as an in-proc
     res = await post({ model: "gen", prompt: "hi", max_tokens: 513 });
     assert.equal(res.status, 400);
     assert.equal((await res.json()).result.error.details.field, "max_tokens");
-    res = await post({ model: "gen", prompt: "hi", max_tokens: 2, top_k: 1 });
+    res = await post({ model: "gen", prompt: "hi", max_tokens: 2, top_k: -1 });
     assert.equal(res.status, 400);
     const body = await res.json();
     assert.deepEqual(Object.keys(body).sort(), ["code", "message"]);

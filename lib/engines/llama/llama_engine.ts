@@ -337,6 +337,7 @@ export class LlamaEngine implements Engine {
         max_tokens: request.maxTokens,
         ...(request.grammar === undefined ? {} : { grammar: request.grammar }),
         ...(onTokens === undefined ? {} : { stream: true as const }),
+        ...(request.sampling === undefined ? {} : { sampling: request.sampling }),
       },
       encodeI32LE(request.ids),
       this.#opts.generateTimeoutMs ?? WORKER_TIMEOUTS.generateMs,
