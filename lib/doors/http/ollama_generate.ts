@@ -26,10 +26,15 @@
  * - **`options`** ({@link mapOptions}): `num_predict` → `max_tokens` (-1, -2 or absent: the
  *   service's `microllm_max_tokens`), `stop`, `num_ctx` → `max_context_tokens` (below the model's
  *   context a call that does not fit is refused naming `options.num_ctx`; at or above it nothing
- *   changes). Decoding is greedy: `temperature` 0 or absent; a sampling option that would change
- *   a greedy answer is refused by name, one that cannot is listed in `synapse.ignored_options`.
- *   Runner options (threads, GPU layers, mmap, batch, …) are listed there too, and unknown
- *   names in `synapse.unknown_options`: nothing is dropped silently.
+ *   changes), and the sampling options under their own names (`temperature`, `top_k`, `top_p`,
+ *   `min_p`, `seed` — Ollama's `-1` is "pick one" —, `repeat_penalty`, `repeat_last_n`,
+ *   `frequency_penalty`, `presence_penalty`). `temperature` absent or 0 is greedy (Ollama's own
+ *   default is 0.8: Synapse stays greedy unless asked); the answer's `synapse.sampling` reports
+ *   every value applied, and the seed a sampled answer used. Samplers the engine lacks
+ *   (`typical_p`, `tfs_z`, `mirostat`) are refused by name when on and listed as ignored when
+ *   off; runner options (threads, GPU layers, mmap, batch, …) and sampler options greedy decoding
+ *   did not read are listed in `synapse.ignored_options`, unknown names in
+ *   `synapse.unknown_options`: nothing is dropped silently.
  * - **`keep_alive`** is accepted and listed in `synapse.ignored_fields` (a model stays loaded while
  *   it is configured). A call with no prompt (no messages) is Ollama's warm-up: the model is
  *   checked as a generation would check it (`model.info` with task `generate`) and the answer is
@@ -483,33 +488,34 @@ const RUNNER_OPTIONS: ReadonlySet<string> = new Set([
 ]);
 
 /**
- * Sampling options of Ollama and the value at which each changes nothing. Greedy decoding (the
- * most likely token each step) reads none of the truncations (`top_k`, `top_p`, `min_p`,
- * `typical_p`, `tfs_z`) nor a `seed`: those are listed as ignored. A penalty changes which token
- * is the most likely, so a penalty other than its neutral value is refused, as is a
- * `temperature` above 0 or `mirostat` sampling.
+ * Ollama's sampling options that `microllm.oneshot` takes under the same names: `temperature` 0
+ * or absent is greedy, above 0 sampled with `top_k`, `top_p`, `min_p` and `seed`; the penalties
+ * apply in both modes (docs/generation.md "Sampling").
  */
-const SAMPLING: Readonly<
-  Record<string, { neutral: number; changesGreedy: boolean; advice: string }>
-> = {
-  temperature: {
-    neutral: 0,
-    changesGreedy: true,
-    advice: "send temperature 0 or omit it",
-  },
-  repeat_penalty: { neutral: 1, changesGreedy: true, advice: "send 1 or omit it" },
-  presence_penalty: { neutral: 0, changesGreedy: true, advice: "send 0 or omit it" },
-  frequency_penalty: { neutral: 0, changesGreedy: true, advice: "send 0 or omit it" },
-  mirostat: { neutral: 0, changesGreedy: true, advice: "send 0 or omit it" },
-  top_k: { neutral: 0, changesGreedy: false, advice: "" },
-  top_p: { neutral: 1, changesGreedy: false, advice: "" },
-  min_p: { neutral: 0, changesGreedy: false, advice: "" },
-  typical_p: { neutral: 1, changesGreedy: false, advice: "" },
-  tfs_z: { neutral: 1, changesGreedy: false, advice: "" },
-  seed: { neutral: 0, changesGreedy: false, advice: "" },
-  repeat_last_n: { neutral: 0, changesGreedy: false, advice: "" },
-  mirostat_tau: { neutral: 0, changesGreedy: false, advice: "" },
-  mirostat_eta: { neutral: 0, changesGreedy: false, advice: "" },
+const OP_SAMPLING: ReadonlySet<string> = new Set([
+  "temperature",
+  "top_k",
+  "top_p",
+  "min_p",
+  "seed",
+  "repeat_penalty",
+  "repeat_last_n",
+  "frequency_penalty",
+  "presence_penalty",
+]);
+
+/**
+ * Ollama's samplers the engine here does not have, with the value at which each is off: off (or
+ * under greedy decoding, which reads none of them) they change nothing and are listed as ignored;
+ * on, they are refused by name. `mirostat` replaces the sampler, so it is refused whenever it is
+ * on; its `mirostat_tau` / `mirostat_eta` then have nothing to tune.
+ */
+const UNSERVED_SAMPLERS: Readonly<Record<string, number>> = {
+  typical_p: 1,
+  tfs_z: 1,
+  mirostat: 0,
+  mirostat_tau: Number.NaN,
+  mirostat_eta: Number.NaN,
 };
 
 /** What `options` maps to. */
@@ -548,6 +554,9 @@ export function mapOptions(options: Record<string, unknown>): MappedOptions {
     }
     return v;
   };
+  // Greedy unless temperature is above 0: samplers that greedy decoding does not read are inert.
+  const temperature = options.temperature;
+  const sampled = typeof temperature === "number" && temperature > 0;
   for (const [key, v] of Object.entries(options)) {
     if (v === null) continue; // Ollama skips a null option
     if (key === "num_predict") {
@@ -586,14 +595,25 @@ export function mapOptions(options: Record<string, unknown>): MappedOptions {
       out.rename.max_context_tokens = "options.num_ctx";
       continue;
     }
-    const s = Object.hasOwn(SAMPLING, key) ? SAMPLING[key] : undefined;
-    if (s !== undefined) {
+    if (OP_SAMPLING.has(key)) {
       const n = num(key, v, key === "top_k" || key === "seed" || key === "repeat_last_n");
-      if (s.changesGreedy && n !== s.neutral) {
+      // Ollama's seed -1 (its default) is "pick one": the service picks it and reports it.
+      if (key === "seed" && n === -1) continue;
+      out.params[key] = n;
+      out.rename[key] = `options.${key}`;
+      continue;
+    }
+    if (Object.hasOwn(UNSERVED_SAMPLERS, key)) {
+      const n = num(key, v);
+      const off = UNSERVED_SAMPLERS[key]!;
+      const on = key === "mirostat" ? n !== off : sampled && !Number.isNaN(off) && n !== off;
+      if (on) {
         throw refusal(
           `options.${key}`,
-          `Cannot honour options.${key} ${n}: Synapse generates greedily (the most likely token at each step) and does not sample; ${s.advice}`,
-          { reason: "sampling_not_supported", value: n },
+          `Cannot honour options.${key} ${n}: Synapse samples with temperature, top_k, top_p, min_p and seed, not ${key}; omit it${
+            Number.isNaN(off) ? "" : ` or send ${off}`
+          }`,
+          { reason: "sampler_not_supported", value: n },
         );
       }
       out.ignored.push(key);
@@ -764,8 +784,12 @@ function finalObject(
     }
   }
   if (res.text_repair !== undefined) synapse.text_repair = res.text_repair;
+  // Every sampling value applied (the seed a sampled answer used, to send back to replay it).
+  synapse.sampling = res.sampling;
   if (m.stream) synapse.streamed = "tokens";
-  addListed(synapse, m);
+  // The sampler options greedy decoding did not read are ignored options too.
+  const inert = (res.sampling.without_effect ?? []).filter((k) => !m.ignoredOptions.includes(k));
+  addListed(synapse, { ...m, ignoredOptions: [...m.ignoredOptions, ...inert] });
   return {
     model: m.name,
     created_at: new Date().toISOString(),

@@ -290,10 +290,12 @@ Deno.test("the official ollama client generates and chats against Synapse unchan
     // deno-lint-ignore no-explicit-any
     const synapse = (g as any).synapse;
     assert.deepEqual(synapse.ignored_fields, ["keep_alive"]);
+    // Runner options, then the sampler options greedy decoding did not read.
     assert.deepEqual(
       synapse.ignored_options,
-      ["num_thread", "num_gpu", "use_mmap", "top_k", "top_p", "seed", "temperature"],
+      ["num_thread", "num_gpu", "use_mmap", "top_k", "top_p", "seed"],
     );
+    assert.equal(synapse.sampling.mode, "greedy");
     assert.deepEqual(synapse.unknown_options, ["not_an_option"]);
     // stop strings cut the text.
     const text = plain.response ?? "";
@@ -311,20 +313,97 @@ Deno.test("the official ollama client generates and chats against Synapse unchan
     }
   });
 
-  await t.step("a sampling option that changes a greedy answer is refused by name", async () => {
+  await t.step(
+    "sampling: the same seed gives the same text; the answer reports its seed",
+    async () => {
+      const options = { temperature: 0.8, seed: 7, num_predict: 16 };
+      const a = await ollama.generate({ model: "gen", prompt: "Once upon", raw: true, options });
+      const b = await ollama.generate({ model: "gen", prompt: "Once upon", raw: true, options });
+      assert.equal(a.response, b.response);
+      // deno-lint-ignore no-explicit-any
+      const sampling = (a as any).synapse.sampling;
+      assert.equal(sampling.mode, "sampled");
+      assert.equal(sampling.seed, 7);
+      assert.equal(sampling.seed_source, "request");
+      assert.equal(sampling.temperature, 0.8);
+      // The op's own answer for the same params is the same text.
+      const r = await oneshot({
+        model: "gen",
+        prompt: "Once upon",
+        max_tokens: 16,
+        temperature: 0.8,
+        seed: 7,
+      });
+      assert.equal(a.response, r.text);
+      // Streamed, the pieces join to the same sampled text.
+      const pieces: string[] = [];
+      for await (
+        const part of await ollama.generate({
+          model: "gen",
+          prompt: "Once upon",
+          raw: true,
+          stream: true,
+          options,
+        })
+      ) {
+        if (!part.done) pieces.push(part.response ?? "");
+      }
+      assert.equal(pieces.join(""), a.response);
+      // Ollama's seed -1 is "pick one": the service picks it, reports it, and it replays.
+      const c = await ollama.chat({
+        model: "chat",
+        messages: [{ role: "user", content: "Hi" }],
+        options: { temperature: 0.9, seed: -1, num_predict: 12 },
+      });
+      // deno-lint-ignore no-explicit-any
+      const picked = (c as any).synapse.sampling;
+      assert.equal(picked.seed_source, "service");
+      assert.ok(Number.isInteger(picked.seed));
+      const again = await ollama.chat({
+        model: "chat",
+        messages: [{ role: "user", content: "Hi" }],
+        options: { temperature: 0.9, seed: picked.seed, num_predict: 12 },
+      });
+      assert.equal(again.message.content, c.message.content);
+      // Greedy stays the default: no temperature is microllm.oneshot's greedy answer.
+      const g = await ollama.generate({
+        model: "gen",
+        prompt: "Once upon",
+        raw: true,
+        options: { num_predict: 16, seed: 7 },
+      });
+      const greedy = await oneshot({ model: "gen", prompt: "Once upon", max_tokens: 16 });
+      assert.equal(g.response, greedy.text);
+      // deno-lint-ignore no-explicit-any
+      assert.equal((g as any).synapse.sampling.mode, "greedy");
+    },
+  );
+
+  await t.step("a sampler Synapse lacks, or a value out of range, is refused by name", async () => {
     await refused(
-      ollama.generate({ model: "gen", prompt: "x", options: { temperature: 0.8 } }),
+      ollama.generate({
+        model: "gen",
+        prompt: "x",
+        options: { temperature: 0.8, typical_p: 0.5 },
+      }),
       400,
-      /options\.temperature 0\.8: Synapse generates greedily/,
+      /options\.typical_p 0\.5/,
     );
     const r = await post(d.base, "/api/chat", {
       model: "chat",
       messages: [{ role: "user", content: "x" }],
-      options: { repeat_penalty: 1.3 },
+      options: { mirostat: 2 },
     });
     assert.equal(r.status, 400);
-    assert.equal(r.lines[0].field, "options.repeat_penalty");
+    assert.equal(r.lines[0].field, "options.mirostat");
     assert.equal(r.lines[0].code, "invalid_request");
+    const hot = await post(d.base, "/api/generate", {
+      model: "gen",
+      prompt: "x",
+      options: { temperature: 5 },
+    });
+    assert.equal(hot.status, 400);
+    assert.equal(hot.lines[0].field, "options.temperature", JSON.stringify(hot.lines[0]));
   });
 
   await t.step(
@@ -583,7 +662,12 @@ Deno.test("mapOptions() maps num_predict, stop and num_ctx, and sorts the rest",
   assert.deepEqual(m.unknown, ["frobnicate"]);
   assert.equal(mapOptions({ num_predict: -1 }).maxTokens, undefined);
   assert.equal(mapOptions({ num_predict: -2 }).maxTokens, undefined);
-  assert.throws(() => mapOptions({ temperature: 0.5 }), /options\.temperature/);
+  // Sampling options go to microllm.oneshot under their names; Ollama's seed -1 is none.
+  const sampled = mapOptions({ temperature: 0.5, top_k: 20, seed: -1, repeat_penalty: 1.1 });
+  assert.deepEqual(sampled.params, { temperature: 0.5, top_k: 20, repeat_penalty: 1.1 });
+  assert.throws(() => mapOptions({ temperature: 0.5, typical_p: 0.7 }), /options\.typical_p/);
+  assert.throws(() => mapOptions({ mirostat: 1 }), /options\.mirostat/);
+  assert.deepEqual(mapOptions({ temperature: 0.5, tfs_z: 1 }).ignored, ["tfs_z"]);
   assert.throws(() => mapOptions({ num_ctx: 1.5 }), /options\.num_ctx: it must be an integer/);
   assert.deepEqual(humanNumber(8_000_000_000), "8B");
   assert.deepEqual(humanNumber(1_500_000_000), "1.5B");
