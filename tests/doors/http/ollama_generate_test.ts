@@ -13,9 +13,11 @@ import { loadConfig } from "../../../lib/config/loader.ts";
 import { serveHttp } from "../../../lib/doors/http/server.ts";
 import { humanNumber, mapOptions } from "../../../lib/doors/http/ollama_generate.ts";
 import { nullLog } from "../../../lib/log/log.ts";
+import type { LogSink } from "../../../lib/log/log.ts";
 import { fallbackPrompt } from "../../../lib/ops/_chat_template.ts";
 import { createSynapse } from "../../../lib/synapse.ts";
 import type { Synapse } from "../../../lib/synapse.ts";
+import { parkedWorker, watchGenerations } from "../../_generation.ts";
 import { MODELS, preload, resultOf } from "../../_helpers.ts";
 import { ggufWithChatTemplate } from "../../_gguf_chat_template.ts";
 
@@ -42,8 +44,13 @@ interface Door extends AsyncDisposable {
   ollama: Ollama;
 }
 
-/** One served instance: `gen` (no chat template), `chat` (with one) and `embed` (ONNX). */
-async function door(): Promise<Door> {
+/**
+ * One served instance: `gen` (no chat template), `chat` (with one) and `embed` (ONNX), or the
+ * models and worker flags given.
+ */
+async function door(
+  more: { models?: unknown[]; deadlineMs?: number; llamaWorkerArgs?: string[]; log?: LogSink } = {},
+): Promise<Door> {
   const dir = await Deno.makeTempDir({ prefix: "synapse-ollama-gen-" });
   await ggufWithChatTemplate(`${GEN}/model.gguf`, `${dir}/chat.gguf`, TEMPLATE);
   const env = {
@@ -53,17 +60,22 @@ async function door(): Promise<Door> {
     SYNAPSE_CONFIG_JSON: JSON.stringify({
       certification: "warn",
       grammar_enabled: true,
-      preload_models: [
+      preload_models: more.models ?? [
         genEntry("gen"),
         genEntry("chat", `${dir}/chat.gguf`),
         preload(EMBED, "embed"),
       ],
-      // No test here is about the deadline (a loaded 2-core machine is slow).
-      inline: { deadline_ms: 600_000 },
+      // Only the mid-stream failure is about the deadline (a loaded 2-core machine is slow).
+      inline: { deadline_ms: more.deadlineMs ?? 600_000 },
     }),
   };
   const { config } = loadConfig({ env, cwd: dir });
-  const syn = await createSynapse({ config, env, log: nullLog });
+  const syn = await createSynapse({
+    config,
+    env,
+    log: more.log ?? nullLog,
+    ...(more.llamaWorkerArgs ? { llamaWorkerArgs: more.llamaWorkerArgs } : {}),
+  });
   const server = serveHttp(syn, { log: nullLog });
   const base = `http://127.0.0.1:${server.port}`;
   return {
@@ -672,4 +684,95 @@ Deno.test("mapOptions() maps num_predict, stop and num_ctx, and sorts the rest",
   assert.deepEqual(humanNumber(8_000_000_000), "8B");
   assert.deepEqual(humanNumber(1_500_000_000), "1.5B");
   assert.deepEqual(humanNumber(999), "999");
+});
+
+/** Reads NDJSON lines from a response body until `until` says stop (or the body ends). */
+async function readLines(
+  reader: ReadableStreamDefaultReader<string>,
+  // deno-lint-ignore no-explicit-any
+  until: (lines: any[]) => boolean,
+  // deno-lint-ignore no-explicit-any
+  lines: any[] = [],
+  state = { buf: "" },
+  // deno-lint-ignore no-explicit-any
+): Promise<{ lines: any[]; ended: boolean }> {
+  while (!until(lines)) {
+    const { value, done } = await reader.read();
+    if (done) return { lines, ended: true };
+    state.buf += value;
+    let cut: number;
+    while ((cut = state.buf.indexOf("\n")) >= 0) {
+      lines.push(JSON.parse(state.buf.slice(0, cut)));
+      state.buf = state.buf.slice(cut + 1);
+    }
+  }
+  return { lines, ended: false };
+}
+
+Deno.test("NDJSON arrives while the generation runs; a client that goes away cancels it; a failure after the first piece is a last {error} line", async (t) => {
+  // Each worker generates 3 tokens, then waits for its CANCEL: the generation cannot end before
+  // the client hangs up (or the deadline passes), so what the client reads was sent while it ran.
+  const worker = parkedWorker();
+  await using d = await door({
+    models: [genEntry("gen"), genEntry("gen2")],
+    llamaWorkerArgs: ["--test-wait-cancel-after", "3"],
+    log: worker.log,
+    // Generous for 3 tokens of a tiny model; it ends the held generation of the second step.
+    deadlineMs: 20_000,
+  });
+  const whole = resultOf(
+    await d.syn.call("microllm.oneshot", { model: "gen", prompt: "hi", max_tokens: 3 }),
+  );
+
+  await t.step("the client goes away: the generation is cancelled, the lane freed", async () => {
+    const watch = watchGenerations(d.syn);
+    let ended = false;
+    void watch.ended.then(() => ended = true, () => ended = true);
+    const abort = new AbortController();
+    const res = await fetch(`${d.base}/api/generate`, {
+      method: "POST",
+      body: JSON.stringify({ model: "gen", prompt: "hi", raw: true }),
+      signal: abort.signal,
+    });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get("content-type"), "application/x-ndjson");
+    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+    const text = (lines: { response: string }[]) => lines.map((l) => l.response).join("");
+    const { lines } = await readLines(reader, (ls) => text(ls) === whole.text);
+    for (const l of lines) {
+      assert.equal(l.done, false);
+      assert.equal(l.model, "gen");
+      assert.equal(typeof l.created_at, "string");
+    }
+    await worker.parked;
+    assert.equal(ended, false, "text arrived while the generation was held");
+    abort.abort();
+    await assert.rejects(reader.read());
+    const out = await watch.ended;
+    assert.equal(out.finishReason, "cancelled");
+    assert.equal(out.generatedIds.length, 3);
+    const next = await d.ollama.generate({
+      model: "gen",
+      prompt: "hi",
+      raw: true,
+      options: { num_predict: 4 },
+    });
+    assert.equal(next.eval_count, 4);
+  });
+
+  await t.step("the deadline passes mid-stream: a last {error} line, no done line", async () => {
+    const res = await fetch(`${d.base}/api/chat`, {
+      method: "POST",
+      body: JSON.stringify({ model: "gen2", messages: [{ role: "user", content: "hi" }] }),
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+    const { lines, ended } = await readLines(reader, () => false);
+    assert.equal(ended, true);
+    const last = lines.at(-1);
+    assert.ok(lines.length >= 2, JSON.stringify(lines));
+    assert.match(last.error, /deadline/i, JSON.stringify(last));
+    assert.ok(lines.slice(0, -1).every((l) => l.done === false && l.message.role === "assistant"));
+    assert.ok(!lines.some((l) => l.done === true));
+  });
 });
