@@ -736,11 +736,11 @@ function addListed(synapse: Record<string, unknown>, m: Mapped): void {
   if (m.unknownOptions.length > 0) synapse.unknown_options = m.unknownOptions;
 }
 
-/** A piece of text in the door's shape (`done: false`). */
-function pieceObject(m: Mapped, text: string, created: string): Record<string, unknown> {
+/** A piece of text in the door's shape (`done: false`), stamped when it is sent. */
+function pieceObject(m: Mapped, text: string): Record<string, unknown> {
   return {
     model: m.name,
-    created_at: created,
+    created_at: new Date().toISOString(),
     ...(m.door === "/api/chat" ? { message: { role: "assistant", content: text } } : {
       response: text,
     }),
@@ -845,9 +845,8 @@ async function serveStreamed(
     io.record.facts = await facts;
     if (firstEvent.kind !== "result") return errorAnswer(inDoorTerms(firstEvent.error, m), m);
     const res = firstEvent.body.result as MicrollmResult;
-    const created = new Date().toISOString();
     const lines = [
-      ...(res.text === "" ? [] : [line(pieceObject(m, res.text, created))]),
+      ...(res.text === "" ? [] : [line(pieceObject(m, res.text))]),
       line(finalObject(res, m, timing, "")),
     ];
     const settled = Promise.resolve();
@@ -884,9 +883,8 @@ async function serveStreamed(
           open = false;
         }
       };
-      const created = new Date().toISOString();
       sink = (text) => {
-        if (text !== "") write(line(pieceObject(m, text, created)));
+        if (text !== "") write(line(pieceObject(m, text)));
       };
       sink(early.splice(0).join(""));
       void call.then((outcome) => {
