@@ -140,12 +140,52 @@ export async function modelInfo(ctx: OpContext, rawParams: unknown): Promise<Mod
   return out;
 }
 
+/** What one read of a GGUF file gives `model.info`. */
+interface GgufInfo {
+  metadata: Record<string, unknown>;
+  chatTemplate?: string;
+  architecture?: string;
+  parameterCount: number;
+  tensors?: TensorInfo[];
+}
+
+/**
+ * The non-verbose facts of each loaded GGUF model, read once: a real model's vocabulary makes its
+ * header megabytes long, and the facts cannot change while the model is loaded.
+ */
+const CACHED = new WeakMap<object, Promise<GgufInfo>>();
+
 /** The GGUF file's metadata, parameter count and (verbose) tensors, added to `out`. */
 async function addGgufFacts(
   out: ModelInfoResult,
   entry: ModelEntry,
   verbose: boolean,
 ): Promise<void> {
+  let info: GgufInfo;
+  if (verbose || entry.ready === undefined) {
+    info = await readGgufInfo(entry, verbose);
+  } else {
+    let cached = CACHED.get(entry.ready);
+    if (cached === undefined) {
+      cached = readGgufInfo(entry, false);
+      CACHED.set(entry.ready, cached);
+      cached.catch(() => CACHED.delete(entry.ready!));
+    }
+    info = await cached;
+  }
+  out.metadata = { ...info.metadata };
+  if (info.chatTemplate !== undefined) out.chat_template = info.chatTemplate;
+  if (info.architecture !== undefined) out.architecture = info.architecture;
+  out.parameter_count = info.parameterCount;
+  if (info.tensors !== undefined) out.tensors = info.tensors;
+}
+
+/**
+ * Reads a GGUF file's header.
+ *
+ * @throws {SynapseError} `artifact_invalid` when it cannot be read or parsed.
+ */
+async function readGgufInfo(entry: ModelEntry, verbose: boolean): Promise<GgufInfo> {
   const path = entry.source.modelPath;
   let parsed: Awaited<ReturnType<typeof gguf>>;
   try {
@@ -160,27 +200,29 @@ async function addGgufFacts(
     );
   }
   const meta = parsed.metadata as Record<string, unknown>;
+  const info: GgufInfo = { metadata: {}, parameterCount: 0 };
   for (const [key, value] of Object.entries(meta)) {
     // The library's own bookkeeping, not the file's keys.
     if (key === "version" || key === "tensor_count" || key === "kv_count") continue;
     if (key === "tokenizer.chat_template") {
-      if (typeof value === "string" && value !== "") out.chat_template = value;
+      if (typeof value === "string" && value !== "") info.chatTemplate = value;
       continue;
     }
-    out.metadata[key] = jsonValue(value, verbose);
+    info.metadata[key] = jsonValue(value, verbose);
   }
   const arch = meta["general.architecture"];
-  if (typeof arch === "string") out.architecture = arch;
+  if (typeof arch === "string") info.architecture = arch;
   let count = 0n;
   for (const t of parsed.tensorInfos) count += t.shape.reduce((a, b) => a * BigInt(b), 1n);
-  out.parameter_count = Number(count);
+  info.parameterCount = Number(count);
   if (verbose) {
-    out.tensors = parsed.tensorInfos.map((t) => ({
+    info.tensors = parsed.tensorInfos.map((t) => ({
       name: t.name,
       type: GGMLQuantizationType[t.dtype] ?? String(t.dtype),
       shape: t.shape.map(Number),
     }));
   }
+  return info;
 }
 
 /** A metadata value as JSON: bigints as numbers, long arrays cut to `[]` unless verbose. */

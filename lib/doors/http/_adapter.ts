@@ -1,10 +1,10 @@
 /**
- * What the API-shaped doors (Cohere/Jina and TEI rerank, TEI embed and info, Ollama embed and
- * tags) share: the route they hand the server, what the server lends them for one request, and
- * the call through the dispatcher that records the request log's facts, with the request's
- * routing headers as the call's routing params. Each door is a mapping of
- * params and results around the one dispatcher, as lib/doors/http/openai.ts is; the server keeps the
- * socket, the Host/Origin checks, the method check and the body reader.
+ * What the API-shaped doors (Cohere/Jina and TEI rerank, TEI embed and info, Ollama embed, tags
+ * and generation) share: the route they hand the server, what the server lends them for one
+ * request, and the call through the dispatcher that records the request log's facts, with the
+ * request's routing headers as the call's routing params. Each door is a mapping of params and
+ * results around the one dispatcher, as lib/doors/http/openai.ts is; the server keeps the socket,
+ * the Host/Origin checks, the method check and the body reader.
  *
  * @module
  */
