@@ -18,6 +18,7 @@
  */
 import { z } from "zod";
 import { GGMLQuantizationType, gguf } from "@huggingface/gguf";
+import { ggufQuant } from "../engines/llama/gguf.ts";
 import { SynapseError } from "../contract/errors.ts";
 import { parseParams, wellFormedName } from "../contract/schemas.ts";
 import type { ModelEntry } from "../models/model.ts";
@@ -68,7 +69,7 @@ export interface ModelInfoResult {
   dims?: number;
   /** Storage dtype of the weights. */
   dtype: string;
-  /** Weight quantization (GGUF `general.file_type`), once loaded. */
+  /** Weight quantization: the loaded lane's, else its GGUF's `general.file_type` (`f16`, …). */
   quant?: string;
   /** GGUF `general.architecture`, or an ONNX config.json's `model_type`. */
   architecture?: string;
@@ -177,6 +178,8 @@ async function addGgufFacts(
   if (info.chatTemplate !== undefined) out.chat_template = info.chatTemplate;
   if (info.architecture !== undefined) out.architecture = info.architecture;
   out.parameter_count = info.parameterCount;
+  // Not loaded yet: the quantization its file declares.
+  out.quant ??= ggufQuant(info.metadata["general.file_type"]);
   if (info.tensors !== undefined) out.tensors = info.tensors;
 }
 

@@ -41,6 +41,7 @@ Deno.test("model.info describes GGUF and ONNX models from their files", async (t
     assert.equal(info.metadata.kv_count, undefined);
     assert.equal(info.chat_template, undefined);
     assert.equal(info.parameter_count, 4170048);
+    assert.equal(info.quant, "f32");
     assert.equal(info.context_tokens, 2048);
     assert.equal(info.artifact_bytes, (await Deno.stat(`${GEN}/model.gguf`)).size);
     assert.equal(info.tensors, undefined);
