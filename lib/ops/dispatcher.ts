@@ -12,6 +12,7 @@ import { rerankScore } from "./rerank.ts";
 import { embedResult } from "./jobs.ts";
 import { admissionStatus, modelsList } from "./models.ts";
 import { microllmOneshot } from "./microllm.ts";
+import { modelInfo } from "./model_info.ts";
 import {
   cacheGc,
   cachePin,
@@ -67,7 +68,7 @@ export interface Operation {
  * `query` ones. `access` says who may call each over HTTP ({@link OperationAccess}); every
  * `mutate` is `owner`, and `embed.batch` (whose durable job is the caller's own) is `open`.
  *
- * The inference ops, `models.list`, `models.catalog`, `model.status`, `admission.status`,
+ * The inference ops, `models.list`, `models.catalog`, `model.status`, `model.info`, `admission.status`,
  * `probe.status`, `probe.report` and `aliases.check_index` are `query`, as in the reference
  * registry; `model.load`, `model.unload`, `models.download*`, `models.remove`, `cache.*`,
  * `probe.start` (it writes the certification rows every caller's admission reads) and
@@ -90,6 +91,7 @@ export const OPERATIONS: Readonly<Record<string, Operation>> = Object.freeze({
   "admission.status": { kind: "query", access: "open", handler: admissionStatus },
   "model.load": { kind: "mutate", access: "owner", handler: modelLoad },
   "model.status": { kind: "query", access: "open", handler: modelStatusOp },
+  "model.info": { kind: "query", access: "open", handler: modelInfo },
   "model.unload": { kind: "mutate", access: "owner", handler: modelUnload },
   "models.catalog": { kind: "query", access: "open", handler: modelsCatalog },
   "models.download": { kind: "mutate", access: "owner", handler: modelsDownload },

@@ -8,9 +8,9 @@
  *
  * What a door may do through it: call an operation ({@link DoorBackend.call}), read the service
  * status its health answer is built from ({@link DoorBackend.status}), read the few facts its
- * answers need (the module generation, the `http` config section, the log) and serve the
- * metrics text ({@link DoorBackend.metricsText}); the HTTP door also counts its answers by status
- * ({@link DoorBackend.countHttpResponse}).
+ * answers need (the module generation, the `http` config section, `microllm_max_tokens`, the
+ * log) and serve the metrics text ({@link DoorBackend.metricsText}); the HTTP door also counts its
+ * answers by status ({@link DoorBackend.countHttpResponse}).
  *
  * @module
  */
@@ -72,6 +72,11 @@ export interface DoorBackend {
   readonly moduleGeneration: number;
   /** The `http` config section (body cap, timeouts, `require_key_for_queries`). */
   readonly http: Readonly<HttpConfig>;
+  /**
+   * The service's `microllm_max_tokens`: the most tokens one generation may ask for (a door whose
+   * API means "no limit", Ollama's `num_predict: -1`, asks for this many).
+   */
+  readonly microllmMaxTokens: number;
   /** The instance's log: a door's request log writes here unless it was given its own. */
   readonly log: LogSink;
   /**
@@ -128,6 +133,9 @@ export function doorBackend(source: DoorSource, door: CallDoor): DoorBackend {
     },
     get http() {
       return source.context.config.http;
+    },
+    get microllmMaxTokens() {
+      return source.context.config.microllm_max_tokens;
     },
     get log() {
       return source.context.log;

@@ -1,5 +1,6 @@
 /**
- * `microllm.oneshot {model?, prompt | messages, max_tokens, grammar? | response_format?, stop?}`
+ * `microllm.oneshot {model?, prompt | messages, max_tokens, grammar? | response_format?, stop?,
+ * max_context_tokens?}`
  * (docs/operations.md, `microllm.oneshot`): generation on a GGUF model through its llama worker,
  * in the `decode` queue class of the model's own lane. Greedy unless `temperature` is above 0:
  * then sampled with `top_k`, `top_p`, `min_p` and a `seed` (sent, or picked and reported), and
@@ -116,6 +117,12 @@ export const MicrollmOneshotParams = z.strictObject({
   stop: z.array(
     z.string().min(1).max(STOP_MAX_CHARS).refine((s) => s.isWellFormed(), { message: ILL_FORMED }),
   ).min(1).max(STOP_MAX_COUNT).optional(),
+  /**
+   * A smaller context for this call, tokens (Ollama's `num_ctx`): the prompt plus `max_tokens`
+   * must fit it, else the call is refused naming it; at or above the model's context it changes
+   * nothing.
+   */
+  max_context_tokens: z.number().int().positive().optional(),
 });
 /** Parsed `microllm.oneshot {prompt}` params. */
 export type MicrollmOneshotParams = z.infer<typeof MicrollmOneshotParams>;
@@ -133,6 +140,7 @@ export const MicrollmMessagesParams = z.strictObject({
   grammar: MicrollmOneshotParams.shape.grammar,
   response_format: RESPONSE_FORMAT.optional(),
   stop: MicrollmOneshotParams.shape.stop,
+  max_context_tokens: MicrollmOneshotParams.shape.max_context_tokens,
 });
 /** Parsed `microllm.oneshot {messages}` params. */
 export type MicrollmMessagesParams = z.infer<typeof MicrollmMessagesParams>;
@@ -399,6 +407,23 @@ export async function microllmOneshot(
       "sequence_too_long",
       `Cannot generate: ${nPrompt} prompt tokens plus max_tokens ${maxTokens} exceed the context of ${context}`,
       { details: { tokens: nPrompt + maxTokens, max_tokens: context, field: promptField } },
+    );
+  }
+  // A smaller context asked for: refused by name when the call does not fit it, never cut.
+  const asked = p.max_context_tokens;
+  if (asked !== undefined && asked < context && nPrompt + maxTokens > asked) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot generate: ${nPrompt} prompt tokens plus max_tokens ${maxTokens} exceed max_context_tokens ${asked}; raise it (the model's context is ${context}) or ask for fewer tokens`,
+      {
+        details: {
+          field: "max_context_tokens",
+          reason: "context_too_small",
+          tokens: nPrompt + maxTokens,
+          max_context_tokens: asked,
+          model_context: context,
+        },
+      },
     );
   }
   // With stop strings (or a caller that wants the text as it becomes final) the ids are

@@ -43,6 +43,7 @@ import type { embedBatch, embedQuery } from "./embed.ts";
 import type { embedResult } from "./jobs.ts";
 import type { microllmOneshot, MicrollmParams } from "./microllm.ts";
 import type { admissionStatus, modelsList } from "./models.ts";
+import type { modelInfo, ModelInfoParams } from "./model_info.ts";
 import type { rerankScore } from "./rerank.ts";
 import type {
   cacheGc,
@@ -100,6 +101,10 @@ export interface SynapseOperations {
   "model.status": {
     params: z.input<typeof ModelStatusParams>;
     result: ResultOf<typeof modelStatusOp>;
+  };
+  "model.info": {
+    params: z.input<typeof ModelInfoParams>;
+    result: ResultOf<typeof modelInfo>;
   };
   "model.unload": {
     params: z.input<typeof ModelUnloadParams>;

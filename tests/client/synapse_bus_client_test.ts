@@ -21,6 +21,7 @@ const TYPED_METHODS = {
   "admission.status": true,
   "model.load": true,
   "model.status": true,
+  "model.info": true,
   "model.unload": true,
   "models.catalog": true,
   "models.download": true,

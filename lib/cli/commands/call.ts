@@ -43,6 +43,7 @@ export const CALL_METHODS: readonly (readonly [method: string, params: string])[
     "{path | url + expected_digest | repo + revision + files, engine?, task?, model_id?, …}: a load job",
   ],
   ["model.status", "{job_id} | {model_id}: a load or download job, or a model's state"],
+  ["model.info", "{model_id, task?, verbose?}: a model's file metadata, chat template, limits"],
   ["model.unload", "{model_id}: stop serving a model (model_in_use while held)"],
   ["models.catalog", "{query?, task?, runnable_here?, installed?}: the pinned catalog"],
   ["models.download", "{catalog_id, request_key?}: download, verify and load a catalog model"],

@@ -1,10 +1,10 @@
 /**
- * What the API-shaped doors (Cohere/Jina and TEI rerank, TEI embed and info, Ollama embed and
- * tags) share: the route they hand the server, what the server lends them for one request, and
- * the call through the dispatcher that records the request log's facts, with the request's
- * routing headers as the call's routing params. Each door is a mapping of
- * params and results around the one dispatcher, as lib/doors/http/openai.ts is; the server keeps the
- * socket, the Host/Origin checks, the method check and the body reader.
+ * What the API-shaped doors (Cohere/Jina and TEI rerank, TEI embed and info, Ollama embed, tags
+ * and generation) share: the route they hand the server, what the server lends them for one
+ * request, and the call through the dispatcher that records the request log's facts, with the
+ * request's routing headers as the call's routing params. Each door is a mapping of params and
+ * results around the one dispatcher, as lib/doors/http/openai.ts is; the server keeps the socket,
+ * the Host/Origin checks, the method check and the body reader.
  *
  * @module
  */
@@ -26,6 +26,11 @@ export interface AdapterAnswer {
   fingerprint?: string | undefined;
   /** The embed answer's prompt disclosure, for `x-synapse-prompt` ({@link promptHeader}). */
   prompt?: PromptDisclosure | undefined;
+  /**
+   * A body the server sends as it comes (a generation streamed as NDJSON) instead of `body`,
+   * with its content type; the request's log line waits for `settled` (the generation's end).
+   */
+  stream?: { body: ReadableStream<Uint8Array>; contentType: string; settled: Promise<void> };
 }
 
 /**
@@ -44,6 +49,8 @@ export interface AdapterRecord {
   op?: string;
   params?: unknown;
   facts?: RequestFacts | undefined;
+  /** Set for a response that streams past the handler: the log line waits for it. */
+  settled?: Promise<void>;
 }
 
 /** What the server lends a door for one request. */
@@ -73,6 +80,7 @@ export interface AdapterIo {
  * headers choose nothing.
  */
 export const ROUTED_OPS: ReadonlySet<string> = new Set([
+  "microllm.oneshot",
   "embed.batch",
   "rerank.score",
   "tokenize",

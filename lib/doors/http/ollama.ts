@@ -1,6 +1,8 @@
 /**
  * The door in Ollama's shape: `POST /api/embed` and `GET /api/tags`. A mapping of params and
- * results around `embed.batch` and `models.list` through the dispatcher, nothing more.
+ * results around `embed.batch` and `models.list` through the dispatcher, nothing more. Its
+ * generation routes (`/api/generate`, `/api/chat`, `/api/show`, `/api/ps`) are
+ * lib/doors/http/ollama_generate.ts.
  *
  * Semantics:
  *
@@ -48,6 +50,7 @@ import {
   errorField,
 } from "./_adapter.ts";
 import { aliasRows, OPENAI_MAX_INPUTS } from "./openai.ts";
+import { ollamaGenerateRoute } from "./ollama_generate.ts";
 
 /** Most inputs one `POST /api/embed` takes. */
 export const OLLAMA_MAX_INPUTS = OPENAI_MAX_INPUTS;
@@ -63,7 +66,8 @@ const OllamaEmbedRequest = z.strictObject({
 });
 
 /**
- * The route of an Ollama path (`/api/embed`, `/api/tags`), or undefined.
+ * The route of an Ollama path (`/api/embed`, `/api/tags`, …, and the generation routes of
+ * lib/doors/http/ollama_generate.ts), or undefined.
  *
  * @param path The request path.
  */
@@ -80,7 +84,8 @@ export function ollamaRoute(path: string): AdapterRoute | undefined {
   if (path === "/api/version") {
     return { op: "version", method: "GET", serve: ollamaVersion, error: ollamaError };
   }
-  return undefined;
+  // Generation, show and ps: lib/doors/http/ollama_generate.ts.
+  return ollamaGenerateRoute(path);
 }
 
 /** `POST /api/embeddings` request (Ollama's legacy `EmbeddingRequest`). */

@@ -21,7 +21,8 @@ import { SynapseError } from "../../contract/errors.ts";
  * - `tei`: TEI's embed, info and root route `POST /` (lib/doors/http/tei.ts).
  * - `tokenize_doors`: TEI's and llama.cpp's tokenize, TEI's decode, llama.cpp's detokenize,
  *   Cohere's tokenize and detokenize (lib/doors/http/tokenize_doors.ts).
- * - `ollama`: Ollama's embed, tags, legacy embeddings and version (lib/doors/http/ollama.ts).
+ * - `ollama`: Ollama's embed, tags, legacy embeddings and version (lib/doors/http/ollama.ts), and
+ *   its generate, chat, show and ps (lib/doors/http/ollama_generate.ts).
  * - `health`: the service status (lib/ops/status.ts).
  * - `metrics`: the Prometheus exposition (lib/ops/metrics_exposition.ts).
  */
@@ -166,6 +167,20 @@ export const HTTP_ROUTES: readonly HttpRoute[] = Object.freeze(
       summary: "Ollama embeddings (legacy)",
     },
     { method: "GET", path: "/api/version", adapter: "ollama", summary: "Ollama version" },
+    {
+      method: "POST",
+      path: "/api/generate",
+      adapter: "ollama",
+      summary: "Ollama generate (NDJSON streaming by default)",
+    },
+    {
+      method: "POST",
+      path: "/api/chat",
+      adapter: "ollama",
+      summary: "Ollama chat (the model's chat template; NDJSON streaming by default)",
+    },
+    { method: "POST", path: "/api/show", adapter: "ollama", summary: "Ollama model details" },
+    { method: "GET", path: "/api/ps", adapter: "ollama", summary: "Ollama loaded models" },
     {
       method: "GET",
       path: "/health",

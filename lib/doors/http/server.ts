@@ -1014,6 +1014,16 @@ async function serveAdapter(
   };
   const answer = await route.serve(io);
   if (answer.error !== undefined) record.error = answer.error;
+  if (answer.stream !== undefined) {
+    // A streamed answer (Ollama's NDJSON): its log line waits for the generation's end.
+    record.settled = answer.stream.settled;
+    const headers = new Headers({
+      "content-type": answer.stream.contentType,
+      "cache-control": "no-cache",
+    });
+    if (answer.fingerprint !== undefined) headers.set("x-synapse-fingerprint", answer.fingerprint);
+    return new Response(answer.stream.body, { status: answer.status, headers });
+  }
   return openAiResponse(answer);
 }
 

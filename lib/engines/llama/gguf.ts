@@ -58,6 +58,16 @@ const FILE_TYPES: Record<number, string> = {
 };
 
 /**
+ * The quantization name of a GGUF `general.file_type` (llama.cpp's `llama_ftype`).
+ *
+ * @param fileType The metadata value.
+ * @returns `f32`, `f16`, `q8_0`, …; `ftype_<n>` for a number without a name; `unknown` for none.
+ */
+export function ggufQuant(fileType: unknown): string {
+  return typeof fileType === "number" ? FILE_TYPES[fileType] ?? `ftype_${fileType}` : "unknown";
+}
+
+/**
  * SHA-256 of a file, streamed in 8 MiB reads (yielding between them).
  *
  * @returns `sha256:<hex>`.
@@ -134,8 +144,7 @@ export async function readGgufFacts(path: string, modelId: string): Promise<Gguf
   );
   const poolingType = meta[`${arch}.pooling_type`];
   const pooling: WorkerPooling = poolingType === 1 ? "mean" : poolingType === 2 ? "cls" : "last";
-  const ft = meta["general.file_type"];
-  const quant = typeof ft === "number" ? FILE_TYPES[ft] ?? `ftype_${ft}` : "unknown";
+  const quant = ggufQuant(meta["general.file_type"]);
   const dtype = quant === "f32" ? "f32" : quant === "bf16" ? "bf16" : "f16";
   const facts: GgufFacts = {
     architecture: arch,

@@ -281,6 +281,12 @@ Deno.test("the official ollama and cohere-ai clients serve an alias and answer t
   const latest = await ollama.embed({ model: "nomic-embed-text:latest", input: ["hi"] });
   assert.equal(latest.model, "nomic-embed-text");
   assert.deepEqual(latest.embeddings, e.embeddings);
+  // /api/show (model.info) describes the alias's model.
+  const shown = await ollama.show({ model: "nomic-embed-text:latest" });
+  const shownDirect = await ollama.show({ model: "tiny-embed" });
+  assert.deepEqual(shown.capabilities, ["embedding"]);
+  assert.deepEqual(shown.details, shownDirect.details);
+  assert.deepEqual(shown.model_info, shownDirect.model_info);
   const cohere = new CohereClientV2({ token: "unused", environment: d.base });
   const ranked = await cohere.rerank({ model: "rerank-v3.5", query: "q", documents: ["a", "b"] });
   // deno-lint-ignore no-explicit-any
