@@ -16,8 +16,12 @@
  *   `synapse.sampling` is the op's report (a sampled answer's seed, sent or picked: sent back, it
  *   replays the answer); `system_fingerprint` stays the model's fingerprint. What the engine
  *   does not give is refused by name (`invalid_request`, `reason: "not_supported"`): `n` /
- *   `best_of` other than 1, a non-empty `logit_bias`, `logprobs` / `top_logprobs`, `echo: true`,
- *   a `suffix`.
+ *   `best_of` other than 1, a non-empty `logit_bias`, `echo: true`, a `suffix`.
+ * - **`logprobs`** (chat: `logprobs: true` with `top_logprobs` 0–20; completions: `logprobs`
+ *   0–5) go to `microllm.oneshot {logprobs}` and come back in OpenAI's shapes
+ *   (`choices[].logprobs.content` / `{tokens, token_logprobs, top_logprobs, text_offset}`): the
+ *   model's own log-probabilities, so greedy decoding only; the op refuses them with a
+ *   temperature, penalties, a grammar or `stop`, and the door with `stream: true`.
  * - **`max_tokens`** (chat: `max_completion_tokens` or `max_tokens`) above the service's
  *   `microllm_max_tokens` is refused naming the field, never clamped. Absent: 16 for
  *   `/v1/completions` (OpenAI's default), `microllm_max_tokens` for chat.
@@ -65,7 +69,12 @@ import { parseDoorParams, RESPONSE_FORMAT, wellFormedName } from "../../contract
 import type { ChatMessageParam, ResponseFormat } from "../../contract/schemas.ts";
 import type { OpOutcome } from "../../ops/dispatcher.ts";
 import { SEED_MAX } from "../../ops/microllm.ts";
-import type { MicrollmParams, MicrollmResult } from "../../ops/microllm.ts";
+import type {
+  GeneratedLogprob,
+  MicrollmParams,
+  MicrollmResult,
+  TokenWithLogprob,
+} from "../../ops/microllm.ts";
 import type { RoutingParams } from "../../ops/op_types.ts";
 import type { GenerationStart } from "../../ops/context.ts";
 import type { DoorBackend, RequestFacts } from "../../ops/door_backend.ts";
@@ -147,7 +156,11 @@ const CompletionsRequest = z.strictObject({
   ]),
   best_of: nullish(z.number().int()),
   echo: nullish(z.boolean()),
-  logprobs: nullish(z.number().int()),
+  logprobs: nullish(
+    z.number().int({ message: "must be an integer from 0 to 5" }).min(0, {
+      message: "must be an integer from 0 to 5",
+    }).max(5, { message: "must be an integer from 0 to 5" }),
+  ),
   suffix: nullish(z.string()),
 });
 
@@ -166,7 +179,11 @@ const ChatRequest = z.strictObject({
   })).min(1),
   max_completion_tokens: nullish(z.number().int().positive()),
   logprobs: nullish(z.boolean()),
-  top_logprobs: nullish(z.number().int()),
+  top_logprobs: nullish(
+    z.number().int({ message: "must be an integer from 0 to 20" }).min(0, {
+      message: "must be an integer from 0 to 20",
+    }).max(20, { message: "must be an integer from 0 to 20" }),
+  ),
   // Fields real clients send that cannot change a token (F24): accepted, without effect, and
   // named in `synapse.ignored_fields`; the values that would ask for something are refused.
   metadata: nullish(z.record(z.string(), z.string())),
@@ -224,6 +241,8 @@ interface Mapped {
   includeUsage: boolean;
   /** The request's fields that were accepted and had no effect (`synapse.ignored_fields`). */
   ignored: string[];
+  /** With logprobs asked for: how many alternatives per token. */
+  logprobs?: number;
   constrained?: "json_object" | "json_schema";
 }
 
@@ -423,6 +442,7 @@ function mapRequest(door: CompletionsDoor, body: unknown, routing: RoutingParams
   } else {
     maxTokens ??= COMPLETIONS_DEFAULT_MAX_TOKENS;
   }
+  const logprobs = logprobsOf(door, p as Record<string, unknown>, p.stream === true);
   // Chat without a max_tokens: the operation's own default, microllm_max_tokens.
   const stop = p.stop == null ? [] : typeof p.stop === "string" ? [p.stop] : p.stop;
   const rf: ResponseFormat | undefined = p.response_format;
@@ -450,12 +470,14 @@ function mapRequest(door: CompletionsDoor, body: unknown, routing: RoutingParams
       ...(rf === undefined ? {} : { response_format: rf }),
       ...(stop.length === 0 ? {} : { stop }),
       ...samplingOf(p),
+      ...(logprobs === undefined ? {} : { logprobs }),
       ...routing,
     } as MicrollmParams & Record<string, unknown>,
     maxTokensField,
     stream,
     includeUsage,
     ignored: ignoredFields(door, p as Record<string, unknown>, stream),
+    ...(logprobs === undefined ? {} : { logprobs }),
     ...(rf === undefined || rf.type === "text" ? {} : { constrained: rf.type }),
   };
 }
@@ -477,6 +499,43 @@ function samplingOf(p: { [K in keyof typeof SAMPLING]?: number | null | undefine
   return out;
 }
 
+/**
+ * How many alternatives per token a request's logprobs ask for (chat: `logprobs: true` with
+ * `top_logprobs`; completions: `logprobs: k`), or undefined for none.
+ *
+ * @throws {SynapseError} channel `invalid_request`: `top_logprobs` without `logprobs: true`
+ *   (as OpenAI refuses it), logprobs with `stream: true` (the streamed deltas are text, not
+ *   tokens).
+ */
+function logprobsOf(
+  door: CompletionsDoor,
+  p: Record<string, unknown>,
+  stream: boolean,
+): number | undefined {
+  let k: number | undefined;
+  if (door === "/v1/chat/completions") {
+    const top = p.top_logprobs as number | null | undefined;
+    if (p.logprobs === true) k = top ?? 0;
+    else if (top != null && top > 0) {
+      throw refusal(
+        "top_logprobs",
+        "Cannot honour top_logprobs without logprobs: send logprobs true with it",
+        { reason: "logprobs_required" },
+      );
+    }
+  } else {
+    k = (p.logprobs as number | null | undefined) ?? undefined;
+  }
+  if (k !== undefined && stream) {
+    throw refusal(
+      "logprobs",
+      "Cannot honour logprobs with stream true: the streamed deltas are text, not tokens; drop stream or logprobs",
+      { reason: "not_supported" },
+    );
+  }
+  return k;
+}
+
 /** The fields the engine cannot serve and the one value each accepts (it asks for nothing). */
 const UNSERVED: readonly [string, (v: unknown) => boolean, string][] = [
   [
@@ -494,12 +553,6 @@ const UNSERVED: readonly [string, (v: unknown) => boolean, string][] = [
     (v) => typeof v === "object" && v !== null && Object.keys(v).length === 0,
     "Synapse does not bias token logits; omit logit_bias",
   ],
-  [
-    "logprobs",
-    (v) => v === false,
-    "Synapse does not return log-probabilities; omit logprobs",
-  ],
-  ["top_logprobs", (v) => v === 0, "Synapse does not return log-probabilities; omit top_logprobs"],
   ["echo", (v) => v === false, "the prompt is not repeated in the answer; omit echo"],
   ["suffix", (v) => v === "", "insertion is not supported; omit suffix"],
 ];
@@ -670,14 +723,19 @@ function answerOf(
   const chat = m.door === "/v1/chat/completions";
   const id = ids?.id ?? `${chat ? "chatcmpl" : "cmpl"}-${crypto.randomUUID().replaceAll("-", "")}`;
   const created = ids?.created ?? Math.floor(Date.now() / 1000);
+  const logprobs = m.logprobs === undefined || res.logprobs === undefined
+    ? null
+    : chat
+    ? chatLogprobs(res.logprobs)
+    : completionLogprobs(res.logprobs, text, m.logprobs);
   const choice = chat
     ? {
       index: 0,
       message: { role: "assistant", content: text, refusal: null },
-      logprobs: null,
+      logprobs,
       finish_reason: finish,
     }
-    : { index: 0, text, logprobs: null, finish_reason: finish };
+    : { index: 0, text, logprobs, finish_reason: finish };
   const body = {
     id,
     object: chat ? "chat.completion" : "text_completion",
@@ -689,6 +747,44 @@ function answerOf(
     synapse,
   };
   return { body, id, created, text, finish, usage, synapse };
+}
+
+/** Chat's `choices[].logprobs`: `{content: [{token, logprob, bytes, top_logprobs}], refusal}`. */
+function chatLogprobs(lps: GeneratedLogprob[]): Record<string, unknown> {
+  const one = (t: TokenWithLogprob) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes });
+  return {
+    content: lps.map((t) => ({ ...one(t), top_logprobs: t.top.map(one) })),
+    refusal: null,
+  };
+}
+
+/**
+ * Completions' `choices[].logprobs`: `{tokens, token_logprobs, top_logprobs, text_offset}`;
+ * `top_logprobs` (one `{token: logprob}` per token) is null for `logprobs: 0`, and `text_offset`
+ * is each token's offset in the answer's text (UTF-16 code units; a leading space the decoder
+ * stripped from the text counts from 0).
+ */
+function completionLogprobs(
+  lps: GeneratedLogprob[],
+  text: string,
+  k: number,
+): Record<string, unknown> {
+  const joined = lps.map((t) => t.token).join("");
+  const lead = joined.endsWith(text) ? joined.length - text.length : 0;
+  const offsets: number[] = [];
+  let at = 0;
+  for (const t of lps) {
+    offsets.push(Math.max(0, at - lead));
+    at += t.token.length;
+  }
+  return {
+    tokens: lps.map((t) => t.token),
+    token_logprobs: lps.map((t) => t.logprob),
+    top_logprobs: k === 0
+      ? null
+      : lps.map((t) => Object.fromEntries(t.top.map((a) => [a.token, a.logprob]))),
+    text_offset: offsets,
+  };
 }
 
 const SSE_TYPE = "text/event-stream; charset=utf-8";

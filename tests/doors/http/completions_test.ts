@@ -434,7 +434,7 @@ Deno.test("/v1/completions and /v1/chat/completions answer the openai client, as
       const cases: [Record<string, unknown>, string][] = [
         [{ n: 2 }, "n"],
         [{ logit_bias: { "50256": -100 } }, "logit_bias"],
-        [{ logprobs: 2 }, "logprobs"],
+        [{ suffix: "The end." }, "suffix"],
         [{ best_of: 3 }, "best_of"],
         [{ echo: true }, "echo"],
       ];

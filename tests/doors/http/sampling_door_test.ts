@@ -4,8 +4,9 @@
  * used and replays from it, streamed and non-streamed answers of one seed are the same text, a
  * sampled JSON schema answer still parses, llama.cpp's extras (`top_k`, `min_p`,
  * `repeat_penalty`) sample what `microllm.oneshot` samples, a `developer` message renders exactly
- * as a `system` one (a GGUF chat template and the fallback), and out-of-range values and what the
- * engine cannot serve are refused naming the field in OpenAI's error shape.
+ * as a `system` one (a GGUF chat template and the fallback), greedy logprobs in OpenAI's shapes
+ * (refused where they would not be the model's own), and out-of-range values and what the engine
+ * cannot serve are refused naming the field in OpenAI's error shape.
  */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
@@ -334,8 +335,6 @@ Deno.test("out-of-range sampling values and what the engine cannot serve are ref
   const unserved: [Record<string, unknown>, string][] = [
     [{ n: 2 }, "n"],
     [{ logit_bias: { "5": 10 } }, "logit_bias"],
-    [{ logprobs: true }, "logprobs"],
-    [{ top_logprobs: 2 }, "top_logprobs"],
   ];
   for (const [fields, param] of unserved) {
     const r = await d.post("/v1/chat/completions", { ...base, messages: CHAT, ...fields });
@@ -354,4 +353,138 @@ Deno.test("out-of-range sampling values and what the engine cannot serve are ref
     d.client.completions.create({ ...base, prompt: "x", temperature: 3 }),
     (e) => e instanceof OpenAI.APIError && e.status === 400 && e.param === "temperature",
   );
+});
+
+Deno.test("logprobs: the model's own log-probabilities of a greedy answer, in OpenAI's shapes", async (t) => {
+  await using d = await door();
+  const { client } = d;
+  const prompt = "Once upon a time";
+
+  await t.step("microllm.oneshot: one per token, the generated token the most likely", async () => {
+    const plain = resultOf(
+      await d.t.syn.call("microllm.oneshot", { model: "gen", prompt, max_tokens: 10 }),
+    );
+    const r = resultOf(
+      await d.t.syn.call("microllm.oneshot", { model: "gen", prompt, max_tokens: 10, logprobs: 4 }),
+    );
+    // Asking for them changes no token.
+    assert.deepEqual(r.generated_token_ids, plain.generated_token_ids);
+    assert.equal(r.text, plain.text);
+    assert.equal(r.logprobs.length, r.n_gen);
+    // deno-lint-ignore no-explicit-any
+    r.logprobs.forEach((lp: any, i: number) => {
+      assert.equal(lp.id, r.generated_token_ids[i]);
+      assert.ok(lp.logprob <= 0 && lp.logprob > -9999, String(lp.logprob));
+      assert.equal(lp.top.length, 4);
+      // Greedy: the generated token is the most likely one, and the list is sorted.
+      assert.equal(lp.top[0].id, lp.id);
+      assert.equal(lp.top[0].logprob, lp.logprob);
+      for (let j = 1; j < 4; j++) assert.ok(lp.top[j].logprob <= lp.top[j - 1].logprob);
+      // A distribution over the whole vocabulary: the top 4 hold at most all of it.
+      // deno-lint-ignore no-explicit-any
+      const mass = lp.top.reduce((a: number, x: any) => a + Math.exp(x.logprob), 0);
+      assert.ok(mass <= 1 + 1e-4, String(mass));
+      // `token` is `bytes` as UTF-8 (whole characters here: no replacement character).
+      if (!lp.token.includes("\uFFFD")) {
+        assert.deepEqual(lp.bytes, [...new TextEncoder().encode(lp.token)]);
+      }
+    });
+    // The same call again gives the same numbers (greedy, one lane).
+    const again = resultOf(
+      await d.t.syn.call("microllm.oneshot", { model: "gen", prompt, max_tokens: 10, logprobs: 4 }),
+    );
+    assert.deepEqual(again.logprobs, r.logprobs);
+  });
+
+  await t.step("chat: logprobs true with top_logprobs, through the openai client", async () => {
+    const c = await client.chat.completions.create({
+      model: "gen",
+      messages: CHAT,
+      max_tokens: 8,
+      logprobs: true,
+      top_logprobs: 3,
+    });
+    const r = resultOf(
+      await d.t.syn.call("microllm.oneshot", {
+        model: "gen",
+        messages: CHAT,
+        max_tokens: 8,
+        logprobs: 3,
+      }),
+    );
+    const content = c.choices[0]!.logprobs!.content!;
+    assert.equal(c.choices[0]!.message.content, r.text);
+    assert.equal(content.length, c.usage!.completion_tokens);
+    content.forEach((x, i) => {
+      assert.equal(x.token, r.logprobs[i].token);
+      assert.equal(x.logprob, r.logprobs[i].logprob);
+      assert.deepEqual(x.bytes, r.logprobs[i].bytes);
+      assert.equal(x.top_logprobs.length, 3);
+      assert.equal(x.top_logprobs[0]!.logprob, x.logprob);
+    });
+    // The tokens' bytes make the text (a leading space the decoder strips aside).
+    const joined = new TextDecoder().decode(new Uint8Array(content.flatMap((x) => x.bytes!)));
+    assert.ok(joined.endsWith(r.text), `${JSON.stringify(joined)} vs ${JSON.stringify(r.text)}`);
+    // Without logprobs the choice says null, as OpenAI's does.
+    const none = await client.chat.completions.create({
+      model: "gen",
+      messages: CHAT,
+      max_tokens: 2,
+    });
+    assert.equal(none.choices[0]!.logprobs, null);
+  });
+
+  await t.step("completions: logprobs k, the legacy shape", async () => {
+    const c = await client.completions.create({ model: "gen", prompt, max_tokens: 8, logprobs: 2 });
+    const lp = c.choices[0]!.logprobs!;
+    assert.equal(lp.tokens!.length, 8);
+    assert.equal(lp.token_logprobs!.length, 8);
+    assert.equal(lp.top_logprobs!.length, 8);
+    lp.top_logprobs!.forEach((top, i) => {
+      assert.ok(Object.keys(top).length <= 2);
+      assert.equal(Math.max(...Object.values(top)), lp.token_logprobs![i]);
+    });
+    assert.equal(lp.text_offset![0], 0);
+    for (let i = 1; i < 8; i++) assert.ok(lp.text_offset![i]! >= lp.text_offset![i - 1]!);
+    const zero = await client.completions.create({
+      model: "gen",
+      prompt,
+      max_tokens: 4,
+      logprobs: 0,
+    });
+    assert.equal(zero.choices[0]!.logprobs!.token_logprobs!.length, 4);
+    assert.equal(zero.choices[0]!.logprobs!.top_logprobs, null);
+  });
+
+  await t.step("refused by name where they would not be the model's own", async () => {
+    const cases: [Record<string, unknown>, string, RegExp][] = [
+      [{ temperature: 0.7, logprobs: true }, "logprobs", /with temperature/],
+      [{ repeat_penalty: 1.2, logprobs: true }, "logprobs", /with repeat_penalty/],
+      [{ stop: ["x"], logprobs: true }, "logprobs", /with stop/],
+      [{ stream: true, logprobs: true }, "logprobs", /with stream/],
+      [
+        { response_format: { type: "json_object" }, logprobs: true },
+        "logprobs",
+        /with response_format/,
+      ],
+      [{ top_logprobs: 2 }, "top_logprobs", /without logprobs/],
+      [{ logprobs: true, top_logprobs: 21 }, "top_logprobs", /from 0 to 20/],
+    ];
+    for (const [fields, param, why] of cases) {
+      const r = await d.post("/v1/chat/completions", {
+        model: "gen",
+        messages: CHAT,
+        max_tokens: 4,
+        ...fields,
+      });
+      const what = JSON.stringify(fields);
+      assert.equal(r.status, 400, `${what}: ${JSON.stringify(r.body)}`);
+      assert.equal(r.body.error.type, "invalid_request_error", what);
+      assert.equal(r.body.error.param, param, what);
+      assert.match(r.body.error.message, why, what);
+    }
+    const big = await d.post("/v1/completions", { model: "gen", prompt, logprobs: 6 });
+    assert.equal(big.status, 400);
+    assert.equal(big.body.error.param, "logprobs");
+  });
 });
