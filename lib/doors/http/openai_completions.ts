@@ -15,8 +15,11 @@
  *   A value out of range is refused naming the field and the range. The answer's
  *   `synapse.sampling` is the op's report (a sampled answer's seed, sent or picked: sent back, it
  *   replays the answer); `system_fingerprint` stays the model's fingerprint. What the engine
- *   does not give is refused by name (`invalid_request`, `reason: "not_supported"`): `n` /
- *   `best_of` other than 1, a non-empty `logit_bias`, `echo: true`, a `suffix`.
+ *   does not give is refused by name (`invalid_request`, `reason: "not_supported"`): `best_of`
+ *   other than 1, a non-empty `logit_bias`, `echo: true`, a `suffix`.
+ * - **`n`** goes to `microllm.oneshot {n}`: n choices, each its own generation, choice i sampled
+ *   with the seed plus i (`synapse.choices` has each one's seed); `usage` sums them. Refused
+ *   with `stream: true`.
  * - **`logprobs`** (chat: `logprobs: true` with `top_logprobs` 0–20; completions: `logprobs`
  *   0–5) go to `microllm.oneshot {logprobs}` and come back in OpenAI's shapes
  *   (`choices[].logprobs.content` / `{tokens, token_logprobs, top_logprobs, text_offset}`): the
@@ -443,6 +446,14 @@ function mapRequest(door: CompletionsDoor, body: unknown, routing: RoutingParams
     maxTokens ??= COMPLETIONS_DEFAULT_MAX_TOKENS;
   }
   const logprobs = logprobsOf(door, p as Record<string, unknown>, p.stream === true);
+  const n = p.n ?? 1;
+  if (n > 1 && p.stream === true) {
+    throw refusal(
+      "n",
+      `Cannot honour n ${n} with stream true: a streamed answer is one generation; drop stream or n`,
+      { reason: "not_supported", value: n },
+    );
+  }
   // Chat without a max_tokens: the operation's own default, microllm_max_tokens.
   const stop = p.stop == null ? [] : typeof p.stop === "string" ? [p.stop] : p.stop;
   const rf: ResponseFormat | undefined = p.response_format;
@@ -471,6 +482,7 @@ function mapRequest(door: CompletionsDoor, body: unknown, routing: RoutingParams
       ...(stop.length === 0 ? {} : { stop }),
       ...samplingOf(p),
       ...(logprobs === undefined ? {} : { logprobs }),
+      ...(n === 1 ? {} : { n }),
       ...routing,
     } as MicrollmParams & Record<string, unknown>,
     maxTokensField,
@@ -539,14 +551,9 @@ function logprobsOf(
 /** The fields the engine cannot serve and the one value each accepts (it asks for nothing). */
 const UNSERVED: readonly [string, (v: unknown) => boolean, string][] = [
   [
-    "n",
-    (v) => v === 1,
-    "Synapse generates one choice per call; omit n or send 1, and call again (with another seed) for more",
-  ],
-  [
     "best_of",
     (v) => v === 1,
-    "Synapse generates one choice per call; omit best_of or send 1",
+    "Synapse does not rank choices server-side; omit best_of or send 1, and send n for several choices",
   ],
   [
     "logit_bias",
@@ -715,34 +722,58 @@ function answerOf(
   if (res.text_repair !== undefined) synapse.text_repair = res.text_repair;
   if (m.stream) synapse.streamed = "tokens";
   if (m.ignored.length > 0) synapse.ignored_fields = m.ignored;
+  const choices = res.choices ?? [{
+    index: 0,
+    text: res.text,
+    finish_reason: res.finish_reason,
+    n_gen: res.n_gen,
+    ...(res.logprobs === undefined ? {} : { logprobs: res.logprobs }),
+  }];
+  const completionTokens = choices.reduce((a, c) => a + c.n_gen, 0);
   const usage = {
     prompt_tokens: res.n_prompt,
-    completion_tokens: res.n_gen,
-    total_tokens: res.n_prompt + res.n_gen,
+    completion_tokens: completionTokens,
+    total_tokens: res.n_prompt + completionTokens,
   };
+  if (res.choices !== undefined) {
+    // Each choice's own facts: the engine's finish reason, tokens, and (sampled) its seed.
+    synapse.choices = res.choices.map((c) => ({
+      index: c.index,
+      finish_reason: c.finish_reason,
+      n_gen: c.n_gen,
+      ...(c.seed === undefined ? {} : { seed: c.seed }),
+      ...(c.stop_matched === undefined ? {} : { stop_matched: c.stop_matched }),
+    }));
+    if (m.constrained !== undefined) {
+      synapse.json_complete = res.choices.every((c) => c.finish_reason === "grammar_complete");
+    }
+  }
   const chat = m.door === "/v1/chat/completions";
   const id = ids?.id ?? `${chat ? "chatcmpl" : "cmpl"}-${crypto.randomUUID().replaceAll("-", "")}`;
   const created = ids?.created ?? Math.floor(Date.now() / 1000);
-  const logprobs = m.logprobs === undefined || res.logprobs === undefined
-    ? null
-    : chat
-    ? chatLogprobs(res.logprobs)
-    : completionLogprobs(res.logprobs, text, m.logprobs);
-  const choice = chat
-    ? {
-      index: 0,
-      message: { role: "assistant", content: text, refusal: null },
-      logprobs,
-      finish_reason: finish,
-    }
-    : { index: 0, text, logprobs, finish_reason: finish };
+  const choiceOf = (c: (typeof choices)[number]) => {
+    const logprobs = m.logprobs === undefined || c.logprobs === undefined
+      ? null
+      : chat
+      ? chatLogprobs(c.logprobs)
+      : completionLogprobs(c.logprobs, c.text, m.logprobs);
+    const reason = openAiFinishReason(c.finish_reason);
+    return chat
+      ? {
+        index: c.index,
+        message: { role: "assistant", content: c.text, refusal: null },
+        logprobs,
+        finish_reason: reason,
+      }
+      : { index: c.index, text: c.text, logprobs, finish_reason: reason };
+  };
   const body = {
     id,
     object: chat ? "chat.completion" : "text_completion",
     created,
     model: res.model_id,
     system_fingerprint: res.fingerprint,
-    choices: [choice],
+    choices: choices.map(choiceOf),
     usage,
     synapse,
   };

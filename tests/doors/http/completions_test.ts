@@ -432,7 +432,7 @@ Deno.test("/v1/completions and /v1/chat/completions answer the openai client, as
     "sampling is honoured; what the engine cannot serve is refused by name, before anything is generated",
     async () => {
       const cases: [Record<string, unknown>, string][] = [
-        [{ n: 2 }, "n"],
+        [{ n: 2, stream: true }, "n"],
         [{ logit_bias: { "50256": -100 } }, "logit_bias"],
         [{ suffix: "The end." }, "suffix"],
         [{ best_of: 3 }, "best_of"],

@@ -319,6 +319,8 @@ Deno.test("out-of-range sampling values and what the engine cannot serve are ref
     ["min_p", 1.5, /from 0 to 1/],
     ["repeat_penalty", 0, /above 0/],
     ["repeat_last_n", -1, /integer from 0/],
+    ["n", 9, /from 1 to 8/],
+    ["n", 0, /from 1 to 8/],
   ];
   for (const [field, value, range] of ranged) {
     for (const path of ["/v1/completions", "/v1/chat/completions"]) {
@@ -333,11 +335,14 @@ Deno.test("out-of-range sampling values and what the engine cannot serve are ref
     }
   }
   const unserved: [Record<string, unknown>, string][] = [
-    [{ n: 2 }, "n"],
+    [{ n: 2, stream: true }, "n"],
+    [{ prompt: "x", best_of: 2 }, "best_of"],
     [{ logit_bias: { "5": 10 } }, "logit_bias"],
   ];
   for (const [fields, param] of unserved) {
-    const r = await d.post("/v1/chat/completions", { ...base, messages: CHAT, ...fields });
+    const r = "prompt" in fields
+      ? await d.post("/v1/completions", { ...base, ...fields })
+      : await d.post("/v1/chat/completions", { ...base, messages: CHAT, ...fields });
     assert.equal(r.status, 400, `${param}: ${JSON.stringify(r.body)}`);
     assert.equal(r.body.error.param, param);
     assert.match(r.body.error.message, new RegExp(`^Cannot honour ${param} `));
@@ -487,4 +492,52 @@ Deno.test("logprobs: the model's own log-probabilities of a greedy answer, in Op
     assert.equal(big.status, 400);
     assert.equal(big.body.error.param, "logprobs");
   });
+});
+
+Deno.test("n: each choice its own generation, choice i sampled with seed + i; usage sums", async () => {
+  await using d = await door();
+  const { client } = d;
+  const base = { model: "gen", messages: CHAT, max_tokens: 10 };
+  const c = await client.chat.completions.create({ ...base, temperature: 1.2, seed: 10, n: 3 });
+  assert.deepEqual(c.choices.map((x) => x.index), [0, 1, 2]);
+  const s = synapseOf(c);
+  assert.deepEqual(s.choices.map((x: { seed: number }) => x.seed), [10, 11, 12]);
+  assert.equal(s.sampling.seed, 10);
+  assert.equal(
+    c.usage!.completion_tokens,
+    s.choices.reduce((a: number, x: { n_gen: number }) => a + x.n_gen, 0),
+  );
+  assert.equal(c.usage!.completion_tokens, 30);
+  // Choice i is the single answer of seed 10 + i.
+  for (let i = 0; i < 3; i++) {
+    const one = await client.chat.completions.create({ ...base, temperature: 1.2, seed: 10 + i });
+    assert.equal(c.choices[i]!.message.content, one.choices[0]!.message.content, `choice ${i}`);
+    assert.equal(one.choices.length, 1);
+    assert.equal(synapseOf(one).choices, undefined);
+  }
+  assert.ok(new Set(c.choices.map((x) => x.message.content)).size > 1);
+  // Unseeded: the picked seed is the first choice's, and the others follow it.
+  const u = await client.chat.completions.create({ ...base, temperature: 1.2, n: 2 });
+  const useed = synapseOf(u).sampling.seed;
+  assert.deepEqual(
+    synapseOf(u).choices.map((x: { seed: number }) => x.seed),
+    [useed, (useed + 1) % 4294967295],
+  );
+  // Greedy: every choice is the greedy answer.
+  const plain = await client.chat.completions.create(base);
+  const greedy = await client.chat.completions.create({ ...base, n: 2 });
+  for (const x of greedy.choices) {
+    assert.equal(x.message.content, plain.choices[0]!.message.content);
+  }
+  // Completions, with logprobs on every choice.
+  const k = await client.completions.create({
+    model: "gen",
+    prompt: "Once upon a time",
+    max_tokens: 5,
+    n: 2,
+    logprobs: 1,
+  });
+  assert.equal(k.choices.length, 2);
+  for (const x of k.choices) assert.equal(x.logprobs!.tokens!.length, 5);
+  assert.equal(k.usage!.completion_tokens, 10);
 });
