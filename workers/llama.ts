@@ -58,6 +58,7 @@ import {
   type LlamaModel,
   type SequenceEvaluateOptions,
   type Token,
+  TokenBias,
 } from "node-llama-cpp";
 import { encodeFrame, FrameDecoder } from "../lib/workers/frame.ts";
 import {
@@ -636,6 +637,7 @@ async function generate(
   else {
     const options = {
       ...samplingOptions(msg.sampling, prompt, generated),
+      ...(msg.logit_bias === undefined ? {} : { tokenBias: tokenBiasOf(m.model, msg.logit_bias) }),
       yieldEogToken: true,
       ...(state === undefined ? {} : { grammarEvaluationState: state }),
     };
@@ -687,6 +689,22 @@ async function generate(
     // One per generated token (the end token's is not one of them).
     ...(msg.logprobs === undefined ? {} : { logprobs: logprobs.slice(0, generated.length) }),
   });
+}
+
+/**
+ * A GENERATE's `logit_bias` as node-llama-cpp's TokenBias: each id's bias added to its logit
+ * before the sampler picks (llama.cpp's logit-bias sampler, first in the chain, greedy or
+ * sampled). `TokenBias.set` skips end-of-generation tokens, the ones clients bias most, so the
+ * table is filled directly: every id gets exactly its bias.
+ */
+function tokenBiasOf(model: LlamaModel, biases: [number, number][]): TokenBias {
+  const bias = new TokenBias(model.tokenizer);
+  const table = (bias as unknown as { _biases?: unknown })._biases;
+  if (!(table instanceof Map)) {
+    throw new Error("node-llama-cpp's TokenBias has no bias table. This is a bug");
+  }
+  for (const [id, b] of biases) table.set(id as Token, b);
+  return bias;
 }
 
 /**

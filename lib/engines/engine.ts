@@ -96,6 +96,8 @@ export interface GenerateRequest {
    * are the model's own (natural log, softmax of its logits over the whole vocabulary).
    */
   logprobs?: number;
+  /** `[token id, bias]`: added to the token's logit before each pick (−100 bans, 100 forces). */
+  logitBias?: [number, number][];
 }
 
 /** A generated token's log-probability (natural log) and the most likely tokens' at its step. */

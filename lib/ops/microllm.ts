@@ -79,6 +79,9 @@ export const SEED_MAX = 0xffff_fffe;
 /** `repeat_last_n` when the call sends none (llama.cpp's and Ollama's default). */
 export const REPEAT_LAST_N_DEFAULT = 64;
 
+/** Most token ids one `logit_bias` names (OpenAI's limit). */
+export const LOGIT_BIAS_MAX = 300;
+
 /** Most choices one call generates (`n`). */
 export const N_MAX = 8;
 
@@ -131,6 +134,19 @@ export const MicrollmOneshotParams = z.strictObject({
    * at its step (0–{@link LOGPROBS_MAX}); greedy decoding only ({@link checkLogprobs}).
    */
   /**
+   * OpenAI's `logit_bias`: token id (a decimal string) → bias (−100–100) added to that token's
+   * logit before each pick, greedy or sampled (−100 in effect bans it, 100 forces it); at most
+   * {@link LOGIT_BIAS_MAX} ids of the model's vocabulary.
+   */
+  logit_bias: z.record(
+    z.string().regex(/^(0|[1-9][0-9]{0,9})$/, { message: "is not a token id" }),
+    z.number().min(-100, { message: "must be a number from -100 to 100" }).max(100, {
+      message: "must be a number from -100 to 100",
+    }),
+  ).refine((r) => Object.keys(r).length <= LOGIT_BIAS_MAX, {
+    message: `has more than ${LOGIT_BIAS_MAX} token ids`,
+  }).optional(),
+  /**
    * Choices to generate (1–{@link N_MAX}): each its own generation, one after another on the
    * lane; sampled, choice i draws with `seed` + i. @default 1
    */
@@ -158,6 +174,7 @@ export const MicrollmMessagesParams = z.strictObject({
   response_format: RESPONSE_FORMAT.optional(),
   stop: MicrollmOneshotParams.shape.stop,
   n: MicrollmOneshotParams.shape.n,
+  logit_bias: MicrollmOneshotParams.shape.logit_bias,
   logprobs: MicrollmOneshotParams.shape.logprobs,
 });
 /** Parsed `microllm.oneshot {messages}` params. */
@@ -482,6 +499,7 @@ export async function microllmOneshot(
       { details: { tokens: nPrompt + maxTokens, max_tokens: context, field: promptField } },
     );
   }
+  const logitBias = logitBiasOf(p.logit_bias, model.tokenizer.tokenBytes.size);
   const n = p.n ?? 1;
   if (n > 1 && options.onText !== undefined) {
     throw new SynapseError(
@@ -536,6 +554,7 @@ export async function microllmOneshot(
           ...(grammar === undefined ? {} : { grammar: grammar.source }),
           ...(config === undefined ? {} : { sampling: config }),
           ...(p.logprobs === undefined ? {} : { logprobs: p.logprobs }),
+          ...(logitBias === undefined ? {} : { logitBias }),
         },
       },
       {
@@ -646,7 +665,8 @@ export async function microllmOneshot(
  * answers the distribution its sampler drew from, after the temperature, the `top_k` / `top_p` /
  * `min_p` cuts, the penalties and a grammar's mask. With greedy decoding and none of those, that
  * is the softmax of the model's logits over the whole vocabulary, which is what `logprobs`
- * promises. A `stop` cut would leave tokens past the answer's text: refused too.
+ * promises (a `logit_bias` changes the logits too). A `stop` cut would leave tokens past the
+ * answer's text: refused too.
  *
  * @throws {SynapseError} `invalid_request` `{field: "logprobs", reason: "logprobs_not_supported",
  *   with}` naming the param it cannot go with.
@@ -666,6 +686,8 @@ function checkLogprobs(
       ) ?? "repeat_penalty",
       "the penalties change the logits",
     ]
+    : p.logit_bias !== undefined && Object.keys(p.logit_bias).length > 0
+    ? ["logit_bias", "the biases change the logits"]
     : p.grammar !== undefined
     ? ["grammar", "the grammar masks the logits"]
     : constrained
@@ -680,6 +702,34 @@ function checkLogprobs(
     `Cannot return logprobs together with ${other}: ${why}, and logprobs are the model's own log-probabilities, answered with greedy decoding only; drop ${other} or logprobs`,
     { details: { field: "logprobs", reason: "logprobs_not_supported", with: other } },
   );
+}
+
+/**
+ * A call's `logit_bias` as `[id, bias]` pairs for the worker (undefined when empty).
+ *
+ * @param bias The parsed `logit_bias`.
+ * @param vocab One past the largest token id of the model.
+ * @throws {SynapseError} `invalid_request` naming `logit_bias.<id>` for an id the model does not
+ *   have.
+ */
+function logitBiasOf(
+  bias: Record<string, number> | undefined,
+  vocab: number,
+): [number, number][] | undefined {
+  if (bias === undefined) return undefined;
+  const pairs: [number, number][] = [];
+  for (const [key, b] of Object.entries(bias)) {
+    const id = Number(key);
+    if (id >= vocab) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot apply logit_bias: token id ${key} is not in the model's vocabulary of ${vocab}`,
+        { details: { field: `logit_bias.${key}`, reason: "unknown_token_id", vocab } },
+      );
+    }
+    pairs.push([id, b]);
+  }
+  return pairs.length === 0 ? undefined : pairs;
 }
 
 /** The answer's `logprobs`, each id with its bytes and text. */

@@ -136,6 +136,8 @@ const GENERATE = z.strictObject({
    * absent: none. Greedy only (the module refuses it otherwise).
    */
   logprobs: z.int().min(0).max(20).optional(),
+  /** `[token id, bias]`: the bias (−100–100) added to that token's logit before each pick. */
+  logit_bias: z.array(z.tuple([z.int().min(0), z.number().min(-100).max(100)])).optional(),
 });
 /** One generated token's log-probability and the most likely tokens' at its step. */
 const TOKEN_LOGPROB = z.strictObject({
@@ -239,7 +241,7 @@ export type RerankSequencesMessage = z.infer<typeof RERANK_SEQUENCES>;
 /** SCORES `{n}`; followed by one f32 frame of `n` scores. */
 export type ScoresMessage = z.infer<typeof SCORES>;
 /**
- * GENERATE `{max_tokens, grammar?, stream?, sampling?, logprobs?}`; followed by one i32 frame of
+ * GENERATE `{max_tokens, grammar?, stream?, sampling?, logprobs?, logit_bias?}`; followed by one i32 frame of
  * prompt ids. With
  * `stream: true` the worker also sends TEXT_PART frames while it generates (then TEXT, as ever).
  */

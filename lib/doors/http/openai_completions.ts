@@ -16,7 +16,8 @@
  *   `synapse.sampling` is the op's report (a sampled answer's seed, sent or picked: sent back, it
  *   replays the answer); `system_fingerprint` stays the model's fingerprint. What the engine
  *   does not give is refused by name (`invalid_request`, `reason: "not_supported"`): `best_of`
- *   other than 1, a non-empty `logit_bias`, `echo: true`, a `suffix`.
+ *   other than 1, `echo: true`, a `suffix`. A non-empty `logit_bias` goes to
+ *   `microllm.oneshot {logit_bias}` (each bias added to its token's logit before every pick).
  * - **`n`** goes to `microllm.oneshot {n}`: n choices, each its own generation, choice i sampled
  *   with the seed plus i (`synapse.choices` has each one's seed); `usage` sums them. Refused
  *   with `stream: true`.
@@ -483,6 +484,9 @@ function mapRequest(door: CompletionsDoor, body: unknown, routing: RoutingParams
       ...samplingOf(p),
       ...(logprobs === undefined ? {} : { logprobs }),
       ...(n === 1 ? {} : { n }),
+      ...(p.logit_bias == null || Object.keys(p.logit_bias).length === 0
+        ? {}
+        : { logit_bias: p.logit_bias }),
       ...routing,
     } as MicrollmParams & Record<string, unknown>,
     maxTokensField,
@@ -554,11 +558,6 @@ const UNSERVED: readonly [string, (v: unknown) => boolean, string][] = [
     "best_of",
     (v) => v === 1,
     "Synapse does not rank choices server-side; omit best_of or send 1, and send n for several choices",
-  ],
-  [
-    "logit_bias",
-    (v) => typeof v === "object" && v !== null && Object.keys(v).length === 0,
-    "Synapse does not bias token logits; omit logit_bias",
   ],
   ["echo", (v) => v === false, "the prompt is not repeated in the answer; omit echo"],
   ["suffix", (v) => v === "", "insertion is not supported; omit suffix"],

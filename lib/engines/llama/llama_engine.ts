@@ -339,6 +339,7 @@ export class LlamaEngine implements Engine {
         ...(onTokens === undefined ? {} : { stream: true as const }),
         ...(request.sampling === undefined ? {} : { sampling: request.sampling }),
         ...(request.logprobs === undefined ? {} : { logprobs: request.logprobs }),
+        ...(request.logitBias === undefined ? {} : { logit_bias: request.logitBias }),
       },
       encodeI32LE(request.ids),
       this.#opts.generateTimeoutMs ?? WORKER_TIMEOUTS.generateMs,

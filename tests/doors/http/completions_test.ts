@@ -433,7 +433,6 @@ Deno.test("/v1/completions and /v1/chat/completions answer the openai client, as
     async () => {
       const cases: [Record<string, unknown>, string][] = [
         [{ n: 2, stream: true }, "n"],
-        [{ logit_bias: { "50256": -100 } }, "logit_bias"],
         [{ suffix: "The end." }, "suffix"],
         [{ best_of: 3 }, "best_of"],
         [{ echo: true }, "echo"],

@@ -337,7 +337,6 @@ Deno.test("out-of-range sampling values and what the engine cannot serve are ref
   const unserved: [Record<string, unknown>, string][] = [
     [{ n: 2, stream: true }, "n"],
     [{ prompt: "x", best_of: 2 }, "best_of"],
-    [{ logit_bias: { "5": 10 } }, "logit_bias"],
   ];
   for (const [fields, param] of unserved) {
     const r = "prompt" in fields
@@ -540,4 +539,64 @@ Deno.test("n: each choice its own generation, choice i sampled with seed + i; us
   assert.equal(k.choices.length, 2);
   for (const x of k.choices) assert.equal(x.logprobs!.tokens!.length, 5);
   assert.equal(k.usage!.completion_tokens, 10);
+});
+
+Deno.test("logit_bias: each id's bias is added to its logit before the pick, greedy or sampled", async () => {
+  await using d = await door();
+  const { client } = d;
+  const prompt = "Once upon a time";
+  const ids = async (more: Record<string, unknown>) =>
+    resultOf(
+      await d.t.syn.call("microllm.oneshot", { model: "gen", prompt, max_tokens: 6, ...more }),
+    ).generated_token_ids as number[];
+  const plain = await ids({});
+  // −100 bans the greedy first token: another one comes first.
+  const banned = await ids({ logit_bias: { [String(plain[0])]: -100 } });
+  assert.notEqual(banned[0], plain[0]);
+  assert.ok(!banned.includes(plain[0]!), JSON.stringify(banned));
+  // 100 forces a token at every step, sampled too.
+  const forced = 1000;
+  assert.deepEqual(await ids({ logit_bias: { [forced]: 100 } }), Array(6).fill(forced));
+  assert.deepEqual(
+    await ids({ logit_bias: { [forced]: 100 }, temperature: 1, seed: 4 }),
+    Array(6).fill(forced),
+  );
+  // Through the door with the openai client: the same ids' text.
+  const c = await client.completions.create({
+    model: "gen",
+    prompt,
+    max_tokens: 6,
+    logit_bias: { [String(plain[0])]: -100 },
+  });
+  const direct = resultOf(
+    await d.t.syn.call("microllm.oneshot", {
+      model: "gen",
+      prompt,
+      max_tokens: 6,
+      logit_bias: { [String(plain[0])]: -100 },
+    }),
+  );
+  assert.equal(c.choices[0]!.text, direct.text);
+  // Refused by name: an id outside the vocabulary, a bias out of range, logprobs with a bias.
+  for (
+    const [bias, param, why] of [
+      [{ "32000": 1 }, "logit_bias.32000", /not in the model's vocabulary of 32000/],
+      [{ "5": 101 }, "logit_bias.5", /from -100 to 100/],
+      [{ "x": 1 }, "logit_bias.x", /field .logit_bias\.x.: Invalid key/],
+    ] as const
+  ) {
+    const r = await d.post("/v1/completions", { model: "gen", prompt, logit_bias: bias });
+    assert.equal(r.status, 400, JSON.stringify(r.body));
+    assert.equal(r.body.error.param, param);
+    assert.match(r.body.error.message, why);
+  }
+  const lp = await d.post("/v1/completions", {
+    model: "gen",
+    prompt,
+    logprobs: 1,
+    logit_bias: { "5": 1 },
+  });
+  assert.equal(lp.status, 400);
+  assert.equal(lp.body.error.param, "logprobs");
+  assert.match(lp.body.error.message, /with logit_bias/);
 });
