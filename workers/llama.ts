@@ -58,6 +58,7 @@ import {
   type LlamaModel,
   type SequenceEvaluateOptions,
   type Token,
+  TokenBias,
 } from "node-llama-cpp";
 import { encodeFrame, FrameDecoder } from "../lib/workers/frame.ts";
 import {
@@ -630,14 +631,25 @@ async function generate(
   const seq = m.sequence!;
   await seq.clearHistory();
   const generated: number[] = [];
+  const logprobs: { logprob: number; top: [number, number][] }[] = [];
   let finish: FinishReason = "max_tokens";
   if (stopRequested(msg.req_id)) finish = "cancelled";
   else {
-    const it = seq.evaluate(prompt, {
+    const options = {
       ...samplingOptions(msg.sampling, prompt, generated),
+      ...(msg.logit_bias === undefined ? {} : { tokenBias: tokenBiasOf(m.model, msg.logit_bias) }),
       yieldEogToken: true,
       ...(state === undefined ? {} : { grammarEvaluationState: state }),
-    });
+    };
+    // With `logprobs`: each token with the probabilities node-llama-cpp's sampler saw (the
+    // module asks only for greedy decoding without penalties or a grammar, where they are the
+    // softmax of the model's own logits over the whole vocabulary); the same tokens either way.
+    const k = msg.logprobs;
+    const it = k === undefined ? seq.evaluate(prompt, options) : tokensWithLogprobs(
+      seq.evaluateWithMetadata(prompt, { confidence: true, probabilities: k > 0 }, options),
+      k,
+      (lp) => logprobs.push(lp),
+    );
     // Precedence at a token boundary (docs/internals.md §6): natural completion, then cancel. Under a
     // grammar, the end token means llama.cpp's sampler let it through; the module checks the
     // text against the grammar before it calls the answer complete (and finds completions that
@@ -674,7 +686,56 @@ async function generate(
     n_gen: generated.length,
     finish_reason: finish,
     generated_token_ids: generated,
+    // One per generated token (the end token's is not one of them).
+    ...(msg.logprobs === undefined ? {} : { logprobs: logprobs.slice(0, generated.length) }),
   });
+}
+
+/**
+ * A GENERATE's `logit_bias` as node-llama-cpp's TokenBias: each id's bias added to its logit
+ * before the sampler picks (llama.cpp's logit-bias sampler, first in the chain, greedy or
+ * sampled). `TokenBias.set` skips end-of-generation tokens, the ones clients bias most, so the
+ * table is filled directly: every id gets exactly its bias.
+ */
+function tokenBiasOf(model: LlamaModel, biases: [number, number][]): TokenBias {
+  const bias = new TokenBias(model.tokenizer);
+  const table = (bias as unknown as { _biases?: unknown })._biases;
+  if (!(table instanceof Map)) {
+    throw new Error("node-llama-cpp's TokenBias has no bias table. This is a bug");
+  }
+  for (const [id, b] of biases) table.set(id as Token, b);
+  return bias;
+}
+
+/**
+ * `ln p`, floored at −9999 (OpenAI's floor): a probability that underflowed to 0. (A function,
+ * not a module constant: the message loop runs before the constants below it are initialised.)
+ */
+function logOf(p: number): number {
+  return p > 0 ? Math.max(Math.log(p), -9999) : -9999;
+}
+
+/**
+ * The tokens of an `evaluateWithMetadata` run, handing each one's log-probability and the `k`
+ * most likely tokens' to `onLogprob` before the token is yielded.
+ */
+async function* tokensWithLogprobs(
+  it: AsyncGenerator<{ token: Token; confidence: number; probabilities?: Map<Token, number> }>,
+  k: number,
+  onLogprob: (lp: { logprob: number; top: [number, number][] }) => void,
+): AsyncGenerator<Token> {
+  for await (const out of it) {
+    const top: [number, number][] = [];
+    if (k > 0 && out.probabilities !== undefined) {
+      // The map is sorted, most likely first.
+      for (const [id, p] of out.probabilities) {
+        if (top.length >= k) break;
+        top.push([id, logOf(p)]);
+      }
+    }
+    onLogprob({ logprob: logOf(out.confidence), top });
+    yield out.token;
+  }
 }
 
 /**

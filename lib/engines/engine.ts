@@ -90,6 +90,21 @@ export interface GenerateRequest {
   grammar?: string;
   /** How each token is picked; absent: greedy, no penalties (what the probes certify). */
   sampling?: SamplingConfig;
+  /**
+   * Return each generated token's log-probability and the `logprobs` most likely tokens' at its
+   * step (0–20); absent: none. Only with greedy decoding, no penalties and no grammar: then they
+   * are the model's own (natural log, softmax of its logits over the whole vocabulary).
+   */
+  logprobs?: number;
+  /** `[token id, bias]`: added to the token's logit before each pick (−100 bans, 100 forces). */
+  logitBias?: [number, number][];
+}
+
+/** A generated token's log-probability (natural log) and the most likely tokens' at its step. */
+export interface TokenLogprob {
+  logprob: number;
+  /** `[id, logprob]`, most likely first. */
+  top: [number, number][];
 }
 
 /** Why a generation ended (`finish_reason` of `microllm.oneshot`). */
@@ -105,6 +120,8 @@ export interface GenerateOutput {
    */
   finishReason: FinishReason;
   generatedIds: number[];
+  /** With `logprobs` in the request: one per generated id, in order. */
+  logprobs?: TokenLogprob[];
   nPrompt: number;
   /** Engine time in ms. */
   runMs: number;

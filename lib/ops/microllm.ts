@@ -5,7 +5,10 @@
  * in the `decode` queue class of the model's own lane. Greedy unless `temperature` is above 0:
  * then sampled with `top_k`, `top_p`, `min_p` and a `seed` (sent, or picked and reported), and
  * the same seed gives the same tokens on the same lane; the penalties apply in both modes
- * ({@link resolveSampling}); the answer's `sampling` reports every value applied.
+ * ({@link resolveSampling}); the answer's `sampling` reports every value applied. `logprobs: k`
+ * answers each token's log-probability and its k most likely alternatives' (greedy decoding
+ * only, where they are the model's own: {@link checkLogprobs}); `n` generates that many choices,
+ * one after another on the lane, choice i sampled with the seed plus i ({@link choiceSampling}).
  *
  * `messages` (instead of `prompt`) are rendered into one prompt by the model's GGUF chat template
  * where it has one, else a `role: content` fallback (`_chat_template.ts`); the result says which
@@ -64,17 +67,27 @@ import {
 } from "../grammar/json_schema_gbnf.ts";
 import { type ChatMessage, renderChat } from "./_chat_template.ts";
 import { decodeGenerated, GeneratedTextDecoder } from "../tokenize/token_bytes.ts";
+import type { TokenBytes } from "../tokenize/token_bytes.ts";
 import { cutAtStop, StopStrings } from "./_stop_strings.ts";
 import { grammarFinishReason } from "./_grammar_finish.ts";
 import { checkText, utf8Length } from "./_text.ts";
 import type { CallOptions, OpContext } from "./context.ts";
 import { resolveModel, routingOf } from "./_resolve_model.ts";
-import type { SamplingConfig } from "../engines/engine.ts";
+import type { GenerateOutput, SamplingConfig } from "../engines/engine.ts";
 
 /** The largest seed: llama.cpp's seeds are u32, and 2^32 − 1 means "pick one at random". */
 export const SEED_MAX = 0xffff_fffe;
 /** `repeat_last_n` when the call sends none (llama.cpp's and Ollama's default). */
 export const REPEAT_LAST_N_DEFAULT = 64;
+
+/** Most token ids one `logit_bias` names (OpenAI's limit). */
+export const LOGIT_BIAS_MAX = 300;
+
+/** Most choices one call generates (`n`). */
+export const N_MAX = 8;
+
+/** Most alternatives `logprobs` answers per token (OpenAI's `top_logprobs` limit). */
+export const LOGPROBS_MAX = 20;
 
 /** Most stop strings of one generation. */
 export const STOP_MAX_COUNT = 4;
@@ -123,6 +136,33 @@ export const MicrollmOneshotParams = z.strictObject({
    * nothing.
    */
   max_context_tokens: z.number().int().positive().optional(),
+  /**
+   * Answer each generated token's log-probability and those of the `logprobs` most likely tokens
+   * at its step (0–{@link LOGPROBS_MAX}); greedy decoding only ({@link checkLogprobs}).
+   */
+  /**
+   * OpenAI's `logit_bias`: token id (a decimal string) → bias (−100–100) added to that token's
+   * logit before each pick, greedy or sampled (−100 in effect bans it, 100 forces it); at most
+   * {@link LOGIT_BIAS_MAX} ids of the model's vocabulary.
+   */
+  logit_bias: z.record(
+    z.string().regex(/^(0|[1-9][0-9]{0,9})$/, { message: "is not a token id" }),
+    z.number().min(-100, { message: "must be a number from -100 to 100" }).max(100, {
+      message: "must be a number from -100 to 100",
+    }),
+  ).refine((r) => Object.keys(r).length <= LOGIT_BIAS_MAX, {
+    message: `has more than ${LOGIT_BIAS_MAX} token ids`,
+  }).optional(),
+  /**
+   * Choices to generate (1–{@link N_MAX}): each its own generation, one after another on the
+   * lane; sampled, choice i draws with `seed` + i. @default 1
+   */
+  n: z.int().min(1, { message: `must be an integer from 1 to ${N_MAX}` })
+    .max(N_MAX, { message: `must be an integer from 1 to ${N_MAX}` }).optional(),
+  logprobs: z.int().min(0).max(LOGPROBS_MAX, {
+    message: `must be an integer from 0 to ${LOGPROBS_MAX}`,
+  })
+    .optional(),
 });
 /** Parsed `microllm.oneshot {prompt}` params. */
 export type MicrollmOneshotParams = z.infer<typeof MicrollmOneshotParams>;
@@ -141,6 +181,9 @@ export const MicrollmMessagesParams = z.strictObject({
   response_format: RESPONSE_FORMAT.optional(),
   stop: MicrollmOneshotParams.shape.stop,
   max_context_tokens: MicrollmOneshotParams.shape.max_context_tokens,
+  n: MicrollmOneshotParams.shape.n,
+  logit_bias: MicrollmOneshotParams.shape.logit_bias,
+  logprobs: MicrollmOneshotParams.shape.logprobs,
 });
 /** Parsed `microllm.oneshot {messages}` params. */
 export type MicrollmMessagesParams = z.infer<typeof MicrollmMessagesParams>;
@@ -228,10 +271,57 @@ export function resolveSampling(
   };
 }
 
+/**
+ * The sampler config of choice `index` of an `n` call: sampled, the seed plus `index` (wrapping
+ * past {@link SEED_MAX}), so each choice is its own draw and replays from its own seed; greedy,
+ * the same config (every choice is the same greedy answer).
+ */
+export function choiceSampling(
+  config: SamplingConfig | undefined,
+  index: number,
+): SamplingConfig | undefined {
+  if (config === undefined || config.temperature === 0 || index === 0) return config;
+  return { ...config, seed: (config.seed + index) % (SEED_MAX + 1) };
+}
+
 /** A random seed in `[0, SEED_MAX]`. */
 function randomSeed(): number {
   const [v] = crypto.getRandomValues(new Uint32Array(1));
   return v! === 0xffff_ffff ? 0 : v!;
+}
+
+/**
+ * A token with its log-probability (natural log, floored at −9999): `token` is its bytes decoded
+ * as UTF-8 (U+FFFD for a partial character, which `bytes` holds whole).
+ */
+export interface TokenWithLogprob {
+  id: number;
+  token: string;
+  bytes: number[];
+  logprob: number;
+}
+
+/**
+ * A generated token's log-probability and the `logprobs` most likely tokens' at its step, most
+ * likely first (greedy: the generated token is the first of them). They are the model's own:
+ * the softmax of its logits over the whole vocabulary, before any cut.
+ */
+export interface GeneratedLogprob extends TokenWithLogprob {
+  top: TokenWithLogprob[];
+}
+
+/** One of the `n` choices of a call: its own generation. */
+export interface MicrollmChoice {
+  index: number;
+  text: string;
+  finish_reason: MicrollmResult["finish_reason"];
+  stop_matched?: string;
+  n_gen: number;
+  generated_token_ids: number[];
+  /** Sampled: this choice's seed (the call's seed plus `index`); it replays this choice. */
+  seed?: number;
+  logprobs?: GeneratedLogprob[];
+  text_repair?: TextRepair;
 }
 
 /** How the generated bytes were made valid UTF-8 (present only when something was repaired). */
@@ -260,6 +350,13 @@ export interface MicrollmResult extends Envelope {
   text_repair?: TextRepair;
   /** How the tokens were picked: greedy (the default) or sampled, with every value applied. */
   sampling: SamplingReport;
+  /** With `logprobs`: one per generated token, in the order of `generated_token_ids`. */
+  logprobs?: GeneratedLogprob[];
+  /**
+   * With `n` above 1: every choice, the first being the one the top-level fields describe
+   * (`queue_time_ms` and `inference_time_ms` are then the sums over the choices).
+   */
+  choices?: MicrollmChoice[];
   /** With `messages`: `gguf` (the model's own chat template) or `fallback` (`role: content`). */
   chat_template?: "gguf" | "fallback";
   /** With the fallback template: why (`no_chat_template`, `template_unparsable: …`). */
@@ -346,6 +443,7 @@ export async function microllmOneshot(
     if (compiled.notes.length > 0) schemaNotes = compiled.notes;
   }
   const sampling = resolveSampling(p);
+  checkLogprobs(p, sampling.config, format !== undefined);
   // Messages become one prompt through the model's chat template; its special tokens are the
   // only spans read as special tokens (F25), and a prompt is plain text entirely.
   const messages = "messages" in p ? chatMessages(p.messages) : undefined;
@@ -426,29 +524,15 @@ export async function microllmOneshot(
       },
     );
   }
-  // With stop strings (or a caller that wants the text as it becomes final) the ids are
-  // decoded as the worker streams them: once a stop string's cut is decided, the worker is told
-  // to stop (CANCEL, within a token) and the lane frees at once.
-  const stops = p.stop ?? [];
-  const watch = stops.length > 0 || options.onText !== undefined;
-  const stopNow = new AbortController();
-  const live = watch
-    ? new LiveText(
-      new GeneratedTextDecoder(
-        model.tokenizer.tokenBytes,
-        grammar === undefined ? {} : { stripLeading: false },
-      ),
-      new StopStrings(stops),
-      options.onText,
-      () => stopNow.abort(),
-    )
-    : undefined;
-  const onTokens = live === undefined && options.onTokens === undefined
-    ? undefined
-    : (ids: number[]): void => {
-      options.onTokens?.(ids);
-      live?.push(ids);
-    };
+  const logitBias = logitBiasOf(p.logit_bias, model.tokenizer.tokenBytes.size);
+  const n = p.n ?? 1;
+  if (n > 1 && options.onText !== undefined) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot stream n ${n} choices: a streamed answer is one generation; drop n or the stream`,
+      { details: { field: "n", reason: "n_not_streamed" } },
+    );
+  }
   const requested = requestedModel(p);
   options.onStart?.({
     model_id: model.modelId,
@@ -458,50 +542,108 @@ export async function microllmOneshot(
     fingerprint: model.fingerprint,
     ...(rendered === undefined ? {} : { chat_template: rendered.template }),
   });
-  // The deadline and the caller's signal hold while the worker generates: the caller is
-  // answered on time, and the worker is told to stop (CANCEL), freeing the lane within a token.
-  const run = await lane.run(
-    {
-      kind: "generate",
-      request: {
-        ids: seq.ids,
-        maxTokens,
-        ...(grammar === undefined ? {} : { grammar: grammar.source }),
-        ...(sampling.config === undefined ? {} : { sampling: sampling.config }),
+  const stops = p.stop ?? [];
+  /**
+   * One generation, with choice `index`'s sampler config (sampled: the seed plus `index`),
+   * decoded, cut at a stop string, and its finish reason settled.
+   */
+  const generateOne = async (index: number) => {
+    // With stop strings (or a caller that wants the text as it becomes final) the ids are
+    // decoded as the worker streams them: once a stop string's cut is decided, the worker is
+    // told to stop (CANCEL, within a token) and the lane frees at once.
+    const watch = stops.length > 0 || options.onText !== undefined;
+    const stopNow = new AbortController();
+    const live = watch
+      ? new LiveText(
+        new GeneratedTextDecoder(
+          model!.tokenizer.tokenBytes,
+          grammar === undefined ? {} : { stripLeading: false },
+        ),
+        new StopStrings(stops),
+        options.onText,
+        () => stopNow.abort(),
+      )
+      : undefined;
+    const onTokens = live === undefined && options.onTokens === undefined
+      ? undefined
+      : (ids: number[]): void => {
+        options.onTokens?.(ids);
+        live?.push(ids);
+      };
+    const config = choiceSampling(sampling.config, index);
+    // The deadline and the caller's signal hold while the worker generates: the caller is
+    // answered on time, and the worker is told to stop (CANCEL), freeing the lane within a
+    // token.
+    const run = await lane.run(
+      {
+        kind: "generate",
+        request: {
+          ids: seq.ids,
+          maxTokens,
+          ...(grammar === undefined ? {} : { grammar: grammar.source }),
+          ...(config === undefined ? {} : { sampling: config }),
+          ...(p.logprobs === undefined ? {} : { logprobs: p.logprobs }),
+          ...(logitBias === undefined ? {} : { logitBias }),
+        },
       },
-    },
-    {
-      permit,
-      signal: options.signal,
-      onTokens,
-      ...(stops.length === 0 ? {} : { stop: stopNow.signal }),
-      label: "microllm.oneshot",
-    },
-  );
-  const out = run.output;
-  // With a grammar the text is the tokens' bytes exactly as llama.cpp's grammar constrained them:
-  // a SentencePiece decoder's leading-space strip would make text the grammar never allowed.
-  const decoded = decodeGenerated(
-    out.generatedIds,
-    model.tokenizer.tokenBytes,
-    grammar === undefined ? {} : { stripLeading: false },
-  );
-  const cut = stops.length === 0 ? undefined : cutAtStop(decoded.text, stops);
-  const finishReason = cut !== undefined
-    ? "stop_string"
-    : grammar === undefined
-    ? out.finishReason
-    : grammarFinishReason(
-      grammar,
-      out.finishReason,
-      decoded,
-      { modelId: model.modelId, nGen: out.generatedIds.length },
+      {
+        permit,
+        signal: options.signal,
+        onTokens,
+        ...(stops.length === 0 ? {} : { stop: stopNow.signal }),
+        label: "microllm.oneshot",
+      },
     );
-  const text = cut === undefined ? decoded.text : decoded.text.slice(0, cut.at);
-  // The text after a cut is not the answer's: an incomplete character there was not dropped
-  // from it.
-  if (cut !== undefined) decoded.droppedTailBytes = 0;
-  live?.finish(text);
+    const out = run.output;
+    // With a grammar the text is the tokens' bytes exactly as llama.cpp's grammar constrained
+    // them: a SentencePiece decoder's leading-space strip would make text the grammar never
+    // allowed.
+    const decoded = decodeGenerated(
+      out.generatedIds,
+      model!.tokenizer.tokenBytes,
+      grammar === undefined ? {} : { stripLeading: false },
+    );
+    const cut = stops.length === 0 ? undefined : cutAtStop(decoded.text, stops);
+    const finishReason = cut !== undefined
+      ? "stop_string"
+      : grammar === undefined
+      ? out.finishReason
+      : grammarFinishReason(
+        grammar,
+        out.finishReason,
+        decoded,
+        { modelId: model!.modelId, nGen: out.generatedIds.length },
+      );
+    const text = cut === undefined ? decoded.text : decoded.text.slice(0, cut.at);
+    // The text after a cut is not the answer's: an incomplete character there was not dropped
+    // from it.
+    if (cut !== undefined) decoded.droppedTailBytes = 0;
+    live?.finish(text);
+    const choice: MicrollmChoice = {
+      index,
+      text,
+      finish_reason: finishReason,
+      ...(cut === undefined ? {} : { stop_matched: cut.stop }),
+      n_gen: out.generatedIds.length,
+      generated_token_ids: out.generatedIds,
+      ...(sampling.report.mode === "sampled" ? { seed: config!.seed } : {}),
+    };
+    if (p.logprobs !== undefined) {
+      choice.logprobs = logprobsOf(out, model!.tokenizer.tokenBytes, model!.modelId);
+    }
+    if (decoded.droppedTailBytes > 0 || decoded.replacedSequences > 0) {
+      choice.text_repair = {
+        dropped_tail_bytes: decoded.droppedTailBytes,
+        replaced_sequences: decoded.replacedSequences,
+      };
+    }
+    return { choice, run };
+  };
+  // n choices, one generation each, one after another on the model's lane under the one
+  // admission (its deadline covers them all).
+  const runs: Awaited<ReturnType<typeof generateOne>>[] = [];
+  for (let i = 0; i < n; i++) runs.push(await generateOne(i));
+  const { choice: first, run } = runs[0]!;
   const result: MicrollmResult = {
     ...buildEnvelope({
       fingerprint: model.fingerprint,
@@ -515,12 +657,12 @@ export async function microllmOneshot(
       testModel: model.testModel,
       certified: servedCertified(ctx, model),
     }),
-    text,
-    finish_reason: finishReason,
-    ...(cut === undefined ? {} : { stop_matched: cut.stop }),
+    text: first.text,
+    finish_reason: first.finish_reason,
+    ...(first.stop_matched === undefined ? {} : { stop_matched: first.stop_matched }),
     n_prompt: nPrompt,
-    n_gen: out.generatedIds.length,
-    generated_token_ids: out.generatedIds,
+    n_gen: first.n_gen,
+    generated_token_ids: first.generated_token_ids,
     real_token_counts: [nPrompt],
     truncation_disclosures: [{
       submitted_tokens: seq.submittedTokens,
@@ -531,18 +673,120 @@ export async function microllmOneshot(
     queue_time_ms: run.queueTimeMs,
     inference_time_ms: Math.round(run.inferenceMs * 1000) / 1000,
   };
+  if (n > 1) {
+    result.choices = runs.map((r) => r.choice);
+    result.queue_time_ms = runs.reduce((a, r) => a + r.run.queueTimeMs, 0);
+    result.inference_time_ms = Math.round(
+      runs.reduce((a, r) => a + r.run.inferenceMs, 0) * 1000,
+    ) / 1000;
+  }
   if (rendered !== undefined) {
     result.chat_template = rendered.template;
     if (rendered.reason !== undefined) result.chat_template_reason = rendered.reason;
   }
   if (schemaNotes !== undefined) result.schema_notes = schemaNotes;
-  if (decoded.droppedTailBytes > 0 || decoded.replacedSequences > 0) {
-    result.text_repair = {
-      dropped_tail_bytes: decoded.droppedTailBytes,
-      replaced_sequences: decoded.replacedSequences,
-    };
-  }
+  if (first.logprobs !== undefined) result.logprobs = first.logprobs;
+  if (first.text_repair !== undefined) result.text_repair = first.text_repair;
   return result;
+}
+
+/**
+ * Refuses `logprobs` where node-llama-cpp's probabilities would not be the model's own: it
+ * answers the distribution its sampler drew from, after the temperature, the `top_k` / `top_p` /
+ * `min_p` cuts, the penalties and a grammar's mask. With greedy decoding and none of those, that
+ * is the softmax of the model's logits over the whole vocabulary, which is what `logprobs`
+ * promises (a `logit_bias` changes the logits too). A `stop` cut would leave tokens past the
+ * answer's text: refused too.
+ *
+ * @throws {SynapseError} `invalid_request` `{field: "logprobs", reason: "logprobs_not_supported",
+ *   with}` naming the param it cannot go with.
+ */
+function checkLogprobs(
+  p: MicrollmOneshotParams | MicrollmMessagesParams,
+  sampling: SamplingConfig | undefined,
+  constrained: boolean,
+): void {
+  if (p.logprobs === undefined) return;
+  const against = (p.temperature ?? 0) > 0
+    ? ["temperature", "a sampled token's probabilities are the sampler's, after its cuts"]
+    : sampling !== undefined
+    ? [
+      (["repeat_penalty", "frequency_penalty", "presence_penalty"] as const).find((k) =>
+        p[k] !== undefined
+      ) ?? "repeat_penalty",
+      "the penalties change the logits",
+    ]
+    : p.logit_bias !== undefined && Object.keys(p.logit_bias).length > 0
+    ? ["logit_bias", "the biases change the logits"]
+    : p.grammar !== undefined
+    ? ["grammar", "the grammar masks the logits"]
+    : constrained
+    ? ["response_format", "the JSON grammar masks the logits"]
+    : p.stop !== undefined
+    ? ["stop", "a stop cut leaves tokens past the text"]
+    : undefined;
+  if (against === undefined) return;
+  const [other, why] = against;
+  throw new SynapseError(
+    "invalid_request",
+    `Cannot return logprobs together with ${other}: ${why}, and logprobs are the model's own log-probabilities, answered with greedy decoding only; drop ${other} or logprobs`,
+    { details: { field: "logprobs", reason: "logprobs_not_supported", with: other } },
+  );
+}
+
+/**
+ * A call's `logit_bias` as `[id, bias]` pairs for the worker (undefined when empty).
+ *
+ * @param bias The parsed `logit_bias`.
+ * @param vocab One past the largest token id of the model.
+ * @throws {SynapseError} `invalid_request` naming `logit_bias.<id>` for an id the model does not
+ *   have.
+ */
+function logitBiasOf(
+  bias: Record<string, number> | undefined,
+  vocab: number,
+): [number, number][] | undefined {
+  if (bias === undefined) return undefined;
+  const pairs: [number, number][] = [];
+  for (const [key, b] of Object.entries(bias)) {
+    const id = Number(key);
+    if (id >= vocab) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot apply logit_bias: token id ${key} is not in the model's vocabulary of ${vocab}`,
+        { details: { field: `logit_bias.${key}`, reason: "unknown_token_id", vocab } },
+      );
+    }
+    pairs.push([id, b]);
+  }
+  return pairs.length === 0 ? undefined : pairs;
+}
+
+/** The answer's `logprobs`, each id with its bytes and text. */
+function logprobsOf(
+  out: GenerateOutput,
+  bytes: TokenBytes,
+  modelId: string,
+): GeneratedLogprob[] {
+  const lps = out.logprobs;
+  if (lps === undefined || lps.length !== out.generatedIds.length) {
+    throw new SynapseError(
+      "engine_output_invalid",
+      `Cannot return logprobs: the engine of '${modelId}' answered ${
+        lps?.length ?? "none"
+      } for ${out.generatedIds.length} tokens`,
+      { details: { model_id: modelId, reason: "logprobs_missing" } },
+    );
+  }
+  const dec = new TextDecoder();
+  const token = (id: number, logprob: number): TokenWithLogprob => {
+    const b = bytes.isSpecial(id) ? undefined : bytes.bytesOf(id);
+    return { id, token: b === undefined ? "" : dec.decode(b), bytes: [...(b ?? [])], logprob };
+  };
+  return out.generatedIds.map((id, i) => ({
+    ...token(id, lps[i]!.logprob),
+    top: lps[i]!.top.map(([tid, lp]) => token(tid, lp)),
+  }));
 }
 
 /** The JSON response format of a call, when it asks for one (`text` constrains nothing). */

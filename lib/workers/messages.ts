@@ -131,6 +131,18 @@ const GENERATE = z.strictObject({
   grammar: z.string().optional(),
   stream: z.literal(true).optional(),
   sampling: SAMPLING.optional(),
+  /**
+   * Answer each generated token's log-probability and the `logprobs` most likely tokens' (0–20);
+   * absent: none. Greedy only (the module refuses it otherwise).
+   */
+  logprobs: z.int().min(0).max(20).optional(),
+  /** `[token id, bias]`: the bias (−100–100) added to that token's logit before each pick. */
+  logit_bias: z.array(z.tuple([z.int().min(0), z.number().min(-100).max(100)])).optional(),
+});
+/** One generated token's log-probability and the most likely tokens' at its step. */
+const TOKEN_LOGPROB = z.strictObject({
+  logprob: z.number(),
+  top: z.array(z.tuple([tokenId, z.number()])),
 });
 const TEXT_PART = z.strictObject({
   type: z.literal("TEXT_PART"),
@@ -145,6 +157,8 @@ const TEXT = z.strictObject({
   n_gen: count,
   finish_reason: z.enum(["stop_token", "max_tokens", "grammar_complete", "cancelled"]),
   generated_token_ids: z.array(tokenId).optional(),
+  /** With GENERATE `logprobs`: one entry per generated token, in order. */
+  logprobs: z.array(TOKEN_LOGPROB).optional(),
 });
 const TOKENIZE = z.strictObject({
   type: z.literal("TOKENIZE"),
@@ -227,7 +241,8 @@ export type RerankSequencesMessage = z.infer<typeof RERANK_SEQUENCES>;
 /** SCORES `{n}`; followed by one f32 frame of `n` scores. */
 export type ScoresMessage = z.infer<typeof SCORES>;
 /**
- * GENERATE `{max_tokens, grammar?, stream?, sampling?}`; followed by one i32 frame of prompt ids. With
+ * GENERATE `{max_tokens, grammar?, stream?, sampling?, logprobs?, logit_bias?}`; followed by one i32 frame of
+ * prompt ids. With
  * `stream: true` the worker also sends TEXT_PART frames while it generates (then TEXT, as ever).
  */
 export type GenerateMessage = z.infer<typeof GENERATE>;

@@ -6,12 +6,26 @@
  * the chat template, the schema's grammar, the limits and the decoding are the op's
  * (lib/ops/microllm.ts, docs/operations.md `microllm.oneshot`).
  *
- * - **Greedy only.** `microllm.oneshot` picks the most likely token each step. A request that
- *   asks for sampling is refused naming the parameter (`invalid_request`, OpenAI type
- *   `invalid_request_error`): `temperature` other than 0, `top_p` other than 1, `n` / `best_of`
- *   other than 1, `presence_penalty` / `frequency_penalty` other than 0, a non-empty
- *   `logit_bias`, `logprobs` / `top_logprobs`, `echo: true`, a `suffix`. `seed` is accepted and
- *   has no effect (greedy output is the same on every call).
+ * - **Sampling, greedy by default** (docs/generation.md "Sampling"). `temperature` (0–2),
+ *   `top_p` (above 0, at most 1), `seed` (0–4294967294), `presence_penalty` and
+ *   `frequency_penalty` (−2–2) go to `microllm.oneshot` as they are, and so do the extras
+ *   llama.cpp's and vLLM's OpenAI servers take in the same body: `top_k`, `min_p`,
+ *   `repeat_penalty`, `repeat_last_n`. `temperature` absent or 0 is greedy (OpenAI's own default
+ *   is 1: Synapse keeps greedy decoding, what its probes certify, unless a temperature is sent).
+ *   A value out of range is refused naming the field and the range. The answer's
+ *   `synapse.sampling` is the op's report (a sampled answer's seed, sent or picked: sent back, it
+ *   replays the answer); `system_fingerprint` stays the model's fingerprint. What the engine
+ *   does not give is refused by name (`invalid_request`, `reason: "not_supported"`): `best_of`
+ *   other than 1, `echo: true`, a `suffix`. A non-empty `logit_bias` goes to
+ *   `microllm.oneshot {logit_bias}` (each bias added to its token's logit before every pick).
+ * - **`n`** goes to `microllm.oneshot {n}`: n choices, each its own generation, choice i sampled
+ *   with the seed plus i (`synapse.choices` has each one's seed); `usage` sums them. Refused
+ *   with `stream: true`.
+ * - **`logprobs`** (chat: `logprobs: true` with `top_logprobs` 0–20; completions: `logprobs`
+ *   0–5) go to `microllm.oneshot {logprobs}` and come back in OpenAI's shapes
+ *   (`choices[].logprobs.content` / `{tokens, token_logprobs, top_logprobs, text_offset}`): the
+ *   model's own log-probabilities, so greedy decoding only; the op refuses them with a
+ *   temperature, penalties, a grammar or `stop`, and the door with `stream: true`.
  * - **`max_tokens`** (chat: `max_completion_tokens` or `max_tokens`) above the service's
  *   `microllm_max_tokens` is refused naming the field, never clamped. Absent: 16 for
  *   `/v1/completions` (OpenAI's default), `microllm_max_tokens` for chat.
@@ -40,7 +54,7 @@
  *   `{error}` event and no `[DONE]`. A client that goes away while the generation runs cancels
  *   it (the request's signal, or the body's reader going away, reaches the worker).
  * - **Fields without effect** (F24) are accepted and named in `synapse.ignored_fields`: `user`,
- *   `seed`, `stream_options` without `stream: true`, and on chat `metadata`, `store: false`,
+ *   `stream_options` without `stream: true`, and on chat `metadata`, `store: false`,
  *   `service_tier`, `tool_choice: "none"`, `tools: []`, `parallel_tool_calls`. What would ask for
  *   something is refused by name: non-empty `tools`, any other `tool_choice`, an assistant
  *   message with `tool_calls`, `store: true`. An assistant message's `content: null` (and
@@ -58,7 +72,13 @@ import { SynapseError } from "../../contract/errors.ts";
 import { parseDoorParams, RESPONSE_FORMAT, wellFormedName } from "../../contract/schemas.ts";
 import type { ChatMessageParam, ResponseFormat } from "../../contract/schemas.ts";
 import type { OpOutcome } from "../../ops/dispatcher.ts";
-import type { MicrollmParams, MicrollmResult } from "../../ops/microllm.ts";
+import { SEED_MAX } from "../../ops/microllm.ts";
+import type {
+  GeneratedLogprob,
+  MicrollmParams,
+  MicrollmResult,
+  TokenWithLogprob,
+} from "../../ops/microllm.ts";
 import type { RoutingParams } from "../../ops/op_types.ts";
 import type { GenerationStart } from "../../ops/context.ts";
 import type { DoorBackend, RequestFacts } from "../../ops/door_backend.ts";
@@ -72,17 +92,57 @@ export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
 
 const nullish = <T extends z.ZodType>(t: T) => t.nullable().optional();
 
-/** Fields both doors take (sampling fields are parsed, then refused unless greedy). */
+/** A number in `[min, max]`, refused naming the range. */
+function ranged(min: number, max: number, more = ""): z.ZodNumber {
+  const message = `must be a number from ${min} to ${max}${more}`;
+  return z.number().min(min, { message }).max(max, { message });
+}
+
+/**
+ * The sampling fields both doors map onto `microllm.oneshot`'s params of the same names, with
+ * OpenAI's ranges (and llama.cpp's for its extras `top_k`, `min_p`, `repeat_penalty`,
+ * `repeat_last_n`).
+ */
+const SAMPLING = {
+  temperature: nullish(ranged(0, 2, " (0 is greedy)")),
+  top_p: nullish(
+    z.number().gt(0, { message: "must be above 0 and at most 1 (send temperature 0 for greedy)" })
+      .max(1, { message: "must be above 0 and at most 1 (send temperature 0 for greedy)" }),
+  ),
+  presence_penalty: nullish(ranged(-2, 2)),
+  frequency_penalty: nullish(ranged(-2, 2)),
+  seed: nullish(
+    z.number().int({ message: `must be an integer from 0 to ${SEED_MAX}` })
+      .min(0, { message: `must be an integer from 0 to ${SEED_MAX}` })
+      .max(SEED_MAX, { message: `must be an integer from 0 to ${SEED_MAX}` }),
+  ),
+  top_k: nullish(
+    z.number().int({ message: "must be an integer from 0 (all tokens) to 1000000" }).min(0, {
+      message: "must be an integer from 0 (all tokens) to 1000000",
+    }).max(1_000_000, { message: "must be an integer from 0 (all tokens) to 1000000" }),
+  ),
+  min_p: nullish(ranged(0, 1)),
+  repeat_penalty: nullish(
+    z.number().gt(0, { message: "must be above 0 and at most 10 (1 is off)" })
+      .max(10, { message: "must be above 0 and at most 10 (1 is off)" }),
+  ),
+  repeat_last_n: nullish(
+    z.number().int({ message: "must be an integer from 0 (off) to 1000000" }).min(0, {
+      message: "must be an integer from 0 (off) to 1000000",
+    }).max(1_000_000, { message: "must be an integer from 0 (off) to 1000000" }),
+  ),
+};
+
+/** The {@link SAMPLING} fields, in the order they are mapped. */
+const SAMPLING_FIELDS = Object.keys(SAMPLING) as (keyof typeof SAMPLING)[];
+
+/** Fields both doors take (the ones the engine cannot serve are parsed, then refused by name). */
 const COMMON = {
   model: wellFormedName().min(1).optional(),
   max_tokens: nullish(z.number().int().positive()),
-  temperature: nullish(z.number()),
-  top_p: nullish(z.number()),
+  ...SAMPLING,
   n: nullish(z.number().int()),
-  presence_penalty: nullish(z.number()),
-  frequency_penalty: nullish(z.number()),
   logit_bias: nullish(z.record(z.string(), z.number())),
-  seed: nullish(z.number().int()),
   stop: nullish(z.union([z.string().min(1), z.array(z.string().min(1)).min(1).max(4)])),
   stream: nullish(z.boolean()),
   stream_options: nullish(z.strictObject({ include_usage: z.boolean().optional() })),
@@ -100,7 +160,11 @@ const CompletionsRequest = z.strictObject({
   ]),
   best_of: nullish(z.number().int()),
   echo: nullish(z.boolean()),
-  logprobs: nullish(z.number().int()),
+  logprobs: nullish(
+    z.number().int({ message: "must be an integer from 0 to 5" }).min(0, {
+      message: "must be an integer from 0 to 5",
+    }).max(5, { message: "must be an integer from 0 to 5" }),
+  ),
   suffix: nullish(z.string()),
 });
 
@@ -119,7 +183,11 @@ const ChatRequest = z.strictObject({
   })).min(1),
   max_completion_tokens: nullish(z.number().int().positive()),
   logprobs: nullish(z.boolean()),
-  top_logprobs: nullish(z.number().int()),
+  top_logprobs: nullish(
+    z.number().int({ message: "must be an integer from 0 to 20" }).min(0, {
+      message: "must be an integer from 0 to 20",
+    }).max(20, { message: "must be an integer from 0 to 20" }),
+  ),
   // Fields real clients send that cannot change a token (F24): accepted, without effect, and
   // named in `synapse.ignored_fields`; the values that would ask for something are refused.
   metadata: nullish(z.record(z.string(), z.string())),
@@ -135,7 +203,7 @@ const ChatRequest = z.strictObject({
  * `synapse.ignored_fields` names them. `stream_options` is ignored only without `stream: true`.
  */
 const IGNORED_FIELDS: Readonly<Record<CompletionsDoor, readonly string[]>> = {
-  "/v1/completions": ["user", "seed", "stream_options"],
+  "/v1/completions": ["user", "stream_options"],
   "/v1/chat/completions": [
     "metadata",
     "store",
@@ -144,7 +212,6 @@ const IGNORED_FIELDS: Readonly<Record<CompletionsDoor, readonly string[]>> = {
     "tools",
     "parallel_tool_calls",
     "user",
-    "seed",
     "stream_options",
   ],
 };
@@ -178,6 +245,8 @@ interface Mapped {
   includeUsage: boolean;
   /** The request's fields that were accepted and had no effect (`synapse.ignored_fields`). */
   ignored: string[];
+  /** With logprobs asked for: how many alternatives per token. */
+  logprobs?: number;
   constrained?: "json_object" | "json_schema";
 }
 
@@ -193,9 +262,10 @@ interface Mapped {
  *   lib/doors/http/routing_headers.ts), passed to `microllm.oneshot` as its params.
  * @returns The response and the call's facts.
  * @throws {SynapseError} every refusal, its `details.field` the request's own field name (the
- *   server answers it in OpenAI's error body): malformed bodies and refused sampling parameters
- *   (`invalid_request`, naming the parameter), unsupported schemas (naming the keyword's path),
- *   and the dispatcher's errors (`unknown_model`, `grammar_disabled`, `queue_full`, …).
+ *   server answers it in OpenAI's error body): malformed bodies, sampling values out of range
+ *   and fields the engine cannot serve (`invalid_request`, naming the field), unsupported
+ *   schemas (naming the keyword's path), and the dispatcher's errors (`unknown_model`,
+ *   `grammar_disabled`, `queue_full`, …).
  */
 export async function serveCompletions(
   backend: CompletionsBackend,
@@ -355,15 +425,15 @@ const CHAT_TEXTS = ["messages.*.content", "messages.*.content.*.text"];
 
 /**
  * Maps a body to `microllm.oneshot` params. The door refuses what is OpenAI's shape alone
- * (sampling, tools, two disagreeing max_tokens fields); the operation checks the rest (limits,
- * schema, messages) before it generates.
+ * (sampling ranges, what the engine cannot serve, tools, two disagreeing max_tokens fields); the
+ * operation checks the rest (limits, schema, messages) before it generates.
  */
 function mapRequest(door: CompletionsDoor, body: unknown, routing: RoutingParams): Mapped {
   const chat = door === "/v1/chat/completions";
   const p = chat
     ? parseDoorParams(door, ChatRequest, body, CHAT_TEXTS)
     : parseDoorParams(door, CompletionsRequest, body, ["prompt", "prompt.*"]);
-  refuseSampling(p as Record<string, unknown>);
+  refuseUnserved(p as Record<string, unknown>);
   if (chat) refuseTools(p as z.infer<typeof ChatRequest>);
   let maxTokens = p.max_tokens ?? undefined;
   let maxTokensField = "max_tokens";
@@ -381,6 +451,15 @@ function mapRequest(door: CompletionsDoor, body: unknown, routing: RoutingParams
     }
   } else {
     maxTokens ??= COMPLETIONS_DEFAULT_MAX_TOKENS;
+  }
+  const logprobs = logprobsOf(door, p as Record<string, unknown>, p.stream === true);
+  const n = p.n ?? 1;
+  if (n > 1 && p.stream === true) {
+    throw refusal(
+      "n",
+      `Cannot honour n ${n} with stream true: a streamed answer is one generation; drop stream or n`,
+      { reason: "not_supported", value: n },
+    );
   }
   // Chat without a max_tokens: the operation's own default, microllm_max_tokens.
   const stop = p.stop == null ? [] : typeof p.stop === "string" ? [p.stop] : p.stop;
@@ -408,12 +487,19 @@ function mapRequest(door: CompletionsDoor, body: unknown, routing: RoutingParams
       ...(p.model === undefined ? {} : { model: p.model }),
       ...(rf === undefined ? {} : { response_format: rf }),
       ...(stop.length === 0 ? {} : { stop }),
+      ...samplingOf(p),
+      ...(logprobs === undefined ? {} : { logprobs }),
+      ...(n === 1 ? {} : { n }),
+      ...(p.logit_bias == null || Object.keys(p.logit_bias).length === 0
+        ? {}
+        : { logit_bias: p.logit_bias }),
       ...routing,
     } as MicrollmParams & Record<string, unknown>,
     maxTokensField,
     stream,
     includeUsage,
     ignored: ignoredFields(door, p as Record<string, unknown>, stream),
+    ...(logprobs === undefined ? {} : { logprobs }),
     ...(rf === undefined || rf.type === "text" ? {} : { constrained: rf.type }),
   };
 }
@@ -423,42 +509,79 @@ function promptOf(prompt: string | string[]): string {
   return typeof prompt === "string" ? prompt : prompt[0]!;
 }
 
-/** The sampling parameters and the one value each accepts (greedy decoding). */
-const GREEDY: readonly [string, (v: unknown) => boolean, string][] = [
-  ["temperature", (v) => v === 0, "omit temperature or send 0"],
-  ["top_p", (v) => v === 1, "omit top_p or send 1"],
-  ["n", (v) => v === 1, "omit n or send 1; greedy decoding gives the same choice every time"],
-  ["best_of", (v) => v === 1, "omit best_of or send 1"],
-  ["presence_penalty", (v) => v === 0, "omit presence_penalty or send 0"],
-  ["frequency_penalty", (v) => v === 0, "omit frequency_penalty or send 0"],
+/** The sampling fields the request sent (not `null`): the op's params of the same names. */
+function samplingOf(p: { [K in keyof typeof SAMPLING]?: number | null | undefined }): {
+  [K in keyof typeof SAMPLING]?: number;
+} {
+  const out: { [K in keyof typeof SAMPLING]?: number } = {};
+  for (const name of SAMPLING_FIELDS) {
+    const v = p[name];
+    if (v !== undefined && v !== null) out[name] = v;
+  }
+  return out;
+}
+
+/**
+ * How many alternatives per token a request's logprobs ask for (chat: `logprobs: true` with
+ * `top_logprobs`; completions: `logprobs: k`), or undefined for none.
+ *
+ * @throws {SynapseError} channel `invalid_request`: `top_logprobs` without `logprobs: true`
+ *   (as OpenAI refuses it), logprobs with `stream: true` (the streamed deltas are text, not
+ *   tokens).
+ */
+function logprobsOf(
+  door: CompletionsDoor,
+  p: Record<string, unknown>,
+  stream: boolean,
+): number | undefined {
+  let k: number | undefined;
+  if (door === "/v1/chat/completions") {
+    const top = p.top_logprobs as number | null | undefined;
+    if (p.logprobs === true) k = top ?? 0;
+    else if (top != null && top > 0) {
+      throw refusal(
+        "top_logprobs",
+        "Cannot honour top_logprobs without logprobs: send logprobs true with it",
+        { reason: "logprobs_required" },
+      );
+    }
+  } else {
+    k = (p.logprobs as number | null | undefined) ?? undefined;
+  }
+  if (k !== undefined && stream) {
+    throw refusal(
+      "logprobs",
+      "Cannot honour logprobs with stream true: the streamed deltas are text, not tokens; drop stream or logprobs",
+      { reason: "not_supported" },
+    );
+  }
+  return k;
+}
+
+/** The fields the engine cannot serve and the one value each accepts (it asks for nothing). */
+const UNSERVED: readonly [string, (v: unknown) => boolean, string][] = [
   [
-    "logit_bias",
-    (v) => typeof v === "object" && v !== null && Object.keys(v).length === 0,
-    "omit logit_bias",
+    "best_of",
+    (v) => v === 1,
+    "Synapse does not rank choices server-side; omit best_of or send 1, and send n for several choices",
   ],
-  ["logprobs", (v) => v === false, "omit logprobs; Synapse does not return log-probabilities"],
-  ["top_logprobs", (v) => v === 0, "omit top_logprobs"],
-  ["echo", (v) => v === false, "omit echo; the prompt is not repeated in the answer"],
-  ["suffix", (v) => v === "", "omit suffix; insertion is not supported"],
+  ["echo", (v) => v === false, "the prompt is not repeated in the answer; omit echo"],
+  ["suffix", (v) => v === "", "insertion is not supported; omit suffix"],
 ];
 
 /**
- * Refuses, by name, any sampling parameter set to something other than its greedy value.
+ * Refuses, by name, any field the engine cannot serve set to a value that asks for something.
  *
- * @throws {SynapseError} channel `invalid_request` `{field, reason: "sampling_not_supported",
- *   value}`.
+ * @throws {SynapseError} channel `invalid_request` `{field, reason: "not_supported", value}`.
  */
-function refuseSampling(p: Record<string, unknown>): void {
-  for (const [name, greedy, advice] of GREEDY) {
+function refuseUnserved(p: Record<string, unknown>): void {
+  for (const [name, harmless, advice] of UNSERVED) {
     const v = p[name];
-    if (v === undefined || v === null || greedy(v)) continue;
-    throw refusal(
-      name,
-      `Cannot honour ${name} ${
-        JSON.stringify(v)
-      }: Synapse generates greedily (the most likely token at each step) and does not sample; ${advice}`,
-      { reason: "sampling_not_supported", value: v },
-    );
+    if (v === undefined || v === null || harmless(v)) continue;
+    throw refusal(name, `Cannot honour ${name} ${JSON.stringify(v)}: ${advice}`, {
+      reason: "not_supported",
+      value: v,
+    });
   }
 }
 
@@ -578,6 +701,7 @@ function answerOf(
     // `certified: false` in warn mode, as every native answer says (docs/certification.md).
     provenance: res.provenance,
     finish_reason: res.finish_reason,
+    sampling: res.sampling,
     n_prompt: res.n_prompt,
     n_gen: res.n_gen,
     queue_time_ms: res.queue_time_ms,
@@ -603,22 +727,51 @@ function answerOf(
   if (res.text_repair !== undefined) synapse.text_repair = res.text_repair;
   if (m.stream) synapse.streamed = "tokens";
   if (m.ignored.length > 0) synapse.ignored_fields = m.ignored;
+  const choices = res.choices ?? [{
+    index: 0,
+    text: res.text,
+    finish_reason: res.finish_reason,
+    n_gen: res.n_gen,
+    ...(res.logprobs === undefined ? {} : { logprobs: res.logprobs }),
+  }];
+  const completionTokens = choices.reduce((a, c) => a + c.n_gen, 0);
   const usage = {
     prompt_tokens: res.n_prompt,
-    completion_tokens: res.n_gen,
-    total_tokens: res.n_prompt + res.n_gen,
+    completion_tokens: completionTokens,
+    total_tokens: res.n_prompt + completionTokens,
   };
+  if (res.choices !== undefined) {
+    // Each choice's own facts: the engine's finish reason, tokens, and (sampled) its seed.
+    synapse.choices = res.choices.map((c) => ({
+      index: c.index,
+      finish_reason: c.finish_reason,
+      n_gen: c.n_gen,
+      ...(c.seed === undefined ? {} : { seed: c.seed }),
+      ...(c.stop_matched === undefined ? {} : { stop_matched: c.stop_matched }),
+    }));
+    if (m.constrained !== undefined) {
+      synapse.json_complete = res.choices.every((c) => c.finish_reason === "grammar_complete");
+    }
+  }
   const chat = m.door === "/v1/chat/completions";
   const id = ids?.id ?? `${chat ? "chatcmpl" : "cmpl"}-${crypto.randomUUID().replaceAll("-", "")}`;
   const created = ids?.created ?? Math.floor(Date.now() / 1000);
-  const choice = chat
-    ? {
-      index: 0,
-      message: { role: "assistant", content: text, refusal: null },
-      logprobs: null,
-      finish_reason: finish,
-    }
-    : { index: 0, text, logprobs: null, finish_reason: finish };
+  const choiceOf = (c: (typeof choices)[number]) => {
+    const logprobs = m.logprobs === undefined || c.logprobs === undefined
+      ? null
+      : chat
+      ? chatLogprobs(c.logprobs)
+      : completionLogprobs(c.logprobs, c.text, m.logprobs);
+    const reason = openAiFinishReason(c.finish_reason);
+    return chat
+      ? {
+        index: c.index,
+        message: { role: "assistant", content: c.text, refusal: null },
+        logprobs,
+        finish_reason: reason,
+      }
+      : { index: c.index, text: c.text, logprobs, finish_reason: reason };
+  };
   const body = {
     id,
     object: chat ? "chat.completion" : "text_completion",
@@ -626,11 +779,49 @@ function answerOf(
     // The name the request gave (a model alias, docs/config.md); `synapse.model_id` served it.
     model: res.requested_model ?? res.model_id,
     system_fingerprint: res.fingerprint,
-    choices: [choice],
+    choices: choices.map(choiceOf),
     usage,
     synapse,
   };
   return { body, id, created, text, finish, usage, synapse };
+}
+
+/** Chat's `choices[].logprobs`: `{content: [{token, logprob, bytes, top_logprobs}], refusal}`. */
+function chatLogprobs(lps: GeneratedLogprob[]): Record<string, unknown> {
+  const one = (t: TokenWithLogprob) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes });
+  return {
+    content: lps.map((t) => ({ ...one(t), top_logprobs: t.top.map(one) })),
+    refusal: null,
+  };
+}
+
+/**
+ * Completions' `choices[].logprobs`: `{tokens, token_logprobs, top_logprobs, text_offset}`;
+ * `top_logprobs` (one `{token: logprob}` per token) is null for `logprobs: 0`, and `text_offset`
+ * is each token's offset in the answer's text (UTF-16 code units; a leading space the decoder
+ * stripped from the text counts from 0).
+ */
+function completionLogprobs(
+  lps: GeneratedLogprob[],
+  text: string,
+  k: number,
+): Record<string, unknown> {
+  const joined = lps.map((t) => t.token).join("");
+  const lead = joined.endsWith(text) ? joined.length - text.length : 0;
+  const offsets: number[] = [];
+  let at = 0;
+  for (const t of lps) {
+    offsets.push(Math.max(0, at - lead));
+    at += t.token.length;
+  }
+  return {
+    tokens: lps.map((t) => t.token),
+    token_logprobs: lps.map((t) => t.logprob),
+    top_logprobs: k === 0
+      ? null
+      : lps.map((t) => Object.fromEntries(t.top.map((a) => [a.token, a.logprob]))),
+    text_offset: offsets,
+  };
 }
 
 const SSE_TYPE = "text/event-stream; charset=utf-8";

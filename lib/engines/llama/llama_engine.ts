@@ -338,6 +338,8 @@ export class LlamaEngine implements Engine {
         ...(request.grammar === undefined ? {} : { grammar: request.grammar }),
         ...(onTokens === undefined ? {} : { stream: true as const }),
         ...(request.sampling === undefined ? {} : { sampling: request.sampling }),
+        ...(request.logprobs === undefined ? {} : { logprobs: request.logprobs }),
+        ...(request.logitBias === undefined ? {} : { logit_bias: request.logitBias }),
       },
       encodeI32LE(request.ids),
       this.#opts.generateTimeoutMs ?? WORKER_TIMEOUTS.generateMs,
@@ -348,6 +350,7 @@ export class LlamaEngine implements Engine {
     return {
       finishReason: m.finish_reason,
       generatedIds: m.generated_token_ids ?? [],
+      ...(m.logprobs === undefined ? {} : { logprobs: m.logprobs }),
       nPrompt: m.n_prompt,
       runMs: performance.now() - t0,
     };

@@ -73,7 +73,6 @@ const HARMLESS_CHAT: [string, unknown][] = [
   ["parallel_tool_calls", false],
   ["parallel_tool_calls", true],
   ["user", "user-42"],
-  ["seed", 7],
   ["stream_options", { include_usage: true }],
 ];
 
@@ -297,7 +296,7 @@ Deno.test("F24: chat fields real clients send are accepted, change nothing and a
   });
 });
 
-Deno.test("F24: /v1/completions ignores user, seed and stream_options without stream, and says so", async () => {
+Deno.test("F24: /v1/completions ignores user and stream_options without stream, and says so; a greedy seed is named as without effect", async () => {
   await using d = await door();
   const base = { model: "gen", prompt: "Once upon", max_tokens: 6 };
   const plain = await d.post("/v1/completions", base);
@@ -311,7 +310,11 @@ Deno.test("F24: /v1/completions ignores user, seed and stream_options without st
   });
   assert.equal(c.choices[0]!.text, plain.body.choices[0].text);
   // deno-lint-ignore no-explicit-any
-  assert.deepEqual((c as any).synapse.ignored_fields, ["user", "seed", "stream_options"]);
+  const synapse = (c as any).synapse;
+  assert.deepEqual(synapse.ignored_fields, ["user", "stream_options"]);
+  // The seed goes to the sampler; greedy decoding (no temperature) never reads it, and says so.
+  assert.equal(synapse.sampling.mode, "greedy");
+  assert.deepEqual(synapse.sampling.without_effect, ["seed"]);
   // Chat-only fields are not part of this door: refused by name as before.
   const meta = await d.post("/v1/completions", { ...base, metadata: { a: "b" } });
   assert.equal(meta.status, 400, JSON.stringify(meta.body));
