@@ -496,10 +496,10 @@ export async function microllmOneshot(
     specialSpans: spans === undefined ? undefined : [spans],
     signal: options.signal,
   });
-  if (!encoded!.ok) throw encoded!.error;
+  const context = model.profile.certified_shape.max_context_tokens;
+  if (!encoded!.ok) throw promptRefusal(encoded!.error, model.modelId, context, promptField);
   const seq = encoded!.seq;
   const nPrompt = seq.ids.length;
-  const context = model.profile.certified_shape.max_context_tokens;
   if (nPrompt + maxTokens > context) {
     throw new SynapseError(
       "sequence_too_long",
@@ -829,6 +829,34 @@ function chatMessages(messages: MicrollmMessagesParams["messages"]): ChatMessage
       ...(msg.name === undefined ? {} : { name: msg.name }),
     };
   });
+}
+
+/**
+ * The refusal of a prompt the tokenizer refused, in a generation's terms: over the model's
+ * `max_tokens` (its longest prompt, docs/operations.md `model.info`), the prompt is named
+ * (`prompt` or `messages`) and the message says what the limit is, beside the context the prompt
+ * and the generation share; never "send truncate" (a prompt is never cut).
+ */
+function promptRefusal(
+  err: Error,
+  modelId: string,
+  context: number,
+  field: "prompt" | "messages",
+): Error {
+  if (!(err instanceof SynapseError) || err.code !== "sequence_too_long") return err;
+  const tokens = err.details?.tokens;
+  const limit = err.details?.max_tokens;
+  const counted = typeof tokens === "number" ? `${tokens} tokens` : "more tokens than it takes";
+  return new SynapseError(
+    "sequence_too_long",
+    `Cannot generate: the ${
+      field === "messages" ? "rendered messages make a prompt of" : "prompt has"
+    } ${counted}, and model '${modelId}' takes prompts of at most ${limit} tokens (its max_tokens; its context of ${context} holds the prompt and the generation); shorten the ${field}`,
+    {
+      cause: err,
+      details: { ...err.details, field, reason: "prompt_over_max_tokens", context_tokens: context },
+    },
+  );
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {

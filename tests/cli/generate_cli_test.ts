@@ -28,12 +28,13 @@ const BASE = ["generate", "--model", "gen", "--max-tokens", "12"];
 const PROMPT = "Once upon a time";
 
 Deno.test("ck-synapse generate samples with --temperature/--seed, prints the seed it used, and it replays", async () => {
-  const [seeded, unseeded, greedy, notNumber, outOfRange] = await Promise.all([
+  const [seeded, unseeded, greedy, notNumber, outOfRange, greedySeed] = await Promise.all([
     cli([...BASE, "--temperature", "1.2", "--top-p", "0.95", "--seed", "7", "--json", PROMPT], ENV),
     cli([...BASE, "--temperature", "1.2", "--top-k", "40", "--min-p", "0.01", PROMPT], ENV),
     cli([...BASE, PROMPT], ENV),
     cli([...BASE, "--temperature", "warm", PROMPT], ENV),
     cli([...BASE, "--repeat-penalty=-1", PROMPT], ENV),
+    cli([...BASE, "--seed", "42", "--top-p", "0.5", PROMPT], ENV),
   ]);
   assert.equal(seeded.code, 0, seeded.stderr);
   const r = JSON.parse(seeded.stdout);
@@ -72,7 +73,15 @@ Deno.test("ck-synapse generate samples with --temperature/--seed, prints the see
 
   assert.equal(greedy.code, 0, greedy.stderr);
   assert.doesNotMatch(greedy.stderr, /sampled/);
+  assert.doesNotMatch(greedy.stderr, /no effect/);
   assert.match(greedy.stderr, /finish max_tokens/);
+  // Sampler flags without a temperature: greedy, the same text, and said to change nothing.
+  assert.equal(greedySeed.code, 0, greedySeed.stderr);
+  assert.equal(greedySeed.stdout, greedy.stdout);
+  assert.match(
+    greedySeed.stderr,
+    /^greedy \(no --temperature above 0\): --top-p, --seed had no effect$/m,
+  );
 
   assert.equal(notNumber.code, 2);
   assert.match(notNumber.stderr, /--temperature must be a number: received 'warm'/);

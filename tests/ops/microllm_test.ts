@@ -196,6 +196,17 @@ Deno.test("microllmOneshot() generates greedily, bounded by max_tokens, with the
     assert.equal(e.code, "sequence_too_long");
     assert.equal(e.details.max_tokens, 512);
     assert.ok(e.details.tokens > 512, JSON.stringify(e.details));
+    // Named as the prompt, with the limit and the context it shares, and no truncate advice.
+    assert.equal(e.details.field, "prompt");
+    assert.equal(e.details.reason, "prompt_over_max_tokens");
+    assert.equal(e.details.context_tokens, gen.profile.certified_shape.max_context_tokens);
+    assert.match(
+      e.message,
+      new RegExp(
+        `^Cannot generate: the prompt has ${e.details.tokens} tokens, and model 'gen' takes prompts of at most 512 tokens \\(its max_tokens; its context of ${e.details.context_tokens} holds`,
+      ),
+    );
+    assert.doesNotMatch(e.message, /truncate/);
   });
 });
 

@@ -119,6 +119,14 @@ async function runGenerate(args: string[], io: CliIO): Promise<number> {
         }  fingerprint ${res.fingerprint}  finish ${res.finish_reason}  prompt ${res.n_prompt} tokens  generated ${res.n_gen} tokens`,
       );
       const s = res.sampling;
+      if (s.without_effect !== undefined) {
+        // A greedy call that sent sampler flags: say they changed nothing.
+        io.err(
+          `greedy (no --temperature above 0): ${
+            s.without_effect.map((k) => `--${k.replaceAll("_", "-")}`).join(", ")
+          } had no effect`,
+        );
+      }
       if (s.mode === "sampled") {
         io.err(
           `sampled  temperature ${s.temperature}  top_p ${s.top_p}  top_k ${s.top_k}  min_p ${s.min_p}  seed ${s.seed}${

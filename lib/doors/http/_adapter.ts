@@ -187,11 +187,15 @@ export function doorField(field: string, list: string, single = false): string {
 
 /**
  * The message of an error as a door answers it: the operation's own, plus what to do where the
- * door's request can fix it (`sequence_too_long`: send `truncate: true`, which cuts the input to
- * the model's limit and discloses the cut).
+ * door's request can fix it (`sequence_too_long` of an embed or rerank input: send
+ * `truncate: true`, which cuts the input to the model's limit and discloses the cut). A
+ * generation's prompt (`details.field` `prompt` or `messages`) is never cut, so its refusal gets
+ * no such hint.
  */
 export function doorMessage(e: SynapseError): string {
-  return e.code === "sequence_too_long"
+  const field = e.details?.field;
+  const generation = field === "prompt" || field === "messages";
+  return e.code === "sequence_too_long" && !generation
     ? `${e.message}; send truncate: true to cut it to the model's limit (the cut is disclosed)`
     : e.message;
 }

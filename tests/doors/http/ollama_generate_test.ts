@@ -590,6 +590,9 @@ Deno.test("Ollama's warm-up, unload and refusals, as its client reads them", asy
     assert.equal(r.lines[0].code, "sequence_too_long");
     assert.equal(r.lines[0].field, "prompt");
     assert.match(r.type, /application\/json/);
+    // A prompt is never cut, so the answer does not advise truncate (which is refused here).
+    assert.match(r.lines[0].error, /takes prompts of at most \d+ tokens/);
+    assert.doesNotMatch(r.lines[0].error, /truncate/);
   });
 });
 
