@@ -103,16 +103,24 @@ export const STOP_MAX_CHARS = 256;
  * llama.cpp's and OpenAI's.
  */
 export const SAMPLING_PARAMS = {
-  temperature: z.number().min(0).max(2).optional(),
-  top_k: z.int().min(0).max(1_000_000).optional(),
-  top_p: z.number().gt(0).max(1).optional(),
-  min_p: z.number().min(0).max(1).optional(),
-  seed: z.int().min(0).max(SEED_MAX).optional(),
-  repeat_penalty: z.number().gt(0).max(10).optional(),
-  repeat_last_n: z.int().min(0).max(1_000_000).optional(),
-  frequency_penalty: z.number().min(-2).max(2).optional(),
-  presence_penalty: z.number().min(-2).max(2).optional(),
+  temperature: between(0, 2, " (0 is greedy)").optional(),
+  top_k: between(0, 1_000_000, " (0 keeps all)", true).optional(),
+  top_p: z.number().gt(0, { message: "must be above 0 and at most 1 (1 keeps all)" })
+    .max(1, { message: "must be above 0 and at most 1 (1 keeps all)" }).optional(),
+  min_p: between(0, 1, " (0 keeps all)").optional(),
+  seed: between(0, SEED_MAX, "", true).optional(),
+  repeat_penalty: z.number().gt(0, { message: "must be above 0 and at most 10 (1 is off)" })
+    .max(10, { message: "must be above 0 and at most 10 (1 is off)" }).optional(),
+  repeat_last_n: between(0, 1_000_000, " (0 turns the penalties off)", true).optional(),
+  frequency_penalty: between(-2, 2, " (0 is off)").optional(),
+  presence_penalty: between(-2, 2, " (0 is off)").optional(),
 };
+
+/** A number (an integer with `int`) in `[min, max]`, refused naming the range. */
+function between(min: number, max: number, more: string, int = false): z.ZodNumber {
+  const message = `must be ${int ? "an integer" : "a number"} from ${min} to ${max}${more}`;
+  return (int ? z.int({ message }) : z.number()).min(min, { message }).max(max, { message });
+}
 
 /**
  * `microllm.oneshot {prompt}` params: the common params (no `truncate`) plus prompt, max_tokens,

@@ -234,6 +234,8 @@ Deno.test("microllm.oneshot samples reproducibly from a seed, and greedy stays a
       );
       assert.equal(body.code, "invalid_request", `${field} ${value}`);
       assert.ok(body.message.includes(`'${field}'`), body.message);
+      // The message gives the range, in words, whatever door sent the value.
+      assert.match(body.message, /must be (a number|an integer|above 0)/, body.message);
     }
   });
 });
