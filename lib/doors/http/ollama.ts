@@ -50,7 +50,7 @@ import {
   errorField,
 } from "./_adapter.ts";
 import { aliasRows, OPENAI_MAX_INPUTS } from "./openai.ts";
-import { ollamaGenerateRoute } from "./ollama_generate.ts";
+import { ollamaDetails, ollamaGenerateRoute } from "./ollama_generate.ts";
 
 /** Most inputs one `POST /api/embed` takes. */
 export const OLLAMA_MAX_INPUTS = OPENAI_MAX_INPUTS;
@@ -273,14 +273,7 @@ async function ollamaTags(io: AdapterIo): Promise<AdapterAnswer> {
         modified_at: new Date(m.loaded_at_ms).toISOString(),
         size: m.artifact_bytes ?? 0,
         digest: m.fingerprints[0] ?? "",
-        details: {
-          parent_model: "",
-          format: m.engine === "ort" ? "onnx" : m.engine === "llama" ? "gguf" : m.engine,
-          family: m.task,
-          families: [m.task],
-          parameter_size: "",
-          quantization_level: m.dtype,
-        },
+        details: ollamaDetails(m),
         synapse: {
           ...(aliasOf === undefined ? {} : { alias_of: aliasOf }),
           task: m.task,

@@ -1091,14 +1091,7 @@ async function servePs(io: AdapterIo): Promise<AdapterAnswer> {
           model: m.model_id,
           size,
           digest: m.fingerprints[0] ?? "",
-          details: {
-            parent_model: "",
-            format: m.engine === "ort" ? "onnx" : m.engine === "llama" ? "gguf" : m.engine,
-            family: m.task,
-            families: [m.task],
-            parameter_size: "",
-            quantization_level: m.dtype,
-          },
+          details: ollamaDetails(m),
           expires_at: expires,
           size_vram: m.device_class === "cpu" ? 0 : size,
           synapse: {
@@ -1149,5 +1142,20 @@ export function ollamaGenerationError(e: SynapseError): AdapterAnswer {
       ...(typeof field === "string" ? { field: field === "model_id" ? "model" : field } : {}),
       ...(e.retryAfterMs === undefined ? {} : { retry_after_ms: e.retryAfterMs }),
     },
+  };
+}
+
+/**
+ * Ollama's `details` of a model row in `/api/tags` and `/api/ps`: `format` the file format
+ * (`onnx`, `gguf`), `family` the task, `quantization_level` the dtype.
+ */
+export function ollamaDetails(m: ModelsListResult["models"][number]): Record<string, unknown> {
+  return {
+    parent_model: "",
+    format: m.engine === "ort" ? "onnx" : m.engine === "llama" ? "gguf" : m.engine,
+    family: m.task,
+    families: [m.task],
+    parameter_size: "",
+    quantization_level: m.dtype,
   };
 }
