@@ -315,6 +315,23 @@ export function quantizeWeights(
 }
 
 /**
+ * The revision and options of a quantization, as `synapse.quantizer` records them and cache keys
+ * use: `synapse-int8-dynamic-v1;format=dqmm;per_channel=true;reduce_range=false;fold_bias=true`
+ * (plus `;scale_fault=W*F` for a test fixture's fault).
+ *
+ * @param options The options (defaults filled in).
+ */
+export function quantizeDescriptor(options: QuantizeOptions = {}): string {
+  const format = options.format ?? "dqmm";
+  const foldBias = format === "dqmm" && (options.foldBias ?? true);
+  return `${QUANTIZER_REVISION};format=${format};per_channel=${options.perChannel ?? true};` +
+    `reduce_range=${options.reduceRange ?? false};fold_bias=${foldBias}` +
+    (options.scaleFault === undefined
+      ? ""
+      : `;scale_fault=${options.scaleFault.weight}*${options.scaleFault.factor}`);
+}
+
+/**
  * Quantizes an fp32 ONNX model (the scheme of the module doc).
  *
  * @param input The fp32 ModelProto bytes (data inside the file).
@@ -329,11 +346,7 @@ export function quantizeOnnx(input: Uint8Array, options: QuantizeOptions = {}): 
   const perChannel = options.perChannel ?? true;
   const reduceRange = options.reduceRange ?? false;
   const foldBias = format === "dqmm" && (options.foldBias ?? true);
-  const descriptor = `${QUANTIZER_REVISION};format=${format};per_channel=${perChannel};` +
-    `reduce_range=${reduceRange};fold_bias=${foldBias}` +
-    (options.scaleFault === undefined
-      ? ""
-      : `;scale_fault=${options.scaleFault.weight}*${options.scaleFault.factor}`);
+  const descriptor = quantizeDescriptor(options);
   let modelFields: Field[];
   let graphFields: Field[];
   try {
