@@ -246,7 +246,11 @@ export function checkDeclaredQuant(src: ModelSource, served: string, engine: str
   if (src.quant === undefined || src.quant.toLowerCase() === served) return;
   throw new SynapseError(
     "invalid_request",
-    `Cannot load model '${src.modelId}': it declares quant '${src.quant}', but the file is ${served} and engine '${engine}' runs it as stored (it quantizes nothing at load); drop quant or set it to '${served}'`,
+    `Cannot load model '${src.modelId}': it declares quant '${src.quant}', but the file is ${served} and engine '${engine}' runs it as stored (it quantizes nothing at load); drop quant or set it to '${served}'${
+      src.quant.toLowerCase() === "int8" && engine === "ort"
+        ? " (make an int8 file with 'ck-synapse quantize' or 'ck-synapse pull --quant int8')"
+        : ""
+    }`,
     {
       details: {
         model_id: src.modelId,

@@ -9,6 +9,9 @@ import assert from "node:assert/strict";
 import { cliIn, type Home, isolatedEnv, serve } from "./_launcher.ts";
 import { MODELS } from "../_helpers.ts";
 import { sha256Hex } from "../../lib/identity/sha256.ts";
+import { planInt8Pull, stageCatalogInt8 } from "../../lib/cli/commands/_pull_int8.ts";
+import { UsageError } from "../../lib/cli/_command.ts";
+import { CATALOG_INT8_FILES, catalogModel, fileUrl } from "../../lib/models/catalog.ts";
 
 async function cacheHome(): Promise<Home & { cache: string }> {
   const home = await isolatedEnv();
@@ -117,6 +120,58 @@ Deno.test("an unknown --quant is refused by name (exit 2), and so is --quant int
     // Nothing was written to the model cache by the refusals but that one's read.
     await assert.rejects(Deno.stat(`${home.cache}/quantized`), Deno.errors.NotFound);
   } finally {
+    await Deno.remove(home.dir, { recursive: true });
+  }
+});
+
+Deno.test("planInt8Pull of a catalog id: the pinned upstream int8 file, else the fp32 pull first; a GGUF-only model is refused", async () => {
+  const io = { out: () => {}, err: () => {} };
+  const pinned = await planInt8Pull("all-minilm-l6-v2", {}, "/", io, false);
+  assert.ok(typeof pinned !== "number");
+  const file = CATALOG_INT8_FILES["all-minilm-l6-v2"]!;
+  assert.equal(file.path, "onnx/model_qint8_avx512_vnni.onnx");
+  assert.equal(pinned.plan.method, "model.load");
+  assert.equal(pinned.plan.params.url, fileUrl(file));
+  assert.equal(pinned.plan.params.expected_digest, file.sha256);
+  assert.equal(pinned.plan.params.model_id, "all-minilm-l6-v2-int8");
+  assert.equal(pinned.plan.params.reference_model, "all-minilm-l6-v2");
+  assert.equal(pinned.fp32First, undefined);
+  // The tokenizer and config are the fp32 backend's pinned files.
+  const ort = catalogModel("all-minilm-l6-v2")!.backends[0]!;
+  assert.deepEqual(pinned.plan.params.files, {
+    tokenizer: { url: fileUrl(ort.files.tokenizer!), sha256: ort.files.tokenizer!.sha256 },
+    config: { url: fileUrl(ort.files.config!), sha256: ort.files.config!.sha256 },
+  });
+  // No upstream int8 file: the fp32 catalog pull runs first, then its file is quantized.
+  const unpinned = await planInt8Pull("gte-modernbert-base", {}, "/", io, false);
+  assert.ok(typeof unpinned !== "number");
+  assert.deepEqual(unpinned.fp32First, {
+    kind: "catalog",
+    method: "models.download",
+    params: { catalog_id: "gte-modernbert-base" },
+  });
+  await assert.rejects(
+    planInt8Pull("qwen3-embedding-0.6b", {}, "/", io, false),
+    (e: unknown) => e instanceof UsageError && /no ONNX \(ort\) backend/.test(e.message),
+  );
+  // Its model blob not in this process's cache: refused, naming why (exit 1).
+  const lines: string[] = [];
+  const home = await cacheHome();
+  const prev = Deno.env.get("CORTEXKIT_MODEL_CACHE");
+  Deno.env.set("CORTEXKIT_MODEL_CACHE", home.cache);
+  try {
+    const code = await stageCatalogInt8("gte-modernbert-base", {
+      out: () => {},
+      err: (l: string) => lines.push(l),
+    }, false);
+    assert.equal(code, 1);
+    assert.match(
+      lines[0]!,
+      /^error: artifact_invalid: Cannot quantize gte-modernbert-base: its model file is not in this process's model cache/,
+    );
+  } finally {
+    if (prev === undefined) Deno.env.delete("CORTEXKIT_MODEL_CACHE");
+    else Deno.env.set("CORTEXKIT_MODEL_CACHE", prev);
     await Deno.remove(home.dir, { recursive: true });
   }
 });
