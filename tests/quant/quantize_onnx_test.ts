@@ -12,6 +12,7 @@ import {
   quantizeWeights,
 } from "../../lib/quant/quantize_onnx.ts";
 import { sha256Hex } from "../../lib/identity/sha256.ts";
+import { Writer } from "../../lib/quant/_proto.ts";
 import { BADSCALE_FAULT } from "../../scripts/gen_models.ts";
 import { cosine, MODELS } from "../_helpers.ts";
 
@@ -116,4 +117,63 @@ Deno.test("every format runs in onnxruntime, each within cosine 0.9999 of fp32 o
   // The deliberately bad scale is far off.
   const bad = cosine(await run(quantizeOnnx(input, { scaleFault: BADSCALE_FAULT }).bytes), ref);
   assert.ok(bad < 0.99, `badscale cosine ${bad}`);
+});
+
+/** A one-node model y = Gemm(x [2, 8], W, C [4]) (W [8, 4], or [4, 8] with transB). */
+function gemmModel(transB: boolean, alpha = 1): Uint8Array {
+  const t = (name: string, dims: number[], data: Float32Array) =>
+    new Writer().packed(1, dims).varint(2, 1).text(8, name)
+      .bytes(9, new Uint8Array(data.buffer));
+  const w = Float32Array.from({ length: 32 }, (_, i) => Math.sin(i * 1.7) * 0.5);
+  const c = Float32Array.from({ length: 4 }, (_, i) => i * 0.25 - 0.3);
+  const info = (name: string, dims: number[]) =>
+    new Writer().text(1, name).message(
+      2,
+      new Writer().message(
+        1,
+        new Writer().varint(1, 1).message(
+          2,
+          dims.reduce((s, d) => s.message(1, new Writer().varint(1, d)), new Writer()),
+        ),
+      ),
+    );
+  const node = new Writer().text(1, "x").text(1, "W").text(1, "C").text(2, "y").text(3, "gemm")
+    .text(4, "Gemm")
+    .message(5, new Writer().text(1, "transB").varint(3, transB ? 1 : 0).varint(20, 2))
+    .message(5, new Writer().text(1, "alpha").float(2, alpha).varint(20, 1));
+  const graph = new Writer().message(1, node).text(2, "g")
+    .message(5, t("W", transB ? [4, 8] : [8, 4], w)).message(5, t("C", [4], c))
+    .message(11, info("x", [2, 8])).message(12, info("y", [2, 4]));
+  return new Writer().varint(1, 8).message(7, graph)
+    .message(8, new Writer().text(1, "").varint(2, 17)).finish();
+}
+
+Deno.test("quantizeOnnx: a Gemm (transB or not) with its bias C becomes one DynamicQuantizeMatMul; alpha != 1 stays fp32", async () => {
+  const x = new ort.Tensor("float32", Float32Array.from({ length: 16 }, (_, i) => i / 8 - 1), [
+    2,
+    8,
+  ]);
+  const run = async (bytes: Uint8Array) => {
+    const s = await ort.InferenceSession.create(bytes);
+    try {
+      return Array.from((await s.run({ x })).y!.data as Float32Array);
+    } finally {
+      await s.release();
+    }
+  };
+  for (const transB of [false, true]) {
+    const fp32 = gemmModel(transB);
+    const q = quantizeOnnx(fp32);
+    assert.deepEqual(q.quantized.map((w) => [w.weight, w.k, w.n]), [["W", 8, 4]]);
+    const ref = await run(fp32);
+    const out = await run(q.bytes);
+    for (const [i, v] of out.entries()) {
+      assert.ok(Math.abs(v - ref[i]!) < 0.02, `transB ${transB}: y[${i}] ${v} vs ${ref[i]}`);
+    }
+    assert.notDeepEqual(out, ref);
+  }
+  assert.throws(
+    () => quantizeOnnx(gemmModel(false, 2)),
+    (e: unknown) => e instanceof QuantizeError && e.reason === "nothing_to_quantize",
+  );
 });
