@@ -392,13 +392,19 @@ if (int8) {
     synInt8: [],
   };
   let r: { real_token_counts: number[]; vectors: { vector: number[] }[] } | undefined;
+  // A pause before each row lets the previous session's spinning intra-op threads go idle (past
+  // their spin window): two spinning pools on 2 cores slow each other.
+  const pause = () => new Promise((r) => setTimeout(r, 50));
   for (let round = 0; round < ROUNDS; round++) {
+    await pause();
     let t0 = performance.now();
     await rawSorted(session);
     times.fp32.push((performance.now() - t0) / 1000);
+    await pause();
     t0 = performance.now();
     await rawSorted(int8Session!);
     times.rawInt8.push((performance.now() - t0) / 1000);
+    await pause();
     t0 = performance.now();
     const out = await syn.call("embed.batch", {
       model: "minilm-shaped-int8",
