@@ -11,7 +11,13 @@
  *   synapse      embed.batch in-process (one call; inline limits raised for the run, see below)
  *   synapse-http embed.batch over POST /v1/ops/embed.batch to a `ck-synapse serve` process
  *   tjs-b32      transformers.js feature-extraction pipeline, batch 32
- * then the ratios, and embed.query p50/p99 against a raw single-sequence run.
+ *   raw-sorted-rounds, raw-int8-sorted, synapse-int8: three rounds, each raw-sorted again (fp32),
+ *                    onnxruntime-node on the int8 file (fixtures/bench/minilm-shaped-int8, the
+ *                    quantizer's output) with the same length-sorted micro-batches, and
+ *                    embed.batch in-process on the int8 lane (certified by the probe first);
+ *                    each row the median round
+ * then the ratios, embed.query p50/p99 against a raw single-sequence run, and the int8 lane's
+ * probe mean cosine against fp32 and its embed.query p50 against the raw fp32 single run.
  *
  * Jobs arrive in step 2; until then one inline call carries the corpus, so the run raises
  * `inline.max_items` / `inline.max_tokens` in its config (an operator's setting, not a code path).
@@ -30,6 +36,7 @@ import { ORT_MICRO_BATCH } from "../lib/engines/ort/ort_engine.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");
 const MODEL_DIR = `${ROOT}/fixtures/bench/minilm-shaped`;
+const INT8_DIR = `${ROOT}/fixtures/bench/minilm-shaped-int8`;
 const MAX_TOKENS = 512;
 
 const { values: args } = parseArgs({
@@ -56,7 +63,7 @@ const rows: Row[] = [];
 function report(name: string, seconds: number, passages: number, tokens: number): void {
   rows.push({ name, seconds, passages, tokens });
   console.log(
-    `${name.padEnd(13)} ${seconds.toFixed(2).padStart(7)} s  ${
+    `${name.padEnd(17)} ${seconds.toFixed(2).padStart(7)} s  ${
       (passages / seconds).toFixed(1).padStart(8)
     } passages/s  ${(tokens / seconds).toFixed(0).padStart(7)} tokens/s`,
   );
@@ -113,7 +120,10 @@ const session = await ort.InferenceSession.create(`${MODEL_DIR}/model.onnx`, {
   graphOptimizationLevel: "all",
 });
 
-async function rawBatch(batch: number[][]): Promise<Float32Array[]> {
+async function rawBatch(
+  batch: number[][],
+  s: ort.InferenceSession = session,
+): Promise<Float32Array[]> {
   const rowsN = batch.length;
   const seq = Math.max(...batch.map((b) => b.length));
   const ids = new BigInt64Array(rowsN * seq);
@@ -124,7 +134,7 @@ async function rawBatch(batch: number[][]): Promise<Float32Array[]> {
       mask[r * seq + t] = 1n;
     });
   });
-  const out = await session.run({
+  const out = await s.run({
     input_ids: new ort.Tensor("int64", ids, [rowsN, seq]),
     attention_mask: new ort.Tensor("int64", mask, [rowsN, seq]),
     token_type_ids: new ort.Tensor("int64", new BigInt64Array(rowsN * seq), [rowsN, seq]),
@@ -154,11 +164,17 @@ if (!skip.has("raw-b32")) {
   report("raw-b32", (performance.now() - t0) / 1000, corpus.length, totalTokens);
 }
 
-if (!skip.has("raw-sorted")) {
-  const t0 = performance.now();
+/** The corpus in length-sorted micro-batches under Synapse's token budget; vectors in order. */
+async function rawSorted(s: ort.InferenceSession): Promise<Float32Array[]> {
   const all = corpus.map(rawIds);
   const order = all.map((_, i) => i).sort((a, b) => all[a]!.length - all[b]!.length);
-  let batch: number[][] = [];
+  const out: Float32Array[] = new Array(all.length);
+  let batch: number[] = [];
+  const flush = async () => {
+    const vs = await rawBatch(batch.map((i) => all[i]!), s);
+    batch.forEach((i, j) => out[i] = vs[j]!);
+    batch = [];
+  };
   for (const i of order) {
     const ids = all[i]!;
     if (
@@ -166,13 +182,40 @@ if (!skip.has("raw-sorted")) {
       (batch.length + 1 > ORT_MICRO_BATCH.maxSequences ||
         (batch.length + 1) * ids.length > ORT_MICRO_BATCH.maxMicroBatchTokens)
     ) {
-      await rawBatch(batch);
-      batch = [];
+      await flush();
     }
-    batch.push(ids);
+    batch.push(i);
   }
-  if (batch.length) await rawBatch(batch);
+  if (batch.length) await flush();
+  return out;
+}
+
+let fp32Vectors: Float32Array[] | undefined;
+if (!skip.has("raw-sorted")) {
+  const t0 = performance.now();
+  fp32Vectors = await rawSorted(session);
   report("raw-sorted", (performance.now() - t0) / 1000, corpus.length, totalTokens);
+}
+
+// ---------- raw onnxruntime-node on the int8 file ----------
+const int8 = !skip.has("int8");
+if (int8) {
+  try {
+    await Deno.stat(`${INT8_DIR}/model.onnx`);
+  } catch {
+    console.error(`missing ${INT8_DIR}: run ./scripts/setup --bench first`);
+    Deno.exit(2);
+  }
+}
+let int8Session: ort.InferenceSession | undefined;
+if (int8) {
+  int8Session = await ort.InferenceSession.create(`${INT8_DIR}/model.onnx`, {
+    executionProviders: ["cpu"],
+    intraOpNumThreads: threads,
+    interOpNumThreads: 1,
+    graphOptimizationLevel: "all",
+  });
+  await rawBatch([rawIds("warm up the session")], int8Session);
 }
 
 const shortTexts = Array.from(
@@ -281,6 +324,147 @@ const BLOCK = 50;
     }
   }
 }
+// ---------- Synapse in-process on the int8 lane ----------
+// Its own instance: the fp32 model (the reference) and the int8 file declaring it; the probe
+// certifies the int8 lane first (its mean cosine against fp32 is the figure printed below).
+let int8Cosine: number | undefined;
+let int8CorpusCosine: number | undefined;
+const int8Alone: number[] = [];
+const fp32AloneForInt8: number[] = [];
+const rawInt8Alone: number[] = [];
+if (int8) {
+  const int8Config = {
+    ...benchConfig,
+    certification: "require",
+    preload_models: [
+      ...benchConfig.preload_models,
+      {
+        ...benchConfig.preload_models[0]!,
+        model_id: "minilm-shaped-int8",
+        model_path: `${INT8_DIR}/model.onnx`,
+        reference_model: "minilm-shaped",
+        quant: "int8",
+      },
+    ],
+  };
+  const int8Tmp = await Deno.makeTempDir({ prefix: "synapse-bench-int8-" });
+  const int8Env = {
+    XDG_DATA_HOME: `${int8Tmp}/data`,
+    XDG_CONFIG_HOME: `${int8Tmp}/config`,
+    HOME: int8Tmp,
+    SYNAPSE_CONFIG_JSON: JSON.stringify(int8Config),
+  };
+  const { config } = loadConfig({ env: int8Env, cwd: int8Tmp });
+  await using syn = await createSynapse({ config, env: int8Env });
+  const job = await syn.call("probe.start", { models: ["minilm-shaped-int8"] });
+  if (job.kind !== "result") throw new Error(JSON.stringify(job.body));
+  const jobId = (job.body.result as { job_id: string }).job_id;
+  for (;;) {
+    const st = await syn.call("probe.status", { job_id: jobId });
+    if (st.kind !== "result") throw new Error(JSON.stringify(st.body));
+    const state = (st.body.result as { state: string }).state;
+    if (state === "done" || state.startsWith("failed")) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const list = await syn.call("models.list", {});
+  if (list.kind !== "result") throw new Error(JSON.stringify(list.body));
+  // deno-lint-ignore no-explicit-any
+  const row = (list.body.result as any).models.find((m: any) =>
+    m.model_id === "minilm-shaped-int8"
+  );
+  const parity = row?.certification?.checks?.find((c: { id: string }) =>
+    c.id === "reference_parity_mean_cosine"
+  );
+  int8Cosine = parity?.value;
+  console.log(
+    `int8 lane: ${row?.certification?.status} by the probe, mean cosine vs fp32 ${
+      int8Cosine?.toFixed(6)
+    } (bar 0.999), quant ${row?.quant}, dtype ${row?.dtype}`,
+  );
+  const warm = await syn.call("embed.query", { model: "minilm-shaped-int8", text: "warm up" });
+  if (warm.kind !== "result") throw new Error(JSON.stringify(warm.body));
+  // Rounds of raw fp32, raw int8 and Synapse int8 one after the other, each row its median
+  // round: the machine's load moves between rows far apart in a run, less within a round.
+  const ROUNDS = 3;
+  const times: Record<"fp32" | "rawInt8" | "synInt8", number[]> = {
+    fp32: [],
+    rawInt8: [],
+    synInt8: [],
+  };
+  let r: { real_token_counts: number[]; vectors: { vector: number[] }[] } | undefined;
+  // A pause before each row lets the previous session's spinning intra-op threads go idle (past
+  // their spin window): two spinning pools on 2 cores slow each other.
+  const pause = () => new Promise((r) => setTimeout(r, 50));
+  for (let round = 0; round < ROUNDS; round++) {
+    await pause();
+    let t0 = performance.now();
+    await rawSorted(session);
+    times.fp32.push((performance.now() - t0) / 1000);
+    await pause();
+    t0 = performance.now();
+    await rawSorted(int8Session!);
+    times.rawInt8.push((performance.now() - t0) / 1000);
+    await pause();
+    t0 = performance.now();
+    const out = await syn.call("embed.batch", {
+      model: "minilm-shaped-int8",
+      texts: corpus,
+      truncate: true,
+      deadline_ms: 3_600_000,
+    });
+    times.synInt8.push((performance.now() - t0) / 1000);
+    if (out.kind !== "result") throw new Error(JSON.stringify(out.body));
+    r = out.body.result as typeof r;
+  }
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const realTokens = r!.real_token_counts.reduce((a, b) => a + b, 0);
+  report("raw-sorted-rounds", median(times.fp32), corpus.length, totalTokens);
+  report("raw-int8-sorted", median(times.rawInt8), corpus.length, totalTokens);
+  report("synapse-int8", median(times.synInt8), corpus.length, realTokens);
+  if (fp32Vectors !== undefined) {
+    let sum = 0;
+    r!.vectors.forEach((v, i) => {
+      const f = fp32Vectors![i]!;
+      let dot = 0, na = 0, nb = 0;
+      for (let d = 0; d < f.length; d++) {
+        dot += v.vector[d]! * f[d]!;
+        na += v.vector[d]! ** 2;
+        nb += f[d]! ** 2;
+      }
+      sum += dot / Math.sqrt(na * nb);
+    });
+    int8CorpusCosine = sum / r!.vectors.length;
+  }
+  // embed.query on the int8 lane against the raw fp32 single run, each alone (alternating blocks).
+  const settle = () => new Promise((r) => setTimeout(r, 50));
+  for (let b = 0; b < Math.ceil(queryRuns / BLOCK); b++) {
+    await settle();
+    for (let i = 0; i < BLOCK + 5; i++) {
+      const ids = rawIds(shortTexts[(b * BLOCK + i) % shortTexts.length]!);
+      const t0 = performance.now();
+      await rawBatch([ids]);
+      if (i >= 5) fp32AloneForInt8.push(performance.now() - t0);
+    }
+    await settle();
+    for (let i = 0; i < BLOCK + 5; i++) {
+      const ids = rawIds(shortTexts[(b * BLOCK + i) % shortTexts.length]!);
+      const t0 = performance.now();
+      await rawBatch([ids], int8Session);
+      if (i >= 5) rawInt8Alone.push(performance.now() - t0);
+    }
+    await settle();
+    for (let i = 0; i < BLOCK + 5; i++) {
+      const text = shortTexts[(b * BLOCK + i) % shortTexts.length]!;
+      const t0 = performance.now();
+      const o = await syn.call("embed.query", { model: "minilm-shaped-int8", text });
+      if (o.kind !== "result") throw new Error(JSON.stringify(o.body));
+      if (i >= 5) int8Alone.push(performance.now() - t0);
+    }
+  }
+  await syn.dispose();
+  await Deno.remove(int8Tmp, { recursive: true });
+}
+await int8Session?.release();
 await session.release();
 
 // ---------- Synapse over HTTP (a separate server process) ----------
@@ -369,6 +553,12 @@ ratio("synapse", "tjs-b32", ">= 4.5");
 ratio("synapse-http", "raw-sorted", ">= 0.9");
 ratio("raw-sorted", "raw-b32", "info");
 ratio("raw-b32", "tjs-b32", "info");
+ratio("synapse-int8", "raw-sorted", ">= 2.0 on VNNI, >= 1.5 on AVX2");
+ratio("raw-int8-sorted", "raw-sorted", "info");
+// The same two against the raw fp32 run of the same rounds (alternating, median of 3).
+ratio("synapse-int8", "raw-sorted-rounds", ">= 2.0 on VNNI, >= 1.5 on AVX2");
+ratio("raw-int8-sorted", "raw-sorted-rounds", "info");
+ratio("synapse-int8", "raw-int8-sorted", ">= 0.95");
 const p50raw = percentile(rawLat, 0.5), p99raw = percentile(rawLat, 0.99);
 const p50syn = percentile(synLat, 0.5), p99syn = percentile(synLat, 0.99);
 console.log(`\nembed.query latency, ${shortTexts.length} texts of 8-16 tokens, ${queryRuns} runs:`);
@@ -385,6 +575,24 @@ console.log(
     (a99syn / a50syn).toFixed(2)
   } (target <= 2)  [alone]`,
 );
+if (int8) {
+  const f50 = percentile(fp32AloneForInt8, 0.5), q50 = percentile(int8Alone, 0.5);
+  const q99 = percentile(int8Alone, 0.99);
+  console.log(`int8 lane (each path alone, alternating blocks of ${BLOCK}):`);
+  console.log(`  raw fp32 single sequence     p50 ${f50.toFixed(2)} ms`);
+  console.log(
+    `  raw int8 single sequence     p50 ${percentile(rawInt8Alone, 0.5).toFixed(2)} ms`,
+  );
+  console.log(`  synapse-int8 embed.query     p50 ${q50.toFixed(2)} ms  p99 ${q99.toFixed(2)} ms`);
+  console.log(
+    `  int8 embed.query / raw fp32 single p50  ${(q50 / f50).toFixed(3)}x (target <= 0.6)`,
+  );
+  console.log(
+    `  int8 mean cosine vs fp32: probe ${int8Cosine?.toFixed(6) ?? "n/a"} (bar 0.999), corpus ${
+      int8CorpusCosine?.toFixed(6) ?? "n/a"
+    }`,
+  );
+}
 {
   const p50plain = percentile(plainLat, 0.5), p50routed = percentile(routedLat, 0.5);
   console.log(`routing by fingerprint (interleaved, ${queryRuns} runs each):`);

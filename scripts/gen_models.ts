@@ -23,10 +23,17 @@
  * - `synapse-tiny-embed-f16-perturbed/`: the same fp16 layout, with every weight tensor
  *   perturbed by seeded Gaussian noise ({@link PERTURB_STD}): the probe's fixture of a lane that
  *   fails parity against `synapse-tiny-embed` (mean cosine well below 0.999).
+ * - `synapse-tiny-embed-int8/`: `synapse-tiny-embed` run through the int8 quantizer
+ *   (lib/quant/quantize_onnx.ts, its default scheme): the fixture of an int8 lane that passes
+ *   parity against its fp32 reference.
+ * - `synapse-tiny-embed-int8-badscale/`: the same, with one weight's scales
+ *   ({@link BADSCALE_FAULT}) deliberately multiplied: an int8 lane that fails parity (mean
+ *   cosine about 0.84).
  *
  * With `--bench` (or `--bench-only`) also `fixtures/bench/minilm-shaped/`: random weights with the
  * exact shape of sentence-transformers/all-MiniLM-L6-v2 (6 layers, hidden 384, 12 heads,
- * intermediate 1536, vocab 30522).
+ * intermediate 1536, vocab 30522), and `fixtures/bench/minilm-shaped-int8/`: the same model
+ * through the int8 quantizer.
  *
  * Each model directory holds `model.onnx`, `onnx/model.onnx` (hard link or copy, the layout
  * `@huggingface/transformers` expects), `tokenizer.json`, `tokenizer_config.json`, `config.json`
@@ -41,6 +48,8 @@
 
 import { parseArgs } from "node:util";
 import onnxProto from "onnx-proto";
+import { quantizeOnnx, QUANTIZER_REVISION } from "../lib/quant/quantize_onnx.ts";
+import type { QuantizeOptions } from "../lib/quant/quantize_onnx.ts";
 
 const onnx = onnxProto.onnx;
 type TensorProto = onnxProto.onnx.ITensorProto;
@@ -61,7 +70,16 @@ export const TINY_MODEL_NAMES = [
   "synapse-tiny-embed-nan",
   "synapse-tiny-embed-f16",
   "synapse-tiny-embed-f16-perturbed",
+  "synapse-tiny-embed-int8",
+  "synapse-tiny-embed-int8-badscale",
 ] as const;
+
+/**
+ * The deliberately wrong weight scale of `synapse-tiny-embed-int8-badscale`: the scales of the
+ * last layer's output projection, multiplied by 64 (mean cosine against the fp32 model about
+ * 0.84, far under the probe's 0.999).
+ */
+export const BADSCALE_FAULT = { weight: "encoder.layer.1.output.dense.weight", factor: 64 };
 
 /**
  * Standard deviation of the noise added to every non-scalar weight of
@@ -72,6 +90,9 @@ export const PERTURB_STD = 0.5;
 
 /** Name of the benchmark model directory. */
 export const BENCH_MODEL_NAME = "minilm-shaped";
+
+/** Name of the benchmark model's int8 directory. */
+export const BENCH_INT8_MODEL_NAME = "minilm-shaped-int8";
 
 /** Files every generated model directory holds (besides the `.complete` stamp). */
 export const MODEL_FILES = [
@@ -438,6 +459,13 @@ export interface EncoderSpec {
    * base weights are drawn exactly as without it.
    */
   perturb?: { seed: number; std: number };
+  /**
+   * Run the fp32 model through the int8 quantizer (lib/quant/quantize_onnx.ts) with these
+   * options; `revision` is {@link QUANTIZER_REVISION}, so a new quantizer revision regenerates.
+   * The fp32 model is built under the name `from` (the fp32 fixture it quantizes), so the
+   * quantizer's input is exactly that fixture's `model.onnx`.
+   */
+  quantize?: { from: string; revision: string; options: QuantizeOptions };
   /** Extra config.json keys. */
   extraConfig: Record<string, unknown>;
 }
@@ -490,6 +518,28 @@ export const TINY_SPECS: readonly EncoderSpec[] = [
     perturb: { seed: 0x53594ef1, std: PERTURB_STD },
     extraConfig: { synapse_test_model: true },
   },
+  {
+    name: "synapse-tiny-embed-int8",
+    task: "embed",
+    seed: 0x53594e01, // synapse-tiny-embed's weights, quantized
+    vocab: "tiny",
+    ...TINY_SHAPE,
+    quantize: { from: "synapse-tiny-embed", revision: QUANTIZER_REVISION, options: {} },
+    extraConfig: { synapse_test_model: true },
+  },
+  {
+    name: "synapse-tiny-embed-int8-badscale",
+    task: "embed",
+    seed: 0x53594e01, // synapse-tiny-embed's weights, quantized with one wrong scale
+    vocab: "tiny",
+    ...TINY_SHAPE,
+    quantize: {
+      from: "synapse-tiny-embed",
+      revision: QUANTIZER_REVISION,
+      options: { scaleFault: BADSCALE_FAULT },
+    },
+    extraConfig: { synapse_test_model: true },
+  },
 ];
 
 /** Spec of the MiniLM-shaped benchmark model. */
@@ -503,6 +553,13 @@ export const BENCH_SPEC: EncoderSpec = {
   heads: 12,
   intermediate: 1536,
   extraConfig: { synapse_bench_model: true },
+};
+
+/** Spec of the MiniLM-shaped benchmark model's int8 variant (the quantizer's default scheme). */
+export const BENCH_INT8_SPEC: EncoderSpec = {
+  ...BENCH_SPEC,
+  name: BENCH_INT8_MODEL_NAME,
+  quantize: { from: BENCH_MODEL_NAME, revision: QUANTIZER_REVISION, options: {} },
 };
 
 interface Graph {
@@ -661,6 +718,11 @@ function tensorInfo(name: string, elemType: number, dims: (string | number)[]): 
  * @returns the serialized ModelProto.
  */
 export function buildEncoderModel(spec: EncoderSpec, vocab: Vocab): Uint8Array {
+  if (spec.quantize !== undefined) {
+    const { quantize, ...rest } = spec;
+    const fp32 = buildEncoderModel({ ...rest, name: quantize.from }, vocab);
+    return quantizeOnnx(fp32, quantize.options).bytes;
+  }
   const rand = mulberry32(spec.seed);
   const g: Graph = { nodes: [], initializers: [], next: 0 };
   const { hidden } = spec;
@@ -856,6 +918,13 @@ export function configJson(spec: EncoderSpec, vocab: Vocab): string {
     config.synapse_poison_token_id = vocab.tokens.indexOf(spec.poisonToken);
   }
   if (spec.weights !== undefined) config.synapse_weights_dtype = spec.weights;
+  if (spec.quantize !== undefined) {
+    config.synapse_quant = "int8";
+    config.synapse_quantizer = spec.quantize.revision;
+    if (spec.quantize.options.scaleFault !== undefined) {
+      config.synapse_scale_fault = spec.quantize.options.scaleFault;
+    }
+  }
   if (spec.perturb !== undefined) {
     config.synapse_perturb_seed = spec.perturb.seed;
     config.synapse_perturb_std = spec.perturb.std * INIT_STD;
@@ -881,7 +950,8 @@ export interface GenerateModelsOptions {
    */
   tiny?: boolean;
   /**
-   * Write the MiniLM-shaped benchmark model (about 90 MB, about 1.5 s).
+   * Write the MiniLM-shaped benchmark model (about 90 MB, about 1.5 s) and its int8 variant
+   * (about 59 MB, about 1 s more).
    * @default {false}
    */
   bench?: boolean;
@@ -890,6 +960,11 @@ export interface GenerateModelsOptions {
    * @default {"<repo>/fixtures/bench/minilm-shaped"}
    */
   benchDir?: string;
+  /**
+   * Directory of the benchmark model's int8 variant (written with `bench`).
+   * @default {"<repo>/fixtures/bench/minilm-shaped-int8"}
+   */
+  benchInt8Dir?: string;
   /**
    * Regenerate even where a matching `.complete` stamp is present.
    * @default {false}
@@ -1053,6 +1128,8 @@ export async function generateModels(
   }
   const outDir = options.outDir ?? defaultPath("fixtures/models");
   const benchDir = options.benchDir ?? defaultPath(`fixtures/bench/${BENCH_MODEL_NAME}`);
+  const benchInt8Dir = options.benchInt8Dir ??
+    defaultPath(`fixtures/bench/${BENCH_INT8_MODEL_NAME}`);
   const log = options.log ?? (() => {});
   const corpus = await Deno.readTextFile(CORPUS_URL);
   const corpusSha = await sha256Hex(corpus);
@@ -1061,7 +1138,10 @@ export async function generateModels(
   if (options.tiny ?? true) {
     for (const spec of TINY_SPECS) jobs.push({ spec, dir: `${outDir}/${spec.name}` });
   }
-  if (options.bench ?? false) jobs.push({ spec: BENCH_SPEC, dir: benchDir });
+  if (options.bench ?? false) {
+    jobs.push({ spec: BENCH_SPEC, dir: benchDir });
+    jobs.push({ spec: BENCH_INT8_SPEC, dir: benchInt8Dir });
+  }
 
   const vocabs = new Map<EncoderSpec["vocab"], Vocab>();
   const results: GeneratedModel[] = [];
@@ -1098,8 +1178,8 @@ export async function generateModels(
 
 const USAGE = `usage: gen_models.ts [--out DIR] [--bench | --bench-only] [--bench-out DIR] [--force]
   --out DIR        tiny models directory (default fixtures/models)
-  --bench          also write the MiniLM-shaped benchmark model
-  --bench-only     write only the benchmark model
+  --bench          also write the MiniLM-shaped benchmark model (and its int8 variant)
+  --bench-only     write only the benchmark models
   --bench-out DIR  benchmark model directory (default fixtures/bench/minilm-shaped)
   --force          regenerate even when up to date`;
 

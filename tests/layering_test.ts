@@ -14,7 +14,7 @@ const LAYERS: string[][] = [
   ["identity", "async.ts", "line_column.ts", "paths.ts", "version.ts", "log"],
   ["contract"],
   ["config", "tokenize", "store", "lease", "sched", "workers", "subc", "grammar"],
-  ["engines", "cache"],
+  ["engines", "cache", "quant"],
   ["lanes"],
   ["models"],
   ["probe"],

@@ -254,8 +254,23 @@ async function checkOnnx(path: string, label: string): Promise<void> {
   }
 }
 
-/** GraphProto `initializer` (repeated TensorProto). */
+/** GraphProto `node` (repeated NodeProto) and `initializer` (repeated TensorProto). */
+const ONNX_GRAPH_NODE = 1;
 const ONNX_GRAPH_INITIALIZER = 5;
+/** NodeProto `op_type` (string). */
+const ONNX_NODE_OP_TYPE = 4;
+/**
+ * Op types that multiply integer tensors: a graph holding one is a quantized model
+ * (onnxruntime's dynamic and static quantization, and Synapse's own quantizer, lib/quant/).
+ */
+export const ONNX_INTEGER_MATMUL_OPS: ReadonlySet<string> = new Set([
+  "MatMulInteger",
+  "DynamicQuantizeMatMul",
+  "MatMulIntegerToFloat",
+  "QLinearMatMul",
+  "QGemm",
+  "QAttention",
+]);
 /** TensorProto `dims` (repeated int64, packed or not) and `data_type` (int32). */
 const ONNX_TENSOR_DIMS = 1;
 const ONNX_TENSOR_DATA_TYPE = 2;
@@ -264,6 +279,9 @@ const ONNX_FLOAT = 1;
 const ONNX_FLOAT16 = 10;
 const ONNX_DOUBLE = 11;
 const ONNX_BFLOAT16 = 16;
+/** TensorProto.DataType values of the 8-bit integer types. */
+const ONNX_UINT8 = 2;
+const ONNX_INT8 = 3;
 
 /** Float weight elements of an ONNX model's initializers, by storage type. */
 export interface OnnxWeightCounts {
@@ -273,13 +291,25 @@ export interface OnnxWeightCounts {
   f16: number;
   /** BFLOAT16 elements. */
   bf16: number;
+  /** INT8 initializer elements (quantized weights). */
+  int8: number;
+  /** UINT8 initializer elements. */
+  uint8: number;
+  /** Nodes whose op type is in {@link ONNX_INTEGER_MATMUL_OPS}. */
+  integer_matmuls: number;
 }
 
 /**
  * The storage dtype of an ONNX model's float weights: the float type holding most initializer
  * elements (`f16` for FLOAT16, `bf16` for BFLOAT16, else `f32`, also for a model with no float
  * initializers). Walks the protobuf wire format (ModelProto.graph → GraphProto.initializer →
- * TensorProto dims and data_type) with seeks, never reading the tensors.
+ * TensorProto dims and data_type, GraphProto.node → NodeProto op_type) with seeks, never reading
+ * the tensors.
+ *
+ * `quant` is `int8` for a quantized model: its graph holds an integer MatMul
+ * ({@link ONNX_INTEGER_MATMUL_OPS}) and its INT8 initializer elements are at least its UINT8
+ * ones (U8S8: int8 weights, activations quantized per call; `uint8` otherwise, U8U8). Else it
+ * is the float dtype.
  *
  * @param path The model file.
  * @param label The logical name used in messages and `details.file`.
@@ -290,14 +320,23 @@ export interface OnnxWeightCounts {
 export async function onnxWeightDtype(
   path: string,
   label: string,
-): Promise<{ dtype: "f32" | "f16" | "bf16"; counts: OnnxWeightCounts }> {
+): Promise<
+  { dtype: "f32" | "f16" | "bf16"; quant: string; counts: OnnxWeightCounts }
+> {
   let f: Deno.FsFile;
   try {
     f = await Deno.open(path, { read: true });
   } catch (err) {
     throw unreadable(path, label, err);
   }
-  const counts: OnnxWeightCounts = { f32: 0, f16: 0, bf16: 0 };
+  const counts: OnnxWeightCounts = {
+    f32: 0,
+    f16: 0,
+    bf16: 0,
+    int8: 0,
+    uint8: 0,
+    integer_matmuls: 0,
+  };
   try {
     const size = (await f.stat()).size;
     let graph: { start: number; end: number } | undefined;
@@ -307,10 +346,23 @@ export async function onnxWeightDtype(
     });
     if (graph === undefined) throw notOnnx(label, `it has no graph (ModelProto field 7)`);
     const tensors: { start: number; end: number }[] = [];
+    const nodes: { start: number; end: number }[] = [];
     await walkFields(f, graph.start, graph.end, label, (field, wire, start, end) => {
       if (field === ONNX_GRAPH_INITIALIZER && wire === 2) tensors.push({ start, end });
+      if (field === ONNX_GRAPH_NODE && wire === 2) nodes.push({ start, end });
       return undefined;
     });
+    for (const n of nodes) {
+      const ops: { start: number; end: number }[] = [];
+      await walkFields(f, n.start, n.end, label, (field, wire, start, end) => {
+        if (field === ONNX_NODE_OP_TYPE && wire === 2) ops.push({ start, end });
+        return undefined;
+      });
+      for (const o of ops) {
+        const name = new TextDecoder().decode(await readAt(f, o.start, o.end - o.start));
+        if (ONNX_INTEGER_MATMUL_OPS.has(name)) counts.integer_matmuls++;
+      }
+    }
     for (const t of tensors) {
       let dataType = 0;
       let elements = 1;
@@ -328,7 +380,7 @@ export async function onnxWeightDtype(
       }
       if (
         dataType !== ONNX_FLOAT && dataType !== ONNX_DOUBLE && dataType !== ONNX_FLOAT16 &&
-        dataType !== ONNX_BFLOAT16
+        dataType !== ONNX_BFLOAT16 && dataType !== ONNX_INT8 && dataType !== ONNX_UINT8
       ) continue;
       for (const d of dims) {
         const buf = await readAt(f, d.start, d.end - d.start);
@@ -343,6 +395,8 @@ export async function onnxWeightDtype(
       }
       if (dataType === ONNX_FLOAT16) counts.f16 += elements;
       else if (dataType === ONNX_BFLOAT16) counts.bf16 += elements;
+      else if (dataType === ONNX_INT8) counts.int8 += elements;
+      else if (dataType === ONNX_UINT8) counts.uint8 += elements;
       else counts.f32 += elements;
     }
   } finally {
@@ -353,7 +407,10 @@ export async function onnxWeightDtype(
     : counts.bf16 > counts.f32
     ? "bf16"
     : "f32";
-  return { dtype, counts };
+  const quant = counts.integer_matmuls > 0 && counts.int8 + counts.uint8 > 0
+    ? (counts.int8 >= counts.uint8 ? "int8" : "uint8")
+    : dtype;
+  return { dtype, quant, counts };
 }
 
 /**

@@ -26,6 +26,7 @@ import { psCommand } from "./commands/ps.ts";
 import { probeCommand } from "./commands/probe.ts";
 import { aliasCommand, aliasesCommand } from "./commands/aliases.ts";
 import { pullCommand } from "./commands/pull.ts";
+import { quantizeCommand } from "./commands/quantize.ts";
 import { rerankCommand } from "./commands/rerank.ts";
 import { rmCommand } from "./commands/rm.ts";
 import { generateCommand } from "./commands/generate.ts";
@@ -43,6 +44,7 @@ export const COMMANDS: readonly Command[] = Object.freeze([
   generateCommand,
   tokenizeCommand,
   pullCommand,
+  quantizeCommand,
   probeCommand,
   aliasesCommand,
   aliasCommand,

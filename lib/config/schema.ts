@@ -79,8 +79,9 @@ export const PreloadModelConfigSchema = z.strictObject({
    */
   max_tokens: positiveInt.optional(),
   /**
-   * Quantization the lane serves, e.g. `q8_0`, `f16`: checked at load against the file (an ONNX
-   * model's weight dtype, a GGUF's `general.file_type`); another value fails the model.
+   * Quantization the lane serves, e.g. `q8_0`, `f16`, `int8`: checked at load against the file (an
+   * ONNX model's weight dtype, or `int8` for one with integer MatMuls; a GGUF's
+   * `general.file_type`); another value fails the model.
    */
   quant: nonEmpty.optional(),
   /**

@@ -81,7 +81,8 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
       { details: { model_id: modelId, field: "tokenizer_path", engine: "ort" } },
     );
   }
-  // The weights' storage dtype (FLOAT16 initializers → f16) is part of the profile. A file the
+  // The weights' storage dtype (FLOAT16 initializers → f16) and quantization (integer MatMuls
+  // over INT8 weights → int8; docs/models.md "The int8 lane") are part of the profile. A file the
   // walk cannot read is left to onnxruntime, whose own words then refuse it.
   let weights: Awaited<ReturnType<typeof onnxWeightDtype>> | SynapseError;
   try {
@@ -92,7 +93,7 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
   }
   if (!(weights instanceof SynapseError)) {
     checkDeclaredDtype(src, weights.dtype, "ort");
-    checkDeclaredQuant(src, weights.dtype, "ort");
+    checkDeclaredQuant(src, weights.quant, "ort");
   }
   const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
   const config = await readConfig(src);
@@ -160,10 +161,13 @@ export async function loadOrtModel(src: ModelSource, ctx: OrtLoadContext): Promi
     throw err;
   }
   const dtype = weights.dtype;
+  // An int8 model computes its non-quantized tensors (and the MatMuls' outputs) in fp32: its
+  // dtype stays f32, and `quant` says int8 (so the lane is never the fp32 reference).
+  const quant = weights.quant;
   const bulk = OrtEngine.lazy(ctx.bulk, spec, interactive.dims);
   const profile: NumericProfile = {
     model_digest: modelDigest,
-    quant: dtype,
+    quant,
     engine: {
       engine: ORT_ENGINE.engine,
       version: ORT_ENGINE.version,
@@ -226,9 +230,11 @@ export function checkDeclaredDtype(src: ModelSource, weights: string, engine: st
 
 /**
  * Refuses a load whose declared `quant` (preload `quant`) is not the quantization the lane
- * serves: the fingerprint's `quant` (docs/internals.md §4), the weights' dtype for an ONNX model
- * (`f32`, `f16`, `bf16`) and `general.file_type` for a GGUF (`f16`, `q8_0`, `q4_k_m`, …). The
- * engine runs the weights as stored and quantizes nothing at load, so a declaration is a check.
+ * serves: the fingerprint's `quant` (docs/internals.md §4): for an ONNX model the weights' dtype
+ * (`f32`, `f16`, `bf16`), or `int8` for a dynamically quantized one (integer MatMuls over INT8
+ * weights: `ck-synapse quantize`, `pull --quant int8`), and `general.file_type` for a GGUF (`f16`,
+ * `q8_0`, `q4_k_m`, …). The engine runs the weights as stored and quantizes nothing at load, so
+ * a declaration is a check.
  * Compared case-insensitively (`Q8_0` is `q8_0`).
  *
  * @param src The source.
@@ -240,7 +246,11 @@ export function checkDeclaredQuant(src: ModelSource, served: string, engine: str
   if (src.quant === undefined || src.quant.toLowerCase() === served) return;
   throw new SynapseError(
     "invalid_request",
-    `Cannot load model '${src.modelId}': it declares quant '${src.quant}', but the file is ${served} and engine '${engine}' runs it as stored (it quantizes nothing at load); drop quant or set it to '${served}'`,
+    `Cannot load model '${src.modelId}': it declares quant '${src.quant}', but the file is ${served} and engine '${engine}' runs it as stored (it quantizes nothing at load); drop quant or set it to '${served}'${
+      src.quant.toLowerCase() === "int8" && engine === "ort"
+        ? " (make an int8 file with 'ck-synapse quantize' or 'ck-synapse pull --quant int8')"
+        : ""
+    }`,
     {
       details: {
         model_id: src.modelId,

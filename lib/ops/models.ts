@@ -88,6 +88,12 @@ export interface ModelRow {
   max_tokens_source: "runtime_bucket";
   dims?: number;
   dtype: string;
+  /**
+   * The quantization the lane serves (its profile's `quant`): the dtype for a float lane, `int8`
+   * for a dynamically quantized ONNX model, `general.file_type` of a GGUF (`q8_0`, …); absent
+   * while not loaded.
+   */
+  quant?: string;
   device_class: "cpu" | "cuda" | "metal" | "vulkan";
   /** Answers are `provenance.certified: true` (reference or certified lane); false while not loaded. */
   certified: boolean;
@@ -218,6 +224,7 @@ export function modelRow(
     max_tokens: r?.maxTokens ?? m.source.maxTokens ?? 512,
     max_tokens_source: "runtime_bucket",
     dtype: typeof r?.profile.dtype === "string" ? r.profile.dtype : "f32",
+    ...(typeof r?.profile.quant === "string" ? { quant: r.profile.quant } : {}),
     device_class: deviceClass(m),
     certified: false,
     lanes: r ? [...new Set([r.interactive.name, r.bulk.name])] : [],

@@ -2,8 +2,9 @@
  * Serving admission by certification (docs/internals.md §12).
  *
  * - **Who needs a certificate** ({@link laneCertificationClass}): a lane is `reference` when its
- *   engine is `ort`, its profile dtype is `f32`, it runs on the CPU and its source declares no
- *   reference model; every other lane is `certification_required`.
+ *   engine is `ort`, its profile dtype is `f32` and its `quant` too (an int8 lane computes in
+ *   f32 but is not the reference), it runs on the CPU and its source declares no reference
+ *   model; every other lane is `certification_required`.
  * - **Lane id** ({@link laneIdOf}): the catalog lane id `<catalog_id>-<backend>` for catalog
  *   models, else the model id.
  * - **Keys and staleness** ({@link certificationOf}): a row of `cert_rows` is keyed by
@@ -76,8 +77,8 @@ export type CertifiableModel =
   | (Pick<ReadyModel, "engineKind" | "profile"> & { source?: Pick<ModelSource, "referenceModel"> });
 
 /**
- * `reference` for an ORT lane computing in `f32` on the CPU whose source declares
- * no reference model (`source.referenceModel`); `certification_required` for every other lane.
+ * `reference` for an ORT lane computing in `f32` on the CPU, not quantized (`quant` equal to its
+ * dtype), whose source declares no reference model (`source.referenceModel`); `certification_required` for every other lane.
  *
  * @param model A registry entry (its ready model's profile is read when loaded), or a ready model
  *   with an optional source.
@@ -91,6 +92,8 @@ export function laneCertificationClass(model: CertifiableModel): LaneCertificati
   if (engine !== "ort") return "certification_required";
   if (model.source?.referenceModel !== undefined) return "certification_required";
   if (profile !== undefined && profile.dtype !== "f32") return "certification_required";
+  // A quantized lane (`quant: "int8"`) keeps dtype f32 for its float tensors: still not the reference.
+  if (profile !== undefined && profile.quant !== profile.dtype) return "certification_required";
   // ORT runs on the CPU here; a GPU build would say so in its build flags.
   const backend = profile?.engine.build_flags?.backend;
   if (backend !== undefined && backend !== "cpu") return "certification_required";

@@ -106,21 +106,24 @@ export interface ProbeThresholds {
 
 /**
  * The probe's thresholds: the defaults of docs/internals.md §12, the two `probe.*` config keys, and
- * the rerank |Δ| bar of the lane's dtype.
+ * the rerank |Δ| bar of the lane's dtype and quantization (0.005 for an unquantized f32 lane, 0.02
+ * otherwise: f16, bf16, an int8 lane whose dtype stays f32).
  *
  * @param probe `config.probe` (`mean_cosine_threshold`, `worst_decile_rank_overlap_threshold`).
  * @param dtype The lane's compute dtype (`profile.dtype`).
+ * @param quant The lane's quantization (`profile.quant`); absent: the dtype.
  */
 export function probeThresholds(
   probe: { mean_cosine_threshold?: number; worst_decile_rank_overlap_threshold?: number } = {},
   dtype: Dtype = "f32",
+  quant?: string,
 ): ProbeThresholds {
   return {
     mean_cosine: probe.mean_cosine_threshold ?? 0.999,
     worst_decile_overlap: probe.worst_decile_rank_overlap_threshold ?? 0.9,
     norm_tolerance: 1e-3,
     rerank_pearson: 0.999,
-    rerank_max_abs_delta: dtype === "f32" ? 0.005 : 0.02,
+    rerank_max_abs_delta: dtype === "f32" && (quant ?? "f32") === "f32" ? 0.005 : 0.02,
     query_batch_cosine: 0.99999,
     shape_cosine: 0.99999,
     determinism: 0.999999,
@@ -183,7 +186,10 @@ export async function probeLane(input: ProbeLaneInput): Promise<ProbeLaneResult>
   const now = input.now ?? (() => performance.now());
   const started = now();
   const model = input.model;
-  const thresholds = { ...probeThresholds({}, model.profile.dtype), ...input.thresholds };
+  const thresholds = {
+    ...probeThresholds({}, model.profile.dtype, model.profile.quant),
+    ...input.thresholds,
+  };
   if (input.reference !== undefined) checkReference(model, input.reference.model);
   const ctx = new ProbeContext(input, thresholds);
   if (model.task === "generate") await probeGeneration(ctx);

@@ -23,7 +23,31 @@ Deno.test("onnxWeightDtype: the fp32 fixtures are f32, the fp16 variants f16 wit
   for (const name of ["synapse-tiny-embed-f16", "synapse-tiny-embed-f16-perturbed"]) {
     const half = await onnxWeightDtype(`${MODELS}/${name}/model.onnx`, "model.onnx");
     assert.equal(half.dtype, "f16", name);
-    assert.deepEqual(half.counts, { f32: 0, f16: base.counts.f32, bf16: 0 }, name);
+    assert.deepEqual(
+      half.counts,
+      { f32: 0, f16: base.counts.f32, bf16: 0, int8: 0, uint8: 0, integer_matmuls: 0 },
+      name,
+    );
+    assert.equal(half.quant, "f16", name);
+  }
+  assert.equal(base.quant, "f32");
+  assert.equal(base.counts.integer_matmuls, 0);
+});
+
+Deno.test("onnxWeightDtype: the int8 fixtures are quant int8 (integer MatMuls over INT8 weights), dtype f32", async () => {
+  const base = await onnxWeightDtype(`${MODELS}/synapse-tiny-embed/model.onnx`, "model.onnx");
+  for (const name of ["synapse-tiny-embed-int8", "synapse-tiny-embed-int8-badscale"]) {
+    const q = await onnxWeightDtype(`${MODELS}/${name}/model.onnx`, "model.onnx");
+    assert.equal(q.quant, "int8", name);
+    assert.equal(q.dtype, "f32", name);
+    // 2 layers × 6 dense MatMuls, each one DynamicQuantizeMatMul.
+    assert.equal(q.counts.integer_matmuls, 12, name);
+    // 2 layers × (4 × 32·32 + 2 × 32·64) weights, plus one int8 zero point per column.
+    const weights = 2 * (4 * 32 * 32 + 2 * 32 * 64);
+    const zeroPoints = 2 * (4 * 32 + 64 + 32);
+    assert.equal(q.counts.int8, weights + zeroPoints, name);
+    // The fp32 weights left: everything but the quantized MatMuls, plus one scale per column.
+    assert.equal(q.counts.f32, base.counts.f32 - weights + zeroPoints, name);
   }
 });
 

@@ -15,6 +15,7 @@ import { MODELS, preload, resultOf, startSynapse } from "../_helpers.ts";
 
 const EMBED = `${MODELS}/synapse-tiny-embed`;
 const F16 = `${MODELS}/synapse-tiny-embed-f16`;
+const INT8 = `${MODELS}/synapse-tiny-embed-int8`;
 const LLAMA = `${MODELS}/synapse-tiny-llama`;
 
 // deno-lint-ignore no-explicit-any
@@ -96,12 +97,18 @@ Deno.test("ONNX: quant is checked against the weights and family against config.
         preload(F16, "f16-ok", { quant: "f16" }),
         preload(EMBED, "as-q8", { quant: "q8_0" }),
         preload(F16, "half-as-f32", { quant: "f32" }),
+        preload(INT8, "int8-ok", { quant: "INT8" }),
+        preload(EMBED, "f32-as-int8", { quant: "int8" }),
+        preload(INT8, "int8-as-f32", { quant: "f32" }),
         preload(EMBED, "as-llama", { family: "llama" }),
         { ...preload(EMBED, "no-type", { family: "bert" }), config_path: `${tmp}/config.json` },
       ],
     });
     const r = await rows(t.syn);
-    for (const id of ["f32-ok", "case-ok", "f16-ok"]) assert.equal(r[id].state, "ready", id);
+    for (const id of ["f32-ok", "case-ok", "f16-ok", "int8-ok"]) {
+      assert.equal(r[id].state, "ready", id);
+    }
+    assert.equal(r["int8-ok"].quant, "int8");
     assert.equal(r["f32-ok"].fingerprint, r["case-ok"].fingerprint);
     const failed: [string, Record<string, unknown>, RegExp][] = [
       [
@@ -113,6 +120,16 @@ Deno.test("ONNX: quant is checked against the weights and family against config.
         "half-as-f32",
         { field: "quant", quant: "f32", served_quant: "f16", engine: "ort" },
         /declares quant 'f32', but the file is f16/,
+      ],
+      [
+        "f32-as-int8",
+        { field: "quant", quant: "int8", served_quant: "f32", engine: "ort" },
+        /declares quant 'int8', but the file is f32 .*quantizes nothing at load/,
+      ],
+      [
+        "int8-as-f32",
+        { field: "quant", quant: "f32", served_quant: "int8", engine: "ort" },
+        /declares quant 'f32', but the file is int8/,
       ],
       [
         "as-llama",

@@ -162,6 +162,9 @@ Deno.test("probeThresholds() takes the probe.* config keys and the rerank bar of
   assert.equal(f32.rerank_max_abs_delta, 0.005);
   assert.equal(f32.norm_tolerance, 1e-3);
   assert.equal(f32.rerank_pearson, 0.999);
+  // An int8 lane computes in f32 but gets the quantized lanes' rerank bar.
+  assert.equal(probeThresholds({}, "f32", "int8").rerank_max_abs_delta, 0.02);
+  assert.equal(probeThresholds({}, "f32", "f32").rerank_max_abs_delta, 0.005);
   const f16 = probeThresholds({ worst_decile_rank_overlap_threshold: 0.8 }, "f16");
   assert.equal(f16.rerank_max_abs_delta, 0.02);
   assert.equal(f16.worst_decile_overlap, 0.8);

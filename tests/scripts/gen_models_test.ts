@@ -109,9 +109,14 @@ function weightCount(spec: EncoderSpec, vocabSize: number): number {
  * size bounds the cost without a clock. The rest is the graph and a few scalar constants.
  */
 function assertModelBytes(spec: EncoderSpec, vocabSize: number, modelBytes: number): void {
-  const weights = (spec.weights === "f16" ? 2 : 4) * weightCount(spec, vocabSize);
-  // measured: 9.5 KB for 2 layers, 25.7 KB for 6; fp16 models add a Cast node per initializer
-  const graph = (spec.weights === "f16" ? 8192 : 4096) * (spec.layers + 2);
+  const { hidden: h, intermediate: i, layers } = spec;
+  // An int8 model stores its dense MatMul weights in 1 byte each, not 4.
+  const int8 = spec.quantize === undefined ? 0 : layers * (4 * h * h + 2 * h * i);
+  const weights = (spec.weights === "f16" ? 2 : 4) * weightCount(spec, vocabSize) - 3 * int8;
+  // measured: 9.5 KB for 2 layers, 25.7 KB for 6; fp16 models add a Cast node per initializer,
+  // int8 ones a scale and zero point per column (5 bytes) and longer names
+  const graph = (spec.weights === "f16" || spec.quantize !== undefined ? 8192 : 4096) *
+      (spec.layers + 2) + (int8 === 0 ? 0 : 5 * layers * (6 * h + i));
   assert.ok(
     modelBytes >= weights && modelBytes <= weights + graph,
     `${spec.name}: model.onnx is ${modelBytes} bytes for ${weights} bytes of weights`,
@@ -163,7 +168,7 @@ Deno.test("generateModels() skips complete directories and redoes incomplete one
     await Deno.remove(`${dir}/synapse-tiny-embed/.complete`);
     await Deno.writeTextFile(`${dir}/synapse-tiny-rerank/tokenizer.json`, "{}");
     const redo = await generateModels({ outDir: dir });
-    assert.deepEqual(redo.map((m) => m.skipped), [false, false, true, true, true]);
+    assert.deepEqual(redo.map((m) => m.skipped), [false, false, true, true, true, true, true]);
     assert.deepEqual(await hashTree(dir), before);
 
     const forced = await generateModels({ outDir: dir, force: true });

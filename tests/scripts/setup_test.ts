@@ -26,6 +26,8 @@ Deno.test("scripts/setup says what it does, makes the test models and no bench m
       args: [
         "-r",
         `${ROOT}/scripts`,
+        // scripts/gen_models.ts quantizes the int8 fixtures with lib/quant/.
+        `${ROOT}/lib`,
         `${ROOT}/package.json`,
         `${ROOT}/package-lock.json`,
         `${ROOT}/deno.json`,
@@ -48,6 +50,8 @@ Deno.test("scripts/setup says what it does, makes the test models and no bench m
         "synapse-tiny-embed-nan",
         "synapse-tiny-embed-f16",
         "synapse-tiny-embed-f16-perturbed",
+        "synapse-tiny-embed-int8",
+        "synapse-tiny-embed-int8-badscale",
         "synapse-tiny-llama",
         "synapse-tiny-llama-bytes",
         "synapse-tiny-qwen",

@@ -23,11 +23,13 @@ import { stopOnInterrupt } from "../_job_results.ts";
 import { sleep } from "../../async.ts";
 import type { ClientOutcome, SynapseClient } from "../client.ts";
 import { formatBytes, formatDuration, formatRate, ProgressReporter } from "../_progress.ts";
+import { checkQuant } from "./quantize.ts";
 
 const USAGE =
   `usage: ck-synapse pull ID|URL|PATH [--sha256 H] [--model-id NAME] [--engine ort|llama]
                       [--task embed|rerank|generate] [--tokenizer URL|PATH]
                       [--tokenizer-sha256 H] [--config URL|PATH] [--config-sha256 H]
+                      [--quant int8] [--reference-model ID]
                       [--no-pin] [--probe [--probe-deadline-ms N]] [--json]
                       [--url URL | --subc [FILE]]
 
@@ -55,6 +57,15 @@ download (the job ends and leaves nothing in the cache's tmp/; the next pull sta
   --tokenizer-sha256 H    SHA-256 of the tokenizer URL's file
   --config URL|PATH       its config.json (a URL needs --config-sha256)
   --config-sha256 H       SHA-256 of the config URL's file
+  --quant int8            serve the model int8 (its own lane: quant int8, its own fingerprint).
+                          A PATH is quantized here ('ck-synapse quantize', into the model
+                          cache; --sha256 then checks the fp32 file); an ID takes the upstream
+                          int8 file where the catalog pins one, else quantizes the fp32 file
+                          once its pull is done. Serves as ID-int8 (or NAME-int8) with
+                          reference_model the fp32 model, so 'probe run' checks its parity.
+                          Any other value is refused
+  --reference-model ID    the model these are the same weights as (model.load
+                          reference_model): the probe checks the lane's parity against it
   --no-pin                do not pin its files: 'cache gc' may delete them even while the model
                           serves (it serves from memory; the next start then fails to load it)
   --probe                 once it serves, probe it when it needs a certificate on this machine
@@ -92,6 +103,7 @@ export interface PullFlags {
   config?: string | undefined;
   "config-sha256"?: string | undefined;
   "no-pin"?: boolean | undefined;
+  "reference-model"?: string | undefined;
 }
 
 /** The call `pull` makes: a catalog download, or a load from a URL or a local path. */
@@ -112,6 +124,7 @@ const LOAD_ONLY_FLAGS = [
   "config",
   "config-sha256",
   "no-pin",
+  "reference-model",
 ] as const;
 
 /**
@@ -201,6 +214,7 @@ export function planPull(target: string, flags: PullFlags, cwd: string): PullPla
   if (flags.engine !== undefined) params.engine = flags.engine;
   if (flags.task !== undefined) params.task = flags.task;
   if (flags["no-pin"]) params.pin = false;
+  if (flags["reference-model"] !== undefined) params.reference_model = flags["reference-model"];
   return { kind: isUrl ? "url" : "path", method: "model.load", params };
 }
 
@@ -250,6 +264,8 @@ async function runPull(args: string[], io: CliIO): Promise<number> {
     config: { type: "string" },
     "config-sha256": { type: "string" },
     "no-pin": { type: "boolean" },
+    quant: { type: "string" },
+    "reference-model": { type: "string" },
     probe: { type: "boolean" },
     "probe-deadline-ms": { type: "string" },
     json: { type: "boolean" },
@@ -273,21 +289,58 @@ async function runPull(args: string[], io: CliIO): Promise<number> {
       );
     }
   }
-  const plan = planPull(target, values, Deno.cwd());
+  checkQuant(values.quant, `pull ${target}`);
   const json = values.json ?? false;
+  let plan: PullPlan;
+  // --quant int8: the int8 file is made (or found) before the server is called.
+  const staged: string[] = [];
+  let fp32First: PullPlan | undefined;
+  if (values.quant === "int8") {
+    const { planInt8Pull } = await import("./_pull_int8.ts");
+    const prepared = await planInt8Pull(target, values, Deno.cwd(), io, json);
+    if (typeof prepared === "number") return prepared;
+    plan = prepared.plan;
+    fp32First = prepared.fp32First;
+    if (prepared.staging !== undefined) staged.push(prepared.staging);
+  } else {
+    plan = planPull(target, values, Deno.cwd());
+  }
   const client = await openClient(values, io);
+  const progress = json ? "off" : Deno.stderr.isTerminal() ? "bar" : "lines";
   try {
+    if (fp32First !== undefined) {
+      // A catalog model with no upstream int8 file: its fp32 pull first, then its file quantized.
+      const first = await client.call(fp32First.method, fp32First.params);
+      if (first.kind !== "result") return refused(first, io, json, fp32First);
+      const code = await followPull(
+        client,
+        fp32First,
+        (first.body as { result: JobView }).result,
+        io,
+        {
+          json: false,
+          progress: json ? "off" : progress,
+        },
+      );
+      if (code !== 0) return code;
+      const { stageCatalogInt8 } = await import("./_pull_int8.ts");
+      const staging = await stageCatalogInt8(target, io, json);
+      if (typeof staging === "number") return staging;
+      plan = staging.plan;
+      if (staging.staging !== undefined) staged.push(staging.staging);
+    }
     const outcome = await client.call(plan.method, plan.params);
     if (outcome.kind !== "result") return refused(outcome, io, json, plan);
     const job = (outcome.body as { result: JobView }).result;
     return await followPull(client, plan, job, io, {
       json,
-      progress: json ? "off" : Deno.stderr.isTerminal() ? "bar" : "lines",
+      progress,
       afterReady: (modelId) =>
         certifyAfterPull(client, modelId, values.probe ?? false, io, json, probeDeadlineMs),
     });
   } finally {
     await client.close();
+    for (const dir of staged) await Deno.remove(dir, { recursive: true }).catch(() => {});
   }
 }
 
