@@ -256,6 +256,8 @@ export class OrtThread implements OrtRunner {
       throw new Error(`Unexpected ${res.type} reply to load. This is a bug`);
     }
     this.#loadedInWorker.add(spec.modelRef);
+    // A model loaded again (another file under the same ref) must not keep an older quiet session.
+    if (this.#quietThread?.knows(spec.modelRef)) await this.#quietThread.unload(spec.modelRef);
     if (res.priorityError !== undefined && !this.#priorityWarned) {
       this.#priorityWarned = true;
       this.#log(

@@ -114,3 +114,22 @@ Deno.test("memory sharing keeps vectors bit-identical: shared bulk, quiet and qu
   assert.deepEqual(shared.query, shared.batch.slice(3 * d, 4 * d));
   assert.deepEqual(shared.quiet, shared.query);
 });
+
+Deno.test("loading a model again drops its quiet session, so a quiet run never serves the older file", async () => {
+  const { interactive, bulk } = createOrtThreads({ intraOpThreads: 1 });
+  using _i = interactive;
+  using _b = bulk;
+  await interactive.load(spec);
+  await interactive.run("m", [row], { quiet: true });
+  assert.equal(interactive.residentSessions, 2);
+  const rerank = {
+    ...spec,
+    path: `${MODELS}/synapse-tiny-rerank/model.onnx`,
+    task: "rerank" as const,
+  };
+  await interactive.load(rerank);
+  assert.equal(interactive.residentSessions, 1, "the old quiet session was unloaded");
+  const quiet = await interactive.run("m", [row], { quiet: true });
+  assert.equal(quiet.dims, 1, "the quiet session now serves the file loaded last");
+  assert.equal(interactive.residentSessions, 2);
+});
