@@ -20,7 +20,7 @@
  *             bulk job runs). Both bulk layouts are measured, each in its own child; each child
  *             also times `--bulk-runs` bulk micro-batches (alternating [32,128], [16,256],
  *             [64,64]) for the shared layout's bulk throughput against the separate one's.
- *   F37       a whole Synapse (tiny model) serving 300 embed.batch calls of 8 near-max-length
+ *   near-max  a whole Synapse (tiny model) serving 300 embed.batch calls of 8 near-max-length
  *             texts; RSS (after a GC of the main isolate and malloc_trim) at call 50 and 300
  *
  * Both then load the same model again under a second name ("each further entry": what one more
@@ -28,7 +28,7 @@
  * idle times cut to `--idle-ms` and reports RSS once the lanes have released what idles (bulk
  * sessions, quiet sessions): what a model costs between bursts of work. Ratios divide figures
  * measured in this run, Synapse's over bare's; the target is synapse / bare <= 1.3 per entry
- * while a job runs beside queries (issue 22), bulk throughput shared / separate >= 0.95, and F37
+ * while a job runs beside queries (issue 22), bulk throughput shared / separate >= 0.95, and near-max
  * growth <= 5 %.
  *
  * @module
@@ -208,12 +208,12 @@ async function throughputChild(path: string): Promise<Steps> {
   };
 }
 
-/** F37: RSS at call 50 and 300 of 8 near-max-length texts per embed.batch, on a whole Synapse. */
-async function f37Child(dir: string): Promise<Steps> {
+/** Near-max batches (issue 22): RSS at call 50 and 300 of 8 near-max-length texts per embed.batch, on a whole Synapse. */
+async function nearMaxChild(dir: string): Promise<Steps> {
   const { loadConfig } = await import("../lib/config/loader.ts");
   const { createSynapse } = await import("../lib/synapse.ts");
   const { mallocTrim } = await import("../ffi/malloc_trim.ts");
-  const tmp = await Deno.makeTempDir({ prefix: "synapse-f37-" });
+  const tmp = await Deno.makeTempDir({ prefix: "synapse-nearmax-" });
   const env = {
     XDG_DATA_HOME: `${tmp}/data`,
     XDG_CONFIG_HOME: `${tmp}/config`,
@@ -232,7 +232,7 @@ async function f37Child(dir: string): Promise<Steps> {
   const syn = await createSynapse({ config, env, log: () => {} });
   const steps: Steps = {};
   try {
-    const texts = f37Texts();
+    const texts = nearMaxTexts();
     for (let call = 1; call <= 300; call++) {
       const o = await syn.call("embed.batch", { texts: texts(), truncate: true });
       if (o.kind !== "result") throw new Error(JSON.stringify(o.body).slice(0, 300));
@@ -250,7 +250,7 @@ async function f37Child(dir: string): Promise<Steps> {
 }
 
 /** Eight texts per call of 180–240 words (past the tiny model's 512 tokens: truncated). */
-function f37Texts(): () => string[] {
+function nearMaxTexts(): () => string[] {
   let seed = 1;
   const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
   const words = ["alpha", "beta", "gamma", "delta", "omega", "vector", "memory", "arena"];
@@ -263,8 +263,8 @@ if (args.child !== undefined) {
   const bulkSession = args["bulk-session"] === "separate" ? "separate" : "shared";
   const steps = args.child === "bare"
     ? await bareChild(args.path!)
-    : args.child === "f37"
-    ? await f37Child(args.path!)
+    : args.child === "nearmax"
+    ? await nearMaxChild(args.path!)
     : args.child === "throughput"
     ? await throughputChild(args.path!)
     : await synapseChild(args.path!, args.child === "synapse-idle", bulkSession);
@@ -273,7 +273,7 @@ if (args.child !== undefined) {
 }
 
 async function runChild(
-  kind: "bare" | "synapse" | "synapse-idle" | "f37" | "throughput",
+  kind: "bare" | "synapse" | "synapse-idle" | "nearmax" | "throughput",
   path: string,
   bulkSession: OrtBulkSession = "shared",
 ): Promise<Steps> {
@@ -287,7 +287,7 @@ async function runChild(
       "--allow-env",
       "--allow-ffi",
       "--allow-sys",
-      // The F37 child boots a whole Synapse (its machine profile runs uname).
+      // The near-max child boots a whole Synapse (its machine profile runs uname).
       "--allow-run",
       fileURLToPath(import.meta.url),
       "--child",
@@ -380,12 +380,12 @@ for (const name of wanted) {
   }
 }
 
-// F37 (field report): repeated near-max batches must not grow RSS.
-const f37 = await runChild("f37", MODELS.tiny!);
+// Issue 22 (field report 37): repeated near-max batches must not grow RSS.
+const nearMax = await runChild("nearmax", MODELS.tiny!);
 console.log(
-  `\nF37 (tiny model, 300 embed.batch calls of 8 near-max texts): RSS call 50 ${
-    mb(f37.call50!)
-  }, call 300 ${mb(f37.call300!)}, growth ${
-    ((f37.call300! / f37.call50! - 1) * 100).toFixed(1)
+  `\nnear-max batches (tiny model, 300 embed.batch calls of 8 near-max texts): RSS call 50 ${
+    mb(nearMax.call50!)
+  }, call 300 ${mb(nearMax.call300!)}, growth ${
+    ((nearMax.call300! / nearMax.call50! - 1) * 100).toFixed(1)
   } %  (target <= 5 %)`,
 );
