@@ -15,14 +15,21 @@
  *   synapse   the threads of lib/engines/ort/ort_threads.ts createOrtThreads(), whose workers start
  *             first (a load that fails starts a worker without a model); then `loaded`:
  *             lane.load() plus a query, as the registry does at boot; `+bulk`: one micro-batch
- *             on the bulk lane (its session loads on first use); `+quiet`: one query on the
- *             quiet twin (what a query does while a bulk job runs)
+ *             on the bulk lane (`shared`: on the same session; `separate`: its own session loads
+ *             on first use); `+quiet`: one query on the quiet session (what a query does while a
+ *             bulk job runs). Both bulk layouts are measured, each in its own child; each child
+ *             also times `--bulk-runs` bulk micro-batches (alternating [32,128], [16,256],
+ *             [64,64]) for the shared layout's bulk throughput against the separate one's.
+ *   near-max  a whole Synapse (tiny model) serving 300 embed.batch calls of 8 near-max-length
+ *             texts; RSS (after a GC of the main isolate and malloc_trim) at call 50 and 300
  *
  * Both then load the same model again under a second name ("each further entry": what one more
  * configured model of that size costs). A third child repeats the synapse steps with the lanes'
  * idle times cut to `--idle-ms` and reports RSS once the lanes have released what idles (bulk
- * sessions, quiet twins): what a model costs between bursts of work. Ratios divide figures
- * measured in this run, Synapse's over bare's; the target is synapse / bare <= 1.3 per entry.
+ * sessions, quiet sessions): what a model costs between bursts of work. Ratios divide figures
+ * measured in this run, Synapse's over bare's; the target is synapse / bare <= 1.3 per entry
+ * while a job runs beside queries (issue 22), bulk throughput shared / separate >= 0.95, and near-max
+ * growth <= 5 %.
  *
  * @module
  */
@@ -30,6 +37,7 @@ import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import type { OrtLoadSpec, OrtRow } from "../lib/engines/ort/ort_thread.ts";
 import { createOrtThreads } from "../lib/engines/ort/ort_threads.ts";
+import type { OrtBulkSession } from "../lib/engines/ort/ort_threads.ts";
 import { threadsForKnob } from "../lib/models/model_registry.ts";
 import { warmupShapes } from "../lib/engines/ort/ort_engine.ts";
 
@@ -50,6 +58,8 @@ const { values: args } = parseArgs({
     model: { type: "string", default: "all" },
     threads: { type: "string" },
     "idle-ms": { type: "string", default: "500" },
+    "bulk-runs": { type: "string", default: "24" },
+    "bulk-session": { type: "string", default: "shared" },
     child: { type: "string" },
     path: { type: "string" },
   },
@@ -57,6 +67,9 @@ const { values: args } = parseArgs({
 });
 const threads = Number(args.threads ?? threadsForKnob("balanced"));
 const idleMs = Number(args["idle-ms"]);
+const bulkRuns = Number(args["bulk-runs"]);
+/** Bulk micro-batches timed for throughput: the budget's shapes, alternating. */
+const BULK_SHAPES: [number, number][] = [[32, 128], [16, 256], [64, 64]];
 
 /** RSS in MB after a full GC of this isolate (children run with --expose-gc). */
 function rssMb(): number {
@@ -104,10 +117,15 @@ async function bareChild(path: string): Promise<Steps> {
   return steps;
 }
 
-async function synapseChild(path: string, idle: boolean): Promise<Steps> {
+async function synapseChild(
+  path: string,
+  idle: boolean,
+  bulkSession: OrtBulkSession,
+): Promise<Steps> {
   const steps: Steps = { start: rssMb() };
   const lanes = createOrtThreads({
     intraOpThreads: threads,
+    bulkSession,
     ...(idle ? { quietTwinIdleMs: idleMs, bulkIdleUnloadMs: idleMs } : {}),
   });
   using lane = lanes.interactive;
@@ -146,24 +164,131 @@ async function synapseChild(path: string, idle: boolean): Promise<Steps> {
   return steps;
 }
 
+/**
+ * Bulk throughput of both layouts in one process, their micro-batches interleaved (shared, then
+ * separate, then shared …) so a change in the machine's load falls on both alike.
+ */
+async function throughputChild(path: string): Promise<Steps> {
+  const layouts = (["shared", "separate"] as const).map((bulkSession) => ({
+    bulkSession,
+    threads: createOrtThreads({ intraOpThreads: threads, bulkSession }),
+    ms: 0,
+  }));
+  const spec: OrtLoadSpec = {
+    modelRef: "m",
+    path,
+    task: "embed",
+    pooling: "mean",
+    normalize: true,
+    warmupShapes: warmupShapes(MAX_TOKENS),
+  };
+  const batches = BULK_SHAPES.map(rows);
+  for (const l of layouts) {
+    await l.threads.interactive.load(spec);
+    l.threads.bulk.register(spec);
+    for (const b of batches) await l.threads.bulk.run("m", b);
+  }
+  let tokens = 0;
+  for (let i = 0; i < bulkRuns; i++) {
+    const shape = BULK_SHAPES[i % BULK_SHAPES.length]!;
+    for (const l of layouts) {
+      const t0 = performance.now();
+      await l.threads.bulk.run("m", batches[i % batches.length]!);
+      l.ms += performance.now() - t0;
+    }
+    tokens += shape[0] * shape[1];
+  }
+  for (const l of layouts) {
+    l.threads.bulk.dispose();
+    l.threads.interactive.dispose();
+  }
+  return {
+    shared: tokens / (layouts[0]!.ms / 1000),
+    separate: tokens / (layouts[1]!.ms / 1000),
+  };
+}
+
+/** Near-max batches (issue 22): RSS at call 50 and 300 of 8 near-max-length texts per embed.batch, on a whole Synapse. */
+async function nearMaxChild(dir: string): Promise<Steps> {
+  const { loadConfig } = await import("../lib/config/loader.ts");
+  const { createSynapse } = await import("../lib/synapse.ts");
+  const { mallocTrim } = await import("../ffi/malloc_trim.ts");
+  const tmp = await Deno.makeTempDir({ prefix: "synapse-nearmax-" });
+  const env = {
+    XDG_DATA_HOME: `${tmp}/data`,
+    XDG_CONFIG_HOME: `${tmp}/config`,
+    HOME: tmp,
+    SYNAPSE_CONFIG_JSON: JSON.stringify({
+      preload_models: [{
+        engine: "ort",
+        model_path: `${dir}/model.onnx`,
+        tokenizer_path: `${dir}/tokenizer.json`,
+        config_path: `${dir}/config.json`,
+        model_id: "m",
+      }],
+    }),
+  };
+  const { config } = loadConfig({ env, cwd: tmp });
+  const syn = await createSynapse({ config, env, log: () => {} });
+  const steps: Steps = {};
+  try {
+    const texts = nearMaxTexts();
+    for (let call = 1; call <= 300; call++) {
+      const o = await syn.call("embed.batch", { texts: texts(), truncate: true });
+      if (o.kind !== "result") throw new Error(JSON.stringify(o.body).slice(0, 300));
+      if (call === 50 || call === 300) {
+        (globalThis as { gc?: () => void }).gc?.();
+        mallocTrim();
+        steps[`call${call}`] = Deno.memoryUsage().rss / 2 ** 20;
+      }
+    }
+  } finally {
+    await syn.dispose();
+    await Deno.remove(tmp, { recursive: true });
+  }
+  return steps;
+}
+
+/** Eight texts per call of 180–240 words (past the tiny model's 512 tokens: truncated). */
+function nearMaxTexts(): () => string[] {
+  let seed = 1;
+  const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+  const words = ["alpha", "beta", "gamma", "delta", "omega", "vector", "memory", "arena"];
+  const word = () => words[Math.floor(rnd() * words.length)]! + Math.floor(rnd() * 100);
+  const text = () => Array.from({ length: 180 + Math.floor(rnd() * 60) }, word).join(" ");
+  return () => Array.from({ length: 8 }, text);
+}
+
 if (args.child !== undefined) {
+  const bulkSession = args["bulk-session"] === "separate" ? "separate" : "shared";
   const steps = args.child === "bare"
     ? await bareChild(args.path!)
-    : await synapseChild(args.path!, args.child === "synapse-idle");
+    : args.child === "nearmax"
+    ? await nearMaxChild(args.path!)
+    : args.child === "throughput"
+    ? await throughputChild(args.path!)
+    : await synapseChild(args.path!, args.child === "synapse-idle", bulkSession);
   console.log(JSON.stringify(steps));
   Deno.exit(0);
 }
 
-async function runChild(kind: "bare" | "synapse" | "synapse-idle", path: string): Promise<Steps> {
+async function runChild(
+  kind: "bare" | "synapse" | "synapse-idle" | "nearmax" | "throughput",
+  path: string,
+  bulkSession: OrtBulkSession = "shared",
+): Promise<Steps> {
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
       "run",
       "--quiet",
       "--v8-flags=--expose-gc",
       "--allow-read",
+      "--allow-write",
       "--allow-env",
       "--allow-ffi",
       "--allow-sys",
+      // The near-max child boots a whole Synapse (its machine profile runs uname).
+      "--allow-run",
       fileURLToPath(import.meta.url),
       "--child",
       kind,
@@ -173,6 +298,10 @@ async function runChild(kind: "bare" | "synapse" | "synapse-idle", path: string)
       String(threads),
       "--idle-ms",
       String(idleMs),
+      "--bulk-runs",
+      String(bulkRuns),
+      "--bulk-session",
+      bulkSession,
     ],
     stdout: "piped",
     stderr: "inherit",
@@ -197,38 +326,66 @@ for (const name of wanted) {
     continue;
   }
   const bare = await runChild("bare", path);
-  const syn = await runChild("synapse", path);
-  const synIdle = await runChild("synapse-idle", path);
   const bareFirst = bare.entry1! - bare.runtime!;
   const bareNext = bare.entry2! - bare.entry1!;
-  console.log(`\n${name} (${(Deno.statSync(path).size / 2 ** 20).toFixed(1)} MB model file)`);
-  console.log(
-    `  runtime (no model)   bare ${mb(bare.runtime! - bare.start!)}   synapse lanes ${
-      mb(syn.runtime! - syn.start!)
-    }`,
-  );
-  for (
-    const [label, from, at, bareCost] of [
-      ["first entry", "runtime", "entry1", bareFirst],
-      ["each further entry", "entry1.quiet", "entry2", bareNext],
-    ] as const
-  ) {
-    console.log(`  ${label}: bare ${mb(bareCost)}`);
-    let prev = syn[from]!;
-    for (const step of ["loaded", "bulk", "quiet"]) {
-      const v = syn[`${at}.${step}`]!;
-      const total = v - syn[from]!;
-      console.log(
-        `    synapse ${(step === "loaded" ? "loaded" : `+${step}`).padEnd(7)} ${mb(v - prev)}` +
-          `   total ${mb(total)}   synapse / bare ${ratio(total, bareCost)}`,
-      );
-      prev = v;
-    }
-  }
-  const idleTotal = synIdle.idle! - synIdle.runtime!;
   const bareBoth = bare.entry2! - bare.runtime!;
-  console.log(
-    `  both entries, after the idle release (idle times ${idleMs} ms): bare ${mb(bareBoth)}` +
-      `   synapse ${mb(idleTotal)}   synapse / bare ${ratio(idleTotal, bareBoth)}`,
-  );
+  console.log(`\n${name} (${(Deno.statSync(path).size / 2 ** 20).toFixed(1)} MB model file)`);
+  for (const layout of ["shared", "separate"] as const) {
+    const syn = await runChild("synapse", path, layout);
+    const synIdle = await runChild("synapse-idle", path, layout);
+    console.log(`  bulk session ${layout}`);
+    console.log(
+      `    runtime (no model)   bare ${mb(bare.runtime! - bare.start!)}   synapse lanes ${
+        mb(syn.runtime! - syn.start!)
+      }`,
+    );
+    for (
+      const [label, from, at, bareCost] of [
+        ["first entry", "runtime", "entry1", bareFirst],
+        ["each further entry", "entry1.quiet", "entry2", bareNext],
+      ] as const
+    ) {
+      console.log(`    ${label}: bare ${mb(bareCost)}`);
+      let prev = syn[from]!;
+      for (const step of ["loaded", "bulk", "quiet"]) {
+        const v = syn[`${at}.${step}`]!;
+        const total = v - syn[from]!;
+        const what = step === "loaded"
+          ? "loaded"
+          : step === "bulk"
+          ? "+bulk"
+          : "+quiet (job + queries)";
+        console.log(
+          `      synapse ${what.padEnd(22)} ${mb(v - prev)}` +
+            `   total ${mb(total)}   synapse / bare ${ratio(total, bareCost)}`,
+        );
+        prev = v;
+      }
+    }
+    const idleTotal = synIdle.idle! - synIdle.runtime!;
+    console.log(
+      `    both entries, after the idle release (idle times ${idleMs} ms): bare ${mb(bareBoth)}` +
+        `   synapse ${mb(idleTotal)}   synapse / bare ${ratio(idleTotal, bareBoth)}`,
+    );
+  }
+  if (bulkRuns > 0) {
+    const rate = await runChild("throughput", path);
+    console.log(
+      `  bulk throughput (${bulkRuns} micro-batches per layout, interleaved, nothing beside): shared ${
+        rate.shared!.toFixed(0)
+      } tok/s, separate ${rate.separate!.toFixed(0)} tok/s, shared / separate ${
+        (rate.shared! / rate.separate!).toFixed(3)
+      }  (target >= 0.95)`,
+    );
+  }
 }
+
+// Issue 22 (field report 37): repeated near-max batches must not grow RSS.
+const nearMax = await runChild("nearmax", MODELS.tiny!);
+console.log(
+  `\nnear-max batches (tiny model, 300 embed.batch calls of 8 near-max texts): RSS call 50 ${
+    mb(nearMax.call50!)
+  }, call 300 ${mb(nearMax.call300!)}, growth ${
+    ((nearMax.call300! / nearMax.call50! - 1) * 100).toFixed(1)
+  } %  (target <= 5 %)`,
+);

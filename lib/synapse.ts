@@ -5,6 +5,7 @@
  *
  * @module
  */
+import type { OrtBulkSession } from "./engines/ort/ort_threads.ts";
 import { loadConfig } from "./config/loader.ts";
 import type { SynapseConfig } from "./config/types.ts";
 import { SynapseError } from "./contract/errors.ts";
@@ -129,6 +130,12 @@ export interface SynapseOptions {
   /** First background-retry delay after a transient model load failure, ms (doubles). @default 1000 */
   loadRetryBaseMs?: number;
   /**
+   * Where bulk ORT work runs (lib/engines/ort/ort_threads.ts): on the sessions queries use, or on
+   * a bulk thread of its own (three sessions while a job meets queries; kept for bench:mixed and
+   * bench:memory to compare). @default "shared"
+   */
+  ortBulkSession?: OrtBulkSession;
+  /**
    * Root of the model cache. @default `$CORTEXKIT_MODEL_CACHE`, else `$SYNAPSE_MODEL_CACHE_DIR`,
    * else `<data_home>/cortexkit/models` (docs/internals.md §8.5)
    */
@@ -184,6 +191,7 @@ export interface SynapseWorkerOptions {
   workerRequestTimeoutMs?: number | undefined;
   workerGenerateTimeoutMs?: number | undefined;
   loadRetryBaseMs?: number | undefined;
+  ortBulkSession?: OrtBulkSession | undefined;
   /** Model cache root, catalog and download idle timeout ({@link SynapseOptions}). */
   modelCacheRoot?: string | undefined;
   env?: EnvSource | undefined;
@@ -295,6 +303,9 @@ export class Synapse implements AsyncDisposable {
       ...(workerOptions.loadRetryBaseMs === undefined
         ? {}
         : { loadRetryBaseMs: workerOptions.loadRetryBaseMs }),
+      ...(workerOptions.ortBulkSession === undefined
+        ? {}
+        : { ortBulkSession: workerOptions.ortBulkSession }),
       log,
       now,
       onLoadAttempt: (_model, outcome) => this.metrics.modelLoad(outcome),
@@ -780,6 +791,7 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
       workerRequestTimeoutMs: options.workerRequestTimeoutMs,
       workerGenerateTimeoutMs: options.workerGenerateTimeoutMs,
       loadRetryBaseMs: options.loadRetryBaseMs,
+      ortBulkSession: options.ortBulkSession,
       modelCacheRoot: options.modelCacheRoot,
       env: options.env,
       catalog: options.catalog,

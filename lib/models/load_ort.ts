@@ -14,7 +14,7 @@ import { fingerprint, numericProfileId } from "../identity/numeric_profile.ts";
 import { checkMatryoshkaDims } from "./matryoshka.ts";
 import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
 import { ORT_ENGINE } from "../engines/ort/ort_thread.ts";
-import type { OrtThread } from "../engines/ort/ort_thread.ts";
+import type { OrtRunner, OrtThread } from "../engines/ort/ort_thread.ts";
 import { ORT_MICRO_BATCH, OrtEngine, warmupShapes } from "../engines/ort/ort_engine.ts";
 import { Lane } from "../lanes/lane.ts";
 import type { Admission } from "../sched/admission.ts";
@@ -31,8 +31,11 @@ export const RERANK_PAIR_TEMPLATE = "synapse-rerank-cls-query-sep-doc-sep-v1";
 export interface OrtLoadContext {
   /** Thread of interactive work; the model loads here now. */
   interactive: OrtThread;
-  /** Thread of bulk work; the model is registered and loads on first use. */
-  bulk: OrtThread;
+  /**
+   * Runner of bulk work: the model is registered and loads on first use (a view of `interactive`
+   * when both classes share one session: ort_threads.ts).
+   */
+  bulk: OrtRunner;
   threadPolicy: ThreadPolicy;
   /** `inline.max_tokens`: the certified batch-token budget. */
   maxBatchTokens: number;

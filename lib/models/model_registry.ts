@@ -13,8 +13,9 @@
  */
 import { SynapseError, toSynapseError } from "../contract/errors.ts";
 import { numericProfileId, type ThreadPolicy } from "../identity/numeric_profile.ts";
-import type { OrtThread } from "../engines/ort/ort_thread.ts";
+import type { OrtRunner, OrtThread } from "../engines/ort/ort_thread.ts";
 import { createOrtThreads } from "../engines/ort/ort_threads.ts";
+import type { OrtBulkSession } from "../engines/ort/ort_threads.ts";
 import type { Engine } from "../engines/engine.ts";
 import type { Admission } from "../sched/admission.ts";
 import { LaneScheduler } from "../sched/lane_scheduler.ts";
@@ -44,6 +45,11 @@ export interface ModelRegistryOptions {
   estimatedExecutionMs?: number;
   /** onnxruntime intra-op threads per ORT thread. @default threadsForKnob(threadPolicy) */
   ortThreads?: number;
+  /**
+   * Where bulk ORT work runs (lib/engines/ort/ort_threads.ts): on the interactive thread's
+   * sessions, or on a bulk thread of its own. @default "shared"
+   */
+  ortBulkSession?: OrtBulkSession;
   /** Makes llama engines; without it a llama model fails to load with `backend_unavailable`. */
   llama?: LlamaEngineFactory;
   /** Threads of a llama worker. @default threadsForKnob(threadPolicy) */
@@ -134,7 +140,9 @@ export class ModelRegistry implements AsyncDisposable {
   #timers = new Set<ReturnType<typeof setTimeout>>();
   #own = new Map<string, OwnRuntime>();
   #ortInteractive: OrtThread;
-  #ortBulk: OrtThread;
+  #ortBulk: OrtRunner;
+  /** True when bulk ORT work runs on the interactive thread's sessions (ort_threads.ts). */
+  #ortShared: boolean;
   #ortInteractiveSched: LaneScheduler;
   #ortBulkSched: LaneScheduler;
   #admission: Admission;
@@ -170,11 +178,13 @@ export class ModelRegistry implements AsyncDisposable {
     // nice 10 for bulk, idle release) lives in createOrtThreads.
     const lanes = createOrtThreads({
       intraOpThreads: threads,
+      bulkSession: options.ortBulkSession ?? "shared",
       // Engine lines (the lanes' priority warning) go under synapse.worker.
       log: retarget(options.log ?? stderrLog, "synapse.worker", { engine: "ort" }),
     });
     this.#ortInteractive = lanes.interactive;
     this.#ortBulk = lanes.bulk;
+    this.#ortShared = lanes.bulkSession === "shared";
     this.#ortInteractiveSched = new LaneScheduler({
       permits: Math.max(1, options.interactivePermits ?? 2),
       defaultRunMs: options.estimatedExecutionMs ?? 25,
@@ -213,15 +223,18 @@ export class ModelRegistry implements AsyncDisposable {
 
   /** Engine calls in flight on every runtime. */
   get engineCallsInFlight(): number {
-    let n = this.#ortInteractive.inFlight + this.#ortBulk.inFlight;
+    // A shared bulk view's runs are the interactive thread's: counted there once.
+    let n = this.#ortInteractive.inFlight + (this.#ortShared ? 0 : this.#ortBulk.inFlight);
     for (const own of this.#own.values()) n += own.engine.inFlight;
     return n;
   }
 
   /**
-   * True while engine work other than interactive ORT queries shares the cores: the bulk thread
-   * has work, a llama worker is busy, or {@link ModelRegistryOptions.externalBusy} says so. The
-   * interactive ORT lane then runs on its quiet session so the lanes share cores well.
+   * True while engine work other than interactive ORT queries shares the cores: bulk ORT work
+   * (on the shared session or a bulk thread of its own), a llama worker is busy, or
+   * {@link ModelRegistryOptions.externalBusy} says so. The interactive ORT lane then runs quiet:
+   * on its quiet thread's one-thread session, beside the shared session's bulk quantum rather
+   * than after it (lib/engines/ort/ort_threads.ts).
    */
   otherEnginesBusy(): boolean {
     if (this.#ortBulk.inFlight > 0 || this.#ortBulkSched.waiters > 0) return true;

@@ -155,6 +155,10 @@ async function load(req: Extract<OrtRequest, { type: "load" }>): Promise<void> {
   const previous = sessions.get(req.modelRef);
   sessions.set(req.modelRef, loaded);
   await release(previous);
+  // Creating a session parses the whole model file (its bytes, the protobuf, graph copies) on
+  // this thread's glibc heap and frees it again; hand that back too (a quiet thread's first
+  // session kept about 60 MB of it: bench/README.md "ORT sessions and memory").
+  trimHeap();
   post({
     type: "loaded",
     reqId: req.reqId,

@@ -17,7 +17,7 @@ import type {
   ModelTask,
 } from "../engine.ts";
 import { ORT_ENGINE } from "./ort_thread.ts";
-import type { OrtLoadSpec, OrtThread } from "./ort_thread.ts";
+import type { OrtLoadSpec, OrtRunner } from "./ort_thread.ts";
 
 /** Micro-batch shape the ORT engine certifies (part of every ORT profile). */
 export const ORT_MICRO_BATCH = Object.freeze({
@@ -55,12 +55,12 @@ export class OrtEngine implements Engine {
   readonly identity: EngineIdentity = ORT_ENGINE;
   readonly task: ModelTask;
   readonly limits: EngineLimits;
-  #thread: OrtThread;
+  #thread: OrtRunner;
   #ref: string;
   #dims: number;
   #disposed = false;
 
-  private constructor(thread: OrtThread, spec: OrtEngineSpec, dims: number) {
+  private constructor(thread: OrtRunner, spec: OrtEngineSpec, dims: number) {
     this.#thread = thread;
     this.#ref = spec.load.modelRef;
     this.task = spec.load.task;
@@ -80,7 +80,7 @@ export class OrtEngine implements Engine {
    *   `engine_crashed` when the thread dies.
    */
   static async load(
-    thread: OrtThread,
+    thread: OrtRunner,
     spec: OrtEngineSpec,
   ): Promise<{ engine: OrtEngine; coldLoadMs: number }> {
     const { dims, coldLoadMs } = await thread.load(spec.load);
@@ -93,7 +93,7 @@ export class OrtEngine implements Engine {
    *
    * @param dims The output width, known from a load elsewhere.
    */
-  static lazy(thread: OrtThread, spec: OrtEngineSpec, dims: number): OrtEngine {
+  static lazy(thread: OrtRunner, spec: OrtEngineSpec, dims: number): OrtEngine {
     thread.register(spec.load);
     return new OrtEngine(thread, spec, dims);
   }

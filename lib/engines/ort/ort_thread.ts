@@ -9,12 +9,14 @@
  * intra-op threads, and onnxruntime-node can share none of them between sessions (no global thread
  * pools, no shared allocator, no prepacked-weights container) nor set spinning per run. So the CPU
  * arena and the memory pattern stay on (turning them off cost speed and saved nothing once traffic
- * varied), and the thread holds sessions only while they are used: the quiet twin is created by the
- * first quiet run and released after {@link OrtThreadOptions.quietTwinIdleMs}; a thread with
- * {@link OrtThreadOptions.idleUnloadMs} (the bulk thread, ort_threads.ts) unloads idle models and
- * reloads them on the next run; after each release the worker calls glibc `malloc_trim`. The
- * measurements behind each choice, and what a configured model costs against a bare
- * onnxruntime-node process, are in bench/README.md "ORT sessions and memory".
+ * varied), both work classes run on one session per model (ort_threads.ts: a bulk job adds no
+ * session), and the thread holds further sessions only while they are used: the quiet session
+ * (on the {@link OrtThreadOptions.quietThread}, or a twin in this worker) is created by the first
+ * quiet run and released after {@link OrtThreadOptions.quietTwinIdleMs}; a thread with
+ * {@link OrtThreadOptions.idleUnloadMs} unloads idle models and reloads them on the next run;
+ * after each load and each release the worker calls glibc `malloc_trim`. The measurements behind
+ * each choice, and what a configured model costs against a bare onnxruntime-node process, are in
+ * bench/README.md "ORT sessions and memory".
  *
  * @module
  */
@@ -74,6 +76,14 @@ export interface OrtThreadOptions {
    */
   quietTwin?: boolean | undefined;
   /**
+   * Run quiet runs on this other thread (one blocking intra-op thread, its own worker) instead of
+   * on a twin in this thread's worker, so they run *beside* this thread's own work rather than
+   * after it: what a session shared by queries and a bulk job needs (ort_threads.ts). The model
+   * is registered there on the first quiet run, without warm-up shapes; this thread's
+   * `quietTwin` is then ignored. Disposed with this thread.
+   */
+  quietThread?: OrtThread | undefined;
+  /**
    * Milliseconds without a quiet run after which the thread releases its quiet twins (the next
    * quiet run creates them again). `Infinity` keeps them. @default 60_000
    */
@@ -104,6 +114,31 @@ export interface OrtRunOptions {
   quiet?: boolean;
 }
 
+/**
+ * What an engine needs of the thread that runs it: an {@link OrtThread}, or the bulk view of one
+ * (ort_threads.ts `OrtBulkView`, which runs on another thread's sessions).
+ */
+export interface OrtRunner extends Disposable {
+  /** onnxruntime intra-op threads of the sessions that run this runner's work. */
+  readonly intraOpThreads: number;
+  /** Micro-batches this runner sent and has not had answered. */
+  readonly inFlight: number;
+  /** onnxruntime sessions this runner holds (0 for a view of another thread's). */
+  readonly residentSessions: number;
+  /** True once it accepts no more work. */
+  readonly disposed: boolean;
+  /** Loads a model (see {@link OrtThread.load}). */
+  load(spec: OrtLoadSpec): Promise<{ dims: number; coldLoadMs: number; niceness: number }>;
+  /** Records a model its first run loads (see {@link OrtThread.register}). */
+  register(spec: OrtLoadSpec): void;
+  /** Runs one micro-batch (see {@link OrtThread.run}). */
+  run(modelRef: string, rows: readonly OrtRow[], options?: OrtRunOptions): Promise<OrtRunResult>;
+  /** Unloads a model (see {@link OrtThread.unload}). */
+  unload(modelRef: string): Promise<void>;
+  /** Stops it. Idempotent. */
+  dispose(): void;
+}
+
 interface Pending {
   resolve(v: OrtResponse): void;
   reject(e: unknown): void;
@@ -122,7 +157,7 @@ export const ORT_ENGINE = Object.freeze({
  * the main thread handles a reply. A dead worker rejects what was in flight with
  * `engine_crashed`; the next call starts a fresh worker and reloads the models lazily.
  */
-export class OrtThread {
+export class OrtThread implements OrtRunner {
   #worker: Worker | undefined;
   #pending = new Map<number, Pending>();
   #nextId = 1;
@@ -132,6 +167,7 @@ export class OrtThread {
   #threads: number;
   #spin: boolean;
   #quietTwin: boolean;
+  #quietThread: OrtThread | undefined;
   #niceness: number;
   #quietTwinIdleMs: number;
   #idleUnloadMs: number;
@@ -157,7 +193,8 @@ export class OrtThread {
     this.#idleUnloadMs = options.idleUnloadMs ?? Infinity;
     this.#threads = Math.max(1, options.intraOpThreads ?? navigator.hardwareConcurrency ?? 1);
     this.#spin = options.allowSpinning ?? true;
-    this.#quietTwin = options.quietTwin ?? false;
+    this.#quietThread = options.quietThread;
+    this.#quietTwin = this.#quietThread === undefined && (options.quietTwin ?? false);
     this.#niceness = Math.max(0, Math.min(19, options.niceness ?? 0));
     this.#log = options.log ?? stderrLog;
   }
@@ -167,9 +204,9 @@ export class OrtThread {
     return this.#threads;
   }
 
-  /** Micro-batches sent and not yet answered. */
+  /** Micro-batches sent and not yet answered (its quiet thread's included). */
   get inFlight(): number {
-    return this.#inFlight;
+    return this.#inFlight + (this.#quietThread?.inFlight ?? 0);
   }
 
   /**
@@ -177,7 +214,7 @@ export class OrtThread {
    * twins that exist), as of the worker's latest reply; 0 before the worker starts.
    */
   get residentSessions(): number {
-    return this.#sessions;
+    return this.#sessions + (this.#quietThread?.residentSessions ?? 0);
   }
 
   /** True after {@link dispose}. */
@@ -219,6 +256,8 @@ export class OrtThread {
       throw new Error(`Unexpected ${res.type} reply to load. This is a bug`);
     }
     this.#loadedInWorker.add(spec.modelRef);
+    // A model loaded again (another file under the same ref) must not keep an older quiet session.
+    if (this.#quietThread?.knows(spec.modelRef)) await this.#quietThread.unload(spec.modelRef);
     if (res.priorityError !== undefined && !this.#priorityWarned) {
       this.#priorityWarned = true;
       this.#log(
@@ -244,6 +283,9 @@ export class OrtThread {
     options: OrtRunOptions = {},
   ): Promise<OrtRunResult> {
     this.#ensureNotDisposed();
+    if (options.quiet === true && this.#quietThread !== undefined) {
+      return await this.#runQuietThread(this.#quietThread, modelRef, rows);
+    }
     await this.#ensureLoaded(modelRef);
     let total = 0;
     for (const r of rows) total += r.ids.length;
@@ -276,6 +318,24 @@ export class OrtThread {
     return { data: res.data, dims: res.dims, nonFinite: res.nonFinite, runMs: res.runMs };
   }
 
+  /** A quiet run on the quiet thread: registers the model there first (no warm-up shapes). */
+  #runQuietThread(q: OrtThread, modelRef: string, rows: readonly OrtRow[]): Promise<OrtRunResult> {
+    const spec = this.#specs.get(modelRef);
+    if (!spec) {
+      throw new SynapseError("unknown_model", `Cannot run: model '${modelRef}' is not loaded`, {
+        details: { model_id: modelRef },
+      });
+    }
+    // Its arena grows to what quiet runs send, as a twin's did.
+    if (!q.knows(modelRef)) q.register({ ...spec, warmupShapes: [] });
+    return q.run(modelRef, rows);
+  }
+
+  /** True when the model is loaded or registered here. */
+  knows(modelRef: string): boolean {
+    return this.#specs.has(modelRef);
+  }
+
   /**
    * Records a model without loading it: the first {@link run} for it loads it (a thread that
    * serves only durable jobs costs nothing until a job arrives).
@@ -288,6 +348,7 @@ export class OrtThread {
   /** Unloads a model (no-op when unknown). */
   async unload(modelRef: string): Promise<void> {
     this.#specs.delete(modelRef);
+    await this.#quietThread?.unload(modelRef);
     if (!this.#loadedInWorker.delete(modelRef) || !this.#worker) return;
     await this.#send({ type: "unload", reqId: 0, modelRef }, [], "engine_crashed");
   }
@@ -297,6 +358,7 @@ export class OrtThread {
     if (this.#disposed) return;
     this.#disposed = true;
     this.#quietTimer = clear(this.#quietTimer);
+    this.#quietThread?.dispose();
     this.#killWorker(new SynapseError("disposed", "Cannot run: the ORT lane was disposed"));
   }
 
