@@ -95,6 +95,11 @@ async function createSession(
     executionMode: "sequential",
     extra: {
       session: {
+        // A spinning session spins inside a run (its parallel sections start at once) and stops
+        // when the run returns, instead of spinning on for its spin window: between two queries
+        // the main thread and this worker need both cores (the reply, the next request), and
+        // onnxruntime's idle spinner was a third runnable thread on a 2-core machine.
+        force_spinning_stop: spin ? "1" : "0",
         intra_op: { allow_spinning: spin ? "1" : "0" },
         inter_op: { allow_spinning: spin ? "1" : "0" },
       },
