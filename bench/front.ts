@@ -8,8 +8,10 @@
  *
  *   deno task bench:front [--quick]
  *
- * Prints p50 and p99 per path and route, and the front's added p50 in ms (ratios of one run;
- * never compare absolute times across runs).
+ * Prints p50 and p99 per path and route, the front's added p50 in ms, and for `embed.query` over
+ * `/v1/ops/embed.query` and `/v1/embeddings` what the whole HTTP door adds over the same call made
+ * in-process (`Synapse.call` plus the JSON of its answer), alternated with the HTTP calls (ratios
+ * of one run; never compare absolute times across runs).
  *
  * @module
  */
@@ -114,45 +116,71 @@ function quantile(xs: number[], q: number): number {
 
 const viaFront = new Client(await Deno.connect({ hostname: "127.0.0.1", port: tcp.port }));
 const direct = new Client(await Deno.connect({ transport: "unix", path: unixPath }));
-const routes: Array<[string, string, string | undefined]> = [
-  ["GET /health", "/health", undefined],
-  ["embed.query", "/v1/ops/embed.query", JSON.stringify({ text: "a short query about vectors" })],
+/** A route: its name, path, body, and the in-process call it maps to (compared when given). */
+const routes: Array<[string, string, string | undefined, [string, unknown] | undefined]> = [
+  ["GET /health", "/health", undefined, undefined],
+  [
+    "embed.query",
+    "/v1/ops/embed.query",
+    JSON.stringify({ text: "a short query about vectors" }),
+    ["embed.query", { text: "a short query about vectors" }],
+  ],
+  [
+    "/v1/embeddings",
+    "/v1/embeddings",
+    JSON.stringify({ input: "a short query about vectors", model: "embed" }),
+    ["embed.query", { text: "a short query about vectors" }],
+  ],
 ];
+type Path = "front" | "direct" | "in-process";
 console.log(`bench:front — ${N} requests per path and route, alternating, one connection each`);
-console.log("route        path    p50 ms   p99 ms");
-for (const [name, path, body] of routes) {
+console.log("route          path        p50 ms   p99 ms");
+for (const [name, path, body, op] of routes) {
   const method = body === undefined ? "GET" : "POST";
-  const t: Record<"front" | "direct", number[]> = { front: [], direct: [] };
-  for (let i = 0; i < 50; i++) { // warm-up
-    await viaFront.call(method, path, body);
-    await direct.call(method, path, body);
-  }
+  const t: Record<Path, number[]> = { front: [], direct: [], "in-process": [] };
+  const once = async (key: Path): Promise<number> => {
+    if (key === "front") return await viaFront.call(method, path, body);
+    if (key === "direct") return await direct.call(method, path, body);
+    // In-process: Synapse.call and the JSON a door would send, no HTTP.
+    const o = await synapse.call(op![0], op![1]);
+    JSON.stringify(o.body);
+    return o.kind === "result" ? 200 : 500;
+  };
+  const paths: Path[] = op === undefined ? ["front", "direct"] : ["front", "direct", "in-process"];
+  for (let i = 0; i < 50; i++) for (const key of paths) await once(key); // warm-up
   for (let i = 0; i < N; i++) {
-    for (
-      const [key, c] of (i % 2 === 0 ? [["front", viaFront], ["direct", direct]] : [
-        ["direct", direct],
-        ["front", viaFront],
-      ]) as Array<["front" | "direct", Client]>
-    ) {
+    // Rotate which path goes first, so none always follows another.
+    for (let k = 0; k < paths.length; k++) {
+      const key = paths[(i + k) % paths.length]!;
       const t0 = performance.now();
-      const status = await c.call(method, path, body);
+      const status = await once(key);
       t[key].push(performance.now() - t0);
-      if (status !== 200) throw new Error(`${name} answered ${status}`);
+      if (status !== 200) throw new Error(`${name} on ${key} answered ${status}`);
     }
   }
-  for (const key of ["front", "direct"] as const) {
+  for (const key of paths) {
     console.log(
-      `${name.padEnd(12)} ${key.padEnd(7)} ${quantile(t[key], 0.5).toFixed(3).padStart(7)}  ${
+      `${name.padEnd(14)} ${key.padEnd(10)} ${quantile(t[key], 0.5).toFixed(3).padStart(7)}  ${
         quantile(t[key], 0.99).toFixed(3).padStart(7)
       }`,
     );
   }
   const added = quantile(t.front, 0.5) - quantile(t.direct, 0.5);
   console.log(
-    `${name.padEnd(12)} front adds ${added.toFixed(3)} ms at p50 (×${
+    `${name.padEnd(14)} front adds ${added.toFixed(3)} ms at p50 (×${
       (quantile(t.front, 0.5) / quantile(t.direct, 0.5)).toFixed(2)
     })`,
   );
+  if (op !== undefined) {
+    const door = quantile(t.front, 0.5) - quantile(t["in-process"], 0.5);
+    console.log(
+      `${name.padEnd(14)} HTTP door (TCP front) adds ${
+        door.toFixed(3)
+      } ms at p50 over the in-process call (×${
+        (quantile(t.front, 0.5) / quantile(t["in-process"], 0.5)).toFixed(2)
+      })`,
+    );
+  }
 }
 viaFront.close();
 direct.close();

@@ -70,6 +70,7 @@ import { createFleetLog, type FleetLog, type FleetLogOptions } from "./log/fleet
 import { PerfSampler } from "./log/perf_sampler.ts";
 import { type CallDoor, Metrics } from "./log/metrics.ts";
 import { type CallScope, runInCallScope } from "./log/call_scope.ts";
+import { markStage } from "./log/stage_marks.ts";
 import { prepareRuntimeDir } from "./workers/runtime_dir.ts";
 import { WorkerSlots } from "./workers/worker_slots.ts";
 
@@ -527,7 +528,9 @@ export class Synapse implements AsyncDisposable {
         () => dispatch(this.context, method, params, options),
       );
     }
+    markStage("dispatch");
     this.#recordCall(method, params, options, outcome, started, scope);
+    markStage("metrics");
     return outcome;
   }
 

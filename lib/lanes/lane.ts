@@ -21,6 +21,7 @@ import { planMicroBatches } from "../sched/micro_batch.ts";
 import { runPipelined } from "../sched/pipeline.ts";
 import { requestSignal } from "../sched/request_signal.ts";
 import { noteLane } from "../log/call_scope.ts";
+import { markStage } from "../log/stage_marks.ts";
 import type {
   Engine,
   EngineBatchOutput,
@@ -314,6 +315,7 @@ export class Lane {
       signal,
       label: options.label,
       run: (grant) => {
+        markStage("schedule");
         req?.started();
         startedMs = this.#now();
         return work.kind === "generate"
@@ -324,6 +326,7 @@ export class Lane {
     const out = work.kind === "generate" && signal !== undefined
       ? await untilAborted(signal, task)
       : await task;
+    markStage("settle");
     const timing = { queueTimeMs: startedMs - submittedMs, inferenceMs: out.inferenceMs };
     return (work.kind === "generate"
       ? { ...timing, output: out.output! }
@@ -369,6 +372,7 @@ export class Lane {
       maxSequences: Math.min(limits.maxSequences, this.#maxCallRows ?? Infinity),
     }).map((batch) => batch.map((k) => runnable[k]!));
     let inferenceMs = 0;
+    markStage("plan");
     await runPipelined(plan, async (idx) => {
       const callRows = idx.map((i) => rows[i]!);
       const callOpts = { quiet: this.#quiet(), signal };
@@ -396,6 +400,7 @@ export class Lane {
           : { kind: "ok", values: res.data.subarray(r * res.dims, (r + 1) * res.dims) };
       });
     }, { depth: this.#depth, signal });
+    markStage("collect");
     return { rows: out, inferenceMs };
   }
 }

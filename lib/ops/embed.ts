@@ -41,6 +41,7 @@ import {
   wireToError,
 } from "./_embedding.ts";
 import { utf8Length } from "./_text.ts";
+import { markStage } from "../log/stage_marks.ts";
 import type { CallOptions, EmbedCallOptions, OpContext } from "./context.ts";
 import { requireSpace, resolveModel, routingOf } from "./_resolve_model.ts";
 import {
@@ -106,6 +107,7 @@ export async function embedQuery(
   options: CallOptions = {},
 ): Promise<EmbedResult> {
   const p = parseParams("embed.query", EmbedQueryParams, rawParams);
+  markStage("params");
   const item = { id: p.id ?? "0", text: p.text };
   const res = await embedItems(ctx, p, [item], withSelector(options, selectorOf(p)));
   if (!("vectors" in res)) throw new Error("A single item became a job. This is a bug");
@@ -229,11 +231,13 @@ export async function embedItems(
   }
   const checked = checkItemTexts(items);
   const lane = model.interactive;
+  markStage("resolve");
   using permit = lane.admit({
     bytes,
     deadlineMs: p.deadline_ms ?? limits.deadline_ms,
     maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
   });
+  markStage("admit");
   const { prepared, errors, tokens } = await prepareItems(ctx.tokenizers, model, items, {
     truncate,
     checked,
@@ -241,6 +245,7 @@ export async function embedItems(
     prompt,
     maxTokens,
   });
+  markStage("tokenize");
   if (tokens > limits.max_tokens) {
     permit.release();
     const limit = { limit: "inline.max_tokens", tokens, max: limits.max_tokens };
@@ -261,6 +266,7 @@ export async function embedItems(
     { permit, signal: options.signal, label: "embed" },
   );
   const res = assemble(ctx, model, space, prepared, errors, out, requested);
+  markStage("envelope");
   return disclosure === undefined ? res : { ...res, prompt: disclosure };
 }
 

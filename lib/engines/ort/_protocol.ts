@@ -79,6 +79,11 @@ export type OrtResponse =
     nonFinite: Uint8Array;
     /** Milliseconds inside session.run (plus pooling). */
     runMs: number;
+    /**
+     * Where the worker's time went, ms: `[tensors, session.run, pooling]` (building the input
+     * tensors, onnxruntime's run, pooling and normalising), for the per-stage benchmark.
+     */
+    stagesMs: [number, number, number];
     /** onnxruntime sessions alive in the worker after this request. */
     sessions: number;
   }

@@ -95,6 +95,11 @@ async function createSession(
     executionMode: "sequential",
     extra: {
       session: {
+        // A spinning session spins inside a run (its parallel sections start at once) and stops
+        // when the run returns, instead of spinning on for its spin window: between two queries
+        // the main thread and this worker need both cores (the reply, the next request), and
+        // onnxruntime's idle spinner was a third runnable thread on a 2-core machine.
+        force_spinning_stop: spin ? "1" : "0",
         intra_op: { allow_spinning: spin ? "1" : "0" },
         inter_op: { allow_spinning: spin ? "1" : "0" },
       },
@@ -213,7 +218,9 @@ async function run(
   typeIds: Int32Array,
   lengths: Int32Array,
   quiet = false,
+  stagesMs?: [number, number, number],
 ): Promise<{ data: Float32Array; dims: number; nonFinite: Uint8Array }> {
+  const t0 = performance.now();
   const rows = lengths.length;
   let seq = 0;
   for (let r = 0; r < rows; r++) seq = Math.max(seq, lengths[r]!);
@@ -242,7 +249,13 @@ async function run(
   // wait on sibling threads the OS has not scheduled (2 cores: loaded p95 16 ms → 12 ms).
   if (quiet && m.quietTwin) m.quiet ??= await createSession(m.path, false, 1);
   const session = quiet && m.quiet ? m.quiet : m.session;
+  const t1 = performance.now();
   const out = await session.run(feeds, [m.output]);
+  const t2 = performance.now();
+  if (stagesMs !== undefined) {
+    stagesMs[0] = t1 - t0;
+    stagesMs[1] = t2 - t1;
+  }
   const tensor = out[m.output]!;
   const values = tensor.data as Float32Array;
   try {
@@ -278,6 +291,7 @@ async function run(
     return { data, dims: 1, nonFinite };
   } finally {
     for (const t of Object.values(out)) t.dispose?.();
+    if (stagesMs !== undefined) stagesMs[2] = performance.now() - t2;
   }
 }
 
@@ -298,7 +312,8 @@ async function handle(req: OrtRequest): Promise<void> {
         return;
       }
       const t0 = performance.now();
-      const r = await run(m, req.ids, req.typeIds, req.lengths, req.quiet);
+      const stagesMs: [number, number, number] = [0, 0, 0];
+      const r = await run(m, req.ids, req.typeIds, req.lengths, req.quiet, stagesMs);
       post({
         type: "result",
         reqId: req.reqId,
@@ -306,6 +321,7 @@ async function handle(req: OrtRequest): Promise<void> {
         dims: r.dims,
         nonFinite: r.nonFinite,
         runMs: performance.now() - t0,
+        stagesMs,
         sessions: sessionCount(),
       }, [r.data.buffer as ArrayBuffer, r.nonFinite.buffer as ArrayBuffer]);
       return;

@@ -26,6 +26,7 @@ import type { OrtRequest, OrtResponse, OrtTask } from "./_protocol.ts";
 import type { Pooling } from "./pooling.ts";
 import { ORT_VERSION } from "./_version.ts";
 import { type LogSink, stderrLog } from "../../log/log.ts";
+import { markStage, spanStage } from "../../log/stage_marks.ts";
 
 /** Load parameters of one ONNX model. */
 export interface OrtLoadSpec {
@@ -302,6 +303,7 @@ export class OrtThread implements OrtRunner {
     }
     const quiet = options.quiet ?? false;
     if (quiet) this.#quietTimer = clear(this.#quietTimer);
+    markStage("pack");
     let res: OrtResponse;
     try {
       res = await this.#send(
@@ -315,6 +317,10 @@ export class OrtThread implements OrtRunner {
     if (res.type !== "result") {
       throw new Error(`Unexpected ${res.type} reply to run. This is a bug`);
     }
+    markStage("reply");
+    spanStage("worker.tensors", res.stagesMs[0]);
+    spanStage("worker.session_run", res.stagesMs[1]);
+    spanStage("worker.pool", res.stagesMs[2]);
     return { data: res.data, dims: res.dims, nonFinite: res.nonFinite, runMs: res.runMs };
   }
 
