@@ -2,7 +2,7 @@
  * Mixed load: a durable bulk job alone, then the same job while a client issues one embed.query
  * every 50 ms (field report F8), on the MiniLM-shaped encoder, in-process.
  *
- *   deno task bench:mixed [--quick] [--size N] [--bulk-session shared|separate]
+ *   deno task bench:mixed [--quick] [--size N] [--bulk-session shared|shared_low_priority|separate]
  *
  * Prints: bulk passages/s solo and under load (and their ratio, issue 22 target ≥ 0.75), embed.query
  * p50 idle and p50/p95 under load (target: loaded p95 ≤ 2 × idle p50), and how long a `queue_full`
@@ -58,8 +58,12 @@ const env = {
 };
 const { config } = loadConfig({ env, cwd: tmp });
 const bulkSession = args["bulk-session"];
-if (bulkSession !== "shared" && bulkSession !== "separate") {
-  throw new RangeError(`Unknown --bulk-session '${bulkSession}': use shared or separate`);
+if (
+  bulkSession !== "shared" && bulkSession !== "shared_low_priority" && bulkSession !== "separate"
+) {
+  throw new RangeError(
+    `Unknown --bulk-session '${bulkSession}': use shared, shared_low_priority or separate`,
+  );
 }
 const syn = await createSynapse({ config, env, ortBulkSession: bulkSession });
 

@@ -535,11 +535,12 @@ export function fileUrl(f: CatalogFile, endpoint = "https://huggingface.co"): st
  * facts as its own lane (`quant: "int8"`). Kept apart from {@link CATALOG} so no catalog model's
  * `manifest_digest` or lane changes.
  *
- * A model is listed only where a public source states the file's SHA-256 at a commit; the one
- * source found pins the AVX-512 VNNI files of all-MiniLM-L6-v2 and bge-small-en-v1.5 (a public
- * model-selection report listing repository, commit and SHA-256; it states no size, so `size`
- * is null and only the digest is checked). The pins could not be checked against Hugging Face
- * from the machines this build was made on. Every other catalog model, and the AVX2 (`quint8`)
+ * A model is listed only where public sources state the file's SHA-256 at a commit: the AVX-512
+ * VNNI files of all-MiniLM-L6-v2 and bge-small-en-v1.5 (a public model-selection report lists
+ * repository, commit and SHA-256; other public pin lists give the same digests with their sizes,
+ * 23,026,053 and 34,118,638 bytes, the MiniLM digest also for the repository's `qint8_arm64` and
+ * `qint8_avx512` files). Size and digest are both checked. The pins could not be checked against
+ * Hugging Face from the machines this build was made on. Every other catalog model, and the AVX2 (`quint8`)
  * variants, have no int8 pin here (no public digest was found): `pull --quant int8 ID` then
  * quantizes the fp32 file with Synapse's own quantizer once its pull is done.
  */
@@ -549,11 +550,13 @@ export const CATALOG_INT8_FILES: Readonly<Record<string, CatalogFile>> = Object.
     "d83dd3760b5bfe921f2fe125446b17bf0b7eda8c",
     "onnx/model_qint8_avx512_vnni.onnx",
     "4278337fd0ff3c68bfb6291042cad8ab363e1d9fbc43dcb499fe91c871902474",
+    23_026_053,
   ),
   "bge-small-en-v1.5": hf(
     BGE_SMALL[0],
     "07e27b8edc19a66f020db6906126054f190f7284",
     "onnx/model_qint8_avx512_vnni.onnx",
     "c7663636f9d9d2660b1e5eb5ac3432109fa27a70d89a548dae8beae7b661890b",
+    34_118_638,
   ),
 });

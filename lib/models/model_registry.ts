@@ -184,7 +184,7 @@ export class ModelRegistry implements AsyncDisposable {
     });
     this.#ortInteractive = lanes.interactive;
     this.#ortBulk = lanes.bulk;
-    this.#ortShared = lanes.bulkSession === "shared";
+    this.#ortShared = lanes.bulkSession !== "separate";
     this.#ortInteractiveSched = new LaneScheduler({
       permits: Math.max(1, options.interactivePermits ?? 2),
       defaultRunMs: options.estimatedExecutionMs ?? 25,

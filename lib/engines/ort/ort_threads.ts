@@ -9,8 +9,11 @@
  * runs is quiet (lib/models/model_registry.ts `otherEnginesBusy`) and runs on the interactive
  * thread's quiet thread — a one-thread, non-spinning session in a worker of its own, created by
  * the first quiet run and unloaded after `quietTwinIdleMs` — beside the job's quantum rather than
- * after it. The shared session's threads run at nice 10 so the quiet thread's query (nice 0) gets
- * the core it needs while a job runs. The former layout, a bulk thread with its own session at
+ * after it. The shared session runs at nice 0, as every interactive session has: at nice 10 (the
+ * `shared_low_priority` layout) the quiet query got more of the cores beside a job (loaded p95 /
+ * idle p50 2.02–2.22× against 2.79× on 2 cores), but every query outside a job then yielded to
+ * any other program on the machine (beside a spinning nice-0 onnxruntime session in the same
+ * process, embed.query p50 went from 5.6 to 14.9 ms). The former layout, a bulk thread with its own session at
  * nice 10 and a twin in the interactive worker (`bulkSession: "separate"`), stays for comparison
  * in bench:memory and bench:mixed; bench/README.md "ORT sessions and memory" has the numbers.
  *
@@ -26,10 +29,11 @@ export const ORT_BULK_NICENESS = 10;
 
 /**
  * How bulk work gets its sessions: `shared` runs it on the interactive thread's sessions
- * ({@link OrtBulkView}); `separate` on a thread of its own (its own session per model, nice 10,
- * unloaded when idle).
+ * ({@link OrtBulkView}) at nice 0; `shared_low_priority` the same with those sessions at nice 10
+ * (for the benchmarks: queries outside a job then yield to every other program); `separate` on a
+ * thread of its own (its own session per model, nice 10, unloaded when idle).
  */
-export type OrtBulkSession = "shared" | "separate";
+export type OrtBulkSession = "shared" | "shared_low_priority" | "separate";
 
 /** Options of {@link createOrtThreads}. */
 export interface OrtThreadsOptions {
@@ -61,13 +65,13 @@ export interface OrtThreads {
 /**
  * Creates the interactive ORT thread and the bulk side.
  *
- * `shared` (default): one session per model serves both classes, at nice 10, spinning (fastest
+ * `shared` (default): one session per model serves both classes, at nice 0, spinning (fastest
  * alone); quiet runs go to a one-thread blocking session on a quiet thread of its own (nice 0),
- * so a query beside a job waits for no quantum and gets a core from the job's threads. Memory:
- * the session queries use, plus the quiet session's weights and small arena while quiet runs
- * come. The cost: interactive work outside a job also runs at nice 10, so on a machine busy with
- * other programs it yields to them (beside Synapse's own other engines, llama workers, it runs
- * quiet at nice 0).
+ * so a query beside a job waits for no quantum and shares the cores with the job's threads.
+ * Memory: the session queries use, plus the quiet session's weights and small arena while quiet
+ * runs come. `shared_low_priority` runs the shared session at nice 10, so the quiet query gets a
+ * core of its own beside a job, but interactive work outside a job then also runs at nice 10 and
+ * yields to every other program on the machine; it exists for bench:mixed to compare.
  *
  * `separate`: onnxruntime's spinning threads are fastest when a thread runs alone but burn a
  * sharing thread's CPU (measured on 2 cores: bulk kept 41% of its solo rate beside spinning
@@ -92,7 +96,7 @@ export function createOrtThreads(options: OrtThreadsOptions = {}): OrtThreads {
   const common = { intraOpThreads: options.intraOpThreads, log: options.log };
   const bulkSession = options.bulkSession ?? "shared";
   const quietTwinIdleMs = options.quietTwinIdleMs ?? 60_000;
-  if (bulkSession === "shared") {
+  if (bulkSession !== "separate") {
     // Quiet runs beside a job (which runs on this thread's session) need their own worker.
     const quietThread = new OrtThread({
       intraOpThreads: 1,
@@ -100,11 +104,10 @@ export function createOrtThreads(options: OrtThreadsOptions = {}): OrtThreads {
       idleUnloadMs: quietTwinIdleMs,
       log: options.log,
     });
-    // Nice 10 as a bulk thread's: a job on this session yields to the quiet thread's queries.
     const interactive = new OrtThread({
       ...common,
       allowSpinning: true,
-      niceness: ORT_BULK_NICENESS,
+      niceness: bulkSession === "shared_low_priority" ? ORT_BULK_NICENESS : 0,
       quietThread,
     });
     return { interactive, bulk: new OrtBulkView(interactive), bulkSession };

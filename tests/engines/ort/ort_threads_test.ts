@@ -52,8 +52,9 @@ Deno.test("createOrtThreads() shares one session between both classes: a job add
   assert.ok(bulk instanceof OrtBulkView);
   using _i = interactive;
   using _b = bulk;
-  // The shared session runs at the bulk nice value, so a quiet query beside a job comes first.
-  assert.equal((await interactive.load(spec)).niceness, linux ? ORT_BULK_NICENESS : 0);
+  // The shared session runs at nice 0, as interactive sessions do: at the bulk nice value every
+  // query outside a job would yield to the machine's other programs.
+  assert.equal((await interactive.load(spec)).niceness, 0);
   bulk.register(spec);
   await bulk.run("m", [row], { quiet: true });
   assert.equal(bulk.residentSessions, 0, "the bulk view holds no session");
@@ -61,6 +62,23 @@ Deno.test("createOrtThreads() shares one session between both classes: a job add
   await interactive.run("m", [row], { quiet: true });
   assert.equal(interactive.residentSessions, 2, "the quiet run made the quiet thread's session");
   assert.equal(interactive.inFlight, 0);
+});
+
+Deno.test("createOrtThreads({bulkSession: 'shared_low_priority'}) runs the shared session at the bulk nice value, the quiet thread at 0", async () => {
+  const { interactive, bulk, bulkSession } = createOrtThreads({
+    intraOpThreads: 1,
+    bulkSession: "shared_low_priority",
+  });
+  assert.equal(bulkSession, "shared_low_priority");
+  assert.ok(bulk instanceof OrtBulkView);
+  using _i = interactive;
+  using _b = bulk;
+  assert.equal((await interactive.load(spec)).niceness, linux ? ORT_BULK_NICENESS : 0);
+  bulk.register(spec);
+  await bulk.run("m", [row]);
+  assert.equal(bulk.residentSessions, 0, "the bulk view holds no session");
+  await interactive.run("m", [row], { quiet: true });
+  assert.equal(interactive.residentSessions, 2, "the quiet run made the quiet thread's session");
 });
 
 Deno.test("a shared bulk view refuses a model never registered (unknown_model) and refuses work once disposed", async () => {
