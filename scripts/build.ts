@@ -620,6 +620,8 @@ async function buildCompile(
       "--no-check",
       "--self-extracting",
       "--unstable-no-legacy-abort",
+      // The launcher's young-generation bound (ck-synapse: field report F37).
+      "--v8-flags=--max-semi-space-size=2",
       "--allow-read",
       "--allow-write",
       "--allow-env",
