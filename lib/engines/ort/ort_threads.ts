@@ -12,8 +12,9 @@
  * after it. The shared session runs at nice 0, as every interactive session has: at nice 10 (the
  * `shared_low_priority` layout) the quiet query got more of the cores beside a job (loaded p95 /
  * idle p50 2.02–2.22× against 2.79× on 2 cores), but every query outside a job then yielded to
- * any other program on the machine (beside a spinning nice-0 onnxruntime session in the same
- * process, embed.query p50 went from 5.6 to 14.9 ms). The former layout, a bulk thread with its own session at
+ * any other program on the machine (a nice-10 thread gets about a tenth of the CPU a nice-0 one
+ * gets; bench:embed's interleaved rows, call for call beside a spinning nice-0 onnxruntime session:
+ * p50 overhead 9.6 ms at nice 10, 4.9 ms at nice 0). The former layout, a bulk thread with its own session at
  * nice 10 and a twin in the interactive worker (`bulkSession: "separate"`), stays for comparison
  * in bench:memory and bench:mixed; bench/README.md "ORT sessions and memory" has the numbers.
  *
