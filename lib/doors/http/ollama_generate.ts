@@ -1147,7 +1147,9 @@ export function ollamaGenerationError(e: SynapseError): AdapterAnswer {
 
 /**
  * Ollama's `details` of a model row in `/api/tags` and `/api/ps`: `format` the file format
- * (`onnx`, `gguf`), `family` the task, `quantization_level` the dtype.
+ * (`onnx`, `gguf`), `family` the task, `quantization_level` the quantization the lane serves
+ * (`quant`: `F32`, `F16`, `INT8`, a GGUF's `Q8_0` …), else its dtype, upper-cased as Ollama writes
+ * it and as `/api/show` does.
  */
 export function ollamaDetails(m: ModelsListResult["models"][number]): Record<string, unknown> {
   return {
@@ -1156,6 +1158,6 @@ export function ollamaDetails(m: ModelsListResult["models"][number]): Record<str
     family: m.task,
     families: [m.task],
     parameter_size: "",
-    quantization_level: m.dtype,
+    quantization_level: (m.quant ?? m.dtype).toUpperCase(),
   };
 }

@@ -9,6 +9,8 @@ import assert from "node:assert/strict";
 import { CohereClient, CohereClientV2 } from "cohere-ai";
 import { Ollama } from "ollama";
 import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { ollamaDetails } from "../../../lib/doors/http/ollama_generate.ts";
+import type { ModelsListResult } from "../../../lib/ops/models.ts";
 import { nullLog } from "../../../lib/log/log.ts";
 import type { LogSink } from "../../../lib/log/log.ts";
 import { MODELS, preload, resultOf, startSynapse } from "../../_helpers.ts";
@@ -480,7 +482,28 @@ Deno.test("Ollama /api/tags lists every model in Ollama's shape", async () => {
     assert.ok(Number.isInteger(m.size) && m.size > 0);
     assert.equal(m.details.format, "onnx");
     assert.equal(m.details.family, list.models[i].task);
+    // The quantization the lane serves, as /api/show gives it (the test models are f32 lanes).
+    assert.equal(m.details.quantization_level, "F32");
   }
+});
+
+/** A models.list row with only what `ollamaDetails` reads. */
+function resultRowFor(
+  fields: { dtype: string; quant?: string },
+): ModelsListResult["models"][number] {
+  return { model_id: "m", engine: "ort", task: "embed", ...fields } as unknown as ModelsListResult[
+    "models"
+  ][number];
+}
+
+Deno.test("Ollama details name an int8 lane's quantization INT8, not its f32 dtype", () => {
+  const row = resultRowFor({ dtype: "f32", quant: "int8" });
+  assert.equal(ollamaDetails(row).quantization_level, "INT8");
+  assert.equal(
+    ollamaDetails(resultRowFor({ dtype: "f16", quant: "q8_0" })).quantization_level,
+    "Q8_0",
+  );
+  assert.equal(ollamaDetails(resultRowFor({ dtype: "f32" })).quantization_level, "F32");
 });
 
 Deno.test("the official ollama client embeds and lists against Synapse unchanged", async () => {
