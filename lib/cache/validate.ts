@@ -271,6 +271,18 @@ export const ONNX_INTEGER_MATMUL_OPS: ReadonlySet<string> = new Set([
   "QGemm",
   "QAttention",
 ]);
+/**
+ * Op types of quantized graphs that are not integer MatMuls: the QDQ format of static
+ * quantization (`DequantizeLinear` before a float MatMul, which onnxruntime fuses into an integer
+ * one at load) and per-call activation quantization. Counted with the integer MatMuls.
+ */
+export const ONNX_QUANTIZE_OPS: ReadonlySet<string> = new Set([
+  "QuantizeLinear",
+  "DequantizeLinear",
+  "DynamicQuantizeLinear",
+]);
+/** Op types of block-quantized (4-bit) weights: `com.microsoft` `MatMulNBits`. */
+export const ONNX_NBITS_MATMUL_OPS: ReadonlySet<string> = new Set(["MatMulNBits"]);
 /** TensorProto `dims` (repeated int64, packed or not) and `data_type` (int32). */
 const ONNX_TENSOR_DIMS = 1;
 const ONNX_TENSOR_DATA_TYPE = 2;
@@ -295,8 +307,10 @@ export interface OnnxWeightCounts {
   int8: number;
   /** UINT8 initializer elements. */
   uint8: number;
-  /** Nodes whose op type is in {@link ONNX_INTEGER_MATMUL_OPS}. */
+  /** Nodes whose op type is in {@link ONNX_INTEGER_MATMUL_OPS} or {@link ONNX_QUANTIZE_OPS}. */
   integer_matmuls: number;
+  /** Nodes whose op type is in {@link ONNX_NBITS_MATMUL_OPS}. */
+  nbits_matmuls: number;
 }
 
 /**
@@ -336,6 +350,7 @@ export async function onnxWeightDtype(
     int8: 0,
     uint8: 0,
     integer_matmuls: 0,
+    nbits_matmuls: 0,
   };
   try {
     const size = (await f.stat()).size;
@@ -360,7 +375,9 @@ export async function onnxWeightDtype(
       });
       for (const o of ops) {
         const name = new TextDecoder().decode(await readAt(f, o.start, o.end - o.start));
-        if (ONNX_INTEGER_MATMUL_OPS.has(name)) counts.integer_matmuls++;
+        if (ONNX_INTEGER_MATMUL_OPS.has(name) || ONNX_QUANTIZE_OPS.has(name)) {
+          counts.integer_matmuls++;
+        } else if (ONNX_NBITS_MATMUL_OPS.has(name)) counts.nbits_matmuls++;
       }
     }
     for (const t of tensors) {
@@ -407,10 +424,27 @@ export async function onnxWeightDtype(
     : counts.bf16 > counts.f32
     ? "bf16"
     : "f32";
-  const quant = counts.integer_matmuls > 0 && counts.int8 + counts.uint8 > 0
-    ? (counts.int8 >= counts.uint8 ? "int8" : "uint8")
-    : dtype;
-  return { dtype, quant, counts };
+  return { dtype, quant: onnxQuant(counts, dtype), counts };
+}
+
+/**
+ * The quantization an ONNX graph serves, from {@link onnxWeightDtype}'s counts: `int4` when it
+ * holds a block-quantized MatMul (`MatMulNBits`); `int8` (or `uint8`, U8U8) when it holds an
+ * integer MatMul or a quantize/dequantize op (dynamic quantization, the QDQ format of static
+ * quantization) over 8-bit initializers, int8 when INT8 elements are at least the UINT8 ones;
+ * else the float dtype. A quantized graph is never the fp32 reference (lib/probe/certification.ts),
+ * so a model this cannot tell apart errs towards needing a certificate.
+ *
+ * @param counts What the walk counted.
+ * @param dtype The float weights' dtype.
+ * @returns `int4`, `int8`, `uint8` or `dtype`.
+ */
+export function onnxQuant(counts: OnnxWeightCounts, dtype: string): string {
+  if (counts.nbits_matmuls > 0) return "int4";
+  if (counts.integer_matmuls > 0 && counts.int8 + counts.uint8 > 0) {
+    return counts.int8 >= counts.uint8 ? "int8" : "uint8";
+  }
+  return dtype;
 }
 
 /**

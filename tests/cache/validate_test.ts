@@ -4,7 +4,8 @@
  * variants `scripts/gen_models.ts` writes) and on files that are not ONNX.
  */
 import assert from "node:assert/strict";
-import { onnxWeightDtype } from "../../lib/cache/validate.ts";
+import onnxProto from "onnx-proto";
+import { onnxQuant, onnxWeightDtype } from "../../lib/cache/validate.ts";
 import { SynapseError } from "../../lib/contract/errors.ts";
 import { MODELS } from "../_helpers.ts";
 
@@ -25,7 +26,15 @@ Deno.test("onnxWeightDtype: the fp32 fixtures are f32, the fp16 variants f16 wit
     assert.equal(half.dtype, "f16", name);
     assert.deepEqual(
       half.counts,
-      { f32: 0, f16: base.counts.f32, bf16: 0, int8: 0, uint8: 0, integer_matmuls: 0 },
+      {
+        f32: 0,
+        f16: base.counts.f32,
+        bf16: 0,
+        int8: 0,
+        uint8: 0,
+        integer_matmuls: 0,
+        nbits_matmuls: 0,
+      },
       name,
     );
     assert.equal(half.quant, "f16", name);
@@ -67,6 +76,59 @@ Deno.test("onnxWeightDtype refuses what is not ONNX, and a file it cannot read",
         e instanceof SynapseError && e.code === "artifact_invalid" &&
         e.details?.reason === "unreadable",
     );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("onnxQuant: a QDQ (static) or 4-bit graph is quantized, never the f32 reference; an f32 graph with no 8-bit weights stays f32", () => {
+  const none = {
+    f32: 1000,
+    f16: 0,
+    bf16: 0,
+    int8: 0,
+    uint8: 0,
+    integer_matmuls: 0,
+    nbits_matmuls: 0,
+  };
+  assert.equal(onnxQuant(none, "f32"), "f32");
+  // QDQ: DequantizeLinear nodes (counted with the integer MatMuls) over INT8 weights.
+  assert.equal(onnxQuant({ ...none, int8: 900, integer_matmuls: 24 }, "f32"), "int8");
+  // U8U8 weights.
+  assert.equal(onnxQuant({ ...none, uint8: 900, int8: 10, integer_matmuls: 6 }, "f32"), "uint8");
+  // MatMulNBits: 4-bit blocks stored as UINT8.
+  assert.equal(onnxQuant({ ...none, uint8: 500, nbits_matmuls: 6 }, "f32"), "int4");
+  // A quantize op with no 8-bit initializers quantizes no weight.
+  assert.equal(onnxQuant({ ...none, integer_matmuls: 1 }, "f16"), "f16");
+});
+
+Deno.test("onnxWeightDtype: a QDQ-format graph (DequantizeLinear over INT8 weights before a float MatMul) is quant int8", async () => {
+  const onnx = onnxProto.onnx;
+  const T = onnx.TensorProto.DataType;
+  const model = onnx.ModelProto.encode({
+    irVersion: 8,
+    opsetImport: [{ domain: "", version: 17 }],
+    graph: {
+      name: "qdq",
+      node: [
+        { opType: "DequantizeLinear", input: ["w_q", "w_scale", "w_zp"], output: ["w"] },
+        { opType: "MatMul", input: ["x", "w"], output: ["y"] },
+      ],
+      initializer: [
+        { name: "w_q", dataType: T.INT8, dims: [4, 4], rawData: new Uint8Array(16) },
+        { name: "w_scale", dataType: T.FLOAT, dims: [], floatData: [0.1] },
+        { name: "w_zp", dataType: T.INT8, dims: [], rawData: new Uint8Array(1) },
+      ],
+    },
+  }).finish();
+  const dir = await Deno.makeTempDir({ prefix: "synapse-qdq-" });
+  try {
+    await Deno.writeFile(`${dir}/model.onnx`, model);
+    const r = await onnxWeightDtype(`${dir}/model.onnx`, "model.onnx");
+    assert.equal(r.counts.integer_matmuls, 1);
+    assert.equal(r.counts.int8, 17);
+    assert.equal(r.dtype, "f32");
+    assert.equal(r.quant, "int8");
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
