@@ -88,3 +88,20 @@ export async function buildCorpus(options: CorpusOptions): Promise<string[]> {
   }
   return passages;
 }
+
+/**
+ * The near-max batches of field report F37 (bench/memory.ts's near-max row and
+ * tests/cli/near_max_rss_test.ts): a generator of calls of eight texts of 180–240 words each,
+ * past the MiniLM-shaped and tiny models' 512-token limit, so every row is truncated to max length.
+ * Deterministic (an LCG seeded with 1), so both measure the same inputs.
+ *
+ * @returns a function giving the next call's eight texts.
+ */
+export function nearMaxTexts(): () => string[] {
+  let seed = 1;
+  const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+  const words = ["alpha", "beta", "gamma", "delta", "omega", "vector", "memory", "arena"];
+  const word = () => words[Math.floor(rnd() * words.length)]! + Math.floor(rnd() * 100);
+  const text = () => Array.from({ length: 180 + Math.floor(rnd() * 60) }, word).join(" ");
+  return () => Array.from({ length: 8 }, text);
+}

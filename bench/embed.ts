@@ -260,6 +260,30 @@ const synAlone: number[] = [];
 const plainLat: number[] = [];
 const routedLat: number[] = [];
 const BLOCK = 50;
+
+/**
+ * Times each path alone: alternating blocks of {@link BLOCK} calls per path (5 untimed warm-up
+ * calls first, a 50 ms pause before each block, so onnxruntime's threads of one path are idle
+ * while the other runs), until `runs` calls per path are timed. Latencies (ms) go to each path's
+ * array, in call order.
+ */
+async function alternatingBlocks(
+  runs: number,
+  ...paths: [number[], (text: string) => Promise<unknown>][]
+): Promise<void> {
+  const settle = () => new Promise((r) => setTimeout(r, 50));
+  for (let b = 0; b < Math.ceil(runs / BLOCK); b++) {
+    for (const [out, call] of paths) {
+      await settle();
+      for (let i = 0; i < BLOCK + 5; i++) {
+        const text = shortTexts[(b * BLOCK + i) % shortTexts.length]!;
+        const t0 = performance.now();
+        await call(text);
+        if (i >= 5) out.push(performance.now() - t0);
+      }
+    }
+  }
+}
 {
   const { config } = loadConfig({ env, cwd: tmp });
   await using syn = await createSynapse({ config, env });
@@ -292,24 +316,14 @@ const BLOCK = 50;
       synLat.push(viaSynapse);
     }
   }
-  const settle = () => new Promise((r) => setTimeout(r, 50));
-  for (let b = 0; b < Math.ceil(queryRuns / BLOCK); b++) {
-    await settle();
-    for (let i = 0; i < BLOCK + 5; i++) {
-      const ids = rawIds(shortTexts[(b * BLOCK + i) % shortTexts.length]!);
-      const t0 = performance.now();
-      await rawBatch([ids]);
-      if (i >= 5) rawAlone.push(performance.now() - t0);
-    }
-    await settle();
-    for (let i = 0; i < BLOCK + 5; i++) {
-      const text = shortTexts[(b * BLOCK + i) % shortTexts.length]!;
-      const t0 = performance.now();
+  await alternatingBlocks(
+    queryRuns,
+    [rawAlone, (text) => rawBatch([rawIds(text)])],
+    [synAlone, async (text) => {
       const o = await syn.call("embed.query", { text });
       if (o.kind !== "result") throw new Error(JSON.stringify(o.body));
-      if (i >= 5) synAlone.push(performance.now() - t0);
-    }
-  }
+    }],
+  );
   for (let i = 0; i < queryRuns + 20; i++) {
     const text = shortTexts[i % shortTexts.length]!;
     // Alternate which goes first, so neither always follows the other.
@@ -438,31 +452,15 @@ if (int8) {
     int8CorpusCosine = sum / r!.vectors.length;
   }
   // embed.query on the int8 lane against the raw fp32 single run, each alone (alternating blocks).
-  const settle = () => new Promise((r) => setTimeout(r, 50));
-  for (let b = 0; b < Math.ceil(queryRuns / BLOCK); b++) {
-    await settle();
-    for (let i = 0; i < BLOCK + 5; i++) {
-      const ids = rawIds(shortTexts[(b * BLOCK + i) % shortTexts.length]!);
-      const t0 = performance.now();
-      await rawBatch([ids]);
-      if (i >= 5) fp32AloneForInt8.push(performance.now() - t0);
-    }
-    await settle();
-    for (let i = 0; i < BLOCK + 5; i++) {
-      const ids = rawIds(shortTexts[(b * BLOCK + i) % shortTexts.length]!);
-      const t0 = performance.now();
-      await rawBatch([ids], int8Session);
-      if (i >= 5) rawInt8Alone.push(performance.now() - t0);
-    }
-    await settle();
-    for (let i = 0; i < BLOCK + 5; i++) {
-      const text = shortTexts[(b * BLOCK + i) % shortTexts.length]!;
-      const t0 = performance.now();
+  await alternatingBlocks(
+    queryRuns,
+    [fp32AloneForInt8, (text) => rawBatch([rawIds(text)])],
+    [rawInt8Alone, (text) => rawBatch([rawIds(text)], int8Session)],
+    [int8Alone, async (text) => {
       const o = await syn.call("embed.query", { model: "minilm-shaped-int8", text });
       if (o.kind !== "result") throw new Error(JSON.stringify(o.body));
-      if (i >= 5) int8Alone.push(performance.now() - t0);
-    }
-  }
+    }],
+  );
   await syn.dispose();
   await Deno.remove(int8Tmp, { recursive: true });
 }

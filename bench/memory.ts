@@ -40,6 +40,7 @@ import { createOrtThreads } from "../lib/engines/ort/ort_threads.ts";
 import type { OrtBulkSession } from "../lib/engines/ort/ort_threads.ts";
 import { threadsForKnob } from "../lib/models/model_registry.ts";
 import { warmupShapes } from "../lib/engines/ort/ort_engine.ts";
+import { nearMaxTexts } from "./corpus.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");
 const MODELS: Record<string, string> = {
@@ -247,16 +248,6 @@ async function nearMaxChild(dir: string): Promise<Steps> {
     await Deno.remove(tmp, { recursive: true });
   }
   return steps;
-}
-
-/** Eight texts per call of 180–240 words (past the tiny model's 512 tokens: truncated). */
-function nearMaxTexts(): () => string[] {
-  let seed = 1;
-  const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
-  const words = ["alpha", "beta", "gamma", "delta", "omega", "vector", "memory", "arena"];
-  const word = () => words[Math.floor(rnd() * words.length)]! + Math.floor(rnd() * 100);
-  const text = () => Array.from({ length: 180 + Math.floor(rnd() * 60) }, word).join(" ");
-  return () => Array.from({ length: 8 }, text);
 }
 
 if (args.child !== undefined) {

@@ -14,16 +14,7 @@
  */
 import assert from "node:assert/strict";
 import { isolatedEnv, serve } from "./_launcher.ts";
-
-/** Eight texts of 180–240 words: past the test model's max tokens, so every row is near max. */
-function nearMaxTexts(): () => string[] {
-  let seed = 1;
-  const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
-  const words = ["alpha", "beta", "gamma", "delta", "omega", "vector", "memory", "arena"];
-  const word = () => words[Math.floor(rnd() * words.length)]! + Math.floor(rnd() * 100);
-  const text = () => Array.from({ length: 180 + Math.floor(rnd() * 60) }, word).join(" ");
-  return () => Array.from({ length: 8 }, text);
-}
+import { nearMaxTexts } from "../../bench/corpus.ts";
 
 /** The growth this test allows (the report's 5 % is met in most runs, not all: module doc). */
 const MAX_GROWTH = 0.10;
