@@ -272,9 +272,9 @@ async function runChild(
     args: [
       "run",
       "--quiet",
-      // The launcher's young-generation bound (ck-synapse, field report F37), so the children
+      // The launcher's V8 flags (ck-synapse, field report F37), so the children
       // measure what the service runs.
-      "--v8-flags=--expose-gc,--max-semi-space-size=2",
+      "--v8-flags=--expose-gc,--max-semi-space-size=2,--optimize-for-size",
       "--allow-read",
       "--allow-write",
       "--allow-env",

@@ -620,8 +620,8 @@ async function buildCompile(
       "--no-check",
       "--self-extracting",
       "--unstable-no-legacy-abort",
-      // The launcher's young-generation bound (ck-synapse: field report F37).
-      "--v8-flags=--max-semi-space-size=2",
+      // The launcher's V8 flags (ck-synapse: field report F37).
+      "--v8-flags=--max-semi-space-size=2,--optimize-for-size",
       "--allow-read",
       "--allow-write",
       "--allow-env",

@@ -1,14 +1,17 @@
 /**
  * Field report F37: 300 calls of 8 near-max-length texts to `embed.batch` grew the service's RSS
- * 11–13 % from call 50 to call 300 elsewhere, and 20.9–27.8 % here before the launcher bounded
- * V8's young generation (`--max-semi-space-size=2`: each isolate — main thread, tokenizer workers,
- * ORT workers — grew its semi-spaces to the 16 MiB default and kept them). The real launcher
- * serves the test model; the RSS is the served process's own (`ps -o rss=`), read
- * between calls, with no forced GC.
+ * 11–13 % from call 50 to call 300 elsewhere; the report asks for 5 %. The real launcher serves
+ * the test model; the RSS is the served process's own (`ps -o rss=`), read between calls, with no
+ * forced GC.
  *
- * The report asks for 5 %; with the bound the process grows 2.7–7.1 % (five runs), so this test
- * holds it to {@link MAX_GROWTH} (10 %), which the unbounded young generation fails, and prints
- * the measured growth. docs/field-reports.md F37 says the same.
+ * Here it grew 20.9–27.8 % until the launcher bounded V8's young generation
+ * (`--max-semi-space-size=2`: each isolate — main thread, tokenizer workers, ORT workers — grew its
+ * semi-spaces to 16 MiB and kept them), then 9.8–16.5 % on an AMD EPYC with that bound alone: each
+ * isolate's old generation grew toward its next GC limit for ~200 calls before it levelled off
+ * (sampled to call 1200: no leak, a plateau). With `--optimize-for-size` beside it the process
+ * grows 1.2–4.8 % (eight runs) and levels off ~35 MB lower. The report's 5 % is met in every run
+ * measured, with 0.2 points to spare at worst, so this test allows {@link MAX_GROWTH} (7 %) for a
+ * busy machine, which the bound alone fails in most runs, and prints the measured growth. docs/field-reports.md F37 says the same.
  *
  * @module
  */
@@ -16,8 +19,8 @@ import assert from "node:assert/strict";
 import { isolatedEnv, serve } from "./_launcher.ts";
 import { nearMaxTexts } from "../../bench/corpus.ts";
 
-/** The growth this test allows (the report's 5 % is met in most runs, not all: module doc). */
-const MAX_GROWTH = 0.10;
+/** The growth this test allows: the report's 5 % plus 2 points for a busy machine (module doc). */
+const MAX_GROWTH = 0.07;
 
 /** The process's resident set in KiB, from `ps` (reading /proc/PID needs --allow-all in Deno). */
 async function rssKiB(pid: number): Promise<number> {
@@ -29,7 +32,7 @@ async function rssKiB(pid: number): Promise<number> {
 
 Deno.test({
   name:
-    "F37: 300 embed.batch calls of 8 near-max texts grow the served process's RSS by at most 10 % from call 50 to call 300 (the unbounded young generation grew it 21-28 %)",
+    "F37: 300 embed.batch calls of 8 near-max texts grow the served process's RSS by at most 7 % from call 50 to call 300 (without the launcher's V8 flags it grew 10-28 %)",
   ignore: Deno.build.os !== "linux",
   fn: async () => {
     const home = await isolatedEnv();
