@@ -41,6 +41,7 @@ import type { OrtBulkSession } from "../lib/engines/ort/ort_threads.ts";
 import { threadsForKnob } from "../lib/models/model_registry.ts";
 import { warmupShapes } from "../lib/engines/ort/ort_engine.ts";
 import { nearMaxTexts } from "./corpus.ts";
+import { V8_FLAGS } from "../scripts/v8_flags.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");
 const MODELS: Record<string, string> = {
@@ -274,7 +275,7 @@ async function runChild(
       "--quiet",
       // The launcher's V8 flags (ck-synapse, field report F37), so the children
       // measure what the service runs.
-      "--v8-flags=--expose-gc,--max-semi-space-size=2,--optimize-for-size",
+      `--v8-flags=--expose-gc,${V8_FLAGS}`,
       "--allow-read",
       "--allow-write",
       "--allow-env",

@@ -36,6 +36,7 @@
  */
 import { fileURLToPath } from "node:url";
 import { SYNAPSE_VERSION } from "../lib/version.ts";
+import { V8_FLAGS } from "./v8_flags.ts";
 
 /** The repository root (no trailing slash). */
 export const ROOT: string = fileURLToPath(new URL("..", import.meta.url)).replace(/\/$/, "");
@@ -620,8 +621,8 @@ async function buildCompile(
       "--no-check",
       "--self-extracting",
       "--unstable-no-legacy-abort",
-      // The launcher's V8 flags (ck-synapse: field report F37).
-      "--v8-flags=--max-semi-space-size=2,--optimize-for-size",
+      // The launcher's V8 flags (field report F37).
+      `--v8-flags=${V8_FLAGS}`,
       "--allow-read",
       "--allow-write",
       "--allow-env",
