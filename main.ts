@@ -10,6 +10,8 @@ if (import.meta.main) {
   // `ck-synapse worker llama --socket … --nonce …`: this program as the llama worker process
   // (contract.md §7's fallback when no worker binary is installed beside it).
   if (Deno.args[0] === "worker" && Deno.args[1] === "llama") await import("./workers/llama.ts");
+  // `ck-synapse worker ffi …`: the native-shim worker (workers/ffi.ts), the same way.
+  else if (Deno.args[0] === "worker" && Deno.args[1] === "ffi") await import("./workers/ffi.ts");
   else Deno.exit(await main(await launcherArgs()));
 }
 

@@ -122,6 +122,11 @@ export interface SynapseOptions {
    * `workers/llama.ts`). @default []
    */
   llamaWorkerArgs?: string[];
+  /**
+   * Extra arguments for every ffi worker (tests: `--test-shim-abort-after`, `--shim PATH`, the
+   * hooks of `workers/_serve.ts`). @default []
+   */
+  ffiWorkerArgs?: string[];
   /** Accept and HELLO timeouts of workers, ms (tests shorten them). @default config `worker.start_timeout_ms` */
   workerHandshakeTimeoutMs?: number;
   /** Timeout of worker requests other than LOAD and GENERATE, ms. @default 30000 */
@@ -188,6 +193,7 @@ export const DECODE_WORKER_NICE = 5;
 export interface SynapseWorkerOptions {
   log?: LogSink | undefined;
   llamaWorkerArgs?: string[] | undefined;
+  ffiWorkerArgs?: string[] | undefined;
   workerHandshakeTimeoutMs?: number | undefined;
   workerRequestTimeoutMs?: number | undefined;
   workerGenerateTimeoutMs?: number | undefined;
@@ -330,11 +336,14 @@ export class Synapse implements AsyncDisposable {
           return new LlamaEngine(spec, {
             launch: resolveLlamaWorkerLaunch({
               ...(source.workerBin === undefined ? {} : { workerBin: source.workerBin }),
+              kind: spec.lane ?? "llama",
               // Generation runs below the interactive lanes (decode class; nice 5, between the
               // interactive lane's 0 and the bulk lane's 10).
               extraArgs: [
                 ...(spec.mode === "generate" ? ["--nice", String(DECODE_WORKER_NICE)] : []),
-                ...(workerOptions.llamaWorkerArgs ?? []),
+                ...((spec.lane === "ffi"
+                  ? workerOptions.ffiWorkerArgs
+                  : workerOptions.llamaWorkerArgs) ?? []),
               ],
             }),
             runtimeDir: source.workerRuntimeDir ?? defaultWorkerRuntimeDir(),
@@ -355,7 +364,10 @@ export class Synapse implements AsyncDisposable {
               ? {}
               : { generateTimeoutMs: workerOptions.workerGenerateTimeoutMs }),
             // The worker's own lines and its crashes, whatever target the engine uses.
-            log: retarget(log, "synapse.worker", { engine: "llama", model: spec.modelId }),
+            log: retarget(log, "synapse.worker", {
+              engine: spec.lane ?? "llama",
+              model: spec.modelId,
+            }),
             forwardLinesPerSec: config.log.worker_forward_lines_per_sec,
             onWorkerEvent: (kind, status) =>
               this.metrics.workerEvent(spec.modelId, kind, status.generation),
@@ -790,6 +802,7 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
     syn = new Synapse(config, store, sources, options.now ?? Date.now, machine, leases, {
       log: options.log,
       llamaWorkerArgs: options.llamaWorkerArgs,
+      ffiWorkerArgs: options.ffiWorkerArgs,
       workerHandshakeTimeoutMs: options.workerHandshakeTimeoutMs,
       workerRequestTimeoutMs: options.workerRequestTimeoutMs,
       workerGenerateTimeoutMs: options.workerGenerateTimeoutMs,

@@ -50,7 +50,13 @@ export const PROGRAM_FILES = [
   "package.json",
   "ck-synapse",
   "ck-synapse-worker-llama",
+  "ck-synapse-worker-ffi",
 ] as const;
+/**
+ * Native code scripts/setup builds (scripts/build_shim): the llama shim of the ffi lane, carried
+ * when it was built (its rpath finds the prebuilt libllama of the runtime packages).
+ */
+export const NATIVE_FILES = ["node_modules/.synapse/libsynapse_llama.so"] as const;
 /** The test models served when no model is configured (lib/models/sources.ts), about 1 MB. */
 export const TEST_MODELS = [
   "fixtures/models/synapse-tiny-embed",
@@ -231,8 +237,8 @@ async function* walk(dir: string): AsyncGenerator<{ path: string; isSymlink: boo
 
 /**
  * Every file of the runtime tree, relative to the repository root, sorted: the program, the
- * launchers, the test models, the Deno binary and its link, and the kept files of the runtime
- * packages.
+ * launchers, the llama shim when it is built, the test models, the Deno binary and its link, and
+ * the kept files of the runtime packages.
  */
 export async function runtimeFiles(root: string = ROOT): Promise<string[]> {
   const files = new Set<string>([...PROGRAM_FILES, ...DENO_FILES]);
@@ -245,6 +251,11 @@ export async function runtimeFiles(root: string = ROOT): Promise<string[]> {
     }
   }
   sources.push(await Deno.readTextFile(`${root}/main.ts`));
+  for (const f of NATIVE_FILES) {
+    try {
+      if (Deno.statSync(`${root}/${f}`).isFile) files.add(f);
+    } catch { /* not built here (no C compiler): the ffi lane refuses with shim_missing */ }
+  }
   for (const d of TEST_MODELS) {
     for await (const f of walk(`${root}/${d}`)) {
       const base = f.path.slice(f.path.lastIndexOf("/") + 1);

@@ -1,51 +1,23 @@
 /**
  * The llama.cpp worker process (docs/internals.md "§7 Worker protocol"): node-llama-cpp 3.21.1 behind the worker
- * protocol. The module spawns it with `--socket PATH` and the nonce in `SYNAPSE_WORKER_NONCE`
- * (or `--nonce HEX`); it connects, sends HELLO with
- * its engine identity (`llama.cpp-worker`, the node-llama-cpp version, build flags naming the GPU
- * backend, so a CUDA or Metal build has its own fingerprint), waits for ACK and then answers one
- * request at a time: LOAD, EMBED_BATCH, GENERATE, TOKENIZE, UNLOAD, PING, SHUTDOWN. A GENERATE
- * with `stream: true` also sends one TEXT_PART per generated token (not the end token) as it
- * comes, before its TEXT. Token ids in,
- * vectors or token ids out: the module owns tokenization (TOKENIZE only lets it check a tokenizer
- * it built from the GGUF against llama.cpp's).
+ * protocol, served by the shared worker loop (`workers/_serve.ts`: launch flags, handshake,
+ * CANCEL, test hooks, exit with the module). It announces its engine identity
+ * (`llama.cpp-worker`, the node-llama-cpp version, build flags naming the GPU backend, so a CUDA
+ * or Metal build has its own fingerprint) and answers LOAD, EMBED_BATCH, GENERATE, TOKENIZE,
+ * UNLOAD, PING. A GENERATE with `stream: true` also sends one TEXT_PART per generated token (not
+ * the end token) as it comes, before its TEXT. Token ids in, vectors or token ids out: the module
+ * owns tokenization (TOKENIZE only lets it check a tokenizer it built from the GGUF against
+ * llama.cpp's).
  *
- * CANCEL `{req_id}` may arrive while a request runs: the reader takes it out of the frame queue
- * (the other frames keep their order) and the request stops at its next token (GENERATE answers
- * TEXT with `finish_reason: "cancelled"` and the tokens so far) or item (EMBED_BATCH answers ERR
- * `cancelled`). A CANCEL for a request that is neither running nor queued is ignored.
- *
- * When the module goes away (EOF on the socket) the worker stops what it runs and SIGKILLs its
- * own process group, itself included, when it leads one (the host spawns it detached), so
- * nothing it started outlives the module. On Linux the worker also arms a parent-death signal
- * (`prctl(PR_SET_PDEATHSIG, SIGKILL)`, ffi/parent_death.ts) at start: the kernel kills it when
- * the module's process exits, even mid native call or while stopped (SIGSTOP), where no EOF is
- * read.
+ * A cancelled request stops at its next token (GENERATE answers TEXT with `finish_reason:
+ * "cancelled"` and the tokens so far) or item (EMBED_BATCH answers ERR `cancelled`).
  *
  * It runs in its own process because llama.cpp asserts abort the process; the module survives
- * that and reports `engine_crashed`.
- *
- * Hidden flags for tests make a real worker misbehave (never used in production):
- * `--test-abort-after N` (libc `abort()` on request N+1), `--test-hang-after N` (never answer
- * request N+1), `--test-ping-uncounted` (PINGs are answered and not counted by those two), `--test-garbage-frame` (answer the first request with a non-JSON frame),
- * `--test-oversize-frame` (announce a frame over the negotiated max), `--test-truncated-frame`
- * (write half a frame, then exit), `--test-no-hello`, `--test-wrong-nonce`,
- * `--test-protocol-version V`, `--test-engine NAME`, `--test-log-burst N` (print N lines at
- * start), `--test-exit-before-connect`, `--test-connect-after-file PATH` (connect only once PATH
- * exists), `--test-wait-cancel-after N` (after N generated tokens or embedded items, wait for
- * the CANCEL of that request; only the first request that gets that far), `--test-spawn-child`
- * (start a helper process that shares the worker's stderr and process group and runs until
- * killed), `--test-stray-part` (a streamed GENERATE first sends a TEXT_PART for another req_id).
- *
- * `--nice N` (0…19) lowers the CPU priority of the worker's whole process group, every thread of
- * it and those created later (generation workers run at 5 so the module's interactive embedding
- * lanes go first on shared cores). The worker must lead its group (the host spawns it detached);
- * when the kernel refuses, it says "llama worker: cannot set nice …" on stderr and exits 2.
+ * that and reports `engine_crashed`. Generation workers run at `--nice 5` so the module's
+ * interactive embedding lanes go first on shared cores.
  *
  * @module
  */
-import { parseArgs } from "node:util";
-import process from "node:process";
 import {
   getLlama,
   type Llama,
@@ -60,25 +32,18 @@ import {
   type Token,
   TokenBias,
 } from "node-llama-cpp";
-import { encodeFrame, FrameDecoder } from "../lib/workers/frame.ts";
 import {
   type FinishReason,
   type GenerateMessage,
   type ModuleToWorkerMessage,
-  type WorkerToModuleMessage,
 } from "../lib/workers/messages.ts";
-import { decodeFromModule, decodeI32LE, encodeControl, encodeF32LE } from "../lib/workers/codec.ts";
-import { WORKER_PROTOCOL_VERSION } from "../lib/workers/handshake.ts";
-import { setProcessGroupNice } from "../ffi/priority.ts";
-import { killOwnProcessGroup } from "../ffi/process_group.ts";
-import { killWithParent } from "../ffi/parent_death.ts";
+import { decodeI32LE, encodeF32LE } from "../lib/workers/codec.ts";
 import {
   LLAMA_WORKER_ENGINE,
   LLAMA_WORKER_VERSION,
   llamaBuildFlags,
 } from "../lib/engines/llama/identity.ts";
-
-const MAX_FRAME = 64 * 1024 * 1024;
+import { refused, rssMb, serveWorker, type WorkerIo } from "./_serve.ts";
 
 interface Loaded {
   model: LlamaModel;
@@ -90,384 +55,48 @@ interface Loaded {
   pooling: "mean" | "cls" | "last";
 }
 
-const { values: flags } = parseArgs({
-  // `main.ts worker llama …` passes its own two words first.
-  args: Deno.args[0] === "worker" && Deno.args[1] === "llama" ? Deno.args.slice(2) : Deno.args,
-  options: {
-    socket: { type: "string" },
-    nonce: { type: "string" },
-    "test-abort-after": { type: "string" },
-    "test-ping-uncounted": { type: "boolean" },
-    "test-hang-after": { type: "string" },
-    "test-garbage-frame": { type: "boolean" },
-    "test-oversize-frame": { type: "boolean" },
-    "test-truncated-frame": { type: "boolean" },
-    "test-no-hello": { type: "boolean" },
-    "test-wrong-nonce": { type: "boolean" },
-    "test-protocol-version": { type: "string" },
-    "test-engine": { type: "string" },
-    "test-log-burst": { type: "string" },
-    "test-exit-before-connect": { type: "boolean" },
-    "test-connect-after-file": { type: "string" },
-    "test-wait-cancel-after": { type: "string" },
-    "test-spawn-child": { type: "boolean" },
-    "test-stray-part": { type: "boolean" },
-    nice: { type: "string" },
-  },
-  strict: true,
-});
-
-// The module hands the nonce over in the environment (never on the command line, which `ps`
-// shows every local user); `--nonce` (docs/internals.md §7) is still accepted. Removed from the
-// environment at once, so no child process of this worker inherits it.
-const launchNonce = flags.nonce ?? Deno.env.get("SYNAPSE_WORKER_NONCE");
-Deno.env.delete("SYNAPSE_WORKER_NONCE");
-if (flags.socket === undefined || launchNonce === undefined) {
-  console.error("llama worker: --socket PATH and the nonce (SYNAPSE_WORKER_NONCE) are required");
-  Deno.exit(2);
-}
-
-// Never outlive the module: the kernel SIGKILLs this worker when its parent (the module that
-// spawned it, whose pid the host passes in SYNAPSE_WORKER_PARENT_PID) exits, even in the middle
-// of a native call or while stopped. Off Linux the EOF watch on the socket does it.
-{
-  const parent = Number(Deno.env.get("SYNAPSE_WORKER_PARENT_PID") ?? "");
-  Deno.env.delete("SYNAPSE_WORKER_PARENT_PID");
-  try {
-    if (
-      killWithParent(Number.isSafeInteger(parent) && parent > 0 ? parent : undefined) ===
-        "parent_gone"
-    ) {
-      console.error("llama worker: the module that started it is gone; exiting");
-      Deno.exit(0);
-    }
-  } catch (err) {
-    console.error(`llama worker: ${(err as Error).message}; relying on the socket's EOF`);
-  }
-}
-
-const burst = Number(flags["test-log-burst"] ?? 0);
-for (let i = 0; i < burst; i++) console.error(`llama worker: test log line ${i}`);
-if (flags["test-exit-before-connect"]) {
-  console.error("llama worker: exiting before connecting (test hook)");
-  Deno.exit(3);
-}
-
-// `--nice N`: lower the CPU priority of the whole process group (this process leads it): every
-// thread that exists now (Deno's), and, by inheritance, llama.cpp's threads and node-llama-cpp's
-// binary-test child, so all of them yield to the module's interactive lanes.
-if (flags.nice !== undefined) {
-  const nice = Number(flags.nice);
-  if (!Number.isInteger(nice) || nice < 0 || nice > 19) {
-    console.error(`llama worker: --nice must be an integer in 0..19: received '${flags.nice}'`);
-    Deno.exit(2);
-  }
-  try {
-    setProcessGroupNice(Deno.pid, nice);
-  } catch (err) {
-    console.error(`llama worker: cannot set nice ${nice}: ${(err as Error).message}`);
-    Deno.exit(2);
-  }
-}
-
-if (flags["test-spawn-child"]) {
-  const helper = new Deno.Command(Deno.execPath(), {
-    args: ["eval", "setInterval(() => {}, 1 << 30)"],
-    stdin: "null",
-    stdout: "null",
-    stderr: "inherit",
-  }).spawn();
-  helper.unref();
-  console.error(`llama worker: test child ${helper.pid} (test hook)`);
-}
-
-const llama: Llama = await getLlama({
-  gpu: "auto",
-  build: "never",
-  logLevel: LlamaLogLevel.warn,
-  logger: (level, message) => {
-    const m = message.trimEnd();
-    if (m !== "") console.error(`llama.cpp ${LlamaLogLevel[level] ?? level}: ${m}`);
-  },
-});
-
-const barrier = flags["test-connect-after-file"];
-if (barrier !== undefined) {
-  console.error(`llama worker: waiting for ${barrier} before connecting (test hook)`);
-  while (!(await exists(barrier))) await new Promise((r) => setTimeout(r, 10));
-}
-
-const conn = await Deno.connect({ transport: "unix", path: flags.socket });
-const decoder = new FrameDecoder({ maxFrameBytes: MAX_FRAME });
-/**
- * Frames read and not yet taken, in order: control messages (decoded once, here), the tensor
- * frame after a request that has one, and frames that did not decode (the main loop fails on
- * them in turn).
- */
-type Inbound =
-  | { kind: "control"; msg: ModuleToWorkerMessage }
-  | { kind: "tensor"; frame: Uint8Array }
-  | { kind: "invalid"; error: unknown };
-const inbox: Inbound[] = [];
-let wake: (() => void) | undefined;
-let closed = false;
-/** req_ids read and not yet answered: a CANCEL for one of them counts. */
-const pending = new Set<number>();
-/** req_ids cancelled while pending. */
-const cancelled = new Set<number>();
-/** Woken when a CANCEL is taken or the connection closes. */
-let cancelWake: (() => void) | undefined;
-let tensorNext = false;
-
-async function writeAll(bytes: Uint8Array): Promise<void> {
-  let off = 0;
-  while (off < bytes.byteLength) off += await conn.write(bytes.subarray(off));
-}
-
-async function send(msg: WorkerToModuleMessage, tensor?: Uint8Array): Promise<void> {
-  await writeAll(encodeFrame(encodeControl(msg), { maxFrameBytes: negotiated }));
-  if (tensor !== undefined) await writeAll(encodeFrame(tensor, { maxFrameBytes: negotiated }));
-}
-
-async function readLoop(): Promise<void> {
-  const buf = new Uint8Array(256 * 1024);
-  try {
-    while (true) {
-      const n = await conn.read(buf);
-      if (n === null) break;
-      for (const f of decoder.push(buf.subarray(0, n))) take(f);
-      wake?.();
-    }
-  } catch (err) {
-    console.error(`llama worker: connection failed: ${(err as Error).message}`);
-  }
-  closed = true;
-  wake?.();
-  cancelWake?.();
-}
-
-/** Sorts one frame: a CANCEL is applied at once, everything else queues in order. */
-function take(frame: Uint8Array): void {
-  if (tensorNext) {
-    tensorNext = false;
-    inbox.push({ kind: "tensor", frame });
-    return;
-  }
-  let msg: ModuleToWorkerMessage;
-  try {
-    msg = decodeFromModule(frame);
-  } catch (error) {
-    inbox.push({ kind: "invalid", error });
-    return;
-  }
-  if (msg.type === "CANCEL") {
-    if (pending.has(msg.req_id)) {
-      cancelled.add(msg.req_id);
-      cancelWake?.();
-    }
-    return;
-  }
-  if ("req_id" in msg) pending.add(msg.req_id);
-  tensorNext = needsTensor(msg);
-  inbox.push({ kind: "control", msg });
-}
-
-function next(): Promise<Inbound | undefined> {
-  return new Promise((resolve) => {
-    const check = () => {
-      const f = inbox.shift();
-      if (f !== undefined || closed) {
-        wake = undefined;
-        resolve(f);
-      } else wake = check;
-    };
-    check();
-  });
-}
-
-/** The next control message; undefined once the connection is closed. */
-async function nextControl(): Promise<ModuleToWorkerMessage | undefined> {
-  const f = await next();
-  if (f === undefined) return undefined;
-  if (f.kind === "invalid") throw f.error;
-  if (f.kind === "tensor") throw new Error("llama worker: a tensor frame without its request");
-  return f.msg;
-}
-
-/** True once request `reqId` is cancelled or the module has gone away. */
-function stopRequested(reqId: number): boolean {
-  return closed || cancelled.has(reqId);
-}
-
-/** Test hook `--test-wait-cancel-after`: waits until request `reqId` is cancelled (once). */
-async function waitForCancel(reqId: number, done: number, unit: string): Promise<void> {
-  waitCancelAfter = Infinity;
-  console.error(`llama worker: waiting for CANCEL after ${done} ${unit} (test hook)`);
-  while (!stopRequested(reqId)) await new Promise<void>((r) => cancelWake = r);
-  cancelWake = undefined;
-}
-
-/** The module has gone away: SIGKILLs this worker's group when it leads one, else exits 0. */
-function exitModuleGone(): never {
-  try {
-    conn.close();
-  } catch { /* closed */ }
-  killOwnProcessGroup();
-  Deno.exit(0);
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await Deno.stat(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-let negotiated = MAX_FRAME;
-void readLoop();
-
-if (flags["test-no-hello"]) {
-  console.error("llama worker: not sending HELLO (test hook)");
-  setInterval(() => {}, 1 << 30);
-  await new Promise(() => {});
-}
-
-await send({
-  type: "HELLO",
-  v: flags["test-protocol-version"] !== undefined
-    ? Number(flags["test-protocol-version"])
-    : WORKER_PROTOCOL_VERSION,
-  nonce: flags["test-wrong-nonce"] ? "0000000000000000" : launchNonce,
-  engine: {
-    engine: flags["test-engine"] ?? LLAMA_WORKER_ENGINE,
-    version: LLAMA_WORKER_VERSION,
-    build_flags: llamaBuildFlags(llama.gpu, llama.llamaCppRelease.release),
-  },
-  pid: Deno.pid,
-  max_frame: MAX_FRAME,
-});
-
-const ack = await nextControl();
-if (ack === undefined) exitModuleGone();
-if (ack.type !== "ACK" || !ack.accept) {
-  console.error(`llama worker: expected ACK, got ${ack.type}`);
-  Deno.exit(2);
-}
-negotiated = ack.max_frame;
-decoder.setMaxFrameBytes(negotiated);
-
+let llama: Llama;
 const models = new Map<string, Loaded>();
 const grammars = new Map<string, LlamaGrammar>();
 let nextRef = 1;
-let handled = 0;
-const abortAfter = flags["test-abort-after"] === undefined
-  ? Infinity
-  : Number(flags["test-abort-after"]);
-const hangAfter = flags["test-hang-after"] === undefined
-  ? Infinity
-  : Number(flags["test-hang-after"]);
-/** `--test-wait-cancel-after`: holds one request only, the first to get that far. */
-let waitCancelAfter = flags["test-wait-cancel-after"] === undefined
-  ? Infinity
-  : Number(flags["test-wait-cancel-after"]);
 
-while (true) {
-  const msg = await nextControl();
-  if (msg === undefined) exitModuleGone();
-  if (msg.type === "SHUTDOWN") break;
-  if (msg.type === "ACK") continue;
-  // `--test-ping-uncounted`: a PING (the module reading this worker's RSS for models.list) is
-  // answered and not counted by the hooks below, so a test scripting "request N misbehaves"
-  // through the whole service stays tied to its work requests. A hung worker still hangs.
-  if (flags["test-ping-uncounted"] && msg.type === "PING" && handled < hangAfter) {
-    await send({
-      type: "PONG",
-      req_id: msg.req_id,
-      rss_mb: Math.round(process.memoryUsage().rss / 1048576),
-      models_loaded: models.size,
+await serveWorker({
+  name: "llama worker",
+  kind: "llama",
+  start: async () => {
+    llama = await getLlama({
+      gpu: "auto",
+      build: "never",
+      logLevel: LlamaLogLevel.warn,
+      logger: (level, message) => {
+        const m = message.trimEnd();
+        if (m !== "") console.error(`llama.cpp ${LlamaLogLevel[level] ?? level}: ${m}`);
+      },
     });
-    continue;
-  }
-  if (handled >= abortAfter) {
-    console.error("llama worker: GGML_ASSERT-style abort (test hook --test-abort-after)");
-    abortProcess();
-  }
-  if (handled >= hangAfter) {
-    console.error("llama worker: hanging (test hook --test-hang-after)");
-    setInterval(() => {}, 1 << 30);
-    await new Promise(() => {});
-  }
-  handled++;
-  if (flags["test-garbage-frame"]) {
-    await writeAll(encodeFrame(new TextEncoder().encode("\u0000not json{")));
-    continue;
-  }
-  if (flags["test-oversize-frame"]) {
-    const header = new Uint8Array(4);
-    new DataView(header.buffer).setUint32(0, negotiated + 1, true);
-    await writeAll(header);
-    continue;
-  }
-  if (flags["test-truncated-frame"]) {
-    const whole = encodeFrame(
-      encodeControl({ type: "PONG", req_id: 0, rss_mb: 1, models_loaded: 0 }),
-    );
-    await writeAll(whole.subarray(0, Math.floor(whole.byteLength / 2)));
-    conn.close();
-    Deno.exit(0);
-  }
-  let tensor: Uint8Array | undefined;
-  if (needsTensor(msg)) {
-    const t = await next();
-    if (t === undefined) exitModuleGone();
-    if (t.kind !== "tensor") throw new Error(`llama worker: ${msg.type} without its tensor`);
-    tensor = t.frame;
-  }
-  const reqId = (msg as { req_id?: number }).req_id;
-  try {
-    await handle(msg, tensor);
-  } catch (err) {
-    try {
-      await send({
-        type: "ERR",
-        ...(reqId === undefined ? {} : { req_id: reqId }),
-        code: (err as { workerCode?: string }).workerCode ?? "engine_error",
-        msg: (err as Error).message ?? String(err),
-      });
-    } catch {
-      exitModuleGone(); // the answer cannot be written: the module is gone
-    }
-  } finally {
-    if (reqId !== undefined) {
-      pending.delete(reqId);
-      cancelled.delete(reqId);
-    }
-  }
-}
-try {
-  conn.close();
-} catch { /* closed */ }
-Deno.exit(0);
+    return {
+      backend: { handle, modelsLoaded: () => models.size },
+      identity: {
+        engine: LLAMA_WORKER_ENGINE,
+        version: LLAMA_WORKER_VERSION,
+        build_flags: llamaBuildFlags(llama.gpu, llama.llamaCppRelease.release),
+      },
+    };
+  },
+});
 
-function needsTensor(msg: ModuleToWorkerMessage): boolean {
-  return msg.type === "EMBED_BATCH" || msg.type === "GENERATE" || msg.type === "RERANK" ||
-    msg.type === "RERANK_SEQUENCES";
-}
-
-function refused(code: string, message: string): Error {
-  return Object.assign(new Error(message), { workerCode: code });
-}
-
-async function handle(msg: ModuleToWorkerMessage, tensor: Uint8Array | undefined): Promise<void> {
+async function handle(
+  msg: ModuleToWorkerMessage,
+  tensor: Uint8Array | undefined,
+  io: WorkerIo,
+): Promise<void> {
+  const send = io.send;
   switch (msg.type) {
     case "LOAD":
-      return await load(msg);
+      return await load(msg, io);
     case "EMBED_BATCH":
-      return await embed(msg, tensor!);
+      return await embed(msg, tensor!, io);
     case "GENERATE":
-      return await generate(msg, tensor!);
+      return await generate(msg, tensor!, io);
     case "TOKENIZE": {
       const m = models.get(msg.model_ref);
       if (m === undefined) throw refused("unknown_model", `no model '${msg.model_ref}' is loaded`);
@@ -489,7 +118,7 @@ async function handle(msg: ModuleToWorkerMessage, tensor: Uint8Array | undefined
       return await send({
         type: "PONG",
         req_id: msg.req_id,
-        rss_mb: Math.round(process.memoryUsage().rss / 1048576),
+        rss_mb: rssMb(),
         models_loaded: models.size,
       });
     case "RERANK":
@@ -500,7 +129,10 @@ async function handle(msg: ModuleToWorkerMessage, tensor: Uint8Array | undefined
   }
 }
 
-async function load(msg: Extract<ModuleToWorkerMessage, { type: "LOAD" }>): Promise<void> {
+async function load(
+  msg: Extract<ModuleToWorkerMessage, { type: "LOAD" }>,
+  io: WorkerIo,
+): Promise<void> {
   if (msg.format !== "gguf") throw refused("config_invalid", `format '${msg.format}' is not gguf`);
   const rc = msg.runtime_config;
   const mode = rc.mode;
@@ -549,7 +181,7 @@ async function load(msg: Extract<ModuleToWorkerMessage, { type: "LOAD" }>): Prom
   }
   const ref = `m${nextRef++}`;
   models.set(ref, loaded);
-  await send({
+  await io.send({
     type: "LOADED",
     req_id: msg.req_id,
     model_ref: ref,
@@ -575,6 +207,7 @@ function modelFor(ref: string, mode: "embed" | "generate"): Loaded {
 async function embed(
   msg: Extract<ModuleToWorkerMessage, { type: "EMBED_BATCH" }>,
   tensor: Uint8Array,
+  io: WorkerIo,
 ): Promise<void> {
   const m = modelFor(msg.model_ref, "embed");
   if (msg.pooling !== m.pooling) {
@@ -590,8 +223,8 @@ async function embed(
   const out = new Float32Array(msg.items.length * dims);
   let o = 0;
   for (let i = 0; i < msg.items.length; i++) {
-    if (i >= waitCancelAfter) await waitForCancel(msg.req_id, i, "items");
-    if (stopRequested(msg.req_id)) {
+    await io.maybeWaitForCancel(msg.req_id, i, "items");
+    if (io.stopRequested(msg.req_id)) {
       throw refused("cancelled", `EMBED_BATCH cancelled after ${i} of ${msg.items.length} items`);
     }
     const n = msg.items[i]!.n_tokens;
@@ -604,12 +237,16 @@ async function embed(
     const scale = msg.normalize && norm > 0 ? 1 / Math.sqrt(norm) : 1;
     for (let d = 0; d < dims; d++) out[i * dims + d] = v[d]! * scale;
   }
-  await send({ type: "VECTORS", req_id: msg.req_id, dims, n: msg.items.length }, encodeF32LE(out));
+  await io.send(
+    { type: "VECTORS", req_id: msg.req_id, dims, n: msg.items.length },
+    encodeF32LE(out),
+  );
 }
 
 async function generate(
   msg: Extract<ModuleToWorkerMessage, { type: "GENERATE" }>,
   tensor: Uint8Array,
+  io: WorkerIo,
 ): Promise<void> {
   const m = modelFor(msg.model_ref, "generate");
   const prompt = Array.from(decodeI32LE(tensor)) as Token[];
@@ -633,7 +270,7 @@ async function generate(
   const generated: number[] = [];
   const logprobs: { logprob: number; top: [number, number][] }[] = [];
   let finish: FinishReason = "max_tokens";
-  if (stopRequested(msg.req_id)) finish = "cancelled";
+  if (io.stopRequested(msg.req_id)) finish = "cancelled";
   else {
     const options = {
       ...samplingOptions(msg.sampling, prompt, generated),
@@ -663,22 +300,20 @@ async function generate(
       // Streamed: one TEXT_PART per token, as it comes (a frame of a few bytes against a
       // token's whole evaluation; the client sees each token at once).
       if (msg.stream === true) {
-        if (flags["test-stray-part"] && generated.length === 1) {
-          await send({ type: "TEXT_PART", req_id: msg.req_id + 1_000_000, token_ids: [tok] });
+        if (io.flags["test-stray-part"] && generated.length === 1) {
+          await io.send({ type: "TEXT_PART", req_id: msg.req_id + 1_000_000, token_ids: [tok] });
         }
-        await send({ type: "TEXT_PART", req_id: msg.req_id, token_ids: [tok] });
+        await io.send({ type: "TEXT_PART", req_id: msg.req_id, token_ids: [tok] });
       }
       if (generated.length >= msg.max_tokens) break;
-      if (generated.length === waitCancelAfter) {
-        await waitForCancel(msg.req_id, generated.length, "tokens");
-      }
-      if (stopRequested(msg.req_id)) {
+      await io.maybeWaitForCancel(msg.req_id, generated.length, "tokens");
+      if (io.stopRequested(msg.req_id)) {
         finish = "cancelled";
         break;
       }
     }
   }
-  await send({
+  await io.send({
     type: "TEXT",
     req_id: msg.req_id,
     text: m.model.detokenize(generated as Token[]),
@@ -776,12 +411,4 @@ function samplingOptions(
       },
     }),
   };
-}
-
-function abortProcess(): never {
-  const libc = Deno.dlopen(Deno.build.os === "darwin" ? "libc.dylib" : "libc.so.6", {
-    abort: { parameters: [], result: "void" },
-  });
-  libc.symbols.abort();
-  Deno.exit(134);
 }

@@ -238,12 +238,12 @@ function preloadEntry(entry: PreloadEntryInput, index: number, source: string): 
     );
   }
   const engine = normalizeEngineName(entry.engine);
-  if (entry.tokenizer_path === undefined && engine !== "llama") {
+  if (entry.tokenizer_path === undefined && engine !== "llama" && engine !== "ffi") {
     const key = `preload_models[${index}].tokenizer_path`;
     throw configError(
       source,
       key,
-      `invalid value for '${key}': required for engine '${engine}' (only a llama GGUF can do without a tokenizer.json)`,
+      `invalid value for '${key}': required for engine '${engine}' (only a GGUF, engine llama or ffi, can do without a tokenizer.json)`,
     );
   }
   return dropUndefined({

@@ -117,6 +117,20 @@ export const PreloadModelConfigSchema = z.strictObject({
   matryoshka_dims: z.array(positiveInt).min(1).max(64).optional(),
   /** Where the lanes run: only `cpu` in this build; another value refuses boot. */
   execution: nonEmpty.optional(),
+  /**
+   * Engine `ffi` only: the native shim that serves the model. Only `llama` (the llama shim,
+   * `libsynapse_llama`, for GGUF files) in this build.
+   *
+   * @default {"llama"}
+   */
+  shim: z.literal("llama").optional(),
+  /**
+   * Engine `ffi`, task `rerank`: `rank` (the GGUF's classification head, a cross-encoder) or
+   * `yes_no` (logit("yes") − logit("no") at the last token, a causal-LM reranker).
+   *
+   * @default {"rank"}
+   */
+  readout: z.enum(["rank", "yes_no"]).optional(),
   /** Worker binary override. */
   worker_bin: nonEmpty.optional(),
   /** Runtime directory of the worker's socket. */

@@ -48,6 +48,12 @@ import { labelledTestModel } from "./sources.ts";
 import { loadPromptTable, promptProfileField } from "./prompts.ts";
 import type { PromptTable } from "./prompts.ts";
 
+/**
+ * Sequences one call of the ffi lane may hold (embed and score): llama.cpp's server runs 8 slots
+ * in one ubatch of 2048 tokens; the lane's micro-batch is also capped by the context in tokens.
+ */
+export const FFI_SEQUENCES = 32;
+
 /** Makes the engine of a GGUF model (the registry owns it from then on). */
 export type LlamaEngineFactory = (spec: LlamaModelSpec, source: ModelSource) => LlamaEngine;
 
@@ -106,10 +112,10 @@ export async function loadLlamaModel(
       { details: { model_id: modelId, backends: [{ backend: "llama", reason: "no_worker" }] } },
     );
   }
-  if (src.task === "rerank") {
+  if (src.task === "rerank" && src.llamaLane !== "ffi") {
     throw new SynapseError(
       "invalid_request",
-      `Cannot load model '${modelId}': the llama engine serves embed and generate, not rerank`,
+      `Cannot load model '${modelId}': the llama engine serves embed and generate, not rerank (engine 'ffi' serves GGUF rerankers)`,
       { details: { model_id: modelId, task: src.task, engine: "llama" } },
     );
   }
@@ -128,8 +134,8 @@ export async function loadLlamaModel(
     );
   }
   const facts = await readGgufFacts(src.modelPath, modelId);
-  checkDeclaredDtype(src, facts.dtype, "llama");
-  checkDeclaredQuant(src, facts.quant, "llama");
+  checkDeclaredDtype(src, facts.dtype, src.llamaLane ?? "llama");
+  checkDeclaredQuant(src, facts.quant, src.llamaLane ?? "llama");
   checkDeclaredFamily(src, facts.architecture, "GGUF general.architecture");
   // Its config.json (the source's, as a run-time load brings it, or beside the GGUF) may label a
   // generated test model (scripts/gen_gguf.ts), as for ONNX.
@@ -149,7 +155,8 @@ export async function loadLlamaModel(
   }
   const { contextSize, maxTokens } = llamaLimits(modelId, src, facts);
   const prompts = await loadPromptTable(src);
-  const mode = src.task === "generate" ? "generate" : "embed";
+  const mode = src.task === "generate" ? "generate" : src.task === "rerank" ? "score" : "embed";
+  const lane = src.llamaLane ?? "llama";
   const spec: LlamaModelSpec = {
     modelId,
     ggufPath: src.modelPath,
@@ -159,6 +166,13 @@ export async function loadLlamaModel(
     threads: ctx.threads,
     pooling: facts.pooling,
     normalize: mode === "embed" && src.normalize,
+    ...(lane === "ffi"
+      ? {
+        lane,
+        sequences: mode === "generate" ? 1 : FFI_SEQUENCES,
+        ...(mode === "score" ? { readout: src.readout ?? "rank" } : {}),
+      }
+      : {}),
   };
   const engine = ctx.factory(spec, src);
   let loaded: Awaited<ReturnType<LlamaEngine["load"]>>;
@@ -194,8 +208,12 @@ export async function loadLlamaModel(
     quant: facts.quant,
     engine: { ...engineId, build_flags: { ...(engineId.build_flags ?? {}) } },
     sanitized_tokenizer_digest: tokenizer.digest,
+    // A reranker's readout: the classification head over the pooled sequence (`cls`, as an
+    // ORT cross-encoder's), or the last token's logits (`yes_no`).
     pooling: mode === "embed"
       ? (facts.pooling === "last" ? "last_token" : facts.pooling)
+      : mode === "score" && spec.readout !== "yes_no"
+      ? "cls"
       : "last_token",
     normalization: spec.normalize ? "l2" : "none",
     dtype: facts.dtype,
@@ -237,7 +255,7 @@ export interface LlamaLaneContext {
 }
 
 /**
- * The ready model of a loaded GGUF model: two lanes named `llama-<model id>` on its own
+ * The ready model of a loaded GGUF model: two lanes named `llama-<model id>` (`ffi-<model id>` on the ffi lane) on its own
  * scheduler, `interactive` in the `decode` class for a generation model, and `bulk`.
  *
  * @param entry The registry's entry of the model (its id and task).
@@ -250,7 +268,7 @@ export function llamaReadyModel(
   l: LlamaLoaded,
   ctx: LlamaLaneContext,
 ): ReadyModel {
-  const name = `llama-${entry.modelId}`;
+  const name = `${l.engine.kind}-${entry.modelId}`;
   const base = { name, engine: l.engine, scheduler: ctx.scheduler, admission: ctx.admission };
   return {
     modelId: entry.modelId,

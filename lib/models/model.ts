@@ -61,6 +61,17 @@ export interface ModelSource {
    * {@link LLAMA_CONTEXT_CAP})
    */
   contextSize?: number;
+  /**
+   * llama engine: which worker serves the GGUF — node-llama-cpp (`llama`) or the native llama
+   * shim (`ffi`, config `"engine": "ffi", "shim": "llama"`). @default "llama"
+   */
+  llamaLane?: "llama" | "ffi";
+  /**
+   * ffi lane, rerank: how a score is read — the GGUF's classification head through rank pooling
+   * (`rank`, a cross-encoder) or logit("yes") − logit("no") at the last token (`yes_no`, a
+   * causal-LM reranker such as Qwen3-Reranker). @default "rank"
+   */
+  readout?: "rank" | "yes_no";
   /** Expected `sha256:<hex>` of the artifact; a different file is refused. */
   artifactDigest?: string;
   /**

@@ -74,13 +74,28 @@ export function labelledTestModel(src: Pick<ModelSource, "modelPath" | "configPa
  * @throws {SynapseError} `invalid_request` for an engine this build does not serve.
  */
 export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
-  if (entry.engine === "llama") return llamaSourceFromPreload(entry);
+  if (entry.engine === "llama") return llamaSourceFromPreload(entry, "llama");
+  if (entry.engine === "ffi") return llamaSourceFromPreload(entry, "ffi");
+  if (entry.shim !== undefined || entry.readout !== undefined) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot preload '${
+        entry.model_id ?? entry.model_path
+      }': 'shim' and 'readout' are settings of engine 'ffi'`,
+      {
+        details: {
+          field: entry.shim !== undefined ? "preload_models.shim" : "preload_models.readout",
+          engine: entry.engine,
+        },
+      },
+    );
+  }
   if (entry.engine !== "ort") {
     throw new SynapseError(
       "invalid_request",
       `Cannot preload '${
         entry.model_id ?? entry.model_path
-      }': engine '${entry.engine}' is not available in this build (ort and llama)`,
+      }': engine '${entry.engine}' is not available in this build (ort, llama and ffi)`,
       {
         details: { field: "preload_models.engine", engine: entry.engine },
       },
@@ -249,11 +264,15 @@ export function checkReferenceModel(modelId: string, reference: string, field: s
 }
 
 /**
- * A `preload_models[]` entry with `engine: "llama"`: `model_path` names the `.gguf` file or a
- * directory holding `model.gguf`; `tokenizer_path` defaults to `tokenizer.json` beside it when
- * that file exists, else to none (the tokenizer is then built from the GGUF's vocabulary).
+ * A `preload_models[]` entry with `engine: "llama"` or `engine: "ffi"` (the llama shim):
+ * `model_path` names the `.gguf` file or a directory holding `model.gguf`; `tokenizer_path`
+ * defaults to `tokenizer.json` beside it when that file exists, else to none (the tokenizer is
+ * then built from the GGUF's vocabulary). Only the ffi lane serves rerank (`readout`).
  */
-function llamaSourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
+function llamaSourceFromPreload(
+  entry: SynapseConfig["preload_models"][number],
+  lane: "llama" | "ffi",
+): ModelSource {
   let modelPath = entry.model_path;
   let isDir = !modelPath.endsWith(".gguf");
   try {
@@ -264,19 +283,28 @@ function llamaSourceFromPreload(entry: SynapseConfig["preload_models"][number]):
     : modelPath.slice(0, Math.max(0, modelPath.lastIndexOf("/"))) || ".";
   if (isDir) modelPath = `${dir}/model.gguf`;
   const name = dir.split("/").filter(Boolean).pop() ?? "model";
-  if (entry.task === "rerank") {
+  if (entry.task === "rerank" && lane === "llama") {
     throw new SynapseError(
       "invalid_request",
       `Cannot preload '${
         entry.model_id ?? name
-      }': engine 'llama' serves embed and generate, not rerank`,
+      }': engine 'llama' serves embed and generate, not rerank (engine 'ffi' serves GGUF rerankers)`,
       { details: { field: "preload_models.task", engine: "llama", task: entry.task } },
+    );
+  }
+  if (entry.readout !== undefined && entry.task !== "rerank") {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot preload '${entry.model_id ?? name}': 'readout' is a setting of task 'rerank'`,
+      { details: { field: "preload_models.readout", engine: "ffi", task: entry.task ?? "embed" } },
     );
   }
   const source: ModelSource = {
     modelId: entry.model_id ?? name,
-    task: entry.task === "generate" ? "generate" : "embed",
+    task: entry.task === "generate" ? "generate" : entry.task === "rerank" ? "rerank" : "embed",
     engine: "llama",
+    ...(lane === "ffi" ? { llamaLane: "ffi" as const } : {}),
+    ...(entry.readout === undefined ? {} : { readout: entry.readout }),
     modelPath,
     pooling: (entry.pooling ?? "mean") as Pooling,
     normalize: entry.normalize ?? true,

@@ -212,7 +212,8 @@ export function modelRow(
     state: status.state,
     ...(status.state_reason === undefined ? {} : { state_reason: status.state_reason }),
     task: m.task,
-    engine: m.engine,
+    // The ffi lane serves a GGUF like the llama engine, through the native shim: named apart.
+    engine: m.source.llamaLane === "ffi" ? "ffi" : m.engine,
     fingerprints: r ? [r.fingerprint, ...matryoshkaVariants(r).map((v) => v.fingerprint)] : [],
     // What one engine call of this model holds (the lane cuts micro-batches to it).
     recommended_batch: r

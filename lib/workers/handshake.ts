@@ -21,6 +21,7 @@ export const WORKER_PROTOCOL_VERSION = 2;
 export const KNOWN_WORKER_ENGINES = Object.freeze(
   [
     "llama.cpp-worker",
+    "synapse-llama-shim",
     "ane-coreml-worker",
     "owned-metal-decode",
     "owned-cuda",
@@ -138,6 +139,7 @@ export function checkHello(hello: HelloMessage, options: CheckHelloOptions): Hel
       }
       break;
     case "llama.cpp-worker":
+    case "synapse-llama-shim":
     case "ane-coreml-worker":
       break;
     default:

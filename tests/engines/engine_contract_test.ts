@@ -1,7 +1,8 @@
 /**
  * The shared engine contract (tests/engines/_engine_contract.ts) against every engine this build
- * has: ORT (an encoder and a cross-encoder in a Worker thread) and llama.cpp (GGUF embeddings
- * and generation in a worker process).
+ * has: ORT (an encoder and a cross-encoder in a Worker thread), llama.cpp through node-llama-cpp
+ * (GGUF embeddings and generation in a worker process) and llama.cpp through the native llama
+ * shim (the ffi lane: the same, plus a yes/no-logit reranker, in an FFI worker process).
  */
 import { OrtThread } from "../../lib/engines/ort/ort_thread.ts";
 import { OrtEngine, warmupShapes } from "../../lib/engines/ort/ort_engine.ts";
@@ -46,12 +47,16 @@ async function ortEngine(model: string, task: "embed" | "rerank"): Promise<Engin
   });
 }
 
-async function llamaEngine(mode: "embed" | "generate"): Promise<Engine> {
-  const path = `${MODELS}/synapse-tiny-llama/model.gguf`;
+async function llamaEngine(
+  mode: "embed" | "generate" | "score",
+  lane: "llama" | "ffi" = "llama",
+  model = "synapse-tiny-llama",
+): Promise<Engine> {
+  const path = `${MODELS}/${model}/model.gguf`;
   const facts = await readGgufFacts(path, "tiny");
   const runtimeDir = await Deno.makeTempDir({ prefix: "synapse-contract-" });
   const engine = new LlamaEngine({
-    modelId: `tiny-${mode}`,
+    modelId: `tiny-${lane}-${mode}`,
     ggufPath: path,
     ggufDigest: await sha256File(path, "tiny"),
     mode,
@@ -59,10 +64,11 @@ async function llamaEngine(mode: "embed" | "generate"): Promise<Engine> {
     threads: 1,
     pooling: facts.pooling,
     normalize: mode === "embed",
+    ...(lane === "ffi" ? { lane, sequences: 4, readout: "yes_no" as const } : {}),
   }, {
-    launch: resolveLlamaWorkerLaunch({ env: () => undefined }),
+    launch: resolveLlamaWorkerLaunch({ env: () => undefined, kind: lane }),
     runtimeDir,
-    workerId: `contract-${mode}`,
+    workerId: `contract-${lane}-${mode}`,
     log: nullLog,
   });
   await engine.load();
@@ -98,5 +104,32 @@ runEngineContract({
   name: "LlamaEngine (generate)",
   newEngine: () => llamaEngine("generate"),
   rows: await rowsFor(`${MODELS}/synapse-tiny-llama/tokenizer.json`, false),
+  sanitize: false,
+});
+
+runEngineContract({
+  name: "LlamaEngine ffi lane (embed)",
+  newEngine: () => llamaEngine("embed", "ffi"),
+  rows: await rowsFor(`${MODELS}/synapse-tiny-llama/tokenizer.json`, false),
+  sanitize: false,
+});
+
+runEngineContract({
+  name: "LlamaEngine ffi lane (generate)",
+  newEngine: () => llamaEngine("generate", "ffi"),
+  rows: await rowsFor(`${MODELS}/synapse-tiny-llama/tokenizer.json`, false),
+  sanitize: false,
+});
+
+runEngineContract({
+  name: "LlamaEngine ffi lane (rerank, yes/no readout)",
+  newEngine: () => llamaEngine("score", "ffi", "synapse-tiny-qwen"),
+  // The Qwen fixture has no tokenizer.json: any ids of its vocabulary make pair rows.
+  rows: [[9693, 13], [2152, 11, 12, 13, 14], [100, 200, 300], [5, 6, 7, 8, 9, 10, 11]].map((
+    ids,
+  ) => ({
+    ids: new Int32Array(ids),
+    typeIds: new Int32Array(ids.length),
+  })),
   sanitize: false,
 });

@@ -34,10 +34,12 @@ function protocolError(code: string): (err: unknown) => boolean {
   };
 }
 
-Deno.test("WORKER_PROTOCOL_VERSION and KNOWN_WORKER_ENGINES follow contract §7", () => {
+Deno.test("WORKER_PROTOCOL_VERSION and KNOWN_WORKER_ENGINES follow contract §7 (plus the llama shim)", () => {
   assert.equal(WORKER_PROTOCOL_VERSION, 2);
   assert.deepEqual([...KNOWN_WORKER_ENGINES], [
     "llama.cpp-worker",
+    // This implementation's addition (docs/internals.md §7): the FFI worker over the llama shim.
+    "synapse-llama-shim",
     "ane-coreml-worker",
     "owned-metal-decode",
     "owned-cuda",

@@ -1,10 +1,12 @@
 /**
- * Where the llama worker program is (docs/internals.md §7 "Process and handshake"), first match:
+ * Where the worker program of a GGUF lane is (docs/internals.md §7 "Process and handshake"),
+ * first match, for the `llama` lane (node-llama-cpp) and the `ffi` lane (the native shim) alike:
  *
- * 1. the preload entry's `worker_bin`, else `SYNAPSE_LLAMA_WORKER_BIN`;
- * 2. the sibling executable `ck-synapse-worker-llama` beside the `ck-synapse` launcher;
- * 3. the same program with `worker llama`: this Deno running `main.ts worker llama`, or, in a
- *    `deno compile`d executable, that executable with `worker llama`.
+ * 1. the preload entry's `worker_bin`, else `SYNAPSE_LLAMA_WORKER_BIN` / `SYNAPSE_FFI_WORKER_BIN`;
+ * 2. the sibling executable `ck-synapse-worker-llama` / `ck-synapse-worker-ffi` beside the
+ *    `ck-synapse` launcher;
+ * 3. the same program with `worker llama` / `worker ffi`: this Deno running `main.ts worker …`,
+ *    or, in a `deno compile`d executable, that executable with `worker …`.
  *
  * And where its socket lives: the entry's `worker_runtime_dir`, else `SYNAPSE_WORKER_RUNTIME_DIR`,
  * else `$XDG_RUNTIME_DIR/synapse/workers`, else `<tmp>/synapse-<uid>/workers` (created 0700 by
@@ -35,6 +37,13 @@ export interface LlamaLaunchOptions {
   env?: (name: string) => string | undefined;
   /** Extra arguments (test hooks such as `--test-abort-after 1`). */
   extraArgs?: string[];
+  /** Which lane's worker. @default "llama" */
+  kind?: "llama" | "ffi";
+}
+
+/** The environment variable naming a lane's worker program. */
+export function workerBinEnv(kind: "llama" | "ffi"): string {
+  return kind === "ffi" ? "SYNAPSE_FFI_WORKER_BIN" : "SYNAPSE_LLAMA_WORKER_BIN";
 }
 
 /**
@@ -45,15 +54,16 @@ export interface LlamaLaunchOptions {
 export function resolveLlamaWorkerLaunch(options: LlamaLaunchOptions = {}): WorkerLaunch {
   const env = options.env ?? ((n: string) => Deno.env.get(n));
   const extra = options.extraArgs ?? [];
-  const explicit = options.workerBin ?? env("SYNAPSE_LLAMA_WORKER_BIN");
+  const kind = options.kind ?? "llama";
+  const explicit = options.workerBin ?? env(workerBinEnv(kind));
   if (explicit !== undefined && explicit !== "") return { command: explicit, args: [...extra] };
-  const sibling = `${ROOT}ck-synapse-worker-llama`;
+  const sibling = `${ROOT}ck-synapse-worker-${kind}`;
   try {
     if (Deno.statSync(sibling).isFile) return { command: sibling, args: [...extra] };
   } catch { /* not in a checkout: fall back to the same program */ }
   // A `deno compile`d ck-synapse (scripts/build --format compile) is its own worker program.
   if (Deno.build.standalone) {
-    return { command: Deno.execPath(), args: ["worker", "llama", ...extra] };
+    return { command: Deno.execPath(), args: ["worker", kind, ...extra] };
   }
   return {
     command: Deno.execPath(),
@@ -64,7 +74,7 @@ export function resolveLlamaWorkerLaunch(options: LlamaLaunchOptions = {}): Work
       "--allow-all",
       `${ROOT}main.ts`,
       "worker",
-      "llama",
+      kind,
       ...extra,
     ],
   };
@@ -101,6 +111,8 @@ export interface LlamaWorkerPlan {
   runtimeDirFromEntry: boolean;
   /** Whether the program came from the entry's `worker_bin`. */
   workerBinFromEntry: boolean;
+  /** The lane. @default "llama" */
+  kind?: "llama" | "ffi";
 }
 
 /**
@@ -137,7 +149,9 @@ export function checkLlamaWorkerPermitted(plan: LlamaWorkerPlan): void {
       "invalid_request",
       `Cannot start model '${plan.modelId}': this process may not run the worker program '${command}'; ${
         plan.workerBinFromEntry ? "instead of worker_bin, set" : "set"
-      } SYNAPSE_LLAMA_WORKER_BIN=${command} for the ck-synapse launcher, which grants that program`,
+      } ${
+        workerBinEnv(plan.kind ?? "llama")
+      }=${command} for the ck-synapse launcher, which grants that program`,
       {
         details: {
           model_id: plan.modelId,

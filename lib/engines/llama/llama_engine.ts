@@ -1,7 +1,9 @@
 /**
- * The llama.cpp engine of one GGUF model, module side: a supervised worker process
- * (`workers/llama.ts`) that loads the model and answers EMBED_BATCH or GENERATE with token ids
- * in and vectors or token ids out. A crash costs one request (`engine_crashed`); the next call
+ * The llama.cpp engine of one GGUF model, module side: a supervised worker process that loads
+ * the model and answers EMBED_BATCH, RERANK_SEQUENCES or GENERATE with token ids in and vectors,
+ * scores or token ids out. Two lanes speak the same protocol: `llama` (`workers/llama.ts`,
+ * node-llama-cpp, one sequence per call) and `ffi` (`workers/ffi.ts`, the native llama shim of
+ * `ffi/synapse_engine.h`: many sequences per call, rerankers, cancel inside a decode step). A crash costs one request (`engine_crashed`); the next call
  * starts a fresh worker and reloads the model lazily; beyond the crash budget the lane is
  * quarantined (`probe_required`, reason `worker_quarantined`).
  *
@@ -21,6 +23,7 @@ import type {
   ModelTask,
 } from "../engine.ts";
 import { LLAMA_WORKER_ENGINE, LLAMA_WORKER_VERSION } from "./identity.ts";
+import { FFI_LLAMA_ENGINE, FFI_LLAMA_VERSION } from "../ffi/identity.ts";
 import { LineRateLimiter, type LogSink, stderrLog } from "../../log/log.ts";
 import { type TextPartHandler, WORKER_TIMEOUTS, WorkerErrReply } from "../../workers/host.ts";
 import type { WorkerEngineIdentity, WorkerLaunch } from "../../workers/spawn.ts";
@@ -32,6 +35,7 @@ import {
 import {
   type LoadedMessage,
   type PongMessage,
+  type ScoresMessage,
   type TextMessage,
   type TokensMessage,
   type VectorsMessage,
@@ -47,8 +51,17 @@ export interface LlamaModelSpec {
   ggufPath: string;
   /** `sha256:<hex>` of the file. */
   ggufDigest: string;
-  /** What the worker sets up: an embedding context, or a generation context. */
-  mode: "embed" | "generate";
+  /**
+   * What the worker sets up: an embedding context, a scoring context (rerankers; ffi lane
+   * only), or a generation context.
+   */
+  mode: "embed" | "score" | "generate";
+  /** Which worker serves it: node-llama-cpp (`llama`, the default) or the native shim (`ffi`). */
+  lane?: "llama" | "ffi";
+  /** Sequences one call may hold (ffi lane; the llama lane runs one). @default 1 */
+  sequences?: number;
+  /** Score mode: the rank head or the yes/no logits (ffi lane). @default "rank" */
+  readout?: "rank" | "yes_no";
   /** Context size in tokens. */
   contextSize: number;
   /** llama.cpp threads. */
@@ -106,11 +119,14 @@ export interface LlamaEngineOptions {
  * The engine of one GGUF model. Requests go to the worker one at a time; the lane's scheduler
  * decides their order.
  *
- * Limits: one sequence per engine call (the worker evaluates each sequence alone, so the profile
- * certifies `max_sequences: 1`), at most the context size in tokens.
+ * Limits: on the `llama` lane one sequence per engine call (node-llama-cpp evaluates each
+ * sequence alone, so the profile certifies `max_sequences: 1`); on the `ffi` lane up to
+ * `spec.sequences` per call, in as few decodes as the context holds; at most the context size in
+ * tokens either way.
  */
 export class LlamaEngine implements Engine {
-  readonly kind = "llama";
+  /** `llama` (node-llama-cpp worker) or `ffi` (native shim worker). */
+  readonly kind: "llama" | "ffi";
   readonly spec: LlamaModelSpec;
   readonly worker: SupervisedWorker;
   readonly task: ModelTask;
@@ -130,21 +146,22 @@ export class LlamaEngine implements Engine {
   constructor(spec: LlamaModelSpec, options: LlamaEngineOptions) {
     this.spec = spec;
     this.#opts = options;
-    this.task = spec.mode === "generate" ? "generate" : "embed";
+    this.kind = spec.lane ?? "llama";
+    this.task = spec.mode === "generate" ? "generate" : spec.mode === "score" ? "rerank" : "embed";
     this.limits = {
       maxSequenceTokens: spec.contextSize,
       maxMicroBatchTokens: spec.contextSize,
-      maxSequences: 1,
+      maxSequences: this.kind === "ffi" ? spec.sequences ?? 1 : 1,
     };
     const log = options.log ?? stderrLog;
     const limiter = new LineRateLimiter(options.forwardLinesPerSec ?? 50);
-    const target = `worker.llama.${spec.modelId}`;
+    const target = `worker.${this.kind}.${spec.modelId}`;
     this.worker = new SupervisedWorker({
       key: canonicalRuntimeConfig(spec),
       budget: options.crashBudget,
       now: options.now,
       start: {
-        engine: "llama.cpp-worker",
+        engine: this.kind === "ffi" ? FFI_LLAMA_ENGINE : LLAMA_WORKER_ENGINE,
         workerId: options.workerId ?? `llama:${spec.modelId}`,
         runtimeDir: options.runtimeDir,
         launch: options.launch,
@@ -194,9 +211,9 @@ export class LlamaEngine implements Engine {
     return this.#opts.requestTimeoutMs ?? WORKER_TIMEOUTS.requestMs;
   }
 
-  /** Vector width from LOADED (embed mode); 0 for a generation engine. */
+  /** Vector width from LOADED (embed mode); 1 for a reranker; 0 for a generation engine. */
   get dims(): number {
-    return this.task === "embed" ? this.#dims : 0;
+    return this.task === "embed" ? this.#dims : this.task === "rerank" ? 1 : 0;
   }
 
   /**
@@ -204,7 +221,10 @@ export class LlamaEngine implements Engine {
    * name and version this build's worker announces, without build flags).
    */
   get identity(): EngineIdentity {
-    return this.worker.identity ?? { engine: LLAMA_WORKER_ENGINE, version: LLAMA_WORKER_VERSION };
+    return this.worker.identity ??
+      (this.kind === "ffi"
+        ? { engine: FFI_LLAMA_ENGINE, version: FFI_LLAMA_VERSION }
+        : { engine: LLAMA_WORKER_ENGINE, version: LLAMA_WORKER_VERSION });
   }
 
   /** Supervision state. */
@@ -261,14 +281,7 @@ export class LlamaEngine implements Engine {
     if (this.task !== "embed") throw this.#wrongTask("embed");
     options.signal?.throwIfAborted();
     const ref = await this.#ensureLoaded();
-    let total = 0;
-    for (const r of rows) total += r.ids.length;
-    const ids = new Int32Array(total);
-    let o = 0;
-    for (const r of rows) {
-      ids.set(r.ids, o);
-      o += r.ids.length;
-    }
+    const ids = flatIds(rows);
     const t0 = performance.now();
     const reply = await this.#call<VectorsMessage>(
       {
@@ -304,9 +317,44 @@ export class LlamaEngine implements Engine {
     return { data, dims, nonFinite, runMs: performance.now() - t0 };
   }
 
-  /** The llama worker does not score pairs (RERANK is answered `unsupported_request`). */
-  score(): Promise<EngineBatchOutput> {
-    return Promise.reject(this.#wrongTask("rerank"));
+  /**
+   * Scores pair rows (a reranker on the ffi lane, loaded in score mode) in one RERANK_SEQUENCES:
+   * one raw score per row (the rank head's output, or logit("yes") − logit("no")).
+   *
+   * @throws {SynapseError} `backend_unavailable` when the engine was not loaded to score;
+   *   `engine_crashed`, `probe_required`, or the mapped worker ERR.
+   */
+  async score(
+    rows: readonly Pick<EngineRow, "ids">[],
+    options: EngineCallOptions = {},
+  ): Promise<EngineBatchOutput> {
+    this.#ensureNotDisposed();
+    if (this.task !== "rerank") throw this.#wrongTask("rerank");
+    options.signal?.throwIfAborted();
+    const ref = await this.#ensureLoaded();
+    const t0 = performance.now();
+    const reply = await this.#call<ScoresMessage>(
+      {
+        type: "RERANK_SEQUENCES",
+        req_id: this.#nextReq++,
+        model_ref: ref,
+        sequences: rows.map((r) => ({ n_tokens: r.ids.length })),
+      },
+      encodeI32LE(flatIds(rows)),
+      this.#opts.requestTimeoutMs ?? WORKER_TIMEOUTS.requestMs,
+      options.signal,
+    );
+    if (reply.msg.n !== rows.length) {
+      throw new SynapseError(
+        "engine_output_invalid",
+        `Engine worker answered ${reply.msg.n} scores for ${rows.length} rows`,
+        { details: { model_id: this.spec.modelId } },
+      );
+    }
+    const data = reply.tensor!;
+    const nonFinite = new Uint8Array(rows.length);
+    for (let r = 0; r < rows.length; r++) nonFinite[r] = Number.isFinite(data[r]!) ? 0 : 1;
+    return { data, dims: 1, nonFinite, runMs: performance.now() - t0 };
   }
 
   /**
@@ -453,12 +501,12 @@ export class LlamaEngine implements Engine {
   #wrongTask(what: ModelTask): SynapseError {
     return new SynapseError(
       "backend_unavailable",
-      `Cannot ${what} with model '${this.spec.modelId}': its llama worker was loaded for ${this.task}`,
+      `Cannot ${what} with model '${this.spec.modelId}': its ${this.kind} worker was loaded for ${this.task}`,
       {
         details: {
           model_id: this.spec.modelId,
           task: this.task,
-          backends: [{ backend: "llama", reason: `loaded_for_${this.task}` }],
+          backends: [{ backend: this.kind, reason: `loaded_for_${this.task}` }],
         },
       },
     );
@@ -498,7 +546,9 @@ export class LlamaEngine implements Engine {
    * worker is sent CANCEL for it: a GENERATE then answers `finish_reason: "cancelled"` within a
    * token, an EMBED_BATCH stops between items and the call rejects with `signal.reason`.
    */
-  async #call<M extends LoadedMessage | VectorsMessage | TextMessage | TokensMessage>(
+  async #call<
+    M extends LoadedMessage | VectorsMessage | ScoresMessage | TextMessage | TokensMessage,
+  >(
     msg: Parameters<SupervisedWorker["call"]>[0],
     tensor: Uint8Array | undefined,
     timeoutMs: number,
@@ -536,7 +586,26 @@ export class LlamaEngine implements Engine {
 
 /** The runtime config sent in LOAD; its canonical JSON is the crash-budget key. */
 export function runtimeConfig(s: LlamaModelSpec): Record<string, unknown> {
-  return { mode: s.mode, context_size: s.contextSize, threads: s.threads };
+  const base = { mode: s.mode, context_size: s.contextSize, threads: s.threads };
+  if (s.lane !== "ffi") return base;
+  return {
+    ...base,
+    sequences: s.mode === "generate" ? 1 : s.sequences ?? 1,
+    ...(s.mode === "score" ? { readout: s.readout ?? "rank" } : {}),
+  };
+}
+
+/** Rows' ids back to back. */
+function flatIds(rows: readonly Pick<EngineRow, "ids">[]): Int32Array {
+  let total = 0;
+  for (const r of rows) total += r.ids.length;
+  const ids = new Int32Array(total);
+  let o = 0;
+  for (const r of rows) {
+    ids.set(r.ids, o);
+    o += r.ids.length;
+  }
+  return ids;
 }
 
 /** Canonical (sorted-key) JSON of a model's runtime config plus its digest: the crash-budget key. */
@@ -547,8 +616,9 @@ export function canonicalRuntimeConfig(s: LlamaModelSpec): string {
 
 /**
  * Maps a worker `ERR` to a stable error: `artifact_invalid` stays; a refused grammar is
- * `invalid_request` (reason `grammar_invalid`); `oom` is `backend_unavailable`; anything else
- * is `backend_unavailable` naming the worker's code.
+ * `invalid_request` (reason `grammar_invalid`); an ffi worker's unusable shim (`shim_missing`,
+ * `shim_unloadable`, `shim_abi_mismatch`) is `backend_unavailable` with that `reason`; `oom` is
+ * `backend_unavailable`; anything else is `backend_unavailable` naming the worker's code.
  */
 export function mapWorkerErr(err: WorkerErrReply, modelId: string, request: string): SynapseError {
   const details = { model_id: modelId, worker_code: err.workerCode, request };
@@ -559,6 +629,21 @@ export function mapWorkerErr(err: WorkerErrReply, modelId: string, request: stri
         `Cannot load model '${modelId}': ${err.message}`,
         {
           details,
+        },
+      );
+    case "shim_missing":
+    case "shim_unloadable":
+    case "shim_abi_mismatch":
+      // The ffi lane's native shim cannot be used here: the load is refused, naming why.
+      return new SynapseError(
+        "backend_unavailable",
+        `Cannot load model '${modelId}' on the ffi lane: ${err.message}`,
+        {
+          details: {
+            ...details,
+            reason: err.workerCode,
+            backends: [{ backend: "ffi", reason: err.workerCode }],
+          },
         },
       );
     case "grammar_invalid":
