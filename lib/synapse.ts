@@ -763,11 +763,13 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
       modelId: source.modelId,
       workerId: llamaWorkerId(llamaSlot++),
       runtimeDir,
-      launch: resolveLlamaWorkerLaunch(
-        source.workerBin === undefined ? {} : { workerBin: source.workerBin },
-      ),
+      launch: resolveLlamaWorkerLaunch({
+        ...(source.workerBin === undefined ? {} : { workerBin: source.workerBin }),
+        kind: source.llamaLane ?? "llama",
+      }),
       runtimeDirFromEntry: source.workerRuntimeDir !== undefined,
       workerBinFromEntry: source.workerBin !== undefined,
+      kind: source.llamaLane ?? "llama",
     };
     prepareRuntimeDir(runtimeDir);
     checkLlamaWorkerPermitted(plan);

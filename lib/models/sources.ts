@@ -292,6 +292,26 @@ function llamaSourceFromPreload(
       { details: { field: "preload_models.task", engine: "llama", task: entry.task } },
     );
   }
+  if (entry.readout === "yes_no") {
+    // The shim reads logit("yes") − logit("no") (tests/engines/ffi), but a causal-LM reranker
+    // scores only inputs in its own prompt template (Qwen3-Reranker's system, instruction, query
+    // and document turns), which this build does not yet apply to (query, document) pairs: plain
+    // pairs would give numbers that look like scores and are not. Refused by name until it does.
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot preload '${
+        entry.model_id ?? name
+      }': readout 'yes_no' needs the reranker's prompt template, which this build does not apply yet; use a cross-encoder GGUF with readout 'rank'`,
+      {
+        details: {
+          field: "preload_models.readout",
+          engine: "ffi",
+          readout: "yes_no",
+          reason: "prompt_template_not_applied",
+        },
+      },
+    );
+  }
   if (entry.readout !== undefined && entry.task !== "rerank") {
     throw new SynapseError(
       "invalid_request",

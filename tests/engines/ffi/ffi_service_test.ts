@@ -1,0 +1,115 @@
+/**
+ * The ffi lane through the whole service, configured as an operator writes it
+ * (`"engine": "ffi", "shim": "llama"` in `preload_models`): embeddings and generation answer as
+ * on the node-llama-cpp lane of the same GGUF, under their own fingerprints; models.list names
+ * the lane; a worker that cannot open its shim fails the model with the reason, and the service
+ * serves its other models on.
+ */
+import assert from "node:assert/strict";
+import { loadConfig } from "../../../lib/config/loader.ts";
+import { nullLog } from "../../../lib/log/log.ts";
+import { createSynapse, type Synapse } from "../../../lib/synapse.ts";
+import { cosine, MODELS, resultOf, semanticError } from "../../_helpers.ts";
+
+const GEN = `${MODELS}/synapse-tiny-llama`;
+
+function entry(engine: "llama" | "ffi", modelId: string, task: "embed" | "generate") {
+  return {
+    engine,
+    ...(engine === "ffi" ? { shim: "llama" } : {}),
+    model_path: GEN,
+    task,
+    model_id: modelId,
+    normalize: true,
+    max_tokens: 512,
+  };
+}
+
+async function start(
+  models: unknown[],
+  options: { ffiWorkerArgs?: string[] } = {},
+): Promise<{ syn: Synapse } & AsyncDisposable> {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-ffi-service-" });
+  const env = {
+    XDG_DATA_HOME: `${dir}/data`,
+    XDG_CONFIG_HOME: `${dir}/config`,
+    HOME: dir,
+    SYNAPSE_CONFIG_JSON: JSON.stringify({ certification: "warn", preload_models: models }),
+  };
+  const { config } = loadConfig({ env, cwd: dir });
+  const syn = await createSynapse({ config, env, log: nullLog, ...options });
+  return {
+    syn,
+    async [Symbol.asyncDispose]() {
+      await syn.dispose();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+Deno.test("engine 'ffi' serves a GGUF's embeddings and generations as the llama lane does, under its own fingerprint", async () => {
+  await using s = await start([
+    entry("ffi", "ffi-embed", "embed"),
+    entry("llama", "node-embed", "embed"),
+    entry("ffi", "ffi-gen", "generate"),
+    entry("llama", "node-gen", "generate"),
+  ]);
+  const texts = ["the quick brown fox", "a much longer passage about native engines and FFI", "x"];
+  const a = resultOf(await s.syn.call("embed.batch", { texts, model: "ffi-embed" }));
+  const b = resultOf(await s.syn.call("embed.batch", { texts, model: "node-embed" }));
+  for (let i = 0; i < texts.length; i++) {
+    assert.ok(cosine(a.vectors[i].vector, b.vectors[i].vector) >= 0.99999, `text ${i}`);
+  }
+  assert.notEqual(a.fingerprint, b.fingerprint);
+  const q = resultOf(await s.syn.call("embed.query", { text: texts[1], model: "ffi-embed" }));
+  assert.deepEqual(q.vectors[0].vector, a.vectors[1].vector); // query ≡ batch on the ffi lane
+  const g1 = resultOf(
+    await s.syn.call("microllm.oneshot", {
+      prompt: "Once upon a time",
+      max_tokens: 24,
+      model: "ffi-gen",
+    }),
+  );
+  const g2 = resultOf(
+    await s.syn.call("microllm.oneshot", {
+      prompt: "Once upon a time",
+      max_tokens: 24,
+      model: "node-gen",
+    }),
+  );
+  assert.deepEqual(g1.generated_token_ids, g2.generated_token_ids);
+  assert.equal(g1.text, g2.text);
+  const list = resultOf(await s.syn.call("models.list", {}));
+  // deno-lint-ignore no-explicit-any
+  const row = (id: string) => list.models.find((m: any) => m.model_id === id);
+  assert.equal(row("ffi-embed").engine, "ffi");
+  assert.deepEqual(row("ffi-embed").lanes, ["ffi-ffi-embed"]);
+  assert.equal(row("ffi-embed").recommended_batch.rows, 32);
+  assert.equal(row("node-embed").engine, "llama");
+  assert.equal(row("node-embed").recommended_batch.rows, 1);
+});
+
+Deno.test("a ffi worker whose shim cannot be opened fails its model with the reason; the rest serves", async () => {
+  await using s = await start([
+    entry("ffi", "ffi-embed", "embed"),
+    entry("llama", "node-embed", "embed"),
+  ], { ffiWorkerArgs: ["--shim", "/nonexistent/libsynapse_llama.so"] });
+  const e = semanticError(await s.syn.call("embed.query", { text: "hello", model: "ffi-embed" }));
+  assert.equal(e.code, "backend_unavailable", JSON.stringify(e));
+  assert.equal(e.details.reason, "shim_missing");
+  const ok = resultOf(await s.syn.call("embed.query", { text: "hello", model: "node-embed" }));
+  assert.equal(ok.vectors[0].vector.length, 64);
+});
+
+Deno.test("readout 'yes_no' is refused at boot, by name, until the reranker's prompt template is applied", async () => {
+  await assert.rejects(
+    start([{ ...entry("ffi", "qwen-rerank", "embed"), task: "rerank", readout: "yes_no" }]),
+    (err) =>
+      (err as { code?: string }).code === "invalid_request" &&
+      /prompt template/.test((err as Error).message),
+  );
+  await assert.rejects(
+    start([{ ...entry("llama", "node-rerank", "embed"), task: "rerank" }]),
+    (err) => /engine 'ffi' serves GGUF rerankers/.test((err as Error).message),
+  );
+});
