@@ -121,7 +121,8 @@ const char *syn_last_error_message(void);
  *   "n_threads":  CPU threads, >= 1                       (default 2)
  *   "readout":    score mode only: "rank" (a classification head, GGUF pooling "rank") or
  *                 "yes_no" (a causal LM: logit("yes") - logit("no") at each sequence's last
- *                 token; the ids are the vocabulary's single tokens "yes" and "no")
+ *                 token; the ids are the vocabulary's single tokens "yes" and "no"). A rank
+ *                 head of several labels other than "yes", "no" is SYN_ERR_UNSUPPORTED
  *                                                          (default "rank")
  * @returns The engine, or NULL (see syn_last_error_code: SYN_ERR_INVALID_ARGUMENT for bad
  *   options, SYN_ERR_LOAD_FAILED, SYN_ERR_OUT_OF_MEMORY, SYN_ERR_UNSUPPORTED).
@@ -138,7 +139,9 @@ const char *syn_engine_identity(const syn_engine *engine);
 
 /**
  * Limits and facts as JSON: {"max_sequence_tokens":N,"max_batch_tokens":N,"max_sequences":N,
- * "dims":N,"n_vocab":N,"pooling":"mean"|"cls"|"last"|"rank"|"none","mode":"…","readout":"…"}.
+ * "dims":N,"n_vocab":N,"pooling":"mean"|"cls"|"last"|"rank"|"none","mode":"…","readout":"…",
+ * "yes_id":N,"no_id":N,"labels":N,"rank_score":"first"|"yes_minus_no"|"none"} (yes_id, no_id:
+ * −1 unless readout "yes_no"; labels: the head's outputs, 0 without one).
  */
 const char *syn_engine_limits(const syn_engine *engine);
 
@@ -156,8 +159,10 @@ void syn_engine_set_cancel_flag(syn_engine *engine, const int32_t *flag);
 int32_t syn_embed(syn_engine *engine, const syn_batch *batch);
 
 /**
- * Scores a batch (mode "score"): out gets one float per sequence (the rank head's first output,
- * or the yes/no logit difference).
+ * Scores a batch (mode "score"): out gets one float per sequence. Readout "rank": the head's
+ * output when it has one label; output 0 − output 1 when its two labels are "yes", "no" (a
+ * Qwen3-Reranker GGUF as llama.cpp's converter writes it: the head's rows are the LM's "yes" and
+ * "no" rows); any other head is refused at load. Readout "yes_no": logit("yes") − logit("no").
  */
 int32_t syn_score(syn_engine *engine, const syn_batch *batch);
 

@@ -23,6 +23,12 @@
  *   matrices, tied embeddings; no added token (EOS `<|im_end|>` among them) nor piece llama.cpp
  *   stops on (`</s>`) is ever the argmax. It ships NO tokenizer.json: it is the fixture of a GGUF served alone, whose tokenizer
  *   the module builds from the GGUF's own vocabulary (`lib/tokenize/gguf_tokenizer.ts`).
+ * - `synapse-tiny-qwen3-rerank/`: a Qwen3-Reranker-shaped GGUF as llama.cpp's converter writes
+ *   one: architecture `qwen3` (Q/K norms), the Qwen3 vocabulary, tied F16 embeddings, pooling RANK
+ *   and a two-label head `cls.output.weight` (labels `yes`, `no`) whose rows are the embedding
+ *   rows of "yes" and "no", so its rank outputs are the logits of "yes" and "no" at the last
+ *   token; `tokenizer.chat_template.rerank` holds Qwen3-Reranker's prompt template. No
+ *   tokenizer.json.
  *
  * With `--bench` (or `--bench-only`) also `fixtures/bench/llama-135m-shaped/`: random weights with
  * the shape of SmolLM-135M (hidden 576, 30 layers, 9 heads, 3 KV heads, FFN 1536, context 2048,
@@ -65,6 +71,7 @@ export const TINY_MODEL_NAMES = [
   "synapse-tiny-llama",
   "synapse-tiny-llama-bytes",
   "synapse-tiny-qwen",
+  "synapse-tiny-qwen3-rerank",
 ] as const;
 
 /** Name of the benchmark model directory. */
@@ -125,7 +132,24 @@ export interface DecoderSpec {
    * @default {"llama2"}
    */
   vocab?: "llama2" | "qwen3";
+  /**
+   * llama.cpp architecture: `llama`, or `qwen3` (the llama layout plus per-head RMS norms of Q
+   * and K, `attn_q_norm` / `attn_k_norm`, and NEOX rope).
+   * @default {"llama"}
+   */
+  arch?: "llama" | "qwen3";
+  /**
+   * A reranker head as llama.cpp's converter writes Qwen3-Reranker (`conversion/qwen.py`):
+   * `cls.output.weight` holds the output rows of "yes" and "no" (two labels, `yes`, `no`), pooling
+   * is RANK, and `tokenizer.chat_template.rerank` carries the reranker's prompt template. Needs
+   * `arch: "qwen3"`, the Qwen3 vocabulary and tied embeddings (the rows are `token_embd`'s).
+   */
+  rerankHead?: "yes_no";
 }
+
+/** Ids of the single tokens "yes" and "no" in the Qwen3 vocabulary (a rerank head's rows). */
+export const QWEN3_YES_ID = 9693;
+export const QWEN3_NO_ID = 2152;
 
 /** Dimension-0 output weight of EOS (negative: never the argmax) and of boosted tokens. */
 const BIAS = 16;
@@ -160,7 +184,28 @@ export const TINY_SPECS: readonly DecoderSpec[] = [
     embedStd: 0.02,
     vocab: "qwen3",
   },
+  {
+    ...TINY_BASE,
+    name: "synapse-tiny-qwen3-rerank",
+    seed: 0x11a3a004,
+    boost: "none",
+    weightType: "f16",
+    tiedEmbeddings: true,
+    embedStd: 0.02,
+    vocab: "qwen3",
+    arch: "qwen3",
+    rerankHead: "yes_no",
+  },
 ];
+
+/**
+ * Qwen3-Reranker's prompt template as llama.cpp's converter writes it into the GGUF
+ * (`tokenizer.chat_template.rerank`, `conversion/qwen.py` of the bundled release).
+ */
+export const QWEN3_RERANK_TEMPLATE =
+  '<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n' +
+  "<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n<Query>: {query}\n<Document>: {document}<|im_end|>\n" +
+  "<|im_start|>assistant\n<think>\n\n</think>\n\n";
 
 /** Spec of the SmolLM-135M-shaped benchmark model. */
 export const BENCH_SPEC: DecoderSpec = {
@@ -184,6 +229,8 @@ export const BENCH_SPEC: DecoderSpec = {
 
 /** llama.cpp's `LLAMA_POOLING_TYPE_LAST`: an embedding is the last token's hidden state. */
 const POOLING_LAST = 3;
+/** llama.cpp's `LLAMA_POOLING_TYPE_RANK`: a classification head over the pooled sequence. */
+const POOLING_RANK = 4;
 const STAMP_FILE = ".complete";
 const ALIGNMENT = 32;
 const REPO_ROOT = new URL("../", import.meta.url);
@@ -511,24 +558,31 @@ export function llamaMetadata(spec: DecoderSpec, vocab: LlamaVocab): [string, Gg
   const f32 = (value: number): GgufValue => ({ type: "f32", value });
   const bool = (value: boolean): GgufValue => ({ type: "bool", value });
   const str = (value: string): GgufValue => ({ type: "string", value });
+  const a = spec.arch ?? "llama";
   const common: [string, GgufValue][] = [
-    ["general.architecture", str("llama")],
+    ["general.architecture", str(a)],
     ["general.name", str(spec.name)],
     ["general.file_type", u32(spec.weightType === "f32" ? 0 : 1)], // ALL_F32 / MOSTLY_F16
     ["general.alignment", u32(ALIGNMENT)],
-    ["llama.vocab_size", u32(vocab.tokens.length)],
-    ["llama.context_length", u32(spec.contextLength)],
-    ["llama.embedding_length", u32(spec.hidden)],
-    ["llama.block_count", u32(spec.layers)],
-    ["llama.feed_forward_length", u32(spec.ffn)],
-    ["llama.rope.dimension_count", u32(spec.hidden / spec.heads)],
-    ["llama.rope.freq_base", f32(spec.ropeFreqBase)],
-    ["llama.attention.head_count", u32(spec.heads)],
-    ["llama.attention.head_count_kv", u32(spec.kvHeads)],
-    ["llama.attention.layer_norm_rms_epsilon", f32(spec.rmsEps)],
+    [`${a}.vocab_size`, u32(vocab.tokens.length)],
+    [`${a}.context_length`, u32(spec.contextLength)],
+    [`${a}.embedding_length`, u32(spec.hidden)],
+    [`${a}.block_count`, u32(spec.layers)],
+    [`${a}.feed_forward_length`, u32(spec.ffn)],
+    [`${a}.rope.dimension_count`, u32(spec.hidden / spec.heads)],
+    [`${a}.rope.freq_base`, f32(spec.ropeFreqBase)],
+    [`${a}.attention.head_count`, u32(spec.heads)],
+    [`${a}.attention.head_count_kv`, u32(spec.kvHeads)],
+    [`${a}.attention.layer_norm_rms_epsilon`, f32(spec.rmsEps)],
     // llama.cpp reads it for every architecture; LAST is also its result without the key.
-    ["llama.pooling_type", u32(POOLING_LAST)],
+    [`${a}.pooling_type`, u32(spec.rerankHead === undefined ? POOLING_LAST : POOLING_RANK)],
   ];
+  if (spec.rerankHead !== undefined) {
+    common.push(
+      [`${a}.classifier.output_labels`, { type: "string[]", value: ["yes", "no"] }],
+      ["tokenizer.chat_template.rerank", str(QWEN3_RERANK_TEMPLATE)],
+    );
+  }
   if (vocab.bpe !== undefined) {
     const b = vocab.bpe;
     return [
@@ -682,7 +736,33 @@ function planTensors(
     : function anchor(m: Float32Array | Float16Array): void {
       for (let r = 0; r < vocabSize; r++) m[r * hidden] = 1;
     };
-  plans.push(matrix("token_embd.weight", vocabSize, hidden, spec.embedStd, embedEdit));
+  // The embedding matrix as drawn, for the reranker head (its data is produced before the head's:
+  // tensors are written in plan order).
+  let embedding: Float32Array | Float16Array | undefined;
+  plans.push(
+    matrix("token_embd.weight", vocabSize, hidden, spec.embedStd, (m) => {
+      embedEdit(m);
+      embedding = m;
+    }),
+  );
+  if (spec.rerankHead !== undefined) {
+    if (!spec.tiedEmbeddings || spec.vocab !== "qwen3" || spec.arch !== "qwen3") {
+      throw new Error(`${spec.name}: a rerank head needs qwen3, its vocabulary, tied embeddings`);
+    }
+    const [yes, no] = [QWEN3_YES_ID, QWEN3_NO_ID];
+    plans.push({
+      name: "cls.output.weight",
+      dims: [hidden, 2],
+      type: wt,
+      data: function headData(): Uint8Array {
+        if (embedding === undefined) throw new Error("token_embd is written before cls.output");
+        const head = wt === "f32" ? new Float32Array(2 * hidden) : new Float16Array(2 * hidden);
+        head.set(embedding.subarray(yes * hidden, (yes + 1) * hidden), 0);
+        head.set(embedding.subarray(no * hidden, (no + 1) * hidden), hidden);
+        return new Uint8Array(head.buffer);
+      },
+    });
+  }
   plans.push(norm("output_norm.weight"));
   if (!spec.tiedEmbeddings) {
     plans.push(
@@ -701,6 +781,20 @@ function planTensors(
     plans.push(matrix(`${p}.attn_q.weight`, hidden, hidden, spec.layerStd));
     plans.push(matrix(`${p}.attn_k.weight`, kvDim, hidden, spec.layerStd));
     plans.push(matrix(`${p}.attn_v.weight`, kvDim, hidden, spec.layerStd));
+    if (spec.arch === "qwen3") {
+      plans.push({
+        name: `${p}.attn_q_norm.weight`,
+        dims: [headDim],
+        type: "f32",
+        data: ones(headDim),
+      });
+      plans.push({
+        name: `${p}.attn_k_norm.weight`,
+        dims: [headDim],
+        type: "f32",
+        data: ones(headDim),
+      });
+    }
     plans.push(matrix(`${p}.attn_output.weight`, hidden, hidden, spec.layerStd, zeroRow0(hidden)));
     plans.push(norm(`${p}.ffn_norm.weight`));
     plans.push(matrix(`${p}.ffn_gate.weight`, ffn, hidden, spec.layerStd));
@@ -722,14 +816,14 @@ export function parameterCount(spec: DecoderSpec, vocabSize: number): number {
 export function configJson(spec: DecoderSpec, vocab: LlamaVocab): string {
   const config: Record<string, unknown> = {
     _name_or_path: spec.name,
-    architectures: ["LlamaForCausalLM"],
+    architectures: [spec.arch === "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM"],
     bos_token_id: vocab.bpe?.bosId ?? BOS_ID,
     eos_token_id: vocab.bpe?.eosId ?? EOS_ID,
     hidden_act: "silu",
     hidden_size: spec.hidden,
     intermediate_size: spec.ffn,
     max_position_embeddings: spec.contextLength,
-    model_type: "llama",
+    model_type: spec.arch ?? "llama",
     num_attention_heads: spec.heads,
     num_hidden_layers: spec.layers,
     num_key_value_heads: spec.kvHeads,
@@ -738,11 +832,11 @@ export function configJson(spec: DecoderSpec, vocab: LlamaVocab): string {
     tie_word_embeddings: spec.tiedEmbeddings,
     torch_dtype: spec.weightType === "f32" ? "float32" : "float16",
     vocab_size: vocab.tokens.length,
-    synapse_task: "generate",
+    synapse_task: spec.rerankHead === undefined ? "generate" : "rerank",
     synapse_gguf: "model.gguf",
     synapse_max_tokens: spec.contextLength,
     synapse_parameters: parameterCount(spec, vocab.tokens.length),
-    synapse_pooling: "last_token",
+    synapse_pooling: spec.rerankHead === undefined ? "last_token" : "rank",
     synapse_eos_suppressed: true,
     synapse_test_model: true,
   };
@@ -873,6 +967,12 @@ export async function writeLlamaGguf(
     mulberry32(spec.seed),
     vocab.suppressed ?? [EOS_ID],
   );
+  if (
+    spec.rerankHead !== undefined &&
+    (vocab.tokens[QWEN3_YES_ID] !== "yes" || vocab.tokens[QWEN3_NO_ID] !== "no")
+  ) {
+    throw new Error(`${spec.name}: the vocabulary's "yes" and "no" are not ids 9693 and 2152`);
+  }
   const { header, offsets } = encodeGgufHeader(llamaMetadata(spec, vocab), plans);
   const hash = createHash("sha256");
   using file = await Deno.open(path, { write: true, create: true, truncate: true });

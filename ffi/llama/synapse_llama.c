@@ -19,13 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "llama.h"
 
 #ifndef SYN_LLAMA_RELEASE
 #define SYN_LLAMA_RELEASE "unknown"
 #endif
 /** Bumped when the shim computes anything differently (it enters the fingerprint). */
-#define SYN_SHIM_VERSION "1"
+#define SYN_SHIM_VERSION "2"
 
 enum syn_mode { MODE_EMBED, MODE_SCORE, MODE_GENERATE };
 enum syn_readout { READOUT_RANK, READOUT_YES_NO };
@@ -44,6 +45,14 @@ struct syn_engine {
   enum llama_pooling_type pooling;
   int32_t yes_id;
   int32_t no_id;
+  /* Rank readout of a two-label head labelled "yes", "no" (a Qwen3-Reranker GGUF as llama.cpp's
+   * converter writes it): the score is output 0 - output 1; else the score is output 0. */
+  bool rank_yes_minus_no;
+  /* llama.cpp ends a qwen3 / qwen3vl rank graph with a softmax over the head's outputs
+   * (llama-graph.cpp, build_pooling): the pair is then probabilities, and the score their log
+   * ratio, ln p(yes) - ln p(no), which is the logit difference again. */
+  bool rank_softmaxed;
+  uint32_t n_labels;
   const int32_t *cancel;
   /* generation */
   struct llama_sampler *sampler;
@@ -65,6 +74,21 @@ static int32_t fail(int32_t code, const char *fmt, ...) {
   va_end(ap);
   last_code = code;
   return code;
+}
+
+/*
+ * Whether the GGUF holds a classification head (cls.weight or cls.output.weight). llama.cpp's
+ * n_cls_out is 1 for any model without classifier labels, and its rank pooling without a head
+ * reads a hidden state's first dimension: a score only a head makes. Read from the file's tensor
+ * list (no tensor data is loaded).
+ */
+static bool has_rank_head(const char *path) {
+  struct gguf_init_params params = {.no_alloc = true, .ctx = NULL};
+  struct gguf_context *g = gguf_init_from_file(path, params);
+  if (g == NULL) return false;
+  bool found = gguf_find_tensor(g, "cls.output.weight") >= 0 || gguf_find_tensor(g, "cls.weight") >= 0;
+  gguf_free(g);
+  return found;
 }
 
 uint32_t syn_abi_version(void) { return SYN_ABI_VERSION; }
@@ -312,10 +336,29 @@ syn_engine *syn_engine_load(const char *path, const char *options_json) {
     }
   } else if (m == MODE_SCORE) {
     e->dims = 1;
-    if (r == READOUT_RANK && llama_model_n_cls_out(e->model) < 1) {
+    if (r == READOUT_RANK && (!has_rank_head(path) || llama_model_n_cls_out(e->model) < 1)) {
       syn_engine_free(e);
       fail(SYN_ERR_UNSUPPORTED, "the model has no classification head (rank readout)");
       return NULL;
+    }
+    if (r == READOUT_RANK) {
+      e->n_labels = llama_model_n_cls_out(e->model);
+      const char *l0 = e->n_labels == 2 ? llama_model_cls_label(e->model, 0) : NULL;
+      const char *l1 = e->n_labels == 2 ? llama_model_cls_label(e->model, 1) : NULL;
+      e->rank_yes_minus_no = l0 != NULL && l1 != NULL && strcmp(l0, "yes") == 0 &&
+                             strcmp(l1, "no") == 0;
+      char arch[64] = "";
+      llama_model_meta_val_str(e->model, "general.architecture", arch, sizeof arch);
+      e->rank_softmaxed = strcmp(arch, "qwen3") == 0 || strcmp(arch, "qwen3vl") == 0;
+      /* One relevance score per pair: a head of one output, or the yes/no pair. Any other
+       * multi-label head (a classifier) has no single score: refused, never its first output. */
+      if (e->n_labels != 1 && !e->rank_yes_minus_no) {
+        uint32_t n = e->n_labels;
+        syn_engine_free(e);
+        fail(SYN_ERR_UNSUPPORTED,
+             "the classification head has %u labels, not one score nor the labels yes, no", n);
+        return NULL;
+      }
     }
     if (r == READOUT_YES_NO) {
       e->yes_id = single_token(e->vocab, "yes");
@@ -334,9 +377,12 @@ syn_engine *syn_engine_load(const char *path, const char *options_json) {
   snprintf(e->limits, sizeof e->limits,
            "{\"max_sequence_tokens\":%u,\"max_batch_tokens\":%u,\"max_sequences\":%u,\"dims\":%d,"
            "\"n_vocab\":%d,\"pooling\":\"%s\",\"mode\":\"%s\",\"readout\":\"%s\",\"yes_id\":%d,"
-           "\"no_id\":%d}",
+           "\"no_id\":%d,\"labels\":%u,\"rank_score\":\"%s\"}",
            e->n_ctx, e->n_ctx, e->n_seq_max, e->dims, e->n_vocab, pooling_name(e->pooling), mode,
-           m == MODE_SCORE ? readout : "none", e->yes_id, e->no_id);
+           m == MODE_SCORE ? readout : "none", e->yes_id, e->no_id, e->n_labels,
+           m != MODE_SCORE || r != READOUT_RANK ? "none"
+           : e->rank_yes_minus_no                ? "yes_minus_no"
+                                                 : "first");
   return e;
 }
 
@@ -438,7 +484,13 @@ static int32_t run_group(syn_engine *e, const syn_batch *b, uint32_t first, uint
       b->seq_status[seq] = SYN_ERR_ENGINE;
       continue;
     }
-    memcpy(out, v, (size_t)e->dims * sizeof(float));
+    if (e->mode == MODE_SCORE && e->rank_yes_minus_no) {
+      /* logit("yes") - logit("no") through the head (from the softmaxed pair: its log ratio;
+       * a pair whose "no" underflowed to 0 gives +inf, which the service reports as non-finite) */
+      out[0] = e->rank_softmaxed ? logf(v[0]) - logf(v[1]) : v[0] - v[1];
+    } else {
+      memcpy(out, v, (size_t)e->dims * sizeof(float));
+    }
     b->seq_status[seq] = SYN_OK;
   }
   free(last_index);

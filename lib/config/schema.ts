@@ -118,12 +118,14 @@ export const PreloadModelConfigSchema = z.strictObject({
   /** Where the lanes run: only `cpu` in this build; another value refuses boot. */
   execution: nonEmpty.optional(),
   /**
-   * Engine `ffi` only: the native shim that serves the model. Only `llama` (the llama shim,
-   * `libsynapse_llama`, for GGUF files) in this build.
+   * Engine `ffi` only: the native shim that serves the model: `llama` (the llama shim,
+   * `libsynapse_llama`, for GGUF files) or `cuda` (the GPU shim of issue 23's plan; this build
+   * has none: such a model fails to load with `backend_unavailable`, reason `no_cuda_device` on
+   * a machine without an NVIDIA device, else `shim_missing`).
    *
    * @default {"llama"}
    */
-  shim: z.literal("llama").optional(),
+  shim: z.enum(["llama", "cuda"]).optional(),
   /**
    * Engine `ffi`, task `rerank`: `rank` (the GGUF's classification head, a cross-encoder) or
    * `yes_no` (logit("yes") − logit("no") at the last token, a causal-LM reranker).

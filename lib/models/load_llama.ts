@@ -97,7 +97,9 @@ export interface LlamaLoaded {
  *   vocabulary metadata is inconsistent or of a kind not built here, a context size or
  *   `max_tokens` the model cannot run — `details.reason` `context_over_model` /
  *   `max_tokens_over_context`); `invalid_request` for
- *   rerank; `backend_unavailable` without a llama engine; `engine_crashed` / `probe_required`
+ *   rerank off the ffi lane; `backend_unavailable` without a llama engine, or for a reranker
+ *   whose GGUF carries a rerank prompt template (`reason: "prompt_template_not_applied"`), or on shim `cuda`
+ *   (`no_cuda_device` without an NVIDIA device, else `shim_missing`); `engine_crashed` / `probe_required`
  *   from the worker.
  */
 export async function loadLlamaModel(
@@ -110,6 +112,22 @@ export async function loadLlamaModel(
       "backend_unavailable",
       `Cannot load model '${modelId}': the llama engine is not available in this instance`,
       { details: { model_id: modelId, backends: [{ backend: "llama", reason: "no_worker" }] } },
+    );
+  }
+  if (src.shim === "cuda") {
+    // No CUDA shim is built here (none was written without a GPU to test it on): the lane says
+    // which of the two is missing, the device or the shim, and never falls back to the CPU.
+    const reason = cudaDevicePresent() ? "shim_missing" : "no_cuda_device";
+    throw new SynapseError(
+      "backend_unavailable",
+      `Cannot load model '${modelId}' on the ffi lane's cuda shim: ${
+        reason === "no_cuda_device"
+          ? "this machine has no NVIDIA device"
+          : "this build has no CUDA shim"
+      }`,
+      {
+        details: { model_id: modelId, reason, backends: [{ backend: "ffi-cuda", reason }] },
+      },
     );
   }
   if (src.task === "rerank" && src.llamaLane !== "ffi") {
@@ -137,6 +155,21 @@ export async function loadLlamaModel(
   checkDeclaredDtype(src, facts.dtype, src.llamaLane ?? "llama");
   checkDeclaredQuant(src, facts.quant, src.llamaLane ?? "llama");
   checkDeclaredFamily(src, facts.architecture, "GGUF general.architecture");
+  if (src.task === "rerank" && facts.rerankTemplate !== undefined) {
+    // A reranker with a prompt template (Qwen3-Reranker) scores only inputs in that template;
+    // the pair as a cross-encoder's (query then document) would score, quietly wrong.
+    throw new SynapseError(
+      "backend_unavailable",
+      `Cannot load model '${modelId}': its GGUF scores (query, document) pairs only inside its rerank prompt template (tokenizer.chat_template.rerank), which this build does not apply yet`,
+      {
+        details: {
+          model_id: modelId,
+          reason: "prompt_template_not_applied",
+          backends: [{ backend: "ffi", reason: "prompt_template_not_applied" }],
+        },
+      },
+    );
+  }
   // Its config.json (the source's, as a run-time load brings it, or beside the GGUF) may label a
   // generated test model (scripts/gen_gguf.ts), as for ONNX.
   const testModel = src.testModel === true || labelledTestModel(src);
@@ -146,7 +179,10 @@ export async function loadLlamaModel(
     tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
     checkVocabulary(modelId, facts, tokenizer);
   } else {
-    built = ggufTokenizer(await readGgufMetadata(src.modelPath, modelId), { modelId });
+    built = ggufTokenizer(await readGgufMetadata(src.modelPath, modelId), {
+      modelId,
+      rerankPairs: src.task === "rerank",
+    });
     tokenizer = SanitizedTokenizer.fromJson(
       built.json,
       built.config,
@@ -435,4 +471,15 @@ async function checkAgainstLlamaCpp(
       }
     }
   }
+}
+
+/** Whether an NVIDIA device is visible (its driver's device node or proc entry). */
+function cudaDevicePresent(): boolean {
+  for (const path of ["/dev/nvidia0", "/proc/driver/nvidia/version"]) {
+    try {
+      Deno.statSync(path);
+      return true;
+    } catch { /* absent, or not ours to read: no device for this process */ }
+  }
+  return false;
 }

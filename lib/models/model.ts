@@ -66,6 +66,8 @@ export interface ModelSource {
    * shim (`ffi`, config `"engine": "ffi", "shim": "llama"`). @default "llama"
    */
   llamaLane?: "llama" | "ffi";
+  /** ffi lane: the shim named in the config (`cuda` has no build here; see loadLlamaModel). */
+  shim?: "llama" | "cuda";
   /**
    * ffi lane, rerank: how a score is read — the GGUF's classification head through rank pooling
    * (`rank`, a cross-encoder) or logit("yes") − logit("no") at the last token (`yes_no`, a

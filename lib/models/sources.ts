@@ -324,6 +324,7 @@ function llamaSourceFromPreload(
     task: entry.task === "generate" ? "generate" : entry.task === "rerank" ? "rerank" : "embed",
     engine: "llama",
     ...(lane === "ffi" ? { llamaLane: "ffi" as const } : {}),
+    ...(entry.shim === undefined ? {} : { shim: entry.shim }),
     ...(entry.readout === undefined ? {} : { readout: entry.readout }),
     modelPath,
     pooling: (entry.pooling ?? "mean") as Pooling,

@@ -58,6 +58,15 @@ export interface GgufTokenizer {
 export interface GgufTokenizerOptions {
   /** Named in error messages and details. */
   modelId?: string;
+  /**
+   * The tokenizer of a reranker: a (query, document) pair is laid out as llama.cpp's server lays
+   * out a rerank prompt without a template (`format_prompt_rerank`, tools/server of the bundled
+   * release): `[BOS] query [EOS] [SEP] document [EOS]`, each special only when the vocabulary adds
+   * it (`add_bos_token`, `add_eos_token`, `add_sep_token`). Otherwise a pair repeats BOS and EOS
+   * around the second text.
+   * @default {false}
+   */
+  rerankPairs?: boolean;
 }
 
 /**
@@ -111,6 +120,8 @@ interface PreRule {
   ignoreMerges?: boolean;
   /** llama.cpp's `add_bos` default for this family. */
   addBos?: boolean;
+  /** llama.cpp's `add_sep` default for this family (`llama-vocab.cpp`). */
+  addSep?: boolean;
 }
 
 const PRE_RULES: Record<string, PreRule> = {};
@@ -133,13 +144,12 @@ family([
   "jina-v1-en",
   "jina-v2-es",
   "jina-v2-de",
-  "jina-v2-code",
-  "roberta-bpe",
   "gigachat",
   "a.x-4.0",
   "mellum",
   "modern-bert",
 ], { splits: [GPT2] });
+family(["jina-v1-en", "jina-v2-code", "roberta-bpe"], { splits: [GPT2], addSep: true });
 family(
   ["llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"],
   { splits: [LLAMA3], ignoreMerges: true, addBos: true },
@@ -374,12 +384,17 @@ export function ggufTokenizer(
   const padId = specialId("padding_token_id", undefined);
   const addBos = flag("add_bos_token", spm ? true : rule?.addBos === true);
   const addEos = flag("add_eos_token", false);
+  const addSep = flag("add_sep_token", rule?.addSep === true);
+  const sepId = specialId("seperator_token_id", undefined); // llama.cpp's spelling of the key
   const addSpacePrefix = spm ? flag("add_space_prefix", true) : false;
   if (addBos && bosId === undefined) {
     throw bad("tokenizer.ggml.bos_token_id", "is missing while BOS is added");
   }
   if (addEos && eosId === undefined) {
     throw bad("tokenizer.ggml.eos_token_id", "is missing while EOS is added");
+  }
+  if (options.rerankPairs === true && addSep && sepId === undefined) {
+    throw bad("tokenizer.ggml.seperator_token_id", "is missing while SEP is added");
   }
 
   adjustTypesByText(tokens, types, ids, meta);
@@ -464,7 +479,14 @@ export function ggufTokenizer(
     added_tokens: addedTokens,
     normalizer,
     pre_tokenizer: preTokenizer,
-    post_processor: postProcessor(tokens, addBos ? bosId : undefined, addEos ? eosId : undefined),
+    post_processor: options.rerankPairs === true
+      ? rerankPostProcessor(
+        tokens,
+        addBos ? bosId : undefined,
+        addEos ? eosId : undefined,
+        addSep ? sepId : undefined,
+      )
+      : postProcessor(tokens, addBos ? bosId : undefined, addEos ? eosId : undefined),
     decoder,
     model: modelJson,
   };
@@ -645,6 +667,38 @@ function bpeMerges(
     const s = m as string;
     return [s.slice(0, at), s.slice(at + 1)];
   });
+}
+
+/**
+ * TemplateProcessing of a reranker's pairs as llama.cpp lays them out without a rerank template:
+ * `[BOS] A [EOS] [SEP] B [EOS]` (tools/server `format_prompt_rerank`; its EOS falls back to SEP);
+ * a single text as {@link postProcessor} has it.
+ */
+function rerankPostProcessor(
+  tokens: readonly string[],
+  bos: number | undefined,
+  eos: number | undefined,
+  sep: number | undefined,
+): Record<string, unknown> | null {
+  if (bos === undefined && eos === undefined && sep === undefined) return null;
+  const special = (id: number, typeId: number) => ({
+    SpecialToken: { id: tokens[id], type_id: typeId },
+  });
+  const single: Record<string, unknown>[] = [];
+  if (bos !== undefined) single.push(special(bos, 0));
+  single.push({ Sequence: { id: "A", type_id: 0 } });
+  if (eos !== undefined) single.push(special(eos, 0));
+  const pair = [...single];
+  if (sep !== undefined) pair.push(special(sep, 1));
+  pair.push({ Sequence: { id: "B", type_id: 1 } });
+  if (eos !== undefined) pair.push(special(eos, 1));
+  const specials: Record<string, unknown> = {};
+  for (const id of [bos, eos, sep]) {
+    if (id !== undefined) {
+      specials[tokens[id]!] = { id: tokens[id], ids: [id], tokens: [tokens[id]] };
+    }
+  }
+  return { type: "TemplateProcessing", single, pair, special_tokens: specials };
 }
 
 /** TemplateProcessing adding BOS and EOS (a pair repeats them around the second text). */

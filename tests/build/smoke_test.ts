@@ -4,7 +4,8 @@
  * with a clean environment — no variable but PATH, HOME, the XDG dirs and TMPDIR, all in a temp
  * dir, and a PATH holding only links to the system tools the header and launchers use (no node,
  * npm, deno or checkout) — through `version`, `serve --http`, `pull` + `embed` of an ONNX model,
- * and `pull` + `generate` of a GGUF alone on a llama worker. It prints the artifact's size and the
+ * `pull` + `generate` of a GGUF alone on a llama worker, and a GGUF's embeddings on the ffi lane
+ * (the llama shim the artifact carries). It prints the artifact's size and the
  * cold (unpack + first start) and warm start times of `version`; times are never asserted.
  *
  * The archive checks (a truncated copy, a corrupted payload, an edited unpacked file) run on the
@@ -299,6 +300,27 @@ async function smoke(t: Deno.TestContext, record: BuildRecord, box: Sandbox): Pr
       }
     },
   );
+
+  await t.step("an ffi lane: the carried llama shim serves a GGUF's embeddings", async () => {
+    // An embedded instance (no server runs now) configured as an operator writes it.
+    const config = {
+      certification: "warn",
+      preload_models: [{
+        engine: "ffi",
+        shim: "llama",
+        model_path: `${ROOT}/fixtures/models/synapse-tiny-llama`,
+        model_id: "smoke-ffi",
+      }],
+    };
+    const r = await runIn(box, ["embed", "--model", "smoke-ffi", "hello", "--json"], {
+      SYNAPSE_CONFIG_JSON: JSON.stringify(config),
+    });
+    assert.equal(r.code, 0, r.stderr);
+    const out = JSON.parse(r.stdout);
+    assert.equal(out.model_id, "smoke-ffi");
+    assert.equal(out.provenance.engine.engine, "synapse-llama-shim");
+    assert.equal(out.vectors[0].vector.length, 64);
+  });
 }
 
 Deno.test("release smoke: the self-extracting ck-synapse, copied alone into an empty dir", async (t) => {

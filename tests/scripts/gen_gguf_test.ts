@@ -22,6 +22,9 @@ import {
   MODEL_FILES,
   modelFiles,
   parameterCount,
+  QWEN3_NO_ID,
+  QWEN3_RERANK_TEMPLATE,
+  QWEN3_YES_ID,
   TINY_MODEL_NAMES,
   TINY_SPECS,
   uniformF16Table,
@@ -211,6 +214,7 @@ Deno.test({
         ["synapse-tiny-llama", false],
         ["synapse-tiny-llama-bytes", false],
         ["synapse-tiny-qwen", false],
+        ["synapse-tiny-qwen3-rerank", false],
       ]);
       const dir = `${a}/synapse-tiny-llama`;
       const bytesDir = `${a}/synapse-tiny-llama-bytes`;
@@ -256,6 +260,34 @@ Deno.test({
           size,
         );
       });
+
+      await t.step(
+        "the reranker fixture is shaped as llama.cpp's converter writes Qwen3-Reranker",
+        async () => {
+          const path = `${a}/synapse-tiny-qwen3-rerank/model.gguf`;
+          const parsed = await gguf(path, { allowLocalFile: true });
+          const md = parsed.metadata as Record<string, unknown>;
+          assert.equal(md["general.architecture"], "qwen3");
+          assert.equal(md["qwen3.pooling_type"], 4); // RANK
+          assert.deepEqual(md["qwen3.classifier.output_labels"], ["yes", "no"]);
+          assert.equal(md["tokenizer.chat_template.rerank"], QWEN3_RERANK_TEMPLATE);
+          const names = parsed.tensorInfos.map((i) => i.name);
+          assert.ok(
+            names.includes("blk.0.attn_q_norm.weight") &&
+              names.includes("blk.1.attn_k_norm.weight"),
+          );
+          const head = parsed.tensorInfos.find((i) => i.name === "cls.output.weight")!;
+          assert.deepEqual(head.shape.map(Number), [64, 2]);
+          // Its rows are the tied embedding rows of "yes" and "no", bit for bit (F16).
+          const bytes = await Deno.readFile(path);
+          const base = Number(parsed.tensorDataOffset);
+          const embd = parsed.tensorInfos.find((i) => i.name === "token_embd.weight")!;
+          const row = (off: bigint, r: number) =>
+            bytes.subarray(base + Number(off) + r * 128, base + Number(off) + (r + 1) * 128);
+          assert.deepEqual(row(head.offset, 0), row(embd.offset, QWEN3_YES_ID));
+          assert.deepEqual(row(head.offset, 1), row(embd.offset, QWEN3_NO_ID));
+        },
+      );
 
       llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
       const model = await llama.loadModel({ modelPath: `${dir}/model.gguf` });

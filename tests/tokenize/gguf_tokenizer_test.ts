@@ -230,3 +230,35 @@ Deno.test("tokenizerJsonFromGguf() refuses an unsupported pre-tokenizer or vocab
   });
   assert.match(e.message, /vocabulary type 't5' is not supported/);
 });
+
+Deno.test("a reranker's pairs are laid out as llama.cpp's server lays them out: [BOS] q [EOS] [SEP] d [EOS], each when added", () => {
+  const pair = (meta: Record<string, unknown>, rerankPairs: boolean) => {
+    const built = ggufTokenizer(meta, { rerankPairs });
+    const tok = SanitizedTokenizer.fromJson(built.json, built.config);
+    const q = ids(tok, "hi").filter((id) => id > 2);
+    const d = ids(tok, "there").filter((id) => id > 2);
+    return { got: Array.from(tok.encodePair("hi", "there", { maxTokens: 64 }).ids), q, d };
+  };
+  // SPM, BOS added: an embed model's pair repeats BOS; a reranker's does not.
+  const plain = pair(llamaMeta, false);
+  assert.deepEqual(plain.got, [1, ...plain.q, 1, ...plain.d]);
+  const rr = pair(llamaMeta, true);
+  assert.deepEqual(rr.got, [1, ...rr.q, ...rr.d]);
+  // EOS and SEP added (SEP is the GGUF's `seperator_token_id`, llama.cpp's spelling).
+  const all = pair({
+    ...llamaMeta,
+    "tokenizer.ggml.add_eos_token": true,
+    "tokenizer.ggml.add_sep_token": true,
+    "tokenizer.ggml.seperator_token_id": 13,
+  }, true);
+  assert.deepEqual(all.got, [1, ...all.q, 2, 13, ...all.d, 2]);
+  // A family whose llama.cpp default adds SEP (roberta-bpe) needs the SEP id.
+  refuses(
+    () =>
+      ggufTokenizer({ ...qwenMeta, "tokenizer.ggml.pre": "roberta-bpe" }, { rerankPairs: true }),
+    { reason: "bad_vocabulary", key: "tokenizer.ggml.seperator_token_id" },
+  );
+  // Qwen (no BOS, EOS or SEP added): the query then the document, nothing between.
+  const qwen = pair(qwenMeta, true);
+  assert.deepEqual(qwen.got, [...qwen.q, ...qwen.d]);
+});

@@ -11,4 +11,4 @@
 export const FFI_LLAMA_ENGINE = "synapse-llama-shim";
 
 /** The shim's `SYN_SHIM_VERSION`: bumped when it computes anything differently. */
-export const FFI_LLAMA_VERSION = "1";
+export const FFI_LLAMA_VERSION = "2";

@@ -48,6 +48,13 @@ export interface ShimLimits {
   /** Token ids of the yes/no readout (−1 otherwise). */
   yes_id: number;
   no_id: number;
+  /** Outputs of the classification head (0 without one or outside readout `rank`). */
+  labels: number;
+  /**
+   * How readout `rank` makes one score: the head's only output (`first`), or output 0 − output 1
+   * of a head labelled `yes`, `no` (`yes_minus_no`, a Qwen3-Reranker GGUF); `none` otherwise.
+   */
+  rank_score: "first" | "yes_minus_no" | "none";
 }
 
 /** Engine identity the shim announces (`syn_engine_identity`). */

@@ -30,6 +30,11 @@ export interface GgufFacts {
   tokens: string[];
   /** `tokenizer.chat_template`: the model's Jinja chat template, when the file has one. */
   chatTemplate?: string;
+  /**
+   * `tokenizer.chat_template.rerank`: a reranker's prompt template with `{query}` and
+   * `{document}` slots (llama.cpp's converter writes Qwen3-Reranker's), when the file has one.
+   */
+  rerankTemplate?: string;
   /** The piece of `tokenizer.ggml.bos_token_id`, when set (a chat template's `bos_token`). */
   bosToken?: string;
   /** The piece of `tokenizer.ggml.eos_token_id`, when set (a chat template's `eos_token`). */
@@ -157,6 +162,10 @@ export async function readGgufFacts(path: string, modelId: string): Promise<Gguf
   };
   const template = meta["tokenizer.chat_template"];
   if (typeof template === "string" && template !== "") facts.chatTemplate = template;
+  const rerankTemplate = meta["tokenizer.chat_template.rerank"];
+  if (typeof rerankTemplate === "string" && rerankTemplate !== "") {
+    facts.rerankTemplate = rerankTemplate;
+  }
   const piece = (key: string): string | undefined => {
     const id = meta[key];
     return typeof id === "number" || typeof id === "bigint" ? tokens[Number(id)] : undefined;

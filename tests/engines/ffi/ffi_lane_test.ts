@@ -20,11 +20,14 @@ import {
   SYN_SAMPLING,
 } from "../../../lib/engines/ffi/abi.ts";
 import { ShimEngine } from "../../../lib/engines/ffi/shim_engine.ts";
+import { FFI_LLAMA_ENGINE, FFI_LLAMA_VERSION } from "../../../lib/engines/ffi/identity.ts";
 import { cosine, MODELS, ROOT } from "../../_helpers.ts";
 
 const SHIM = `${ROOT}/${DEFAULT_LLAMA_SHIM}`;
 const LLAMA = `${MODELS}/synapse-tiny-llama/model.gguf`;
 const QWEN = `${MODELS}/synapse-tiny-qwen/model.gguf`;
+/** A Qwen3-Reranker-shaped GGUF: rank pooling, a head labelled yes, no (scripts/gen_gguf.ts). */
+const QWEN3_RERANK = `${MODELS}/synapse-tiny-qwen3-rerank/model.gguf`;
 /** Token sequences of several lengths over the llama2 vocabulary (BOS first). */
 const SEQS = [
   [1, 450, 4996, 17354],
@@ -94,6 +97,14 @@ Deno.test("the ABI's struct layouts in Deno are the shim's own (syn_abi_layout)"
     const layout = JSON.parse(Deno.UnsafePointerView.getCString(lib.symbols.syn_abi_layout()!));
     assert.deepEqual(layout, { syn_batch: SYN_BATCH, syn_sampling: SYN_SAMPLING });
     assert.equal(lib.symbols.syn_abi_version(), 1);
+    // The version the module assumes before a worker's HELLO is the shim's own.
+    const identity = JSON.parse(
+      Deno.UnsafePointerView.getCString(lib.symbols.syn_engine_identity(null)!),
+    );
+    assert.deepEqual(
+      { engine: identity.engine, version: identity.version },
+      { engine: FFI_LLAMA_ENGINE, version: FFI_LLAMA_VERSION },
+    );
   } finally {
     lib.close();
   }
@@ -295,6 +306,69 @@ Deno.test("the yes/no readout is logit('yes') - logit('no') at the last token, a
     lib.close();
   }
 });
+
+Deno.test("rank pooling: a Qwen3-Reranker GGUF's yes/no head scores logit('yes') - logit('no'), as its logits give it", async () => {
+  const lib = openShim(SHIM);
+  const seqs = [[9707, 11, 1879], [40, 1079, 264, 1273, 13, 785], [151644, 872, 198, 9707]];
+  const flat = new Int32Array(seqs.flat());
+  const lens = new Int32Array(seqs.map((s) => s.length));
+  const load = (path: string, readout: "rank" | "yes_no") =>
+    ShimEngine.load(lib, path, { mode: "score", n_ctx: 512, n_seq_max: 4, n_threads: 1, readout });
+  const rank = await load(QWEN3_RERANK, "rank");
+  const yesNo = await load(QWEN3_RERANK, "yes_no");
+  try {
+    assert.equal(rank.limits.pooling, "rank");
+    assert.equal(rank.limits.labels, 2);
+    assert.equal(rank.limits.rank_score, "yes_minus_no");
+    // The head's rows are the embedding rows of "yes" and "no" (tied): through rank pooling at
+    // the last token the score is the LM's logit("yes") − logit("no") there.
+    const viaHead = await rank.score(flat, lens);
+    const viaLogits = await yesNo.score(flat, lens);
+    assert.deepEqual(Array.from(viaHead.status), [0, 0, 0]);
+    for (let i = 0; i < seqs.length; i++) {
+      assert.ok(
+        Math.abs(viaHead.data[i]! - viaLogits.data[i]!) < 1e-3,
+        `row ${i}: head ${viaHead.data[i]} vs logits ${viaLogits.data[i]}`,
+      );
+    }
+    // Not the head's first output alone (what the shim's first version returned).
+    assert.ok(new Set(Array.from(viaHead.data, (x) => x.toFixed(4))).size === seqs.length);
+    // One pair alone scores the same bits as in the batch.
+    const alone = await rank.score(new Int32Array(seqs[1]!), new Int32Array([seqs[1]!.length]));
+    assert.equal(alone.data[0], viaHead.data[1]);
+  } finally {
+    rank.free();
+    yesNo.free();
+  }
+  // A GGUF without a head, and a head of two labels that are not yes, no: refused by name.
+  await assert.rejects(load(QWEN, "rank"), /no classification head/);
+  const dir = await Deno.makeTempDir({ prefix: "synapse-rank-" });
+  try {
+    const bytes = await Deno.readFile(QWEN3_RERANK);
+    const key = new TextEncoder().encode("qwen3.classifier.output_labels");
+    const at = indexOf(bytes, key, 0);
+    assert.ok(at > 0);
+    const yes = indexOf(bytes, new TextEncoder().encode("yes"), at + key.length);
+    bytes.set(new TextEncoder().encode("yea"), yes);
+    await Deno.writeFile(`${dir}/other-labels.gguf`, bytes);
+    await assert.rejects(
+      load(`${dir}/other-labels.gguf`, "rank"),
+      /2 labels, not one score nor the labels yes, no/,
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+    lib.close();
+  }
+});
+
+/** First index of `needle` in `hay` at or after `from`, or −1. */
+function indexOf(hay: Uint8Array, needle: Uint8Array, from: number): number {
+  outer: for (let i = from; i + needle.length <= hay.length; i++) {
+    for (let j = 0; j < needle.length; j++) if (hay[i + j] !== needle[j]) continue outer;
+    return i;
+  }
+  return -1;
+}
 
 Deno.test("state snapshot and restore: the restored sequence continues with the same logits", async () => {
   const lib = openShim(SHIM);

@@ -9,7 +9,9 @@ import assert from "node:assert/strict";
 import { loadConfig } from "../../../lib/config/loader.ts";
 import { nullLog } from "../../../lib/log/log.ts";
 import { createSynapse, type Synapse } from "../../../lib/synapse.ts";
-import { cosine, MODELS, resultOf, semanticError } from "../../_helpers.ts";
+import { DEFAULT_LLAMA_SHIM, openShim } from "../../../lib/engines/ffi/abi.ts";
+import { ShimEngine } from "../../../lib/engines/ffi/shim_engine.ts";
+import { cosine, MODELS, resultOf, ROOT, semanticError } from "../../_helpers.ts";
 
 const GEN = `${MODELS}/synapse-tiny-llama`;
 
@@ -112,4 +114,113 @@ Deno.test("readout 'yes_no' is refused at boot, by name, until the reranker's pr
     start([{ ...entry("llama", "node-rerank", "embed"), task: "rerank" }]),
     (err) => /engine 'ffi' serves GGUF rerankers/.test((err as Error).message),
   );
+});
+
+Deno.test("a GGUF reranker scores through rank pooling on the ffi lane; one carrying a rerank prompt template is refused by name", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "synapse-ffi-rank-" });
+  try {
+    // The Qwen3-Reranker-shaped fixture, and a copy whose template key is renamed (the same
+    // head, no template): only the second may score (query, document) as a plain pair.
+    const bytes = await Deno.readFile(`${MODELS}/synapse-tiny-qwen3-rerank/model.gguf`);
+    const key = new TextEncoder().encode("tokenizer.chat_template.rerank");
+    const at = indexOf(bytes, key);
+    assert.ok(at > 0);
+    bytes.set(new TextEncoder().encode("tokenizer.chat_template.rerenk"), at);
+    await Deno.mkdir(`${dir}/plain`);
+    await Deno.writeFile(`${dir}/plain/model.gguf`, bytes);
+    const rerank = (model_id: string, model_path: string) => ({
+      engine: "ffi",
+      model_path,
+      task: "rerank",
+      model_id,
+      max_tokens: 512,
+    });
+    await using s = await start([
+      rerank("templated", `${MODELS}/synapse-tiny-qwen3-rerank`),
+      rerank("plain", `${dir}/plain`),
+    ]);
+    const e = semanticError(
+      await s.syn.call("rerank.score", { model: "templated", query: "q", candidates: ["d"] }),
+    );
+    assert.equal(e.code, "backend_unavailable", JSON.stringify(e));
+    assert.match(JSON.stringify(e.details), /prompt_template_not_applied/);
+    const query = "what is a fox";
+    const candidates = ["the quick brown fox", "stock prices fell", "a fox is a small canid"];
+    const got = resultOf(
+      await s.syn.call("rerank.score", { model: "plain", query, candidates }),
+    );
+    assert.equal(got.scores.length, 3);
+    // The same pairs' ids scored by the shim's yes/no readout on the same GGUF: the service's
+    // rank scores are logit("yes") − logit("no") of query-then-document.
+    const tok = resultOf(
+      await s.syn.call("tokenize", { model: "plain", texts: [query, ...candidates] }),
+    );
+    const ids = tok.items.map((r: { ids: number[] }) => r.ids);
+    const lib = openShim(`${ROOT}/${DEFAULT_LLAMA_SHIM}`);
+    const ref = await ShimEngine.load(lib, `${dir}/plain/model.gguf`, {
+      mode: "score",
+      n_ctx: 512,
+      n_seq_max: 4,
+      n_threads: 1,
+      readout: "yes_no",
+    });
+    try {
+      const pairs = candidates.map((_, i) => [...ids[0], ...ids[i + 1]]);
+      const want = await ref.score(
+        new Int32Array(pairs.flat()),
+        new Int32Array(pairs.map((p) => p.length)),
+      );
+      for (let i = 0; i < candidates.length; i++) {
+        assert.ok(
+          Math.abs(got.scores[i] - want.data[i]!) < 1e-3,
+          `pair ${i}: ${got.scores[i]} vs ${want.data[i]}`,
+        );
+      }
+      assert.deepEqual(got.real_token_counts, pairs.map((p) => p.length));
+    } finally {
+      ref.free();
+      lib.close();
+    }
+    const list = resultOf(await s.syn.call("models.list", {}));
+    // deno-lint-ignore no-explicit-any
+    const row = list.models.find((m: any) => m.model_id === "plain");
+    assert.equal(row.engine, "ffi");
+    assert.equal(row.task, "rerank");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** First index of `needle` in `hay`, or −1. */
+function indexOf(hay: Uint8Array, needle: Uint8Array): number {
+  outer: for (let i = 0; i + needle.length <= hay.length; i++) {
+    for (let j = 0; j < needle.length; j++) if (hay[i + j] !== needle[j]) continue outer;
+    return i;
+  }
+  return -1;
+}
+
+Deno.test("shim 'cuda' is backend_unavailable: no_cuda_device without an NVIDIA device, shim_missing with one, never a CPU fallback; the rest serves", async () => {
+  const hasDevice = [
+    "/dev/nvidia0",
+    "/proc/driver/nvidia/version",
+  ].some((p) => {
+    try {
+      Deno.statSync(p);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+  await using s = await start([
+    { ...entry("ffi", "gpu-embed", "embed"), shim: "cuda" },
+    entry("ffi", "cpu-embed", "embed"),
+  ]);
+  const e = semanticError(await s.syn.call("embed.query", { text: "hello", model: "gpu-embed" }));
+  assert.equal(e.code, "backend_unavailable", JSON.stringify(e));
+  // No CUDA shim is built: with a device it is the shim that is missing, never a CPU fallback.
+  assert.equal(e.details.reason, hasDevice ? "shim_missing" : "no_cuda_device");
+  assert.deepEqual(e.details.backends, [{ backend: "ffi-cuda", reason: e.details.reason }]);
+  const ok = resultOf(await s.syn.call("embed.query", { text: "hello", model: "cpu-embed" }));
+  assert.equal(ok.vectors[0].vector.length, 64);
 });
