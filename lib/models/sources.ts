@@ -74,7 +74,6 @@ export function labelledTestModel(src: Pick<ModelSource, "modelPath" | "configPa
  * @throws {SynapseError} `invalid_request` for an engine this build does not serve.
  */
 export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
-  if (entry.engine === "llama") return llamaSourceFromPreload(entry, "llama");
   if (entry.engine === "ffi") return llamaSourceFromPreload(entry, "ffi");
   if (entry.shim !== undefined || entry.readout !== undefined) {
     throw new SynapseError(
@@ -90,6 +89,7 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
       },
     );
   }
+  if (entry.engine === "llama") return llamaSourceFromPreload(entry, "llama");
   if (entry.engine !== "ort") {
     throw new SynapseError(
       "invalid_request",

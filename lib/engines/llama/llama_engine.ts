@@ -372,6 +372,22 @@ export class LlamaEngine implements Engine {
   ): Promise<GenerateOutput> {
     this.#ensureNotDisposed();
     if (this.task !== "generate") throw this.#wrongTask("generate");
+    if (request.logprobs !== undefined && this.kind === "ffi") {
+      // The shim reports no probabilities: the caller's request is what cannot be served here
+      // (as the llama lane refuses logprobs it cannot answer), not the backend.
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot return logprobs from model '${this.spec.modelId}': the ffi lane does not report them (the llama lane does, for greedy decoding)`,
+        {
+          details: {
+            field: "logprobs",
+            reason: "logprobs_not_supported",
+            model_id: this.spec.modelId,
+            lane: "ffi",
+          },
+        },
+      );
+    }
     options.signal?.throwIfAborted();
     const ref = await this.#ensureLoaded();
     const t0 = performance.now();

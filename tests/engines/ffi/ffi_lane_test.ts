@@ -205,12 +205,13 @@ Deno.test("ffi greedy generation gives the node-llama-cpp lane's tokens, streame
   // A logit bias of +100 forces its token at every step.
   const forced = await ffi.generate({ ids: prompt, maxTokens: 5, logitBias: [[4996, 100]] });
   assert.deepEqual(forced.generatedIds, [4996, 4996, 4996, 4996, 4996]);
-  // Logprobs are not reported by the shim: refused by name, not ignored.
+  // Logprobs are not reported by the shim: refused by name (the caller's request, as the llama
+  // lane refuses logprobs it cannot answer), not ignored.
   await assert.rejects(
     ffi.generate({ ids: prompt, maxTokens: 2, logprobs: 1 }),
     (err) =>
-      err instanceof SynapseError &&
-      (err.details as Record<string, unknown>).worker_code === "unsupported_request",
+      err instanceof SynapseError && err.code === "invalid_request" &&
+      (err.details as Record<string, unknown>).reason === "logprobs_not_supported",
   );
 });
 

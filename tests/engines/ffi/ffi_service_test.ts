@@ -114,6 +114,16 @@ Deno.test("readout 'yes_no' is refused at boot, by name, until the reranker's pr
     start([{ ...entry("llama", "node-rerank", "embed"), task: "rerank" }]),
     (err) => /engine 'ffi' serves GGUF rerankers/.test((err as Error).message),
   );
+  // `shim` and `readout` belong to engine ffi: on the llama lane they are refused, never ignored
+  // (nor `shim: "cuda"` taken as a request for the ffi lane's cuda shim).
+  for (const extra of [{ shim: "cuda" }, { shim: "llama" }, { readout: "rank" }]) {
+    await assert.rejects(
+      start([{ ...entry("llama", "node-embed", "embed"), ...extra }]),
+      (err) =>
+        (err as { code?: string }).code === "invalid_request" &&
+        /settings of engine 'ffi'/.test((err as Error).message),
+    );
+  }
 });
 
 Deno.test("a GGUF reranker scores through rank pooling on the ffi lane; one carrying a rerank prompt template is refused by name", async () => {
