@@ -143,8 +143,10 @@ export interface DecoderSpec {
    * `cls.output.weight` holds the output rows of "yes" and "no" (two labels, `yes`, `no`), pooling
    * is RANK, and `tokenizer.chat_template.rerank` carries the reranker's prompt template. Needs
    * `arch: "qwen3"`, the Qwen3 vocabulary and tied embeddings (the rows are `token_embd`'s).
+   * `single`: a one-output head (label `score`, the row of "yes"), no template: what llama.cpp
+   * softmaxes to 1 for every pair on qwen3, so the shim must refuse it (tests only).
    */
-  rerankHead?: "yes_no";
+  rerankHead?: "yes_no" | "single";
 }
 
 /** Ids of the single tokens "yes" and "no" in the Qwen3 vocabulary (a rerank head's rows). */
@@ -579,9 +581,14 @@ export function llamaMetadata(spec: DecoderSpec, vocab: LlamaVocab): [string, Gg
   ];
   if (spec.rerankHead !== undefined) {
     common.push(
-      [`${a}.classifier.output_labels`, { type: "string[]", value: ["yes", "no"] }],
-      ["tokenizer.chat_template.rerank", str(QWEN3_RERANK_TEMPLATE)],
+      [`${a}.classifier.output_labels`, {
+        type: "string[]",
+        value: spec.rerankHead === "single" ? ["score"] : ["yes", "no"],
+      }],
     );
+    if (spec.rerankHead === "yes_no") {
+      common.push(["tokenizer.chat_template.rerank", str(QWEN3_RERANK_TEMPLATE)]);
+    }
   }
   if (vocab.bpe !== undefined) {
     const b = vocab.bpe;
@@ -749,16 +756,18 @@ function planTensors(
     if (!spec.tiedEmbeddings || spec.vocab !== "qwen3" || spec.arch !== "qwen3") {
       throw new Error(`${spec.name}: a rerank head needs qwen3, its vocabulary, tied embeddings`);
     }
-    const [yes, no] = [QWEN3_YES_ID, QWEN3_NO_ID];
+    const rows = spec.rerankHead === "single" ? [QWEN3_YES_ID] : [QWEN3_YES_ID, QWEN3_NO_ID];
     plans.push({
       name: "cls.output.weight",
-      dims: [hidden, 2],
+      dims: [hidden, rows.length],
       type: wt,
       data: function headData(): Uint8Array {
         if (embedding === undefined) throw new Error("token_embd is written before cls.output");
-        const head = wt === "f32" ? new Float32Array(2 * hidden) : new Float16Array(2 * hidden);
-        head.set(embedding.subarray(yes * hidden, (yes + 1) * hidden), 0);
-        head.set(embedding.subarray(no * hidden, (no + 1) * hidden), hidden);
+        const n = rows.length * hidden;
+        const head = wt === "f32" ? new Float32Array(n) : new Float16Array(n);
+        rows.forEach((id, r) =>
+          head.set(embedding!.subarray(id * hidden, (id + 1) * hidden), r * hidden)
+        );
         return new Uint8Array(head.buffer);
       },
     });

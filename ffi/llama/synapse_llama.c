@@ -359,6 +359,14 @@ syn_engine *syn_engine_load(const char *path, const char *options_json) {
              "the classification head has %u labels, not one score nor the labels yes, no", n);
         return NULL;
       }
+      /* llama.cpp's softmax over a single output is 1 for every pair: no score survives it. */
+      if (e->n_labels == 1 && e->rank_softmaxed) {
+        syn_engine_free(e);
+        fail(SYN_ERR_UNSUPPORTED,
+             "a one-output head of a %s GGUF scores 1 for every pair (llama.cpp softmaxes it)",
+             arch);
+        return NULL;
+      }
     }
     if (r == READOUT_YES_NO) {
       e->yes_id = single_token(e->vocab, "yes");

