@@ -22,6 +22,7 @@ import {
 import { ShimEngine } from "../../../lib/engines/ffi/shim_engine.ts";
 import { FFI_LLAMA_ENGINE, FFI_LLAMA_VERSION } from "../../../lib/engines/ffi/identity.ts";
 import { cosine, MODELS, ROOT } from "../../_helpers.ts";
+import { indexOfBytes, scoreEngine } from "./_shim.ts";
 import { qwenVocab, TINY_SPECS, writeLlamaGguf } from "../../../scripts/gen_gguf.ts";
 
 const SHIM = `${ROOT}/${DEFAULT_LLAMA_SHIM}`;
@@ -262,13 +263,7 @@ Deno.test("an abort() inside the shim is engine_crashed with SIGABRT; the worker
 
 Deno.test("the yes/no readout is logit('yes') - logit('no') at the last token, as node-llama-cpp's logits give it", async () => {
   const lib = openShim(SHIM);
-  const shim = await ShimEngine.load(lib, QWEN, {
-    mode: "score",
-    n_ctx: 512,
-    n_seq_max: 4,
-    n_threads: 1,
-    readout: "yes_no",
-  });
+  const shim = await scoreEngine(lib, QWEN, "yes_no");
   try {
     assert.equal(shim.limits.readout, "yes_no");
     const seqs = [[9707, 11, 1879], [40, 1079, 264, 1273, 13, 785], [151644, 872, 198, 9707]];
@@ -314,8 +309,7 @@ Deno.test("rank pooling: a Qwen3-Reranker GGUF's yes/no head scores logit('yes')
   const seqs = [[9707, 11, 1879], [40, 1079, 264, 1273, 13, 785], [151644, 872, 198, 9707]];
   const flat = new Int32Array(seqs.flat());
   const lens = new Int32Array(seqs.map((s) => s.length));
-  const load = (path: string, readout: "rank" | "yes_no") =>
-    ShimEngine.load(lib, path, { mode: "score", n_ctx: 512, n_seq_max: 4, n_threads: 1, readout });
+  const load = (path: string, readout: "rank" | "yes_no") => scoreEngine(lib, path, readout);
   const rank = await load(QWEN3_RERANK, "rank");
   const yesNo = await load(QWEN3_RERANK, "yes_no");
   try {
@@ -348,9 +342,9 @@ Deno.test("rank pooling: a Qwen3-Reranker GGUF's yes/no head scores logit('yes')
   try {
     const bytes = await Deno.readFile(QWEN3_RERANK);
     const key = new TextEncoder().encode("qwen3.classifier.output_labels");
-    const at = indexOf(bytes, key, 0);
+    const at = indexOfBytes(bytes, key, 0);
     assert.ok(at > 0);
-    const yes = indexOf(bytes, new TextEncoder().encode("yes"), at + key.length);
+    const yes = indexOfBytes(bytes, new TextEncoder().encode("yes"), at + key.length);
     bytes.set(new TextEncoder().encode("yea"), yes);
     await Deno.writeFile(`${dir}/other-labels.gguf`, bytes);
     await assert.rejects(
@@ -369,15 +363,6 @@ Deno.test("rank pooling: a Qwen3-Reranker GGUF's yes/no head scores logit('yes')
     lib.close();
   }
 });
-
-/** First index of `needle` in `hay` at or after `from`, or −1. */
-function indexOf(hay: Uint8Array, needle: Uint8Array, from: number): number {
-  outer: for (let i = from; i + needle.length <= hay.length; i++) {
-    for (let j = 0; j < needle.length; j++) if (hay[i + j] !== needle[j]) continue outer;
-    return i;
-  }
-  return -1;
-}
 
 Deno.test("state snapshot and restore: the restored sequence continues with the same logits", async () => {
   const lib = openShim(SHIM);

@@ -10,7 +10,7 @@ import { loadConfig } from "../../../lib/config/loader.ts";
 import { nullLog } from "../../../lib/log/log.ts";
 import { createSynapse, type Synapse } from "../../../lib/synapse.ts";
 import { DEFAULT_LLAMA_SHIM, openShim } from "../../../lib/engines/ffi/abi.ts";
-import { ShimEngine } from "../../../lib/engines/ffi/shim_engine.ts";
+import { indexOfBytes, scoreEngine } from "./_shim.ts";
 import { cosine, MODELS, resultOf, ROOT, semanticError } from "../../_helpers.ts";
 
 const GEN = `${MODELS}/synapse-tiny-llama`;
@@ -133,7 +133,7 @@ Deno.test("a GGUF reranker scores through rank pooling on the ffi lane; one carr
     // head, no template): only the second may score (query, document) as a plain pair.
     const bytes = await Deno.readFile(`${MODELS}/synapse-tiny-qwen3-rerank/model.gguf`);
     const key = new TextEncoder().encode("tokenizer.chat_template.rerank");
-    const at = indexOf(bytes, key);
+    const at = indexOfBytes(bytes, key);
     assert.ok(at > 0);
     bytes.set(new TextEncoder().encode("tokenizer.chat_template.rerenk"), at);
     await Deno.mkdir(`${dir}/plain`);
@@ -167,13 +167,7 @@ Deno.test("a GGUF reranker scores through rank pooling on the ffi lane; one carr
     );
     const ids = tok.items.map((r: { ids: number[] }) => r.ids);
     const lib = openShim(`${ROOT}/${DEFAULT_LLAMA_SHIM}`);
-    const ref = await ShimEngine.load(lib, `${dir}/plain/model.gguf`, {
-      mode: "score",
-      n_ctx: 512,
-      n_seq_max: 4,
-      n_threads: 1,
-      readout: "yes_no",
-    });
+    const ref = await scoreEngine(lib, `${dir}/plain/model.gguf`, "yes_no");
     try {
       const pairs = candidates.map((_, i) => [...ids[0], ...ids[i + 1]]);
       const want = await ref.score(
@@ -200,15 +194,6 @@ Deno.test("a GGUF reranker scores through rank pooling on the ffi lane; one carr
     await Deno.remove(dir, { recursive: true });
   }
 });
-
-/** First index of `needle` in `hay`, or −1. */
-function indexOf(hay: Uint8Array, needle: Uint8Array): number {
-  outer: for (let i = 0; i + needle.length <= hay.length; i++) {
-    for (let j = 0; j < needle.length; j++) if (hay[i + j] !== needle[j]) continue outer;
-    return i;
-  }
-  return -1;
-}
 
 Deno.test("shim 'cuda' is backend_unavailable: no_cuda_device without an NVIDIA device, shim_missing with one, never a CPU fallback; the rest serves", async () => {
   const hasDevice = [
