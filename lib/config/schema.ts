@@ -133,6 +133,12 @@ export const PreloadModelConfigSchema = z.strictObject({
    * @default {"rank"}
    */
   readout: z.enum(["rank", "yes_no"]).optional(),
+  /**
+   * Engine `ffi`, task `rerank`: the prompt template a causal-LM reranker scores a pair in, with
+   * `{query}` before `{document}`, once each (Qwen3-Reranker's is in docs/config.md). Overrides
+   * the GGUF's `tokenizer.chat_template.rerank`; needed for a yes/no reranker GGUF without one.
+   */
+  rerank_template: nonEmpty.optional(),
   /** Worker binary override. */
   worker_bin: nonEmpty.optional(),
   /** Runtime directory of the worker's socket. */

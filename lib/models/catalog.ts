@@ -418,7 +418,7 @@ export const CATALOG: readonly CatalogModel[] = Object.freeze(
       dims: 1,
       backends: [],
       no_backend_reason:
-        "its score is the yes/no logit pair of a causal LM read inside its rerank prompt template: the ffi lane reads the pair (readout yes_no, or the rank head of its GGUF) but does not apply the template yet, and no public GGUF of it is pinned",
+        "no GGUF of it is pinned by digest in this build (none could be fetched and verified here): load a GGUF of it (llama.cpp's converter writes its yes/no head and prompt template) from a local path with engine 'ffi' and task 'rerank'",
     },
     {
       id: "qwen2.5-0.5b-instruct",

@@ -25,6 +25,7 @@ import { Lane } from "../lanes/lane.ts";
 import type { Admission } from "../sched/admission.ts";
 import type { LaneScheduler } from "../sched/lane_scheduler.ts";
 import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
+import { parseRerankTemplate } from "../tokenize/rerank_template.ts";
 import {
   type GgufTokenizer,
   ggufTokenizer,
@@ -97,9 +98,8 @@ export interface LlamaLoaded {
  *   vocabulary metadata is inconsistent or of a kind not built here, a context size or
  *   `max_tokens` the model cannot run — `details.reason` `context_over_model` /
  *   `max_tokens_over_context`); `invalid_request` for
- *   rerank off the ffi lane; `backend_unavailable` without a llama engine, for a reranker
- *   whose GGUF carries a rerank prompt template (`reason: "prompt_template_not_applied"`), or
- *   on shim `cuda` (`no_cuda_device` without an NVIDIA device, else `shim_missing`);
+ *   rerank off the ffi lane; a reranker's prompt template refused as `rerankTokenizer` says;
+ *   `backend_unavailable` without a llama engine, or on shim `cuda` (`no_cuda_device` without an NVIDIA device, else `shim_missing`);
  *   `engine_crashed` / `probe_required` from the worker.
  */
 export async function loadLlamaModel(
@@ -155,21 +155,6 @@ export async function loadLlamaModel(
   checkDeclaredDtype(src, facts.dtype, src.llamaLane ?? "llama");
   checkDeclaredQuant(src, facts.quant, src.llamaLane ?? "llama");
   checkDeclaredFamily(src, facts.architecture, "GGUF general.architecture");
-  if (src.task === "rerank" && facts.rerankTemplate !== undefined) {
-    // A reranker with a prompt template (Qwen3-Reranker) scores only inputs in that template;
-    // the pair as a cross-encoder's (query then document) would score, quietly wrong.
-    throw new SynapseError(
-      "backend_unavailable",
-      `Cannot load model '${modelId}': its GGUF scores (query, document) pairs only inside its rerank prompt template (tokenizer.chat_template.rerank), which this build does not apply yet`,
-      {
-        details: {
-          model_id: modelId,
-          reason: "prompt_template_not_applied",
-          backends: [{ backend: "ffi", reason: "prompt_template_not_applied" }],
-        },
-      },
-    );
-  }
   // Its config.json (the source's, as a run-time load brings it, or beside the GGUF) may label a
   // generated test model (scripts/gen_gguf.ts), as for ONNX.
   const testModel = src.testModel === true || labelledTestModel(src);
@@ -189,6 +174,7 @@ export async function loadLlamaModel(
       `${src.modelPath} (tokenizer built from its GGUF vocabulary)`,
     );
   }
+  if (src.task === "rerank") tokenizer = rerankTokenizer(modelId, src, facts, tokenizer);
   const { contextSize, maxTokens } = llamaLimits(modelId, src, facts);
   const prompts = await loadPromptTable(src);
   const mode = src.task === "generate" ? "generate" : src.task === "rerank" ? "score" : "embed";
@@ -383,6 +369,68 @@ export function llamaLimits(
  *
  * @throws {SynapseError} `artifact_invalid` with `details.reason` `tokenizer_mismatch`.
  */
+/**
+ * A reranker's tokenizer: pairs in the model's prompt template (the entry's `rerank_template`,
+ * else the GGUF's `tokenizer.chat_template.rerank`), or plain pairs for a cross-encoder.
+ *
+ * @throws {SynapseError} `artifact_invalid` `{reason: "prompt_template_invalid"}` for a GGUF
+ *   template without its `{query}` and `{document}` slots, `{reason: "prompt_template_missing"}`
+ *   for a causal-LM reranker (readout `yes_no`, or a head labelled yes, no) with no template:
+ *   plain pairs would give numbers that look like scores and are not; `backend_unavailable`
+ *   `{reason: "prompt_template_unsupported"}` when the template's pieces tokenize differently
+ *   from the whole prompt (`SanitizedTokenizer.withRerankTemplate`).
+ */
+function rerankTokenizer(
+  modelId: string,
+  src: ModelSource,
+  facts: GgufFacts,
+  tokenizer: SanitizedTokenizer,
+): SanitizedTokenizer {
+  const template = src.rerankTemplate ?? facts.rerankTemplate;
+  const field = src.rerankTemplate !== undefined
+    ? "preload_models.rerank_template"
+    : "tokenizer.chat_template.rerank";
+  if (template === undefined) {
+    const labels = facts.classifierLabels?.map((l) => l.toLowerCase()).join(",");
+    if (src.readout === "yes_no" || labels === "yes,no") {
+      throw new SynapseError(
+        "artifact_invalid",
+        `Cannot load model '${modelId}': a yes/no reranker scores (query, document) only inside its prompt template, and its GGUF has none (tokenizer.chat_template.rerank); set the model entry's rerank_template`,
+        { details: { model_id: modelId, reason: "prompt_template_missing" } },
+      );
+    }
+    return tokenizer;
+  }
+  try {
+    parseRerankTemplate(template);
+  } catch (err) {
+    throw new SynapseError(
+      "artifact_invalid",
+      `Cannot load model '${modelId}': its rerank prompt template (${field}) is unusable: ${
+        (err as Error).message
+      }`,
+      { details: { model_id: modelId, reason: "prompt_template_invalid", field } },
+    );
+  }
+  try {
+    return tokenizer.withRerankTemplate(template);
+  } catch (err) {
+    if (!(err instanceof RangeError)) throw err;
+    throw new SynapseError(
+      "backend_unavailable",
+      `Cannot load model '${modelId}': ${err.message}, so this build cannot apply it faithfully`,
+      {
+        details: {
+          model_id: modelId,
+          reason: "prompt_template_unsupported",
+          field,
+          backends: [{ backend: "ffi", reason: "prompt_template_unsupported" }],
+        },
+      },
+    );
+  }
+}
+
 function checkVocabulary(modelId: string, facts: GgufFacts, tokenizer: SanitizedTokenizer): void {
   const vocab = tokenizer.idToToken();
   const tokens = facts.tokens;

@@ -74,6 +74,11 @@ export interface ModelSource {
    * causal-LM reranker such as Qwen3-Reranker). @default "rank"
    */
   readout?: "rank" | "yes_no";
+  /**
+   * ffi lane, rerank: the prompt template pairs are scored in (config `rerank_template`),
+   * overriding the GGUF's `tokenizer.chat_template.rerank`.
+   */
+  rerankTemplate?: string;
   /** Expected `sha256:<hex>` of the artifact; a different file is refused. */
   artifactDigest?: string;
   /**

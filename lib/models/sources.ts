@@ -10,6 +10,7 @@ import { SynapseError } from "../contract/errors.ts";
 import type { Pooling } from "../engines/ort/pooling.ts";
 import type { ModelSource, ModelTask } from "./model.ts";
 import { parsePromptTable, ST_CONFIG_FILE } from "./prompts.ts";
+import { parseRerankTemplate } from "../tokenize/rerank_template.ts";
 
 /** Directory of the generated test models (scripts/gen_models.ts). */
 export const FIXTURE_MODELS_DIR: string = fileURLToPath(
@@ -75,18 +76,16 @@ export function labelledTestModel(src: Pick<ModelSource, "modelPath" | "configPa
  */
 export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
   if (entry.engine === "ffi") return llamaSourceFromPreload(entry, "ffi");
-  if (entry.shim !== undefined || entry.readout !== undefined) {
+  const ffiOnly = (["shim", "readout", "rerank_template"] as const).find((k) =>
+    entry[k] !== undefined
+  );
+  if (ffiOnly !== undefined) {
     throw new SynapseError(
       "invalid_request",
       `Cannot preload '${
         entry.model_id ?? entry.model_path
-      }': 'shim' and 'readout' are settings of engine 'ffi'`,
-      {
-        details: {
-          field: entry.shim !== undefined ? "preload_models.shim" : "preload_models.readout",
-          engine: entry.engine,
-        },
-      },
+      }': 'shim', 'readout' and 'rerank_template' are settings of engine 'ffi'`,
+      { details: { field: `preload_models.${ffiOnly}`, engine: entry.engine } },
     );
   }
   if (entry.engine === "llama") return llamaSourceFromPreload(entry, "llama");
@@ -292,32 +291,30 @@ function llamaSourceFromPreload(
       { details: { field: "preload_models.task", engine: "llama", task: entry.task } },
     );
   }
-  if (entry.readout === "yes_no") {
-    // The shim reads logit("yes") − logit("no") (tests/engines/ffi), but a causal-LM reranker
-    // scores only inputs in its own prompt template (Qwen3-Reranker's system, instruction, query
-    // and document turns), which this build does not yet apply to (query, document) pairs: plain
-    // pairs would give numbers that look like scores and are not. Refused by name until it does.
+  const rerankOnly = (["readout", "rerank_template"] as const).find((k) => entry[k] !== undefined);
+  if (rerankOnly !== undefined && entry.task !== "rerank") {
     throw new SynapseError(
       "invalid_request",
-      `Cannot preload '${
-        entry.model_id ?? name
-      }': readout 'yes_no' needs the reranker's prompt template, which this build does not apply yet; use a cross-encoder GGUF with readout 'rank'`,
+      `Cannot preload '${entry.model_id ?? name}': '${rerankOnly}' is a setting of task 'rerank'`,
       {
         details: {
-          field: "preload_models.readout",
+          field: `preload_models.${rerankOnly}`,
           engine: "ffi",
-          readout: "yes_no",
-          reason: "prompt_template_not_applied",
+          task: entry.task ?? "embed",
         },
       },
     );
   }
-  if (entry.readout !== undefined && entry.task !== "rerank") {
-    throw new SynapseError(
-      "invalid_request",
-      `Cannot preload '${entry.model_id ?? name}': 'readout' is a setting of task 'rerank'`,
-      { details: { field: "preload_models.readout", engine: "ffi", task: entry.task ?? "embed" } },
-    );
+  if (entry.rerank_template !== undefined) {
+    try {
+      parseRerankTemplate(entry.rerank_template);
+    } catch (err) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot preload '${entry.model_id ?? name}': rerank_template: ${(err as Error).message}`,
+        { details: { field: "preload_models.rerank_template", engine: "ffi" } },
+      );
+    }
   }
   const source: ModelSource = {
     modelId: entry.model_id ?? name,
@@ -326,6 +323,7 @@ function llamaSourceFromPreload(
     ...(lane === "ffi" ? { llamaLane: "ffi" as const } : {}),
     ...(entry.shim === undefined ? {} : { shim: entry.shim }),
     ...(entry.readout === undefined ? {} : { readout: entry.readout }),
+    ...(entry.rerank_template === undefined ? {} : { rerankTemplate: entry.rerank_template }),
     modelPath,
     pooling: (entry.pooling ?? "mean") as Pooling,
     normalize: entry.normalize ?? true,

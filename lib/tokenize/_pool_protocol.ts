@@ -24,6 +24,8 @@ export type PoolRequest =
     /** The sanitized tokenizer.json, as JSON text. */
     json: string;
     config: Record<string, unknown>;
+    /** The rerank template pairs are encoded in (`SanitizedTokenizer.withRerankTemplate`). */
+    rerankTemplate?: string;
   }
   | {
     type: "encode";

@@ -21,7 +21,15 @@ function handle(req: PoolRequest): void {
   if (req.type === "load") {
     if (!tokenizers.has(req.key)) {
       try {
-        tokenizers.set(req.key, SanitizedTokenizer.fromJson(JSON.parse(req.json), req.config));
+        tokenizers.set(
+          req.key,
+          SanitizedTokenizer.fromJson(
+            JSON.parse(req.json),
+            req.config,
+            "tokenizer.json",
+            req.rerankTemplate,
+          ),
+        );
       } catch (err) {
         tokenizers.set(req.key, err instanceof Error ? err : new Error(String(err)));
       }

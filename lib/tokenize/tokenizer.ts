@@ -22,6 +22,12 @@ import { TokenBytes } from "./token_bytes.ts";
 import { TokenBound } from "./token_bound.ts";
 import type { LowerBound } from "./token_bound.ts";
 import { tokenSpans } from "./token_offsets.ts";
+import {
+  parseRerankTemplate,
+  RERANK_TEMPLATE_PROBES,
+  type RerankTemplate,
+  substituteRerankTemplate,
+} from "./rerank_template.ts";
 
 /** One encoded sequence, ready for an engine. */
 export interface EncodedSequence {
@@ -191,10 +197,20 @@ export class SanitizedTokenizer {
   #specials: Map<string, SpecialToken>;
   #specialsByFirst: Map<number, string[]>;
   #pieceOf: (string | undefined)[] | undefined;
+  #template: PairTemplate | undefined;
 
-  private constructor(json: Record<string, unknown>, config: Record<string, unknown>) {
+  private constructor(
+    json: Record<string, unknown>,
+    config: Record<string, unknown>,
+    rerankTemplate?: string,
+  ) {
     const sanitized = { ...json, padding: null, truncation: null };
-    this.digest = "sha256:" + sha256Hex(JSON.stringify(sanitized));
+    // A rerank template changes every pair's tokens, so it is part of the digest.
+    this.digest = "sha256:" +
+      sha256Hex(
+        JSON.stringify(sanitized) +
+          (rerankTemplate === undefined ? "" : `\u0000rerank_template\u0000${rerankTemplate}`),
+      );
     this.#json = sanitized;
     this.#config = config;
     this.#tok = new Tokenizer(sanitized, config);
@@ -216,6 +232,13 @@ export class SanitizedTokenizer {
     this.#post = pp;
     this.#singleSpecials = pp ? pp([], null, true).tokens.length : 0;
     this.#pairSpecials = pp ? pp([], [], true).tokens.length : 0;
+    if (rerankTemplate !== undefined) {
+      const t = parseRerankTemplate(rerankTemplate);
+      const literal = (s: string) => this.tokenizeWithSpecials(s, this.findSpecialTokens(s));
+      const pieces = t.literals.map(literal) as [string[], string[], string[]];
+      this.#template = { t, pieces };
+      this.#pairSpecials = pieces[0].length + pieces[1].length + pieces[2].length;
+    }
   }
 
   /**
@@ -254,9 +277,10 @@ export class SanitizedTokenizer {
     json: Record<string, unknown>,
     config: Record<string, unknown> = {},
     source = "tokenizer.json",
+    rerankTemplate?: string,
   ): SanitizedTokenizer {
     try {
-      return new SanitizedTokenizer(json, config);
+      return new SanitizedTokenizer(json, config, rerankTemplate);
     } catch (err) {
       throw new SynapseError("artifact_invalid", `Cannot load tokenizer ${source}: ${msg(err)}`, {
         cause: err,
@@ -339,8 +363,56 @@ export class SanitizedTokenizer {
    * The sanitized tokenizer.json and the tokenizer_config.json it was built from, for building
    * the same tokenizer in another thread ({@link SanitizedTokenizer.fromJson}).
    */
-  get source(): { json: Record<string, unknown>; config: Record<string, unknown> } {
-    return { json: this.#json, config: this.#config };
+  get source(): {
+    json: Record<string, unknown>;
+    config: Record<string, unknown>;
+    rerankTemplate?: string;
+  } {
+    return {
+      json: this.#json,
+      config: this.#config,
+      ...(this.#template === undefined ? {} : { rerankTemplate: this.#template.t.source }),
+    };
+  }
+
+  /** The rerank template pairs are encoded in (see {@link withRerankTemplate}), if any. */
+  get rerankTemplate(): string | undefined {
+    return this.#template?.t.source;
+  }
+
+  /**
+   * This tokenizer with pairs encoded in a reranker's prompt template
+   * (`lib/tokenize/rerank_template.ts`): a pair is the template's literal pieces (special tokens
+   * parsed) around the query's and the document's tokens (never parsed as special), the
+   * document truncated when asked. Single texts encode as before. Checked at once: on each of
+   * {@link RERANK_TEMPLATE_PROBES} the pair's tokens must equal the whole substituted string's.
+   *
+   * @param template The template, `{query}` before `{document}`, once each.
+   * @returns The new tokenizer (its digest covers the template).
+   * @throws {RangeError} when the template is malformed, or a probe pair tokenizes differently
+   *   in pieces than whole (the message names the pair and the first differing token).
+   */
+  withRerankTemplate(template: string): SanitizedTokenizer {
+    const out = new SanitizedTokenizer(this.#json, this.#config, template);
+    const t = out.#template!.t;
+    for (const [query, doc] of RERANK_TEMPLATE_PROBES) {
+      const whole = substituteRerankTemplate(t, query, doc);
+      const expected = out.tokenizeWithSpecials(whole, out.findSpecialTokens(whole));
+      const got = out.#execute(doc, { kind: "full" }, { maxTokens: Number.MAX_SAFE_INTEGER }, {
+        query,
+      });
+      const ids = expected.map((p) => out.#vocab.get(p) ?? out.#unkId);
+      const at = ids.findIndex((id, i) => got.ids[i] !== id);
+      if (at >= 0 || got.ids.length !== ids.length) {
+        const i = at >= 0 ? at : Math.min(ids.length, got.ids.length);
+        throw new RangeError(
+          `the rerank template tokenizes differently in pieces than whole for the pair ${
+            JSON.stringify([query, doc])
+          }: token ${i} is ${got.ids[i] ?? "absent"} in pieces, ${ids[i] ?? "absent"} whole`,
+        );
+      }
+    }
+    return out;
   }
 
   /**
@@ -596,7 +668,9 @@ export class SanitizedTokenizer {
   #plan(text: string, options: PlanEncodeOptions, memo: PairMemo): EncodePlan {
     const { maxTokens } = options;
     checkMaxTokens(maxTokens);
-    const query = memo.query;
+    const query = this.#slot(memo.query, "query");
+    const docBefore = memo.query === undefined ? "" : this.#template?.t.document[0] ?? "";
+    if (memo.query !== undefined) text = this.#slot(text, "document")!;
     if (options.specialSpans !== undefined) {
       if (query !== undefined) {
         throw new RangeError("Cannot encode a pair's document with special spans");
@@ -629,8 +703,24 @@ export class SanitizedTokenizer {
     // Truncation is certain. A prefix needs ≥ room + 1 tokens (so it is cut); room is at most
     // maxTokens - fixed - (query's lower bound).
     const cut = bound.safeCut(text, maxTokens - fixed - first.tokens + 1, { scanLimit });
-    if (cut.kind === "cut") return { kind: "prefix", cut: cut.at };
+    // (A cut inside the document slot's borrowed whitespace is no prefix of the caller's text.)
+    if (cut.kind === "cut" && cut.at > docBefore.length) {
+      return { kind: "prefix", cut: cut.at - docBefore.length };
+    }
     return cut.kind === "exhausted" ? { kind: "undecided" } : { kind: "full" };
+  }
+
+  /**
+   * A pair text as its template slot wraps it (`before + text + after`; the document's `after`
+   * only when `whole`); the text itself without a template or outside a pair.
+   */
+  #slot(text: string, slot: "query" | "document", whole?: boolean): string;
+  #slot(text: string | undefined, slot: "query" | "document"): string | undefined;
+  #slot(text: string | undefined, slot: "query" | "document", whole = true): string | undefined {
+    const t = this.#template?.t;
+    if (t === undefined || text === undefined) return text;
+    const [before, after] = t[slot];
+    return before + text + (whole ? after : "");
   }
 
   #execute(
@@ -644,7 +734,8 @@ export class SanitizedTokenizer {
     }
     const first = memo.query === undefined
       ? null
-      : (memo.queryTokens ??= this.#tokenizeLong(memo.query));
+      : (memo.queryTokens ??= this.#tokenizeLong(this.#slot(memo.query, "query")));
+    const pair = memo.query !== undefined;
     if (options.specialSpans !== undefined) {
       if (plan.kind !== "full") throw new Error("A text with special spans was cut. This is a bug");
       return this.#finish(
@@ -656,10 +747,13 @@ export class SanitizedTokenizer {
       );
     }
     if (plan.kind === "full") {
-      return this.#finish(first, this.#tokenizeLong(text), options, false, text);
+      const slotted = pair ? this.#slot(text, "document") : text;
+      return this.#finish(first, this.#tokenizeLong(slotted), options, false, slotted, text.length);
     }
+    // A proven prefix is cut, so the slot's `after` (which follows the whole text) is not added.
     const shipped = plan.cut < text.length ? text.slice(0, plan.cut) : text;
-    return this.#finish(first, this.#tokenizeLong(shipped), options, true, shipped);
+    const slotted = pair ? this.#slot(shipped, "document", false) : shipped;
+    return this.#finish(first, this.#tokenizeLong(slotted), options, true, slotted, shipped.length);
   }
 
   /**
@@ -672,7 +766,8 @@ export class SanitizedTokenizer {
 
   /**
    * Adds special tokens and truncates. `lastIsPrefix`: `last` holds only the tokens of a proven
-   * prefix, more than fit, so counts of the whole are lower bounds.
+   * prefix, more than fit, so counts of the whole are lower bounds. `lastText` is the text `last`
+   * tokenizes (a pair's document in its template slot), `userLength` the caller's part of it.
    */
   #finish(
     first: string[] | null,
@@ -680,6 +775,7 @@ export class SanitizedTokenizer {
     options: EncodeOptions,
     lastIsPrefix: boolean,
     lastText: string | undefined,
+    userLength?: number,
   ): EncodedSequence {
     const specials = first === null ? this.#singleSpecials : this.#pairSpecials;
     const fixed = (first?.length ?? 0) + specials;
@@ -696,7 +792,10 @@ export class SanitizedTokenizer {
     }
     let tokens: string[];
     let types: number[] | undefined;
-    if (this.#post) {
+    if (first !== null && this.#template !== undefined) {
+      const [p0, p1, p2] = this.#template.pieces;
+      tokens = [...p0, ...first, ...p1, ...kept, ...p2];
+    } else if (this.#post) {
       const out = first === null ? this.#post(kept, null, true) : this.#post(first, kept, true);
       tokens = out.tokens;
       types = out.token_type_ids;
@@ -727,9 +826,14 @@ export class SanitizedTokenizer {
         : tokenSpans((t) => this.tokenize(t), lastText, last, { limit: kept.length }).ends[
           kept.length - 1
         ]!;
-      seq.keptTextEnd = end;
+      // In the caller's text: a template slot's borrowed whitespace is not theirs.
+      const from = first !== null && this.#template !== undefined
+        ? this.#template.t.document[0].length
+        : 0;
+      const userEnd = Math.min(userLength ?? end, Math.max(0, end - from));
+      seq.keptTextEnd = userEnd;
       let chars = 0;
-      for (let i = 0; i < end; i++) {
+      for (let i = from; i < from + userEnd; i++) {
         const c = lastText.charCodeAt(i);
         if (c < 0xdc00 || c > 0xdfff) chars++;
       }
@@ -741,6 +845,12 @@ export class SanitizedTokenizer {
 
 /** Texts longer than this many UTF-16 code units are compacted before tokenizing. */
 const COMPACT_ABOVE_CHARS = 8192;
+
+/** A rerank template and the tokens of its literal pieces. */
+interface PairTemplate {
+  t: RerankTemplate;
+  pieces: [string[], string[], string[]];
+}
 
 /** What a pair's documents share: the query, its tokens and its bound, computed once. */
 interface PairMemo {

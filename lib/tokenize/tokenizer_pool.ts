@@ -92,6 +92,7 @@ interface Source {
   key: string;
   json: string;
   config: Record<string, unknown>;
+  rerankTemplate?: string;
 }
 
 interface Task {
@@ -492,19 +493,26 @@ export class TokenizerPool implements AsyncDisposable {
 }
 
 function loadRequest(source: Source): PoolRequest {
-  return { type: "load", key: source.key, json: source.json, config: source.config };
+  return {
+    type: "load",
+    key: source.key,
+    json: source.json,
+    config: source.config,
+    ...(source.rerankTemplate === undefined ? {} : { rerankTemplate: source.rerankTemplate }),
+  };
 }
 
 /** The key and JSON text a worker builds the tokenizer from, computed once per tokenizer. */
 function sourceOf(tokenizer: SanitizedTokenizer): Source {
   let s = sources.get(tokenizer);
   if (s === undefined) {
-    const { json, config } = tokenizer.source;
+    const { json, config, rerankTemplate } = tokenizer.source;
     const configText = JSON.stringify(config);
     s = {
       key: `${tokenizer.digest}|${sha256Hex(configText)}`,
       json: JSON.stringify(json),
       config,
+      ...(rerankTemplate === undefined ? {} : { rerankTemplate }),
     };
     sources.set(tokenizer, s);
   }

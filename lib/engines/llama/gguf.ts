@@ -35,6 +35,8 @@ export interface GgufFacts {
    * `{document}` slots (llama.cpp's converter writes Qwen3-Reranker's), when the file has one.
    */
   rerankTemplate?: string;
+  /** `<arch>.classifier.output_labels`: a classification head's labels, when the file names them. */
+  classifierLabels?: string[];
   /** The piece of `tokenizer.ggml.bos_token_id`, when set (a chat template's `bos_token`). */
   bosToken?: string;
   /** The piece of `tokenizer.ggml.eos_token_id`, when set (a chat template's `eos_token`). */
@@ -165,6 +167,10 @@ export async function readGgufFacts(path: string, modelId: string): Promise<Gguf
   const rerankTemplate = meta["tokenizer.chat_template.rerank"];
   if (typeof rerankTemplate === "string" && rerankTemplate !== "") {
     facts.rerankTemplate = rerankTemplate;
+  }
+  const labels = meta[`${arch}.classifier.output_labels`];
+  if (Array.isArray(labels) && labels.every((l) => typeof l === "string")) {
+    facts.classifierLabels = labels as string[];
   }
   const piece = (key: string): string | undefined => {
     const id = meta[key];
