@@ -190,11 +190,20 @@ async function benchSynapse(
 
 /**
  * The raw C greedy loop (bench/native/raw_llama.c), built here against the shim's headers and
- * the prebuilt libllama; undefined (with the reason printed) where it cannot be built.
+ * the libllama the shim links; undefined (with the reason printed) where it cannot be built.
  */
 async function buildRawLoop(): Promise<string | undefined> {
   const include = `${ROOT}/node_modules/.synapse/include`;
-  const bins = `${ROOT}/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64`;
+  // The libllama the shim links: built for this CPU (scripts/build_shim --native), else prebuilt.
+  const native = `${ROOT}/node_modules/.synapse/llama-native/lib`;
+  const isNative = await Deno.stat(`${native}/libllama.so.0`).then(() => true, () => false);
+  const bins = isNative ? native : `${ROOT}/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64`;
+  const libs = isNative
+    ? ["-l:libllama.so.0", "-l:libggml.so.0", "-l:libggml-base.so.0"]
+    : ["-l:libllama.v0.4.0.so", "-l:libggml.v0.4.0.so", "-l:libggml-base.so"];
+  console.log(
+    `  raw C loop and the ffi lane link the ${isNative ? "native" : "prebuilt"} libllama`,
+  );
   const out = `${tmp}/raw_llama`;
   try {
     const r = await new Deno.Command(Deno.env.get("CC") ?? "cc", {
@@ -206,9 +215,7 @@ async function buildRawLoop(): Promise<string | undefined> {
         "-o",
         out,
         `-L${bins}`,
-        "-l:libllama.v0.4.0.so",
-        "-l:libggml.v0.4.0.so",
-        "-l:libggml-base.so",
+        ...libs,
         `-Wl,-rpath,${bins}`,
       ],
     }).output();

@@ -57,6 +57,8 @@ export const PROGRAM_FILES = [
  * when it was built (its rpath finds the prebuilt libllama of the runtime packages).
  */
 export const NATIVE_FILES = ["node_modules/.synapse/libsynapse_llama.so"] as const;
+/** Where `scripts/build_shim --native` puts libllama and ggml built for this CPU (regular files). */
+export const NATIVE_LLAMA_DIR = "node_modules/.synapse/llama-native/lib";
 /** The test models served when no model is configured (lib/models/sources.ts), about 1 MB. */
 export const TEST_MODELS = [
   "fixtures/models/synapse-tiny-embed",
@@ -236,6 +238,21 @@ async function* walk(dir: string): AsyncGenerator<{ path: string; isSymlink: boo
 }
 
 /**
+ * The libraries a shim built on libllama compiled for this CPU (`scripts/build_shim --native`)
+ * loads, relative to `root`: the regular files of {@link NATIVE_LLAMA_DIR}; none when the shim
+ * links the prebuilt libllama of the runtime packages.
+ */
+export async function nativeLlamaFiles(root: string): Promise<string[]> {
+  const out: string[] = [];
+  try {
+    for await (const e of Deno.readDir(`${root}/${NATIVE_LLAMA_DIR}`)) {
+      if (e.isFile) out.push(`${NATIVE_LLAMA_DIR}/${e.name}`);
+    }
+  } catch { /* no native build */ }
+  return out.sort();
+}
+
+/**
  * Every file of the runtime tree, relative to the repository root, sorted: the program, the
  * launchers, the llama shim when it is built, the test models, the Deno binary and its link, and
  * the kept files of the runtime packages.
@@ -256,6 +273,7 @@ export async function runtimeFiles(root: string = ROOT): Promise<string[]> {
       if (Deno.statSync(`${root}/${f}`).isFile) files.add(f);
     } catch { /* not built here (no C compiler): the ffi lane refuses with shim_missing */ }
   }
+  for (const f of await nativeLlamaFiles(root)) files.add(f);
   for (const d of TEST_MODELS) {
     for await (const f of walk(`${root}/${d}`)) {
       const base = f.path.slice(f.path.lastIndexOf("/") + 1);

@@ -25,6 +25,14 @@
 #ifndef SYN_LLAMA_RELEASE
 #define SYN_LLAMA_RELEASE "unknown"
 #endif
+/* Which libllama and ggml the shim links: @node-llama-cpp/linux-x64's prebuilt ones (no flag:
+ * the identity as it always was), or ones built from the same release for this CPU by
+ * scripts/build_shim --native (SYN_GGML_NATIVE: build_flags.ggml "native", its own fingerprint). */
+#ifdef SYN_GGML_NATIVE
+#define SYN_GGML_FLAG ",\"ggml\":\"native\""
+#else
+#define SYN_GGML_FLAG ""
+#endif
 /** Bumped when the shim computes anything differently (it enters the fingerprint). */
 #define SYN_SHIM_VERSION "2"
 
@@ -408,7 +416,8 @@ _Static_assert(SYN_ABI_VERSION == 1u, "the identity string below names ABI 1");
 const char *syn_engine_identity(const syn_engine *e) {
   (void)e; /* the same for every engine of this build */
   return "{\"engine\":\"synapse-llama-shim\",\"version\":\"" SYN_SHIM_VERSION
-         "\",\"build_flags\":{\"abi\":\"1\",\"backend\":\"cpu\",\"llama_cpp\":\"" SYN_LLAMA_RELEASE "\"}}";
+         "\",\"build_flags\":{\"abi\":\"1\",\"backend\":\"cpu\"" SYN_GGML_FLAG
+         ",\"llama_cpp\":\"" SYN_LLAMA_RELEASE "\"}}";
 }
 const char *syn_engine_limits(const syn_engine *e) { return e == NULL ? "{}" : e->limits; }
 

@@ -9,6 +9,7 @@ import {
   bareImports,
   keepPackageFile,
   type LockPackages,
+  nativeLlamaFiles,
   runtimeFiles,
   runtimePackages,
 } from "../../scripts/build.ts";
@@ -126,4 +127,25 @@ Deno.test("runtimeFiles of this checkout: the program, Deno, the native builds, 
   );
   assert.deepEqual(unwanted, []);
   assert.deepEqual(files, [...files].sort());
+});
+
+Deno.test("nativeLlamaFiles: a native libllama build's libraries travel with the shim; none without one", async () => {
+  const root = await Deno.makeTempDir({ prefix: "synapse-native-files-" });
+  try {
+    assert.deepEqual(await nativeLlamaFiles(root), []);
+    const dir = `${root}/node_modules/.synapse/llama-native/lib`;
+    await Deno.mkdir(dir, { recursive: true });
+    for (const l of ["libllama.so.0", "libggml.so.0", "libggml-base.so.0", "libggml-cpu.so.0"]) {
+      await Deno.writeTextFile(`${dir}/${l}`, "x");
+    }
+    await Deno.symlink(`${dir}/libllama.so.0`, `${dir}/libllama.so`);
+    assert.deepEqual(await nativeLlamaFiles(root), [
+      "node_modules/.synapse/llama-native/lib/libggml-base.so.0",
+      "node_modules/.synapse/llama-native/lib/libggml-cpu.so.0",
+      "node_modules/.synapse/llama-native/lib/libggml.so.0",
+      "node_modules/.synapse/llama-native/lib/libllama.so.0",
+    ]);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
 });
