@@ -199,7 +199,13 @@ async function buildRawLoop(): Promise<string | undefined> {
   const isNative = await Deno.stat(`${native}/libllama.so.0`).then(() => true, () => false);
   const bins = isNative ? native : `${ROOT}/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64`;
   const libs = isNative
-    ? ["-l:libllama.so.0", "-l:libggml.so.0", "-l:libggml-base.so.0"]
+    ? [
+      "-Wl,--no-as-needed",
+      "-l:libllama.so.0",
+      "-l:libggml.so.0",
+      "-l:libggml-base.so.0",
+      "-l:libggml-cpu.so.0",
+    ]
     : ["-l:libllama.v0.4.0.so", "-l:libggml.v0.4.0.so", "-l:libggml-base.so"];
   console.log(
     `  raw C loop and the ffi lane link the ${isNative ? "native" : "prebuilt"} libllama`,

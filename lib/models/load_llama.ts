@@ -258,7 +258,8 @@ export async function loadLlamaModel(
     maxTokens,
     testModel,
     coldLoadMs,
-    dims: mode === "embed" ? dims : 0,
+    // A reranker answers one score per pair (as an ORT cross-encoder lists dims 1).
+    dims: mode === "embed" ? dims : mode === "score" ? 1 : 0,
     gguf: facts,
     engine,
     ...(prompts === undefined ? {} : { prompts }),

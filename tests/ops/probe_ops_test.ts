@@ -373,3 +373,31 @@ Deno.test("probe.report names a model that failed to load as not_loaded with its
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a GGUF reranker on the ffi lane (Qwen3-Reranker-shaped, its template applied) lists dims 1, is not_certified until probe.start certifies it, then scores", async () => {
+  await using t = await startSynapse({
+    certification: "require",
+    preload_models: [{
+      engine: "ffi",
+      task: "rerank",
+      model_id: "qwen3-rerank",
+      model_path: `${MODELS}/synapse-tiny-qwen3-rerank`,
+      max_tokens: 512,
+    }],
+  });
+  const { syn } = t;
+  await syn.modelsSettled;
+  const row = resultOf(await syn.call("models.list", {})).models.find(
+    (m: { model_id: string }) => m.model_id === "qwen3-rerank",
+  );
+  assert.equal(row.dims, 1);
+  const args = { model: "qwen3-rerank", query: "what is a fox?", candidates: ["a canid", "a car"] };
+  assert.equal(semanticError(await syn.call("rerank.score", args)).code, "not_certified");
+  const job = resultOf(await syn.call("probe.start", { models: ["qwen3-rerank"] }));
+  const { end } = await waitEnd(syn, job.job_id);
+  assert.equal(end.state, "done", JSON.stringify(end));
+  const r = resultOf(await syn.call("rerank.score", args));
+  assert.equal(r.scores.length, 2);
+  assert.ok(r.scores.every((x: number) => Number.isFinite(x)));
+  assert.equal(r.provenance.certified, true);
+});

@@ -153,7 +153,10 @@ export function openShim(path: string): ShimLibrary {
   try {
     Deno.statSync(path);
   } catch {
-    throw new ShimRefused("shim_missing", `no shim library at ${path}`);
+    throw new ShimRefused(
+      "shim_missing",
+      `no shim library at ${path} (build it with the machine's C compiler: ./scripts/build_shim)`,
+    );
   }
   let lib: ShimLibrary;
   try {
