@@ -319,6 +319,9 @@ async function startLlamaServer(
   };
 }
 
+/** llama-server's batched setup (embeddings, rerank): 8 slots of the context, one ubatch of 2048. */
+const SERVER_BATCHED = ["-np", "8", "-c", String(8 * CONTEXT), "-b", "2048", "-ub", "2048"];
+
 /** POSTs JSON to llama-server; throws on an error status. */
 async function serverPost(url: string, body: unknown): Promise<Record<string, unknown>> {
   const r = await fetch(url, {
@@ -595,14 +598,7 @@ if (only === undefined || only === "embed") {
       "--embeddings",
       "--pooling",
       "mean",
-      "-np",
-      "8",
-      "-c",
-      String(8 * CONTEXT),
-      "-b",
-      "2048",
-      "-ub",
-      "2048",
+      ...SERVER_BATCHED,
     ]);
     try {
       const once = async () => {
@@ -727,14 +723,7 @@ if (only === undefined || only === "rerank") {
   if (LLAMA_SERVER !== undefined) {
     const srv = await startLlamaServer(`${RERANK_DIR}/model.gguf`, [
       "--reranking",
-      "-np",
-      "8",
-      "-c",
-      String(8 * CONTEXT),
-      "-b",
-      "2048",
-      "-ub",
-      "2048",
+      ...SERVER_BATCHED,
     ]);
     try {
       const once = async () => {
