@@ -178,7 +178,7 @@ Deno.test("a long templated document is cut before it is tokenized; the cut and 
 
 Deno.test("docs/config.md's Qwen3-Reranker rerank_template is the converter's template, as valid JSON", async () => {
   const md = await Deno.readTextFile(`${ROOT}/docs/config.md`);
-  const block = /```json\n(\{\n  "rerank_template": [^\n]*\n\})\n```/.exec(md);
+  const block = /```json\n(\{\n {2}"rerank_template": [^\n]*\n\})\n```/.exec(md);
   assert.ok(block, "the rerank_template block is missing");
   assert.equal(JSON.parse(block[1]!).rerank_template, QWEN3_RERANK_TEMPLATE);
 });
