@@ -20,6 +20,7 @@ import {
 } from "./lease/lease.ts";
 import type { FileLock } from "../ffi/flock.ts";
 import { ModelRegistry } from "./models/model_registry.ts";
+import { RemoteProvider } from "./engines/remote/provider.ts";
 import type { ModelEntry, ModelSource, ReadyModel } from "./models/model.ts";
 import type { CertRow } from "./probe/types.ts";
 import type { RegistryTestHooks } from "./models/_test_hooks.ts";
@@ -222,6 +223,8 @@ export class Synapse implements AsyncDisposable {
   readonly loads: ModelLoads;
   /** Models and the lanes they run on (the registry owns and disposes every engine). */
   readonly registry: ModelRegistry;
+  /** The configured remote providers by id (config `remote_providers`; docs/remote.md). */
+  readonly remoteProviders: ReadonlyMap<string, RemoteProvider>;
   readonly admission: Admission;
   readonly context: OpContext;
   /** Durable jobs (docs/internals.md §8.2). */
@@ -299,8 +302,12 @@ export class Synapse implements AsyncDisposable {
       ...(config.tokenize.workers > 0 ? { size: config.tokenize.workers } : {}),
       inlineMaxChars: config.tokenize.inline_max_chars,
     });
+    this.remoteProviders = new Map(
+      config.remote_providers.map((p) => [p.id, new RemoteProvider(p, now)]),
+    );
     this.registry = new ModelRegistry({
       admission: this.admission,
+      remoteProviders: this.remoteProviders,
       threadPolicy: config.knob,
       maxBatchTokens: config.inline.max_tokens,
       interactivePermits: config.inline.max_concurrent_workers,
@@ -635,6 +642,7 @@ export class Synapse implements AsyncDisposable {
     this.metrics.dispose();
     try {
       await this.registry.dispose();
+      for (const p of this.remoteProviders.values()) p.close();
       await this.tokenizers.dispose();
     } finally {
       this.store.dispose();
@@ -739,6 +747,19 @@ async function openSynapse(options: SynapseOptions): Promise<Synapse> {
     : config.preload_models.length > 0
     ? config.preload_models.map(sourceFromPreload)
     : defaultModelSources();
+  // A remote model names a configured provider (the providers come from the user file).
+  const providerIds = new Set(config.remote_providers.map((p) => p.id));
+  for (const source of sources) {
+    if (source.remote !== undefined && !providerIds.has(source.remote.provider)) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot start: model '${source.modelId}' names remote provider '${source.remote.provider}', which remote_providers does not list (${
+          providerIds.size === 0 ? "none configured" : [...providerIds].join(", ")
+        }); providers come from the user config file`,
+        { details: { field: "preload_models.provider", provider: source.remote.provider } },
+      );
+    }
+  }
   // Config model_aliases name served models only, and never shadow one (lib/models/model_aliases.ts).
   if (Object.keys(config.model_aliases).length > 0) {
     const configured = options.loadModels === false

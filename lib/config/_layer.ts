@@ -238,6 +238,64 @@ function preloadEntry(entry: PreloadEntryInput, index: number, source: string): 
     );
   }
   const engine = normalizeEngineName(entry.engine);
+  const at = (k: string) => `preload_models[${index}].${k}`;
+  if (engine === "remote") {
+    for (const k of ["provider", "model"] as const) {
+      if (entry[k] === undefined) {
+        throw configError(
+          source,
+          at(k),
+          `invalid value for '${at(k)}': required for engine 'remote'`,
+        );
+      }
+    }
+    const local = ([
+      "model_path",
+      "config_path",
+      "format",
+      "revision",
+      "quant",
+      "dtype",
+      "family",
+      "prompts",
+      "default_prompt_name",
+      "matryoshka_dims",
+      "execution",
+      "shim",
+      "readout",
+      "rerank_template",
+      "worker_bin",
+      "worker_runtime_dir",
+      "profile",
+      "artifact_digest",
+    ] as const)
+      .find((k) => entry[k] !== undefined);
+    if (local !== undefined) {
+      throw configError(
+        source,
+        at(local),
+        `'${
+          at(local)
+        }' is a setting of a local lane; engine 'remote' takes provider, model, task, tokenizer_path, model_id, dims, max_tokens, pooling, normalize and reference_model`,
+      );
+    }
+  } else {
+    const remoteOnly = (["provider", "model", "dims"] as const).find((k) => entry[k] !== undefined);
+    if (remoteOnly !== undefined) {
+      throw configError(
+        source,
+        at(remoteOnly),
+        `'${at(remoteOnly)}' is a setting of engine 'remote', not of '${engine}'`,
+      );
+    }
+    if (entry.model_path === undefined) {
+      throw configError(
+        source,
+        at("model_path"),
+        `invalid value for '${at("model_path")}': required for engine '${engine}'`,
+      );
+    }
+  }
   if (entry.tokenizer_path === undefined && engine !== "llama" && engine !== "ffi") {
     const key = `preload_models[${index}].tokenizer_path`;
     throw configError(

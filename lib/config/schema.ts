@@ -12,6 +12,7 @@
 
 import { z } from "zod";
 import { ILL_FORMED, NAME_MAX_CHARS } from "../contract/schemas.ts";
+import { RemoteProviderSchema } from "../engines/remote/provider_config.ts";
 
 const positiveInt = z.int().positive();
 const nonNegativeInt = z.int().nonnegative();
@@ -34,8 +35,17 @@ export const PreloadPoolingSchema = z.enum(["mean", "cls", "last_token"]);
 export const PreloadModelConfigSchema = z.strictObject({
   /** Engine, normalized through `ENGINE_ALIASES` (`onnx` → `ort`, …). */
   engine: nonEmpty,
-  /** Path of the model artifact, as written in the config. */
-  model_path: nonEmpty,
+  /** Path of the model artifact, as written in the config. Required for every engine but `remote`. */
+  model_path: nonEmpty.optional(),
+  /** Engine `remote`: the id of the `remote_providers` entry that serves the model. */
+  provider: nonEmpty.optional(),
+  /** Engine `remote`: the model's name at the provider (its `model` field, or TEI's one model). */
+  model: nonEmpty.max(256).optional(),
+  /**
+   * Engine `remote`, task `embed`: the vectors' width; checked against the provider's answers at
+   * load (another width fails the model with `provider_protocol_violation`). Absent: learnt then.
+   */
+  dims: positiveInt.max(65536).optional(),
   /**
    * Path of the `tokenizer.json`, as written in the config. Required for every engine but
    * `llama` (checked when the layer is made canonical); a GGUF without one uses the
@@ -466,12 +476,21 @@ export const SynapseConfigSchema = z.strictObject({
    */
   sidecar_spec: z.record(z.string(), z.unknown()),
   /**
-   * Remote providers (from the user config when a project config also exists). No remote lane
-   * yet: only the default is accepted (`unserved.ts`).
+   * Remote providers (from the user config when a project config also exists): the inference
+   * servers remote lanes send work to (lib/engines/remote/provider_config.ts; docs/remote.md).
+   * Ids are unique.
    *
    * @default {[]}
    */
-  remote_providers: z.array(z.record(z.string(), z.unknown())),
+  remote_providers: z.array(RemoteProviderSchema).max(64).superRefine((list, ctx) => {
+    const seen = new Set<string>();
+    list.forEach((p, i) => {
+      if (seen.has(p.id)) {
+        ctx.addIssue({ code: "custom", message: `repeats provider id '${p.id}'`, path: [i, "id"] });
+      }
+      seen.add(p.id);
+    });
+  }),
   /**
    * Model names clients default to, mapped onto served model ids (`{"text-embedding-3-small":
    * "minilm"}`): a request naming an alias is served by its target, and the answer names both

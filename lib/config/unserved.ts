@@ -40,11 +40,6 @@ export const UNSERVED_KEYS: readonly UnservedKey[] = Object.freeze(
         "this build runs no sidecar (its lanes are ort and llama workers it starts itself); only {} is accepted",
     },
     {
-      key: "remote_providers",
-      accepted: [],
-      reason: "this build has no remote lane yet (step 16); only [] is accepted",
-    },
-    {
       key: "probe.ane_placement_threshold",
       accepted: 0.9,
       reason:

@@ -19,7 +19,12 @@ export interface Envelope {
    * holds a passing certificate for this machine profile and runtime config; false when it was
    * served uncertified (config `certification: "warn"`).
    */
-  provenance: { engine: EngineIdentity; certified: boolean };
+  provenance: {
+    engine: EngineIdentity;
+    certified: boolean;
+    /** Remote lanes (contract §3): the provider, its deployment, and the identity's assurance. */
+    remote?: RemoteProvenanceFacts;
+  };
   /** Incremented on every boot of the module. */
   module_generation: number;
   /** Fingerprints declared equivalent by live aliases. */
@@ -33,6 +38,13 @@ export interface Envelope {
   requested_model?: string;
   /** Present and true when the model is a generated test fixture, not a real model. */
   test_model?: true;
+}
+
+/** `provenance.remote` (contract §3). */
+export interface RemoteProvenanceFacts {
+  provider: string;
+  deployment: string;
+  assurance: string;
 }
 
 /** Inputs of {@link buildEnvelope}. */
@@ -49,6 +61,8 @@ export interface EnvelopeFacts {
   testModel: boolean;
   /** `provenance.certified` (lib/probe/certification.ts `servedCertified`). */
   certified: boolean;
+  /** A remote lane's `provenance.remote`. */
+  remote?: RemoteProvenanceFacts | undefined;
 }
 
 /**
@@ -66,7 +80,11 @@ export function buildEnvelope(f: EnvelopeFacts): Envelope {
     fingerprint: f.fingerprint,
     table_epoch: f.tableEpoch,
     dims: f.dims,
-    provenance: { engine, certified: f.certified },
+    provenance: {
+      engine,
+      certified: f.certified,
+      ...(f.remote === undefined ? {} : { remote: { ...f.remote } }),
+    },
     module_generation: f.moduleGeneration,
     equivalent_to: f.equivalentTo ?? [],
     model_id: f.modelId,

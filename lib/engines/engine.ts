@@ -9,6 +9,7 @@
  *
  * @module
  */
+import type { SynapseError } from "../contract/errors.ts";
 
 /** Engine identity as it appears in envelopes and profiles (docs/internals.md §3, §4 `engine`). */
 export interface EngineIdentity {
@@ -50,6 +51,11 @@ export interface EngineBatchOutput {
   nonFinite: Uint8Array;
   /** Engine time in ms. */
   runMs: number;
+  /**
+   * Remote engines: the provider's request id of each request the call made (contract §3
+   * `provider_request_id`), in order.
+   */
+  providerRequestIds?: string[];
 }
 
 /**
@@ -214,6 +220,12 @@ export interface Engine extends AsyncDisposable {
    * when it cannot tell now.
    */
   residentBytes?(): Promise<number | undefined>;
+  /**
+   * The refusal a call would get now without reaching the runtime (a remote provider whose
+   * circuit breaker is open: `provider_unavailable` with `retry_after_ms`), checked by the lane's
+   * admission before anything queues; absent or undefined: admit as usual.
+   */
+  admissionRefusal?(): SynapseError | undefined;
   /** Releases the model's runtime resources. Idempotent. */
   dispose(): Promise<void>;
 }

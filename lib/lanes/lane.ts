@@ -56,6 +56,8 @@ export interface LaneTiming {
 /** Result of an embed or score run: one output per row, in row order. */
 export interface LaneBatchResult extends LaneTiming {
   rows: RowOutput[];
+  /** Remote lanes: the provider request ids of the engine calls, in call order. */
+  providerRequestIds?: string[];
 }
 
 /** Result of a generate run. */
@@ -235,6 +237,9 @@ export class Lane {
   admit(req: LaneAdmitRequest): LanePermit {
     // The call's metrics carry the lane it was admitted on, refused or not.
     noteLane(this.name, this.cls);
+    // A runtime that would refuse now (a remote provider's open breaker) refuses before queueing.
+    const refusal = this.engine.admissionRefusal?.();
+    if (refusal !== undefined) throw refusal;
     const permit: AdmissionPermit = this.#admission.admit({
       bytes: req.bytes,
       deadlineMs: req.deadlineMs,
@@ -307,7 +312,7 @@ export class Lane {
       ? work.request.ids.length + work.request.maxTokens
       : work.rows.reduce((a, r) => a + r.ids.length, 0);
     const task = this.#scheduler.submit<
-      { inferenceMs: number; output?: GenerateOutput; rows?: RowOutput[] }
+      { inferenceMs: number; output?: GenerateOutput; rows?: RowOutput[]; ids?: string[] }
     >({
       cls: this.cls,
       tokens,
@@ -328,9 +333,11 @@ export class Lane {
       : await task;
     markStage("settle");
     const timing = { queueTimeMs: startedMs - submittedMs, inferenceMs: out.inferenceMs };
-    return (work.kind === "generate"
-      ? { ...timing, output: out.output! }
-      : { ...timing, rows: out.rows! }) as LaneResult<W>;
+    return (work.kind === "generate" ? { ...timing, output: out.output! } : {
+      ...timing,
+      rows: out.rows!,
+      ...(out.ids === undefined || out.ids.length === 0 ? {} : { providerRequestIds: out.ids }),
+    }) as LaneResult<W>;
   }
 
   async #generate(
@@ -351,8 +358,9 @@ export class Lane {
     kind: "embed" | "score",
     rows: readonly EngineRow[],
     signal: AbortSignal | undefined,
-  ): Promise<{ rows: RowOutput[]; inferenceMs: number }> {
+  ): Promise<{ rows: RowOutput[]; inferenceMs: number; ids?: string[] }> {
     const limits = this.engine.limits;
+    const ids: string[] = [];
     const out = new Array<RowOutput>(rows.length);
     const runnable: number[] = [];
     rows.forEach((r, i) => {
@@ -386,7 +394,7 @@ export class Lane {
         // or an abort ends the whole work.
         if (
           idx.length === 1 && err instanceof SynapseError && err.errorClass === "permanent" &&
-          err.code !== "probe_required" && err.code !== "disposed"
+          !WHOLE_WORK_CODES.has(err.code)
         ) {
           out[idx[0]!] = { kind: "error", error: err };
           return;
@@ -394,6 +402,7 @@ export class Lane {
         throw err;
       }
       inferenceMs += res.runMs;
+      if (res.providerRequestIds !== undefined) ids.push(...res.providerRequestIds);
       idx.forEach((i, r) => {
         out[i] = res.nonFinite[r] === 1
           ? { kind: "non_finite" }
@@ -401,9 +410,25 @@ export class Lane {
       });
     }, { depth: this.#depth, signal });
     markStage("collect");
-    return { rows: out, inferenceMs };
+    return { rows: out, inferenceMs, ids };
   }
 }
+
+/**
+ * Permanent errors that end the whole work even from a one-row call: they say nothing of the row
+ * (a quarantined or disposed engine; a remote provider refusing the credentials, changing its
+ * deployment, breaking its API, or a configuration that cannot work).
+ */
+const WHOLE_WORK_CODES: ReadonlySet<string> = new Set([
+  "probe_required",
+  "disposed",
+  "needs_reauth",
+  "credential_config_invalid",
+  "remote_deployment_changed",
+  "remote_identity_drift",
+  "provider_protocol_violation",
+  "op_not_supported_for_remote",
+]);
 
 /** Settles with `p`, or rejects with `signal.reason` as soon as `signal` aborts. */
 function untilAborted<T>(signal: AbortSignal, p: Promise<T>): Promise<T> {

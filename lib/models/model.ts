@@ -17,7 +17,7 @@ import type { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
 export type { EngineIdentity, ModelTask };
 
 /** Engine kind of a model. */
-export type ModelEngine = "ort" | "llama";
+export type ModelEngine = "ort" | "llama" | "remote";
 
 /** Where a model's tokenizer came from. */
 export type TokenizerSource = "tokenizer.json" | "gguf";
@@ -140,10 +140,27 @@ export interface ModelSource {
    * `dimensions` may name one; it is served under a derived fingerprint. Embed models only.
    */
   matryoshkaDims?: readonly number[];
+  /**
+   * Engine `remote` (config `"engine": "remote"`): the provider of `remote_providers` that serves
+   * the model, the model's name there, and its declared width (checked against the provider's
+   * answers at load).
+   */
+  remote?: { provider: string; model: string; dims?: number };
   /** llama: worker program override (`worker_bin`). */
   workerBin?: string;
   /** llama: socket directory (`worker_runtime_dir`). */
   workerRuntimeDir?: string;
+}
+
+/**
+ * `provenance.remote` of a remote lane's answers (contract §3): the provider, what it deploys
+ * under the model's name, and the assurance of that identity (`declared` until a probe proves
+ * it).
+ */
+export interface RemoteProvenance {
+  provider: string;
+  deployment: string;
+  assurance: "declared" | "certified";
 }
 
 /** Largest context a llama lane sets up when the source names none: 8192 tokens. */
@@ -186,6 +203,8 @@ export interface ReadyModel {
   readonly bulk: Lane;
   /** GGUF facts (llama models). */
   readonly gguf?: GgufFacts;
+  /** Remote lanes: the provider, deployment and assurance (`provenance.remote`). */
+  readonly remote?: RemoteProvenance;
   /**
    * The model's prompt table (embed models that declare one); its identity is the profile's
    * `prompt_template`.

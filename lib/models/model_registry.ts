@@ -23,6 +23,8 @@ import { type LogSink, nullLog, retarget, stderrLog } from "../log/log.ts";
 import { type LaneStatusRow, laneStatusRow } from "./lane_status.ts";
 import { loadOrtModel, ortReadyModel } from "./load_ort.ts";
 import { type LlamaEngineFactory, llamaReadyModel, loadLlamaModel } from "./load_llama.ts";
+import { loadRemoteModel } from "./load_remote.ts";
+import type { RemoteProvider } from "../engines/remote/provider.ts";
 import type { ModelEntry, ModelSource, ModelTask, QueryPath, ReadyModel } from "./model.ts";
 import { Lane } from "../lanes/lane.ts";
 import { type RegistryTestHooks, SkewedEngine } from "./_test_hooks.ts";
@@ -52,6 +54,8 @@ export interface ModelRegistryOptions {
   ortBulkSession?: OrtBulkSession;
   /** Makes llama engines; without it a llama model fails to load with `backend_unavailable`. */
   llama?: LlamaEngineFactory;
+  /** The configured remote providers by id (config `remote_providers`). @default none */
+  remoteProviders?: ReadonlyMap<string, RemoteProvider>;
   /** Threads of a llama worker. @default threadsForKnob(threadPolicy) */
   llamaThreads?: number;
   /**
@@ -149,6 +153,7 @@ export class ModelRegistry implements AsyncDisposable {
   #threadPolicy: ThreadPolicy;
   #maxBatchTokens: number;
   #llama: LlamaEngineFactory | undefined;
+  #remoteProviders: ReadonlyMap<string, RemoteProvider>;
   #llamaThreads: number;
   #externalBusy: () => boolean;
   #retryBaseMs: number;
@@ -198,6 +203,7 @@ export class ModelRegistry implements AsyncDisposable {
     this.#threadPolicy = policy;
     this.#maxBatchTokens = options.maxBatchTokens ?? 8192;
     this.#llama = options.llama;
+    this.#remoteProviders = options.remoteProviders ?? new Map();
     this.#llamaThreads = options.llamaThreads ?? threadsForKnob(knob);
     this.#externalBusy = options.externalBusy ?? (() => false);
     this.#retryBaseMs = options.loadRetryBaseMs ?? 1000;
@@ -239,7 +245,10 @@ export class ModelRegistry implements AsyncDisposable {
   otherEnginesBusy(): boolean {
     if (this.#ortBulk.inFlight > 0 || this.#ortBulkSched.waiters > 0) return true;
     if (this.#ortBulkSched.inFlight > 0 || this.#externalBusy()) return true;
-    for (const own of this.#own.values()) if (own.engine.inFlight > 0) return true;
+    // A remote lane's work runs on its provider, not on these cores.
+    for (const own of this.#own.values()) {
+      if (own.engine.kind !== "remote" && own.engine.inFlight > 0) return true;
+    }
     return false;
   }
 
@@ -710,6 +719,22 @@ export class ModelRegistry implements AsyncDisposable {
 
   async #load(entry: ModelEntry): Promise<ReadyModel> {
     const src = entry.source;
+    if (entry.engine === "remote") {
+      const r = await loadRemoteModel(src, {
+        providers: this.#remoteProviders,
+        threadPolicy: this.#threadPolicy,
+        maxBatchTokens: this.#maxBatchTokens,
+        admission: this.#admission,
+        now: this.#now,
+      });
+      if (this.#disposed) {
+        await r.engine.dispose();
+        throw new SynapseError("disposed", "Cannot load model: the registry was disposed");
+      }
+      this.#own.set(entry.modelId, { engine: r.engine, scheduler: r.scheduler });
+      entry.testModel ||= r.ready.testModel;
+      return r.ready;
+    }
     if (entry.engine === "llama") {
       const l = await loadLlamaModel(src, {
         factory: this.#llama,

@@ -75,6 +75,7 @@ export function labelledTestModel(src: Pick<ModelSource, "modelPath" | "configPa
  * @throws {SynapseError} `invalid_request` for an engine this build does not serve.
  */
 export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
+  if (entry.engine === "remote") return remoteSourceFromPreload(entry);
   if (entry.engine === "ffi") return llamaSourceFromPreload(entry, "ffi");
   const ffiOnly = (["shim", "readout", "rerank_template"] as const).find((k) =>
     entry[k] !== undefined
@@ -109,7 +110,7 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
       { details: { field: "preload_models.task", engine: entry.engine, task: entry.task } },
     );
   }
-  let modelPath = entry.model_path;
+  let modelPath = entry.model_path!;
   let dir: string;
   // The schema lets tokenizer_path out for every engine; the layer refuses it missing for ort.
   let isDir = !modelPath.endsWith(".onnx");
@@ -138,6 +139,46 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
   if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
   else source.maxTokensDefault = preloadMaxTokensDefault(entry);
   return withDeclarations(source, entry, dir);
+}
+
+/**
+ * A `preload_models[]` entry of engine `remote` (checked by the config layer: `provider`,
+ * `model` and `tokenizer_path` present, no setting of a local lane): the model is served by the
+ * provider under `model`, tokenized here with `tokenizer_path` (lib/models/load_remote.ts).
+ * `model_id` defaults to `model`.
+ *
+ * @throws {SynapseError} `invalid_request` `{field: "preload_models.reference_model"}` for a
+ *   reference naming the model itself.
+ */
+function remoteSourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
+  const model = entry.model!;
+  const modelId = entry.model_id ?? model;
+  const source: ModelSource = {
+    modelId,
+    task: entry.task ?? "embed",
+    engine: "remote",
+    modelPath: `remote://${entry.provider}/${model}`,
+    tokenizerPath: entry.tokenizer_path!,
+    pooling: (entry.pooling ?? "mean") as Pooling,
+    normalize: entry.normalize ?? true,
+    remote: {
+      provider: entry.provider!,
+      model,
+      ...(entry.dims === undefined ? {} : { dims: entry.dims }),
+    },
+  };
+  if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
+  if (entry.reference_model !== undefined) {
+    if (entry.reference_model === modelId) {
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot preload '${modelId}': reference_model names the model itself`,
+        { details: { field: "preload_models.reference_model", model_id: modelId } },
+      );
+    }
+    source.referenceModel = entry.reference_model;
+  }
+  return source;
 }
 
 /**
@@ -272,7 +313,7 @@ function llamaSourceFromPreload(
   entry: SynapseConfig["preload_models"][number],
   lane: "llama" | "ffi",
 ): ModelSource {
-  let modelPath = entry.model_path;
+  let modelPath = entry.model_path!;
   let isDir = !modelPath.endsWith(".gguf");
   try {
     isDir = Deno.statSync(modelPath).isDirectory;

@@ -217,11 +217,11 @@ function resolveNamed(
     return model;
   }
   const model = modelId === undefined
-    ? resolveDefault(ctx, task, gate)
+    ? resolveDefault(ctx, task, gate, routing.accept_declared === true)
     : resolveLoaded(ctx, modelId, task);
   requireServes(ctx, model, "target_fingerprint", routing);
   requireServes(ctx, model, "required_fingerprint", routing);
-  if (gate && modelId !== undefined) admitCertified(ctx, model);
+  if (gate && modelId !== undefined) admitCertified(ctx, model, routing.accept_declared === true);
   return model;
 }
 
@@ -236,14 +236,19 @@ function resolveNamed(
  * @throws {SynapseError} the first candidate's refusal; `model_loading` for a loading one; as
  *   {@link resolveLoaded} when the task has no model.
  */
-function resolveDefault(ctx: ResolveContext, task: ModelTask, gate: boolean): ReadyModel {
+function resolveDefault(
+  ctx: ResolveContext,
+  task: ModelTask,
+  gate: boolean,
+  acceptDeclared: boolean,
+): ReadyModel {
   const candidates = defaultCandidatesOf(ctx.registry.list(), task);
   if (candidates.length === 0) return resolveLoaded(ctx, undefined, task);
   let first: unknown;
   for (const entry of candidates) {
     try {
       const model = resolveLoaded(ctx, entry.modelId, task);
-      if (gate) admitCertified(ctx, model);
+      if (gate) admitCertified(ctx, model, acceptDeclared);
       return model;
     } catch (err) {
       if (entry.state === "loading") throw err;
@@ -452,7 +457,7 @@ function routeToFingerprint(
     uncertified ??= model;
   }
   if (uncertified !== undefined) {
-    if (gate) admitCertified(ctx, uncertified);
+    if (gate) admitCertified(ctx, uncertified, routing.accept_declared === true);
     return uncertified;
   }
   if (firstError !== undefined) throw firstError;
@@ -546,7 +551,7 @@ export function servedByTask(ctx: ResolveContext): Record<ModelTask, string | nu
   const pick = (task: ModelTask): string | null => {
     if (!list.some((m) => m.task === task)) return null;
     try {
-      return resolveDefault(ctx, task, true).modelId;
+      return resolveDefault(ctx, task, true, false).modelId;
     } catch {
       return defaultModelOf(list, task)?.modelId ?? null;
     }

@@ -72,6 +72,11 @@ export interface EmbedResult extends Envelope {
   queue_time_ms: number;
   /** Milliseconds of engine work. */
   inference_time_ms: number;
+  /**
+   * Remote lanes only (contract §3): the provider's id of the (first) request that served this
+   * answer, at most 128 bytes.
+   */
+  provider_request_id?: string;
 }
 
 /** The prompt selector of a request's `input_type` / `prompt_name`. */
@@ -399,10 +404,12 @@ interface Served {
   vectors: EmbedVector[];
   counts: number[];
   disclosures: TruncationDisclosure[];
+  /** Remote lanes: the provider request ids, in order. */
+  providerRequestIds: string[];
 }
 
 function newServed(): Served {
-  return { vectors: [], counts: [], disclosures: [] };
+  return { vectors: [], counts: [], disclosures: [], providerRequestIds: [] };
 }
 
 /** Adds a lane run's rows to `served`; a row the lane could not serve goes to `onError`. */
@@ -414,6 +421,9 @@ function collectRows(
   served: Served,
   onError: (e: ItemError) => void,
 ): void {
+  if (out.providerRequestIds !== undefined) {
+    served.providerRequestIds.push(...out.providerRequestIds);
+  }
   prepared.forEach((x, k) => {
     const row = out.rows[k]!;
     if (row.kind !== "ok") {
@@ -449,6 +459,7 @@ function buildResult(
       requestedModel: requested,
       testModel: model.testModel,
       certified: servedCertified(ctx, model),
+      remote: model.remote,
     }),
     vectors: served.vectors,
     real_token_counts: served.counts,
@@ -458,6 +469,9 @@ function buildResult(
   };
   const errs = [...errors].sort((a, b) => a.index - b.index);
   if (errs.length > 0) result.item_errors = errs;
+  if (served.providerRequestIds.length > 0) {
+    result.provider_request_id = served.providerRequestIds[0]!;
+  }
   return result;
 }
 

@@ -57,6 +57,8 @@ export interface RerankResult extends Envelope {
   truncation_disclosures: TruncationDisclosure[];
   queue_time_ms: number;
   inference_time_ms: number;
+  /** Remote lanes only (contract §3): the provider's id of the (first) request that scored it. */
+  provider_request_id?: string;
 }
 
 /**
@@ -129,6 +131,7 @@ export async function rerankScore(
   const seqs: EncodedSequence[] = [];
   let queueMs = 0;
   let inferenceMs = 0;
+  let providerRequestId: string | undefined;
   // One chunk unless a door asked for chunks (then at most inline.max_items candidates each,
   // each admitted on its own, so other requests take their turn between chunks).
   for (let a = 0; a < p.candidates.length; a += limits.max_items) {
@@ -185,6 +188,7 @@ export async function rerankScore(
       });
     });
     seqs.push(...chunkSeqs);
+    providerRequestId ??= out.providerRequestIds?.[0];
     queueMs += out.queueTimeMs;
     inferenceMs += out.inferenceMs;
   }
@@ -200,6 +204,7 @@ export async function rerankScore(
       requestedModel: requestedModel(p),
       testModel: model.testModel,
       certified: servedCertified(ctx, model),
+      remote: model.remote,
     }),
     scores,
     score_kind: "raw_logit",
@@ -208,5 +213,6 @@ export async function rerankScore(
     truncation_disclosures: seqs.map(disclosureOf),
     queue_time_ms: queueMs,
     inference_time_ms: Math.round(inferenceMs * 1000) / 1000,
+    ...(providerRequestId === undefined ? {} : { provider_request_id: providerRequestId }),
   };
 }

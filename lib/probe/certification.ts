@@ -359,16 +359,37 @@ export function notCertifiedError(
  * @param model The ready model of the request.
  * @returns `{certified}`: true for reference and certified lanes; false for a lane served
  *   uncertified in `warn` mode.
+ * @param acceptDeclared The request's `accept_declared`: a remote lane without a certificate
+ *   serves only with it (`provenance.certified: false`, `provenance.remote.assurance: "declared"`).
  * @throws {SynapseError} `not_certified` (see {@link notCertifiedError}) in `require` mode for a
- *   lane that needs a certificate and has none for this machine; `store_failure` when the rows
+ *   lane that needs a certificate and has none for this machine; `declared_identity_not_accepted`
+ *   for an uncertified remote lane without `acceptDeclared`; `store_failure` when the rows
  *   cannot be read.
  */
 export function admitCertified(
   ctx: CertificationContext,
   model: ReadyModel,
+  acceptDeclared = false,
 ): { certified: boolean } {
   const view = certificationOf(ctx, model);
   if (isCertified(view.status)) return { certified: true };
+  if (model.remote !== undefined) {
+    // A remote lane's identity is what its provider declares (docs/remote.md "Identity"): served
+    // only to a caller who accepts that, whatever the certification mode.
+    if (acceptDeclared) return { certified: false };
+    throw new SynapseError(
+      "declared_identity_not_accepted",
+      `Cannot serve model '${model.modelId}': it runs on remote provider '${model.remote.provider}', whose identity (${model.remote.deployment}) is declared by the provider, not proven here; send accept_declared: true (HTTP header x-synapse-accept-declared: true) to accept it`,
+      {
+        details: {
+          model_id: model.modelId,
+          provider: model.remote.provider,
+          deployment: model.remote.deployment,
+          assurance: model.remote.assurance,
+        },
+      },
+    );
+  }
   if (ctx.config.certification === "warn") return { certified: false };
   throw notCertifiedError(ctx, model.modelId, view);
 }

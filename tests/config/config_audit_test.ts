@@ -96,6 +96,8 @@ const READ_BY: Readonly<Record<string, { file: string; code: string }>> = {
   },
   // A requested name is looked up in it by the model resolution; boot checks it (synapse.ts).
   model_aliases: { file: "lib/ops/_resolve_model.ts", code: "ctx.config.model_aliases" },
+  // Each provider becomes a RemoteProvider the registry's remote lanes send work to.
+  remote_providers: { file: "lib/synapse.ts", code: "config.remote_providers.map(" },
   certification: {
     file: "lib/probe/certification.ts",
     code: 'ctx.config.certification === "warn"',
@@ -107,7 +109,6 @@ const NON_DEFAULT: Readonly<Record<string, unknown>> = {
   decode_chain_k: 4,
   certify_observation: true,
   sidecar_spec: { command: "sidecar" },
-  remote_providers: [{ name: "tei", url: "http://127.0.0.1:8080" }],
   "probe.ane_placement_threshold": 0.5,
 };
 
@@ -212,7 +213,6 @@ Deno.test("config audit: the refusals say why in this build's terms", () => {
   };
   assert.match(reason("probe.ane_placement_threshold"), /macOS/);
   assert.match(reason("certify_observation"), /certify\.observations.*operations in scope/);
-  assert.match(reason("remote_providers"), /remote lane.*step 16/);
   assert.match(reason("decode_chain_k"), /owned_decode/);
   // The accepted value is the default, so the defaults written out load as they are.
   for (const entry of UNSERVED_KEYS) {

@@ -172,21 +172,46 @@ Deno.test("loadConfig() lets the project file win as a whole over the user file"
   assert.deepStrictEqual(sources, [f.userFile, f.projectFile]);
 });
 
-Deno.test("loadConfig() refuses a non-empty remote_providers in the project or the user file (no remote lane yet)", async () => {
+Deno.test("loadConfig() takes remote_providers from the user file only, and refuses a malformed or repeated provider", async () => {
   await using f = await fixture();
-  await f.write(f.userFile, `{}`);
-  await f.write(f.projectFile, `{"remote_providers": [{"name": "project"}]}`);
-  assertRefused(() => loadConfig({ env: f.env, cwd: f.cwd }), {
-    message: /'remote_providers' is \[\{"name":"project"\}\].*no remote lane yet \(step 16\)/,
-    file: f.projectFile,
-    key: "remote_providers",
-  });
+  const peer = {
+    id: "peer",
+    kind: "synapse",
+    base_url: "http://127.0.0.1:8080",
+    allow_loopback: true,
+  };
+  await f.write(f.userFile, JSON.stringify({ remote_providers: [peer] }));
+  await f.write(
+    f.projectFile,
+    `{"remote_providers": [{"id": "project", "kind": "tei", "base_url": "http://x"}]}`,
+  );
+  const { config } = loadConfig({ env: f.env, cwd: f.cwd });
+  assert.deepStrictEqual(
+    config.remote_providers,
+    [peer],
+    "the project file's providers are dropped",
+  );
   await f.write(f.projectFile, `{}`);
   await f.write(f.userFile, `{"remote_providers": [{"name": "user"}]}`);
   assertRefused(() => loadConfig({ env: f.env, cwd: f.cwd }), {
-    message: /no remote lane yet/,
+    message: /remote_providers\[0\]/,
     file: f.userFile,
-    key: "remote_providers",
+    key: "remote_providers[0].name",
+  });
+  await f.write(f.userFile, JSON.stringify({ remote_providers: [peer, peer] }));
+  assertRefused(() => loadConfig({ env: f.env, cwd: f.cwd }), {
+    message: /repeats provider id 'peer'/,
+    file: f.userFile,
+    key: "remote_providers[1].id",
+  });
+  await f.write(
+    f.userFile,
+    JSON.stringify({ remote_providers: [{ ...peer, api_key_env: "K", api_key_file: "/k" }] }),
+  );
+  assertRefused(() => loadConfig({ env: f.env, cwd: f.cwd }), {
+    message: /both api_key_env and api_key_file/,
+    file: f.userFile,
+    key: "remote_providers[0]",
   });
 });
 

@@ -1,0 +1,401 @@
+/**
+ * The remote engine (docs/remote.md): the {@link Engine} interface over a provider's HTTP API.
+ * Rows arrive as token ids like every engine's; the provider takes text, so each row is decoded
+ * with the model's own tokenizer (special tokens left out: the provider adds its own) and the
+ * provider tokenizes it again. Decoding the kept tokens is also what `content_sha256` hashes
+ * (contract §3), so a truncated row sends exactly its kept part.
+ *
+ * | task | `openai` | `tei` | `synapse` |
+ * |---|---|---|---|
+ * | embed | `POST /v1/embeddings` | `POST /embed` | `POST /v1/embeddings` |
+ * | rerank | `POST /v1/rerank` (`relevance_score`) | `POST /rerank` (`raw_scores: true`) | `POST /rerank` (`raw_scores: true`) |
+ * | generate | refused: `op_not_supported_for_remote` | same | same |
+ *
+ * A `synapse` provider is asked for the fingerprint recorded at load on every request
+ * (`x-synapse-required-fingerprint`) and must answer it (`x-synapse-fingerprint`); anything else
+ * is `remote_deployment_changed`. Answers of the wrong count or width are
+ * `provider_protocol_violation`.
+ *
+ * @module
+ */
+import { SynapseError } from "../../contract/errors.ts";
+import type {
+  Engine,
+  EngineBatchOutput,
+  EngineCallOptions,
+  EngineHealth,
+  EngineIdentity,
+  EngineLimits,
+  EngineRow,
+  GenerateOutput,
+  ModelTask,
+} from "../engine.ts";
+import type { RemoteProvider } from "./provider.ts";
+
+/** Rows one remote call holds (TEI's default `max_client_batch_size`). */
+export const REMOTE_MAX_SEQUENCES = 32;
+
+/** Turns token ids back into the text the provider tokenizes (special tokens left out). */
+export type RowDecoder = (ids: readonly number[]) => string;
+
+/** What a remote engine is made of. */
+export interface RemoteEngineOptions {
+  provider: RemoteProvider;
+  /** The model's name at the provider. */
+  model: string;
+  task: ModelTask;
+  identity: EngineIdentity;
+  limits: EngineLimits;
+  /** Output width (embed), 1 (rerank). */
+  dims: number;
+  /** The embed model normalises (sent to a TEI provider as `normalize`). */
+  normalize: boolean;
+  decode: RowDecoder;
+  /**
+   * A `synapse` provider's fingerprint of the model, recorded at load: required on every request
+   * and checked on every answer.
+   */
+  deployedFingerprint?: string | undefined;
+}
+
+/** The remote engine of one model at one provider. */
+export class RemoteEngine implements Engine {
+  readonly kind = "remote";
+  readonly task: ModelTask;
+  readonly identity: EngineIdentity;
+  readonly limits: EngineLimits;
+  readonly dims: number;
+  readonly provider: RemoteProvider;
+  readonly model: string;
+  #o: RemoteEngineOptions;
+  #inFlight = 0;
+  #busySince = 0;
+  #disposed = false;
+
+  constructor(o: RemoteEngineOptions) {
+    this.#o = o;
+    this.provider = o.provider;
+    this.model = o.model;
+    this.task = o.task;
+    this.identity = o.identity;
+    this.limits = o.limits;
+    this.dims = o.dims;
+  }
+
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
+  health(): EngineHealth {
+    const snap = this.provider.snapshot();
+    return {
+      state: this.#disposed ? "disposed" : "ready",
+      inFlight: this.#inFlight,
+      busyMs: this.#inFlight > 0 ? Date.now() - this.#busySince : 0,
+      busyLimitMs: this.provider.timeoutMs * 2,
+      worker: { remote: snap },
+    };
+  }
+
+  /** The refusal admission gives now: the provider's breaker is open (`provider_unavailable`). */
+  admissionRefusal(): SynapseError | undefined {
+    return this.provider.refusalNow();
+  }
+
+  embed(rows: readonly EngineRow[], options: EngineCallOptions = {}): Promise<EngineBatchOutput> {
+    if (this.task !== "embed") return Promise.reject(this.#notTask("embed"));
+    return this.#call(
+      rows,
+      options,
+      (texts, signal, tokens) => this.#embedTexts(texts, signal, tokens),
+    );
+  }
+
+  score(rows: readonly EngineRow[], options: EngineCallOptions = {}): Promise<EngineBatchOutput> {
+    if (this.task !== "rerank") return Promise.reject(this.#notTask("rerank"));
+    return this.#callPairs(rows, options);
+  }
+
+  generate(): Promise<GenerateOutput> {
+    return Promise.reject(
+      new SynapseError(
+        "op_not_supported_for_remote",
+        `Cannot generate on remote model '${this.model}': generation is not served by remote lanes in this build`,
+        { details: { provider: this.provider.id, op: "generate" } },
+      ),
+    );
+  }
+
+  dispose(): Promise<void> {
+    this.#disposed = true;
+    return Promise.resolve();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.dispose();
+  }
+
+  /** The headers a `synapse` provider is sent: the fingerprint recorded at load. */
+  get #headers(): Record<string, string> {
+    const fp = this.#o.deployedFingerprint;
+    return fp === undefined ? {} : { "x-synapse-required-fingerprint": fp };
+  }
+
+  async #call(
+    rows: readonly EngineRow[],
+    options: EngineCallOptions,
+    run: (
+      texts: string[],
+      signal: AbortSignal | undefined,
+      tokens: number,
+    ) => Promise<{ data: Float32Array; ids: string[] }>,
+  ): Promise<EngineBatchOutput> {
+    this.#checkUsable();
+    const texts = rows.map((r) => this.#o.decode(Array.from(r.ids)));
+    const tokens = rows.reduce((a, r) => a + r.ids.length, 0);
+    return await this.#timed(() => run(texts, options.signal, tokens), rows.length, this.dims);
+  }
+
+  async #callPairs(
+    rows: readonly EngineRow[],
+    options: EngineCallOptions,
+  ): Promise<EngineBatchOutput> {
+    this.#checkUsable();
+    // Rows of one call may hold several queries: one provider request per query.
+    const groups = new Map<string, { index: number; doc: string; tokens: number }[]>();
+    rows.forEach((r, index) => {
+      const [q, d] = splitPair(r, this.#o.decode);
+      const g = groups.get(q) ?? [];
+      g.push({ index, doc: d, tokens: r.ids.length });
+      groups.set(q, g);
+    });
+    return await this.#timed(
+      async () => {
+        const data = new Float32Array(rows.length);
+        const ids: string[] = [];
+        await Promise.all(
+          [...groups].map(async ([query, g]) => {
+            const tokens = g.reduce((a, x) => a + x.tokens, 0);
+            const r = await this.#rerankTexts(query, g.map((x) => x.doc), options.signal, tokens);
+            g.forEach((x, k) => (data[x.index] = r.scores[k]!));
+            ids.push(r.id);
+          }),
+        );
+        return { data, ids };
+      },
+      rows.length,
+      1,
+    );
+  }
+
+  async #timed(
+    run: () => Promise<{ data: Float32Array; ids: string[] }>,
+    n: number,
+    dims: number,
+  ): Promise<EngineBatchOutput> {
+    if (this.#inFlight++ === 0) this.#busySince = Date.now();
+    const t0 = performance.now();
+    try {
+      const { data, ids } = await run();
+      const nonFinite = new Uint8Array(n);
+      for (let r = 0; r < n; r++) {
+        for (let k = r * dims; k < (r + 1) * dims; k++) {
+          if (!Number.isFinite(data[k]!)) {
+            nonFinite[r] = 1;
+            break;
+          }
+        }
+      }
+      return { data, dims, nonFinite, runMs: performance.now() - t0, providerRequestIds: ids };
+    } finally {
+      this.#inFlight--;
+    }
+  }
+
+  async #embedTexts(
+    texts: string[],
+    signal: AbortSignal | undefined,
+    tokens: number,
+  ): Promise<{ data: Float32Array; ids: string[] }> {
+    const p = this.provider;
+    const tei = p.kind === "tei";
+    const a = await p.request(
+      "POST",
+      tei ? "/embed" : "/v1/embeddings",
+      tei
+        ? { inputs: texts, truncate: false, normalize: this.#o.normalize }
+        : { model: this.model, input: texts, encoding_format: "float" },
+      { signal, tokens, idempotent: true, headers: this.#headers },
+    );
+    this.#checkDeployment(a.headers, a.requestId);
+    let vectors: unknown[] | undefined;
+    if (tei) vectors = Array.isArray(a.body) ? a.body : undefined;
+    else {
+      const data = (a.body as { data?: unknown })?.data;
+      if (Array.isArray(data)) {
+        vectors = new Array(data.length);
+        for (const d of data) {
+          const i = (d as { index?: unknown })?.index;
+          if (typeof i !== "number" || !Number.isInteger(i) || i < 0 || i >= data.length) {
+            throw p.violation(
+              "an embeddings answer has an item without a valid index",
+              "bad_shape",
+            );
+          }
+          vectors[i] = (d as { embedding?: unknown }).embedding;
+        }
+      }
+    }
+    if (vectors === undefined) {
+      throw p.violation(
+        `its ${tei ? "/embed" : "/v1/embeddings"} answer is not the API's shape`,
+        "bad_shape",
+        {
+          provider_request_id: a.requestId,
+        },
+      );
+    }
+    if (vectors.length !== texts.length) {
+      throw p.violation(
+        `it answered ${vectors.length} vectors for ${texts.length} inputs`,
+        "wrong_count",
+        {
+          provider_request_id: a.requestId,
+        },
+      );
+    }
+    const dims = this.dims;
+    const out = new Float32Array(texts.length * dims);
+    vectors.forEach((v, r) => {
+      if (!Array.isArray(v) || v.length !== dims) {
+        throw p.violation(
+          `it answered a vector of ${
+            Array.isArray(v) ? v.length : "no"
+          } dimensions where the lane has ${dims}`,
+          "wrong_dims",
+          {
+            expected_dims: dims,
+            got_dims: Array.isArray(v) ? v.length : null,
+            provider_request_id: a.requestId,
+          },
+        );
+      }
+      for (let k = 0; k < dims; k++) {
+        const x = v[k];
+        out[r * dims + k] = typeof x === "number" ? x : NaN;
+      }
+    });
+    return { data: out, ids: [a.requestId] };
+  }
+
+  async #rerankTexts(
+    query: string,
+    docs: string[],
+    signal: AbortSignal | undefined,
+    tokens: number,
+  ): Promise<{ scores: number[]; id: string }> {
+    const p = this.provider;
+    const openai = p.kind === "openai";
+    const a = await p.request(
+      "POST",
+      openai ? "/v1/rerank" : "/rerank",
+      openai
+        ? { model: this.model, query, documents: docs, top_n: docs.length }
+        : { query, texts: docs, raw_scores: true, truncate: false },
+      { signal, tokens, idempotent: true, headers: this.#headers },
+    );
+    this.#checkDeployment(a.headers, a.requestId);
+    const list = openai ? (a.body as { results?: unknown })?.results : a.body;
+    if (!Array.isArray(list) || list.length !== docs.length) {
+      throw p.violation(
+        `its rerank answer does not score each of the ${docs.length} documents once`,
+        Array.isArray(list) ? "wrong_count" : "bad_shape",
+        { provider_request_id: a.requestId },
+      );
+    }
+    const scores = new Array<number>(docs.length).fill(NaN);
+    const seen = new Uint8Array(docs.length);
+    for (const item of list) {
+      const i = (item as { index?: unknown })?.index;
+      const s = openai
+        ? (item as { relevance_score?: unknown })?.relevance_score
+        : (item as { score?: unknown })?.score;
+      if (typeof i !== "number" || !Number.isInteger(i) || i < 0 || i >= docs.length || seen[i]) {
+        throw p.violation(
+          "its rerank answer has an item without a valid, unique index",
+          "bad_shape",
+          {
+            provider_request_id: a.requestId,
+          },
+        );
+      }
+      seen[i] = 1;
+      scores[i] = typeof s === "number" ? s : NaN;
+    }
+    return { scores, id: a.requestId };
+  }
+
+  #checkDeployment(headers: Headers, requestId: string): void {
+    const want = this.#o.deployedFingerprint;
+    if (want === undefined) return;
+    const got = headers.get("x-synapse-fingerprint");
+    if (got !== want) {
+      throw new SynapseError(
+        "remote_deployment_changed",
+        `Remote provider '${this.provider.id}' now serves model '${this.model}' under fingerprint ${
+          got ?? "(none)"
+        }, not ${want} recorded when the lane loaded; reload the model to take the new deployment as a new vector space`,
+        {
+          details: {
+            provider: this.provider.id,
+            expected_fingerprint: want,
+            fingerprint: got,
+            provider_request_id: requestId,
+          },
+        },
+      );
+    }
+  }
+
+  #checkUsable(): void {
+    if (this.#disposed) {
+      throw new SynapseError(
+        "disposed",
+        `Cannot use remote model '${this.model}': it was unloaded`,
+      );
+    }
+  }
+
+  #notTask(op: string): SynapseError {
+    return new SynapseError(
+      "backend_unavailable",
+      `Remote model '${this.model}' does not ${op} (its task is ${this.task})`,
+      {
+        details: {
+          provider: this.provider.id,
+          backends: [{ backend: "remote", reason: "wrong_task" }],
+        },
+      },
+    );
+  }
+}
+
+/**
+ * A cross-encoder pair row's (query, document) texts: segment 0 and segment 1 of its type ids,
+ * each decoded without special tokens.
+ *
+ * @throws {SynapseError} `op_not_supported_for_remote` for a row without a second segment.
+ */
+export function splitPair(row: EngineRow, decode: RowDecoder): [string, string] {
+  const q: number[] = [];
+  const d: number[] = [];
+  for (let i = 0; i < row.ids.length; i++) (row.typeIds[i] === 1 ? d : q).push(row.ids[i]!);
+  if (d.length === 0) {
+    throw new SynapseError(
+      "op_not_supported_for_remote",
+      "Cannot send this pair to a remote reranker: its tokenizer marks no document segment (token type ids)",
+      { details: { reason: "pair_segments_unknown" } },
+    );
+  }
+  return [decode(q), decode(d)];
+}

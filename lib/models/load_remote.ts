@@ -1,0 +1,298 @@
+/**
+ * Loading a model on a remote lane (docs/remote.md): the model entry names a provider of
+ * `remote_providers` and the model's name there; Synapse keeps the tokenizer (the entry's
+ * `tokenizer_path`: token counts, truncation, `content_sha256` and the fingerprint's tokenizer
+ * digest are computed here exactly as for a local lane), asks the provider what it deploys under
+ * that name, checks its answers' shape and width with one call, and builds the numeric profile:
+ *
+ * - `model_digest`: `remote:` + sha256(JCS `{provider, kind, model, deployment}`);
+ * - `engine`: `{engine: "remote", version: <kind>, build_flags: {provider, deployment, assurance}}`
+ *   — so the fingerprint changes with the provider, with what it deploys, and with the assurance;
+ * - `quant` `remote`, `dtype` `f32` (what the wire carries), the entry's pooling and normalization
+ *   as declared.
+ *
+ * The deployment is what the provider reports: a `synapse` provider's fingerprint of the model
+ * (`GET /v1/models/{model}`), a TEI provider's `model_id@model_sha` (`GET /info`), an OpenAI
+ * provider's `id` with vLLM's `root` and `owned_by` (`GET /v1/models`). The assurance is
+ * `declared`: nothing here proves the numbers are the model's, so every request must say
+ * `accept_declared: true` (else `declared_identity_not_accepted`).
+ *
+ * @module
+ */
+import { SynapseError } from "../contract/errors.ts";
+import { jcsSha256 } from "../identity/jcs.ts";
+import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
+import { REMOTE_MAX_SEQUENCES, RemoteEngine } from "../engines/remote/remote_engine.ts";
+import type { RemoteProvider } from "../engines/remote/provider.ts";
+import { Lane } from "../lanes/lane.ts";
+import type { Admission } from "../sched/admission.ts";
+import { LaneScheduler } from "../sched/lane_scheduler.ts";
+import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
+import { identityOf, RERANK_PAIR_TEMPLATE } from "./load_ort.ts";
+import type { ModelSource, ReadyModel, RemoteProvenance } from "./model.ts";
+
+/** Most tokens per input of a remote lane when the entry names none. */
+export const REMOTE_DEFAULT_MAX_TOKENS = 512;
+
+/** Text of the load-time call that checks the provider's answers and learns the width. */
+const CHECK_TEXT = "Synapse checks this remote lane.";
+
+/** What {@link loadRemoteModel} needs from the registry. */
+export interface RemoteLoadContext {
+  /** The configured providers by id. */
+  providers: ReadonlyMap<string, RemoteProvider>;
+  threadPolicy: ThreadPolicy;
+  /** `inline.max_tokens`: the batch-token budget. */
+  maxBatchTokens: number;
+  admission: Admission;
+  now: () => number;
+}
+
+/**
+ * Loads a model on its remote lane and serves it on two lanes (`remote-<model id>`) over a
+ * scheduler of `max_concurrency` slots.
+ *
+ * @throws {SynapseError} `invalid_request` for an unknown provider or a refused base URL;
+ *   `credential_config_invalid`; `op_not_supported_for_remote` for task `generate` or a reranker
+ *   whose tokenizer marks no document segment; `provider_unavailable`, `needs_reauth`,
+ *   `provider_protocol_violation` (`model_not_served`, `wrong_dims` against the entry's `dims` …)
+ *   from the provider.
+ */
+export async function loadRemoteModel(
+  src: ModelSource,
+  ctx: RemoteLoadContext,
+): Promise<{ ready: ReadyModel; engine: RemoteEngine; scheduler: LaneScheduler }> {
+  const modelId = src.modelId;
+  const remote = src.remote;
+  if (remote === undefined) {
+    throw new Error("loadRemoteModel() needs a remote source. This is a bug");
+  }
+  const provider = ctx.providers.get(remote.provider);
+  if (provider === undefined) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot load model '${modelId}': remote provider '${remote.provider}' is not in remote_providers`,
+      {
+        details: { model_id: modelId, field: "preload_models.provider", provider: remote.provider },
+      },
+    );
+  }
+  if (src.task === "generate") {
+    throw new SynapseError(
+      "op_not_supported_for_remote",
+      `Cannot load model '${modelId}': remote lanes serve embed and rerank in this build, not generate`,
+      { details: { model_id: modelId, provider: provider.id, op: "generate" } },
+    );
+  }
+  if (src.tokenizerPath === undefined) {
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot load model '${modelId}': a remote model needs its tokenizer.json (tokenizer_path)`,
+      { details: { model_id: modelId, field: "tokenizer_path", engine: "remote" } },
+    );
+  }
+  await provider.open();
+  const tokenizer = await SanitizedTokenizer.fromFile(src.tokenizerPath);
+  const maxTokens = src.maxTokens ?? src.maxTokensDefault ?? REMOTE_DEFAULT_MAX_TOKENS;
+  if (src.task === "rerank" && !tokenizer.encodePair("a", "b", { maxTokens }).typeIds.includes(1)) {
+    throw new SynapseError(
+      "op_not_supported_for_remote",
+      `Cannot load model '${modelId}': its tokenizer marks no document segment in a pair, so a pair cannot be sent to a rerank API as (query, document)`,
+      { details: { model_id: modelId, provider: provider.id, reason: "pair_segments_unknown" } },
+    );
+  }
+  const { deployment, fingerprint: deployedFingerprint } = await describeDeployment(
+    provider,
+    remote.model,
+  );
+  const assurance = "declared";
+  const identity = {
+    engine: "remote",
+    version: provider.kind,
+    build_flags: { assurance, deployment, provider: provider.id },
+  };
+  const decode = (ids: readonly number[]) => tokenizer.decodeIds(ids, true);
+  const limits = {
+    maxSequenceTokens: maxTokens,
+    maxMicroBatchTokens: Math.max(maxTokens, ctx.maxBatchTokens),
+    maxSequences: REMOTE_MAX_SEQUENCES,
+  };
+  // One call learns the width (embed) and checks the answers' shape, before anything is served.
+  const probeEngine = (dims: number) =>
+    new RemoteEngine({
+      provider,
+      model: remote.model,
+      task: src.task,
+      identity,
+      limits,
+      dims,
+      normalize: src.normalize,
+      decode,
+      deployedFingerprint,
+    });
+  let dims = src.task === "rerank" ? 1 : remote.dims ?? 0;
+  if (src.task === "embed") {
+    const seq = tokenizer.encode(CHECK_TEXT, { maxTokens });
+    const width = await embedWidth(
+      provider,
+      remote.model,
+      decode(Array.from(seq.ids)),
+      src.normalize,
+    );
+    if (remote.dims !== undefined && width !== remote.dims) {
+      throw provider.violation(
+        `model '${remote.model}' answers vectors of ${width} dimensions, and the entry declares dims ${remote.dims}`,
+        "wrong_dims",
+        { model_id: modelId, expected_dims: remote.dims, got_dims: width },
+      );
+    }
+    dims = width;
+    await probeEngine(dims).embed([seq]);
+  } else {
+    await probeEngine(1).score([tokenizer.encodePair(CHECK_TEXT, CHECK_TEXT, { maxTokens })]);
+  }
+  const engine = probeEngine(dims);
+  const profile: NumericProfile = {
+    model_digest: `remote:${
+      jcsSha256({ provider: provider.id, kind: provider.kind, model: remote.model, deployment })
+    }`,
+    quant: "remote",
+    engine: identity,
+    sanitized_tokenizer_digest: tokenizer.digest,
+    pooling: src.task === "rerank" ? "cls" : src.pooling,
+    normalization: src.task === "embed" && src.normalize ? "l2" : "none",
+    dtype: "f32",
+    flash_attention: "disabled",
+    certified_shape: {
+      max_context_tokens: maxTokens,
+      max_batch_tokens: ctx.maxBatchTokens,
+      max_micro_batch_tokens: limits.maxMicroBatchTokens,
+      max_sequences: limits.maxSequences,
+    },
+    ...(src.task === "rerank" ? { prompt_template: RERANK_PAIR_TEMPLATE } : {}),
+    thread_policy: ctx.threadPolicy,
+    operation: src.task,
+  };
+  const expected = provider.latency.expectedMs(limits.maxSequences * 16);
+  const scheduler = new LaneScheduler({
+    permits: provider.maxConcurrency,
+    ...(expected === undefined ? {} : { defaultRunMs: Math.max(1, expected) }),
+  });
+  const name = `remote-${modelId}`;
+  const base = { name, engine, scheduler, admission: ctx.admission, now: ctx.now };
+  const provenance: RemoteProvenance = { provider: provider.id, deployment, assurance };
+  const ready: ReadyModel = {
+    modelId,
+    task: src.task,
+    engineKind: "remote",
+    tokenizer,
+    profile,
+    ...identityOf(profile),
+    dims,
+    maxTokens,
+    testModel: src.testModel === true,
+    identity,
+    remote: provenance,
+    interactive: new Lane({ ...base, cls: "interactive" }),
+    bulk: new Lane({ ...base, cls: "bulk" }),
+  };
+  return { ready, engine, scheduler };
+}
+
+/**
+ * What the provider deploys under `model`.
+ *
+ * @returns The deployment string, and a `synapse` provider's fingerprint.
+ * @throws {SynapseError} `provider_protocol_violation` `{reason: "model_not_served"}` when the
+ *   provider lists no such model; the provider's errors.
+ */
+async function describeDeployment(
+  provider: RemoteProvider,
+  model: string,
+): Promise<{ deployment: string; fingerprint?: string }> {
+  const notServed = (extra: Record<string, unknown> = {}) =>
+    provider.violation(`it serves no model '${model}'`, "model_not_served", { model, ...extra });
+  if (provider.kind === "tei") {
+    const a = await provider.request("GET", "/info", undefined, { idempotent: true });
+    const info = a.body as { model_id?: unknown; model_sha?: unknown };
+    if (typeof info?.model_id !== "string") {
+      throw provider.violation("its /info names no model_id", "bad_shape");
+    }
+    const sha = typeof info.model_sha === "string" ? info.model_sha : "unpinned";
+    return { deployment: `${info.model_id}@${sha}` };
+  }
+  if (provider.kind === "synapse") {
+    let a;
+    try {
+      a = await provider.request("GET", `/v1/models/${encodeURIComponent(model)}`, undefined, {
+        idempotent: true,
+      });
+    } catch (e) {
+      if (e instanceof SynapseError && e.details?.http_status === 404) throw notServed();
+      throw e;
+    }
+    const facts =
+      (a.body as { synapse?: { fingerprint?: unknown; state?: unknown; task?: unknown } })
+        ?.synapse;
+    const fp = facts?.fingerprint;
+    if (typeof fp !== "string" || !/^[0-9a-f]{64}$/.test(fp)) {
+      if (facts?.state === "loading") {
+        // Still loading there: a transient failure, retried by the registry.
+        throw new SynapseError(
+          "provider_unavailable",
+          `Remote provider '${provider.id}' is still loading model '${model}'`,
+          {
+            retryAfterMs: 1000,
+            details: { provider: provider.id, reason: "model_loading", model },
+          },
+        );
+      }
+      throw provider.violation(
+        `its /v1/models/${model} names no fingerprint (state ${String(facts?.state ?? "unknown")})`,
+        "model_not_served",
+        { model },
+      );
+    }
+    return { deployment: fp, fingerprint: fp };
+  }
+  const a = await provider.request("GET", "/v1/models", undefined, { idempotent: true });
+  const data = (a.body as { data?: unknown })?.data;
+  if (!Array.isArray(data)) {
+    throw provider.violation("its /v1/models is not a model list", "bad_shape");
+  }
+  const row = data.find((m) => (m as { id?: unknown })?.id === model) as
+    | { id: string; root?: unknown; owned_by?: unknown }
+    | undefined;
+  if (row === undefined) throw notServed();
+  const parts = [row.id];
+  if (typeof row.root === "string" && row.root !== row.id) parts.push(`root=${row.root}`);
+  if (typeof row.owned_by === "string") parts.push(`owned_by=${row.owned_by}`);
+  return { deployment: parts.join(";") };
+}
+
+/** The width of the provider's vectors, from one embedding of `text`. */
+async function embedWidth(
+  provider: RemoteProvider,
+  model: string,
+  text: string,
+  normalize: boolean,
+): Promise<number> {
+  const tei = provider.kind === "tei";
+  const a = await provider.request(
+    "POST",
+    tei ? "/embed" : "/v1/embeddings",
+    tei
+      ? { inputs: [text], truncate: false, normalize }
+      : { model, input: [text], encoding_format: "float" },
+    { idempotent: true },
+  );
+  const v = tei
+    ? (a.body as unknown[])?.[0]
+    : ((a.body as { data?: { embedding?: unknown }[] })?.data?.[0]?.embedding);
+  if (!Array.isArray(v) || v.length === 0) {
+    throw provider.violation("its embeddings answer holds no vector", "bad_shape", {
+      provider_request_id: a.requestId,
+    });
+  }
+  return v.length;
+}
