@@ -132,7 +132,7 @@ export async function loadRemoteModel(
     });
   let dims = src.task === "rerank" ? 1 : remote.dims ?? 0;
   if (src.task === "embed") {
-    const seq = tokenizer.encode(CHECK_TEXT, { maxTokens });
+    const seq = tokenizer.encode(CHECK_TEXT, { maxTokens, truncate: true });
     const width = await embedWidth(
       provider,
       remote.model,
@@ -149,7 +149,9 @@ export async function loadRemoteModel(
     dims = width;
     await probeEngine(dims).embed([seq]);
   } else {
-    await probeEngine(1).score([tokenizer.encodePair(CHECK_TEXT, CHECK_TEXT, { maxTokens })]);
+    await probeEngine(1).score([
+      tokenizer.encodePair(CHECK_TEXT, CHECK_TEXT, { maxTokens, truncate: true }),
+    ]);
   }
   const engine = probeEngine(dims);
   const profile: NumericProfile = {

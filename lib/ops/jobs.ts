@@ -286,6 +286,7 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
       modelId: params.model_id ?? "",
       testModel: model?.testModel ?? false,
       certified: servedCertified(ctx, model),
+      remote: model?.remote,
     }),
     job_id: job.jobId,
     state: job.state,
