@@ -5,18 +5,17 @@
  * estimate, so deadline admission and `queue_full` work as for local lanes) and the provider's
  * estimated throughput (status rows).
  *
- * The fit: each sample (n tokens, t ms) updates the per-token time with the marginal cost against
- * the current overhead, `(t − overhead) / n`, and the overhead with what the per-token model
- * leaves, `t − perToken·n`, both clamped at 0, with weight `alpha` (0.2: the last ~10 requests
- * dominate). Two parameters from one stream of samples is a standard online approximation of a
- * linear fit (as latency-aware load balancers do, e.g. Finagle's peak-EWMA); exact is not needed,
- * a bias of a few ms changes nothing an admission decides.
+ * The fit is an exponentially weighted least-squares line through the samples (n tokens, t ms):
+ * EWMAs of n, t, n² and n·t (weight `alpha` 0.1: the last ~20 requests dominate) give
+ * `perToken = cov(n, t) / var(n)` and `overhead = mean(t) − perToken·mean(n)`, both clamped at
+ * 0. While the token counts seen barely vary (var(n) below 1 token²), the slope keeps its last
+ * value and the overhead absorbs the rest. On exact linear samples this recovers the line.
  *
  * @module
  */
 
 /** Weight of a new sample. */
-export const ESTIMATOR_ALPHA = 0.2;
+export const ESTIMATOR_ALPHA = 0.1;
 
 /** What the estimator knows. */
 export interface LatencySnapshot {
@@ -28,9 +27,13 @@ export interface LatencySnapshot {
   perTokenMs: number;
 }
 
-/** EWMA of per-request overhead and per-token time. */
+/** Exponentially weighted least squares of per-request overhead and per-token time. */
 export class LatencyEstimator {
   #samples = 0;
+  #n = 0;
+  #t = 0;
+  #nn = 0;
+  #nt = 0;
   #overhead = 0;
   #perToken = 0;
 
@@ -41,21 +44,16 @@ export class LatencyEstimator {
    * @param ms Its wall time, ms (≥ 0).
    */
   observe(tokens: number, ms: number): void {
-    if (!(ms >= 0) || !(tokens >= 0)) return;
-    if (this.#samples === 0) {
-      // One sample cannot split the two: call it all overhead until tokens vary.
-      this.#overhead = ms;
-      this.#perToken = 0;
-    } else {
-      const a = ESTIMATOR_ALPHA;
-      if (tokens > 0) {
-        const marginal = Math.max(0, (ms - this.#overhead) / tokens);
-        this.#perToken = (1 - a) * this.#perToken + a * marginal;
-      }
-      const rest = Math.max(0, ms - this.#perToken * tokens);
-      this.#overhead = (1 - a) * this.#overhead + a * rest;
-    }
+    if (!(ms >= 0) || !(tokens >= 0) || !Number.isFinite(ms) || !Number.isFinite(tokens)) return;
+    const a = this.#samples === 0 ? 1 : ESTIMATOR_ALPHA;
+    this.#n = (1 - a) * this.#n + a * tokens;
+    this.#t = (1 - a) * this.#t + a * ms;
+    this.#nn = (1 - a) * this.#nn + a * tokens * tokens;
+    this.#nt = (1 - a) * this.#nt + a * tokens * ms;
     this.#samples++;
+    const varN = this.#nn - this.#n * this.#n;
+    if (varN >= 1) this.#perToken = Math.max(0, (this.#nt - this.#n * this.#t) / varN);
+    this.#overhead = Math.max(0, this.#t - this.#perToken * this.#n);
   }
 
   /** Expected ms of a request of `tokens` tokens (undefined before any sample). */

@@ -92,13 +92,39 @@ export function classifyAddress(ip: string): AddressClass | undefined {
     if ((a === 100 && b >= 64 && b <= 127) || (a === 169 && b === 254)) return "private";
     return "public";
   }
-  if (!ip.includes(":")) return undefined;
-  const s = ip.toLowerCase().replace(/^\[|\]$/g, "");
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(s);
-  if (mapped) return classifyAddress(mapped[1]!);
-  if (s === "::1" || s === "::") return "loopback";
-  if (/^f[cd][0-9a-f]{0,2}:/.test(s) || /^fe[89ab][0-9a-f]?:/.test(s)) return "private";
+  const h = ipv6Hextets(ip.replace(/^\[|\]$/g, ""));
+  if (h === undefined) return undefined;
+  if (h.slice(0, 7).every((x) => x === 0) && (h[7] === 0 || h[7] === 1)) return "loopback";
+  if (h.slice(0, 5).every((x) => x === 0) && h[5] === 0xffff) {
+    // IPv4-mapped (::ffff:a.b.c.d, also written ::ffff:7f00:1): judged as its IPv4 address.
+    return classifyAddress(`${h[6]! >> 8}.${h[6]! & 255}.${h[7]! >> 8}.${h[7]! & 255}`);
+  }
+  if ((h[0]! & 0xfe00) === 0xfc00 || (h[0]! & 0xffc0) === 0xfe80) return "private";
   return "public";
+}
+
+/** The eight 16-bit groups of an IPv6 address (`::` and a trailing dotted IPv4 expanded), or undefined. */
+function ipv6Hextets(s: string): number[] | undefined {
+  if (!s.includes(":") || /[^0-9a-fA-F:.]/.test(s)) return undefined;
+  let text = s;
+  const v4 = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (v4) {
+    const b = v4.slice(1).map(Number);
+    if (b.some((x) => x > 255)) return undefined;
+    text = `${text.slice(0, v4.index)}${((b[0]! << 8) | b[1]!).toString(16)}:${
+      ((b[2]! << 8) | b[3]!).toString(16)
+    }`;
+  }
+  const halves = text.split("::");
+  if (halves.length > 2) return undefined;
+  const part = (x: string) => (x === "" ? [] : x.split(":"));
+  const head = part(halves[0]!);
+  const tail = halves.length === 2 ? part(halves[1]!) : [];
+  const fill = 8 - head.length - tail.length;
+  if (halves.length === 2 ? fill < 1 : fill !== 0) return undefined;
+  const groups = [...head, ...Array(halves.length === 2 ? fill : 0).fill("0"), ...tail];
+  if (groups.some((g) => !/^[0-9a-fA-F]{1,4}$/.test(g))) return undefined;
+  return groups.map((g) => parseInt(g, 16));
 }
 
 /**
@@ -134,7 +160,7 @@ export async function checkBaseUrl(
   if (url.username !== "" || url.password !== "") {
     return refuse("bad_url", "must not hold credentials; use api_key_env or api_key_file");
   }
-  if (url.search !== "" || url.hash !== "") {
+  if (url.search !== "" || url.hash !== "" || /[?#]/.test(p.base_url)) {
     return refuse("bad_url", "must not have a query or fragment");
   }
   const host = url.hostname.replace(/^\[|\]$/g, "");
