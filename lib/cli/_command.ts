@@ -111,7 +111,10 @@ export function routingFlagsUsage(width: number): string {
     ),
     flag("--required-fingerprint FP", "refuse unless the model serves FP (required_fingerprint)"),
     flag("--allow-equivalent", "a probe-measured alias of FP satisfies it (allow_equivalent)"),
-    flag("--accept-declared", "with --allow-equivalent, a declared alias too (accept_declared)"),
+    flag(
+      "--accept-declared",
+      "accept a remote lane's declared identity; with --allow-equivalent, a declared alias too (accept_declared)",
+    ),
     flag("--required-epoch N", "refuse unless the alias table epoch is at least N"),
   ].join("\n");
 }
@@ -328,7 +331,8 @@ export function printJsonOutcome(outcome: ClientOutcome, io: CliIO): number {
 /**
  * Says on stderr that an answer came from a lane not certified on this machine (its
  * `provenance.certified` is false: it served only because the config says
- * `certification: "warn"`), and how to certify it. Prints nothing for a certified answer or
+ * `certification: "warn"`), and how to certify it; for a remote lane, that its identity is the
+ * provider's declaration, accepted by the caller. Prints nothing for a certified answer or
  * one without provenance. The human output of `embed`, `rerank` and `generate` calls it; `--json`
  * carries the field itself.
  *
@@ -336,11 +340,22 @@ export function printJsonOutcome(outcome: ClientOutcome, io: CliIO): number {
  * @param io Where to print.
  */
 export function noteUncertified(
-  result: { model_id?: string; provenance?: { certified?: boolean } },
+  result: {
+    model_id?: string;
+    provenance?: { certified?: boolean; remote?: { provider: string; assurance: string } };
+  },
   io: CliIO,
 ): void {
   if (result.provenance?.certified !== false) return;
   const id = result.model_id ?? "the model";
+  const remote = result.provenance.remote;
+  if (remote !== undefined) {
+    // A remote lane serves uncertified only to a caller who accepted its declared identity.
+    io.err(
+      `note: ${id} ran on remote provider '${remote.provider}', whose identity is ${remote.assurance} by the provider, not proven here (you accepted it with --accept-declared)`,
+    );
+    return;
+  }
   io.err(
     `note: ${id} is not certified on this machine; it served because certification is "warn" (certify it: ck-synapse probe run --model ${id})`,
   );

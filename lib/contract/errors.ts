@@ -109,7 +109,7 @@ export const ERROR_CODES: Readonly<Record<ErrorCode, ErrorCodeInfo>> = Object.fr
   deadline_exceeded: T(100, false),
   model_loading: T(250),
   engine_crashed: T(250),
-  provider_unavailable: T(100),
+  provider_unavailable: T(1000),
   download_failed: T(1000),
   module_restarted: T(100),
   sequence_too_long: P,
