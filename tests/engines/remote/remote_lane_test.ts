@@ -107,6 +107,26 @@ Deno.test("a remote lane over another Synapse serves exactly its vectors, under 
   assert.equal(refused.code, "declared_identity_not_accepted");
   assert.equal(refused.details.provider, "peer");
   assert.equal(refused.details.assurance, "declared");
+  // Over the gateway's OpenAI door: the header accepts it, its absence is refused (HTTP 422).
+  const door = serveHttp(g.syn, { log: nullLog });
+  try {
+    const post = (headers: Record<string, string>) =>
+      fetch(`http://127.0.0.1:${door.port}/v1/embeddings`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ model: "remote", input: TEXTS }),
+      });
+    const ok = await post({ "x-synapse-accept-declared": "true" });
+    assert.equal(ok.status, 200);
+    assert.equal(ok.headers.get("x-synapse-fingerprint"), remote.fingerprint);
+    const body = await ok.json();
+    assert.deepEqual(body.data[0].embedding, local.vectors[0].vector);
+    const no = await post({});
+    assert.equal(no.status, 422);
+    assert.equal((await no.json()).error.code, "declared_identity_not_accepted");
+  } finally {
+    await door.shutdown();
+  }
   // models.list names the lane.
   const row = await ready(g.syn, "remote");
   assert.equal(row.state, "ready");
