@@ -579,7 +579,7 @@ export class ModelRegistry implements AsyncDisposable {
     rows[1]!.intra_op_threads = this.#ortBulk.intraOpThreads;
     for (const [modelId, own] of this.#own) {
       const row = laneStatusRow(
-        `llama-${modelId}`,
+        `${own.engine.kind === "remote" ? "remote" : "llama"}-${modelId}`,
         own.engine.kind,
         own.scheduler.stats(),
         [modelId],

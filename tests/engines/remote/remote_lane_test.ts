@@ -436,3 +436,27 @@ Deno.test("a durable job runs on the remote lane: every id once, the provider's 
   }
   assert.equal(done.provenance.remote.provider, "peer");
 });
+
+Deno.test("admission.status shows a remote lane with its provider's breaker and latency, never its key", async () => {
+  await using p = await provider();
+  const keyVar = `SYNAPSE_TEST_REMOTE_KEY_${crypto.randomUUID().replaceAll("-", "")}`;
+  const key = `sk-${crypto.randomUUID()}`;
+  Deno.env.set(keyVar, key);
+  try {
+    await using g = await gateway(p.base, { api_key_env: keyVar });
+    resultOf(
+      await g.syn.call("embed.batch", { texts: TEXTS, model: "remote", accept_declared: true }),
+    );
+    const status = resultOf(await g.syn.call("admission.status", {}));
+    // deno-lint-ignore no-explicit-any
+    const row = status.lanes.find((l: any) => l.lane === "remote-remote");
+    assert.ok(row !== undefined, JSON.stringify(status.lanes.map((l: { lane: string }) => l.lane)));
+    assert.equal(row.worker.remote.provider, "peer");
+    assert.equal(row.worker.remote.breaker.state, "closed");
+    assert.ok(row.worker.remote.requests >= 2, "the load's checks and the call");
+    assert.ok(row.worker.remote.latency.samples >= 1);
+    assert.ok(!JSON.stringify(status).includes(key));
+  } finally {
+    Deno.env.delete(keyVar);
+  }
+});
