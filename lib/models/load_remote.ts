@@ -52,10 +52,11 @@ export interface RemoteLoadContext {
  * Loads a model on its remote lane and serves it on two lanes (`remote-<model id>`) over a
  * scheduler of `max_concurrency` slots.
  *
- * @throws {SynapseError} `invalid_request` for an unknown provider or a refused base URL;
+ * @throws {SynapseError} `invalid_request` for an unknown provider, a refused base URL, or a
+ *   model the provider does not serve (`details.reason: "model_not_served"`, `served`);
  *   `credential_config_invalid`; `op_not_supported_for_remote` for task `generate` or a reranker
  *   whose tokenizer marks no document segment; `provider_unavailable`, `needs_reauth`,
- *   `provider_protocol_violation` (`model_not_served`, `wrong_dims` against the entry's `dims` …)
+ *   `provider_protocol_violation` (`wrong_dims` against the entry's `dims` …)
  *   from the provider.
  */
 export async function loadRemoteModel(
@@ -101,7 +102,7 @@ export async function loadRemoteModel(
       { details: { model_id: modelId, provider: provider.id, reason: "pair_segments_unknown" } },
     );
   }
-  const { deployment, fingerprint: deployedFingerprint } = await describeDeployment(
+  const { deployment, fingerprint: deployedFingerprint, testModel } = await describeDeployment(
     provider,
     remote.model,
   );
@@ -192,7 +193,7 @@ export async function loadRemoteModel(
     ...identityOf(profile),
     dims,
     maxTokens,
-    testModel: src.testModel === true,
+    testModel: src.testModel === true || testModel === true,
     identity,
     remote: provenance,
     interactive: new Lane({ ...base, cls: "interactive" }),
@@ -211,9 +212,34 @@ export async function loadRemoteModel(
 async function describeDeployment(
   provider: RemoteProvider,
   model: string,
-): Promise<{ deployment: string; fingerprint?: string }> {
-  const notServed = (extra: Record<string, unknown> = {}) =>
-    provider.violation(`it serves no model '${model}'`, "model_not_served", { model, ...extra });
+): Promise<{ deployment: string; fingerprint?: string; testModel?: boolean }> {
+  const notServed = async (listed?: string[]) => {
+    let served = listed;
+    if (served === undefined) {
+      try {
+        const l = await provider.request("GET", "/v1/models", undefined, { idempotent: true });
+        const data = (l.body as { data?: { id?: unknown }[] })?.data;
+        served = Array.isArray(data)
+          ? data.map((m) => m?.id).filter((id): id is string => typeof id === "string")
+          : undefined;
+      } catch { /* the list is a courtesy */ }
+    }
+    return new SynapseError(
+      "invalid_request",
+      `Cannot load the remote model: provider '${provider.id}' serves no model '${model}'${
+        served === undefined ? "" : ` (it serves: ${served.slice(0, 20).join(", ") || "none"})`
+      }; fix the entry's model`,
+      {
+        details: {
+          field: "preload_models.model",
+          provider: provider.id,
+          model,
+          reason: "model_not_served",
+          ...(served === undefined ? {} : { served: served.slice(0, 100) }),
+        },
+      },
+    );
+  };
   if (provider.kind === "tei") {
     const a = await provider.request("GET", "/info", undefined, { idempotent: true });
     const info = a.body as { model_id?: unknown; model_sha?: unknown };
@@ -230,12 +256,13 @@ async function describeDeployment(
         idempotent: true,
       });
     } catch (e) {
-      if (e instanceof SynapseError && e.details?.http_status === 404) throw notServed();
+      if (e instanceof SynapseError && e.details?.http_status === 404) throw await notServed();
       throw e;
     }
-    const facts =
-      (a.body as { synapse?: { fingerprint?: unknown; state?: unknown; task?: unknown } })
-        ?.synapse;
+    const facts = (a.body as {
+      synapse?: { fingerprint?: unknown; state?: unknown; task?: unknown; test_model?: unknown };
+    })
+      ?.synapse;
     const fp = facts?.fingerprint;
     if (typeof fp !== "string" || !/^[0-9a-f]{64}$/.test(fp)) {
       if (facts?.state === "loading") {
@@ -255,7 +282,8 @@ async function describeDeployment(
         { model },
       );
     }
-    return { deployment: fp, fingerprint: fp };
+    // A provider's test model stays labelled a test model here.
+    return { deployment: fp, fingerprint: fp, testModel: facts?.test_model === true };
   }
   const a = await provider.request("GET", "/v1/models", undefined, { idempotent: true });
   const data = (a.body as { data?: unknown })?.data;
@@ -265,7 +293,13 @@ async function describeDeployment(
   const row = data.find((m) => (m as { id?: unknown })?.id === model) as
     | { id: string; root?: unknown; owned_by?: unknown }
     | undefined;
-  if (row === undefined) throw notServed();
+  if (row === undefined) {
+    throw await notServed(
+      data.map((m) => (m as { id?: unknown })?.id).filter((id): id is string =>
+        typeof id === "string"
+      ),
+    );
+  }
   const parts = [row.id];
   if (typeof row.root === "string" && row.root !== row.id) parts.push(`root=${row.root}`);
   if (typeof row.owned_by === "string") parts.push(`owned_by=${row.owned_by}`);

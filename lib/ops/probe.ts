@@ -393,7 +393,7 @@ function targetModels(ctx: OpContext, asked: string[]): Target[] {
   if (asked.length === 0) {
     const out: Target[] = [];
     for (const entry of entries) {
-      if (entry.ready === undefined) continue;
+      if (entry.ready === undefined || entry.ready.remote !== undefined) continue;
       if (laneCertificationClass(entry) !== "certification_required") continue;
       out.push({ entry, model: entry.ready });
     }
@@ -412,6 +412,13 @@ function targetModels(ctx: OpContext, asked: string[]): Target[] {
   const out: Target[] = [];
   for (const id of ids) {
     const entry = entries.find((e) => e.modelId === id)!;
+    if (entry.engine === "remote") {
+      throw new SynapseError(
+        "op_not_supported_for_remote",
+        `Cannot probe '${id}': it is a remote lane, and this build cannot prove a remote provider's identity (its answers serve as declared, to callers who send accept_declared: true)`,
+        { details: { model_id: id, op: "probe.start" } },
+      );
+    }
     // `model_loading` while it loads (retry), its load error when it failed.
     out.push({ entry, model: ctx.registry.resolve(id, entry.task) });
   }

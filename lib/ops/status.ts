@@ -216,6 +216,8 @@ export function modelStatus(
 /** Sets `not_certified` on a ready model that refuses for want of a certificate (require mode). */
 function refuseUncertified(status: ModelStatus, m: ModelEntry, ctx: CertificationContext): void {
   if (ctx.config.certification !== "require") return;
+  // A remote lane serves whoever accepts its declared identity: not a certification refusal.
+  if (m.ready?.remote !== undefined) return;
   let view;
   try {
     view = certificationOf(ctx, m.ready!);

@@ -239,6 +239,9 @@ export function certificationOf(ctx: CertificationContext, model: ReadyModel): C
 }
 
 function computeCertification(ctx: CertificationContext, model: ReadyModel): CertificationView {
+  // A remote lane is never certified here: no probe row, whatever it says, proves what a
+  // provider runs (its answers serve as declared; `admitCertified`).
+  if (model.remote !== undefined) return { status: "probe_required" };
   const entry = ctx.registry.list().find((e) => e.ready === model || e.modelId === model.modelId);
   const cls = laneCertificationClass({ ...model, source: entry?.source ?? {} });
   const store = ctx.certifications;
@@ -371,15 +374,13 @@ export function admitCertified(
   model: ReadyModel,
   acceptDeclared = false,
 ): { certified: boolean } {
-  const view = certificationOf(ctx, model);
-  if (isCertified(view.status)) return { certified: true };
   if (model.remote !== undefined) {
     // A remote lane's identity is what its provider declares (docs/remote.md "Identity"): served
     // only to a caller who accepts that, whatever the certification mode.
     if (acceptDeclared) return { certified: false };
     throw new SynapseError(
       "declared_identity_not_accepted",
-      `Cannot serve model '${model.modelId}': it runs on remote provider '${model.remote.provider}', whose identity (${model.remote.deployment}) is declared by the provider, not proven here; send accept_declared: true (HTTP header x-synapse-accept-declared: true) to accept it`,
+      `Cannot serve model '${model.modelId}': it runs on remote provider '${model.remote.provider}', whose identity (${model.remote.deployment}) is declared by the provider, not proven here; send accept_declared: true (ck-synapse --accept-declared, HTTP header x-synapse-accept-declared: true) to accept it`,
       {
         details: {
           model_id: model.modelId,
@@ -390,6 +391,8 @@ export function admitCertified(
       },
     );
   }
+  const view = certificationOf(ctx, model);
+  if (isCertified(view.status)) return { certified: true };
   if (ctx.config.certification === "warn") return { certified: false };
   throw notCertifiedError(ctx, model.modelId, view);
 }

@@ -8,6 +8,9 @@ import type { OpParams } from "../../ops/op_types.ts";
 import {
   noteUncertified,
   parseCommandArgs,
+  ROUTING_FLAGS,
+  routingFlagsUsage,
+  routingParams,
   runOp,
   serverFlagsUsage,
   SUBC_CLIENT_FLAG,
@@ -15,7 +18,8 @@ import {
 } from "../_command.ts";
 import type { CliIO, Command } from "../_command.ts";
 
-const USAGE = `usage: ck-synapse rerank [--model ID] [--json] [--url URL | --subc [FILE]]
+const USAGE =
+  `usage: ck-synapse rerank [--model ID] [--json] [ROUTING...] [--url URL | --subc [FILE]]
                          --query Q DOC...
 
 Scores each DOC against the query with a cross-encoder and prints the raw scores (logits) in
@@ -25,6 +29,9 @@ input order, with their sigmoid beside them; --json prints the whole result enve
   --model ID    model to use (default: the first rerank model)
   --json        print the result (or the error) as JSON
 ${serverFlagsUsage(14)}
+
+ROUTING (the model chosen by the fingerprint it serves; docs/operations.md "Routing"):
+${routingFlagsUsage(26)}
 
 Exit status: 0 scored, 1 refused, 2 channel error, unreachable server, or usage error.`;
 
@@ -43,11 +50,13 @@ async function runRerank(args: string[], io: CliIO): Promise<number> {
     json: { type: "boolean" },
     url: { type: "string" },
     subc: SUBC_CLIENT_FLAG,
+    ...ROUTING_FLAGS,
   });
   if (values.query === undefined) throw new UsageError("Cannot rerank: --query is required");
   if (positionals.length === 0) throw new UsageError("Cannot rerank: give at least one DOC");
   const params: Record<string, unknown> = { query: values.query, candidates: positionals };
   if (values.model !== undefined) params.model = values.model;
+  Object.assign(params, routingParams(values));
   return await runOp(values, io, "rerank.score", params as OpParams<"rerank.score">, (r) => {
     // Without a request_key the scores come inline, never as a durable job.
     const res = r as RerankResult;

@@ -447,13 +447,14 @@ export class RemoteProvider {
         };
       }
       const timedOut = timeout.aborted;
+      const why = connectionFailure(e);
       return {
         ok: false,
         retry: !timedOut,
         error: this.#unavailable(
           timedOut
             ? `it did not answer within timeout_ms ${this.timeoutMs}`
-            : `the connection failed (${(e as Error).name})`,
+            : `the connection failed (${why})`,
           timedOut ? "timeout" : "connection_failed",
           PROVIDER_RETRY_AFTER_MS,
         ),
@@ -504,13 +505,13 @@ export class RemoteProvider {
         retry: false,
         error: new SynapseError(
           "needs_reauth",
-          `Remote provider '${this.id}' refused the credentials (HTTP ${status}); fix the key (${
+          `Remote provider '${this.id}' refused the credentials (HTTP ${status}); ${
             this.#config.api_key_env !== undefined
-              ? `api_key_env ${this.#config.api_key_env}`
+              ? `fix the key in ${this.#config.api_key_env}`
               : this.#config.api_key_file !== undefined
-              ? `api_key_file ${this.#config.api_key_file}`
-              : "the provider entry names none: set api_key_env or api_key_file"
-          }), then resume paused jobs with job.resume`,
+              ? "fix the key in the provider's api_key_file"
+              : "the provider entry sends none: set api_key_env or api_key_file"
+          }, restart the server, then send the request again (a job failed by this: the same request_key)`,
           { details: { provider: this.id, http_status: status, provider_request_id: requestId } },
         ),
       };
@@ -590,6 +591,15 @@ export class RemoteProvider {
     this.#client = undefined;
     this.#opening = undefined;
   }
+}
+
+/** What a failed fetch says of the connection, in a few words (never a URL or a path). */
+function connectionFailure(e: unknown): string {
+  const text = `${(e as Error)?.message ?? ""} ${String((e as { cause?: unknown })?.cause ?? "")}`;
+  const known =
+    /connection refused|connection reset|connection closed[a-z ]*|broken pipe|timed out|dns error|no route to host|network is unreachable|certificate[a-z ]*|tls[a-z ]*handshake[a-z ]*/i
+      .exec(text);
+  return known?.[0].toLowerCase() ?? (e as Error)?.name ?? "unknown error";
 }
 
 function clipId(v: string | null): string | undefined {

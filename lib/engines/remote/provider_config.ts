@@ -97,8 +97,8 @@ export const REMOTE_PROVIDER_DEFAULTS = Object.freeze({
  * @returns The key, or undefined when the entry names none.
  * @throws {SynapseError} `credential_config_invalid` (permanent) `{provider, source, reason}` —
  *   `env_unset` (the variable is unset or empty), `file_unreadable`, `file_not_private` (not a
- *   regular file of this user with mode 0600), `empty`. The message names the variable or the
- *   file, never a key.
+ *   regular file of this user with mode 0600), `empty`. The message names the variable (never
+ *   the file's path, which other local users may read in status rows), never a key.
  */
 export function readProviderKey(
   p: Pick<RemoteProviderConfig, "id" | "api_key_env" | "api_key_file">,
@@ -128,13 +128,13 @@ export function readProviderKey(
   try {
     info = Deno.lstatSync(path);
   } catch {
-    return refuse("api_key_file", "file_unreadable", `its api_key_file ${path} cannot be read`);
+    return refuse("api_key_file", "file_unreadable", "its api_key_file cannot be read");
   }
   if (!info.isFile) {
     return refuse(
       "api_key_file",
       "file_not_private",
-      `its api_key_file ${path} is not a regular file`,
+      "its api_key_file is not a regular file",
     );
   }
   if (Deno.build.os !== "windows") {
@@ -142,7 +142,7 @@ export function readProviderKey(
       return refuse(
         "api_key_file",
         "file_not_private",
-        `its api_key_file ${path} must belong to this user with mode 0600 (chmod 600 ${path})`,
+        "its api_key_file must belong to this user with mode 0600 (chmod 600 it)",
       );
     }
   }
@@ -150,14 +150,14 @@ export function readProviderKey(
   try {
     text = Deno.readTextFileSync(path);
   } catch {
-    return refuse("api_key_file", "file_unreadable", `its api_key_file ${path} cannot be read`);
+    return refuse("api_key_file", "file_unreadable", "its api_key_file cannot be read");
   }
   const key = text.trim();
   if (key === "" || /[\r\n]/.test(key)) {
     return refuse(
       "api_key_file",
       "empty",
-      `its api_key_file ${path} must hold one key on one line`,
+      "its api_key_file must hold one key on one line",
     );
   }
   return key;

@@ -8,7 +8,7 @@
  * | task | `openai` | `tei` | `synapse` |
  * |---|---|---|---|
  * | embed | `POST /v1/embeddings` | `POST /embed` | `POST /v1/embeddings` |
- * | rerank | `POST /v1/rerank` (`relevance_score`) | `POST /rerank` (`raw_scores: true`) | `POST /rerank` (`raw_scores: true`) |
+ * | rerank | `POST /v1/rerank` (`relevance_score`, turned back into its logit) | `POST /rerank` (`raw_scores: true`) | `POST /rerank` (`raw_scores: true`) |
  * | generate | refused: `op_not_supported_for_remote` | same | same |
  *
  * A `synapse` provider is asked for the fingerprint recorded at load on every request
@@ -330,7 +330,7 @@ export class RemoteEngine implements Engine {
         );
       }
       seen[i] = 1;
-      scores[i] = typeof s === "number" ? s : NaN;
+      scores[i] = typeof s !== "number" ? NaN : openai ? rawScoreOf(s) : s;
     }
     return { scores, id: a.requestId };
   }
@@ -378,6 +378,16 @@ export class RemoteEngine implements Engine {
       },
     );
   }
+}
+
+/**
+ * The raw logit of an OpenAI-shaped `relevance_score`: such providers (vLLM, Jina, another
+ * Synapse's `/v1/rerank`) answer the logistic of a cross-encoder's logit, so a score strictly
+ * inside (0, 1) is turned back with `ln(s / (1 − s))` (exact up to float rounding, which grows for
+ * |logit| above ~30); a score outside it is already raw and kept.
+ */
+export function rawScoreOf(s: number): number {
+  return s > 0 && s < 1 ? Math.log(s / (1 - s)) : s;
 }
 
 /**

@@ -892,7 +892,11 @@ Deno.test("readProviderKey: api_key_file", async () => {
       source: "api_key_file",
       reason: "file_not_private",
     });
-    assert.ok(e1.message.includes(open), "the message names the file");
+    assert.ok(
+      !e1.message.includes(open),
+      "the message never names the path (other users read status rows)",
+    );
+    assert.match(e1.message, /api_key_file must belong to this user with mode 0600/);
     noKey(e1);
 
     const priv = `${dir}/private.key`;
@@ -905,7 +909,7 @@ Deno.test("readProviderKey: api_key_file", async () => {
     Deno.chmodSync(two, 0o600);
     const e2 = thrown(() => readProviderKey({ id: "p", api_key_file: two }));
     assert.equal(e2.details?.reason, "empty");
-    assert.ok(e2.message.includes(two));
+    assert.ok(!e2.message.includes(two), "never the path");
     assert.ok(!e2.message.includes("second-line"));
     noKey(e2);
 
@@ -924,7 +928,7 @@ Deno.test("readProviderKey: api_key_file", async () => {
       source: "api_key_file",
       reason: "file_unreadable",
     });
-    assert.ok(e3.message.includes(missing));
+    assert.ok(!e3.message.includes(missing), "never the path");
 
     const sub = `${dir}/sub`;
     Deno.mkdirSync(sub, { mode: 0o700 });

@@ -460,3 +460,53 @@ Deno.test("admission.status shows a remote lane with its provider's breaker and 
     Deno.env.delete(keyVar);
   }
 });
+
+Deno.test("newcomer replay: a probe cannot certify a remote lane, which keeps asking for accept_declared and never degrades /health; a model the provider does not serve is the entry's mistake; the provider's test model stays one", async () => {
+  await using p = await provider();
+  await using g = await gateway(p.base, {}, {}, "synapse", { certification: "require" });
+  const probe = semanticError(await g.syn.call("probe.start", { models: ["remote"] }));
+  assert.equal(probe.code, "op_not_supported_for_remote");
+  const refused = semanticError(await g.syn.call("embed.batch", { texts: TEXTS, model: "remote" }));
+  assert.equal(refused.code, "declared_identity_not_accepted");
+  assert.match(refused.message, /--accept-declared/);
+  const served = resultOf(
+    await g.syn.call("embed.batch", { texts: TEXTS, model: "remote", accept_declared: true }),
+  );
+  assert.equal(served.provenance.certified, false);
+  assert.equal(served.test_model, true, "the provider's test model is labelled here too");
+  const row = await ready(g.syn, "remote");
+  assert.equal(row.state, "ready", "not not_certified: it serves whoever accepts it");
+  await using wrong = await gateway(p.base, {}, { model: "no-such-model", model_id: "remote" });
+  const e = semanticError(
+    await wrong.syn.call("embed.batch", { texts: TEXTS, model: "remote", accept_declared: true }),
+  );
+  assert.equal(e.code, "invalid_request");
+  assert.equal(e.details.reason, "model_not_served");
+  assert.equal(e.details.field, "preload_models.model");
+  assert.ok(e.details.served.includes("tiny"), JSON.stringify(e.details.served));
+});
+
+Deno.test("an OpenAI-kind reranker's relevance_score (a logistic) is turned back into the raw logit the score_kind says", async () => {
+  await using p = await provider();
+  await using g = await startSynapse({
+    remote_providers: [{ id: "peer", kind: "openai", base_url: p.base, allow_loopback: true }],
+    preload_models: [{
+      engine: "remote",
+      provider: "peer",
+      model: "tiny-rerank",
+      model_id: "remote-rerank",
+      task: "rerank",
+      tokenizer_path: `${RERANK}/tokenizer.json`,
+    }],
+  });
+  assert.equal((await ready(g.syn, "remote-rerank")).state, "ready");
+  const params = { query: "which fox", candidates: TEXTS };
+  const local = resultOf(await p.t.syn.call("rerank.score", { ...params, model: "tiny-rerank" }));
+  const remote = resultOf(
+    await g.syn.call("rerank.score", { ...params, model: "remote-rerank", accept_declared: true }),
+  );
+  assert.equal(remote.score_kind, "raw_logit");
+  remote.scores.forEach((s: number, i: number) =>
+    assert.ok(Math.abs(s - local.scores[i]) < 1e-6, `${s} vs ${local.scores[i]}`)
+  );
+});
