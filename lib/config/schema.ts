@@ -12,7 +12,7 @@
 
 import { z } from "zod";
 import { ILL_FORMED, NAME_MAX_CHARS } from "../contract/schemas.ts";
-import { RemoteProviderSchema } from "../engines/remote/provider_config.ts";
+import { RemoteProviderSchema } from "./remote_providers.ts";
 
 const positiveInt = z.int().positive();
 const nonNegativeInt = z.int().nonnegative();
