@@ -268,6 +268,9 @@ function preloadEntry(entry: PreloadEntryInput, index: number, source: string): 
       "worker_runtime_dir",
       "profile",
       "artifact_digest",
+      // The provider pools; and a probe cannot check a remote lane against a reference here.
+      "pooling",
+      "reference_model",
     ] as const)
       .find((k) => entry[k] !== undefined);
     if (local !== undefined) {
@@ -276,7 +279,7 @@ function preloadEntry(entry: PreloadEntryInput, index: number, source: string): 
         at(local),
         `'${
           at(local)
-        }' is a setting of a local lane; engine 'remote' takes provider, model, task, tokenizer_path, model_id, dims, max_tokens, pooling, normalize and reference_model`,
+        }' is a setting of a local lane; engine 'remote' takes provider, model, task, tokenizer_path, model_id, dims, max_tokens and normalize (the provider pools, and a remote lane has no probe reference)`,
       );
     }
   } else {

@@ -8,8 +8,9 @@
  * - `model_digest`: `remote:` + sha256(JCS `{provider, kind, model, deployment}`);
  * - `engine`: `{engine: "remote", version: <kind>, build_flags: {provider, deployment, assurance}}`
  *   — so the fingerprint changes with the provider, with what it deploys, and with the assurance;
- * - `quant` `remote`, `dtype` `f32` (what the wire carries), the entry's pooling and normalization
- *   as declared.
+ * - `quant` `remote`, `dtype` `f32` (what the wire carries), pooling `{custom: "remote:<kind>"}`
+ *   (the provider pools), and the entry's `normalize`, checked against the provider's vectors at
+ *   load (`normalization_mismatch`).
  *
  * The deployment is what the provider reports: a `synapse` provider's fingerprint of the model
  * (`GET /v1/models/{model}`), a TEI provider's `model_id@model_sha` (`GET /info`), an OpenAI
@@ -33,6 +34,9 @@ import type { ModelSource, ReadyModel, RemoteProvenance } from "./model.ts";
 
 /** Most tokens per input of a remote lane when the entry names none. */
 export const REMOTE_DEFAULT_MAX_TOKENS = 512;
+
+/** How far from 1 an L2 norm may be and count as normalised (float32 over the wire). */
+const NORM_TOLERANCE = 1e-3;
 
 /** Text of the load-time call that checks the provider's answers and learns the width. */
 const CHECK_TEXT = "Synapse checks this remote lane.";
@@ -133,13 +137,16 @@ export async function loadRemoteModel(
     });
   let dims = src.task === "rerank" ? 1 : remote.dims ?? 0;
   if (src.task === "embed") {
+    // One call learns the width and whether the provider normalises, before anything is served.
     const seq = tokenizer.encode(CHECK_TEXT, { maxTokens, truncate: true });
-    const width = await embedWidth(
-      provider,
-      remote.model,
-      decode(Array.from(seq.ids)),
-      src.normalize,
-    );
+    const { vectors, requestId } = await probeEngine(0).vectorsOf([decode(Array.from(seq.ids))]);
+    const v = vectors[0];
+    if (!Array.isArray(v) || v.length === 0 || v.some((x) => typeof x !== "number")) {
+      throw provider.violation("its embeddings answer holds no vector", "bad_shape", {
+        provider_request_id: requestId,
+      });
+    }
+    const width = v.length;
     if (remote.dims !== undefined && width !== remote.dims) {
       throw provider.violation(
         `model '${remote.model}' answers vectors of ${width} dimensions, and the entry declares dims ${remote.dims}`,
@@ -147,8 +154,18 @@ export async function loadRemoteModel(
         { model_id: modelId, expected_dims: remote.dims, got_dims: width },
       );
     }
+    const norm = Math.hypot(...(v as number[]));
+    const unit = Math.abs(norm - 1) <= NORM_TOLERANCE;
+    if (unit !== src.normalize) {
+      throw provider.violation(
+        `model '${remote.model}' answers vectors of L2 norm ${
+          norm.toPrecision(6)
+        }, and the entry says normalize: ${src.normalize}; set "normalize": ${unit} on the entry to match the provider`,
+        "normalization_mismatch",
+        { model_id: modelId, normalize: src.normalize, norm },
+      );
+    }
     dims = width;
-    await probeEngine(dims).embed([seq]);
   } else {
     await probeEngine(1).score([
       tokenizer.encodePair(CHECK_TEXT, CHECK_TEXT, { maxTokens, truncate: true }),
@@ -162,7 +179,8 @@ export async function loadRemoteModel(
     quant: "remote",
     engine: identity,
     sanitized_tokenizer_digest: tokenizer.digest,
-    pooling: src.task === "rerank" ? "cls" : src.pooling,
+    // The provider pools: the profile says so rather than naming a pooling this side never ran.
+    pooling: { custom: `remote:${provider.kind}` },
     normalization: src.task === "embed" && src.normalize ? "l2" : "none",
     dtype: "f32",
     flash_attention: "disabled",
@@ -304,31 +322,4 @@ async function describeDeployment(
   if (typeof row.root === "string" && row.root !== row.id) parts.push(`root=${row.root}`);
   if (typeof row.owned_by === "string") parts.push(`owned_by=${row.owned_by}`);
   return { deployment: parts.join(";") };
-}
-
-/** The width of the provider's vectors, from one embedding of `text`. */
-async function embedWidth(
-  provider: RemoteProvider,
-  model: string,
-  text: string,
-  normalize: boolean,
-): Promise<number> {
-  const tei = provider.kind === "tei";
-  const a = await provider.request(
-    "POST",
-    tei ? "/embed" : "/v1/embeddings",
-    tei
-      ? { inputs: [text], truncate: false, normalize }
-      : { model, input: [text], encoding_format: "float" },
-    { idempotent: true },
-  );
-  const v = tei
-    ? (a.body as unknown[])?.[0]
-    : ((a.body as { data?: { embedding?: unknown }[] })?.data?.[0]?.embedding);
-  if (!Array.isArray(v) || v.length === 0) {
-    throw provider.violation("its embeddings answer holds no vector", "bad_shape", {
-      provider_request_id: a.requestId,
-    });
-  }
-  return v.length;
 }

@@ -146,9 +146,6 @@ export function sourceFromPreload(entry: SynapseConfig["preload_models"][number]
  * `model` and `tokenizer_path` present, no setting of a local lane): the model is served by the
  * provider under `model`, tokenized here with `tokenizer_path` (lib/models/load_remote.ts).
  * `model_id` defaults to `model`.
- *
- * @throws {SynapseError} `invalid_request` `{field: "preload_models.reference_model"}` for a
- *   reference naming the model itself.
  */
 function remoteSourceFromPreload(entry: SynapseConfig["preload_models"][number]): ModelSource {
   const model = entry.model!;
@@ -159,7 +156,8 @@ function remoteSourceFromPreload(entry: SynapseConfig["preload_models"][number])
     engine: "remote",
     modelPath: `remote://${entry.provider}/${model}`,
     tokenizerPath: entry.tokenizer_path!,
-    pooling: (entry.pooling ?? "mean") as Pooling,
+    // Declared by the provider, not chosen here (the config refuses `pooling` on remote entries).
+    pooling: "mean" as Pooling,
     normalize: entry.normalize ?? true,
     remote: {
       provider: entry.provider!,
@@ -168,16 +166,6 @@ function remoteSourceFromPreload(entry: SynapseConfig["preload_models"][number])
     },
   };
   if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
-  if (entry.reference_model !== undefined) {
-    if (entry.reference_model === modelId) {
-      throw new SynapseError(
-        "invalid_request",
-        `Cannot preload '${modelId}': reference_model names the model itself`,
-        { details: { field: "preload_models.reference_model", model_id: modelId } },
-      );
-    }
-    source.referenceModel = entry.reference_model;
-  }
   return source;
 }
 

@@ -212,11 +212,18 @@ export class RemoteEngine implements Engine {
     }
   }
 
-  async #embedTexts(
+  /**
+   * One provider request embedding `texts`: the vectors as the provider answered them, one per
+   * text in order (their width is not checked here: the load learns it from them).
+   *
+   * @throws {SynapseError} `provider_protocol_violation` (`bad_shape`, `wrong_count`), the
+   *   provider's errors, `remote_deployment_changed`.
+   */
+  async vectorsOf(
     texts: string[],
-    signal: AbortSignal | undefined,
-    tokens: number,
-  ): Promise<{ data: Float32Array; ids: string[] }> {
+    signal?: AbortSignal,
+    tokens = 0,
+  ): Promise<{ vectors: unknown[]; requestId: string }> {
     const p = this.provider;
     const tei = p.kind === "tei";
     const a = await p.request(
@@ -264,6 +271,16 @@ export class RemoteEngine implements Engine {
         },
       );
     }
+    return { vectors, requestId: a.requestId };
+  }
+
+  async #embedTexts(
+    texts: string[],
+    signal: AbortSignal | undefined,
+    tokens: number,
+  ): Promise<{ data: Float32Array; ids: string[] }> {
+    const p = this.provider;
+    const { vectors, requestId } = await this.vectorsOf(texts, signal, tokens);
     const dims = this.dims;
     const out = new Float32Array(texts.length * dims);
     vectors.forEach((v, r) => {
@@ -276,7 +293,7 @@ export class RemoteEngine implements Engine {
           {
             expected_dims: dims,
             got_dims: Array.isArray(v) ? v.length : null,
-            provider_request_id: a.requestId,
+            provider_request_id: requestId,
           },
         );
       }
@@ -285,7 +302,7 @@ export class RemoteEngine implements Engine {
         out[r * dims + k] = typeof x === "number" ? x : NaN;
       }
     });
-    return { data: out, ids: [a.requestId] };
+    return { data: out, ids: [requestId] };
   }
 
   async #rerankTexts(

@@ -510,3 +510,22 @@ Deno.test("an OpenAI-kind reranker's relevance_score (a logistic) is turned back
     assert.ok(Math.abs(s - local.scores[i]) < 1e-6, `${s} vs ${local.scores[i]}`)
   );
 });
+
+Deno.test("a remote entry's normalize is checked against the provider's vectors at load; pooling and reference_model are refused on a remote entry", async () => {
+  await using p = await provider();
+  await using g = await gateway(p.base, {}, { normalize: false });
+  const row = await ready(g.syn, "remote");
+  assert.equal(row.state, "failed");
+  const e = semanticError(
+    await g.syn.call("embed.batch", { texts: TEXTS, model: "remote", accept_declared: true }),
+  );
+  assert.equal(e.code, "provider_protocol_violation");
+  assert.equal(e.details.reason, "normalization_mismatch");
+  assert.match(e.message, /set "normalize": true/);
+  for (const key of ["pooling", "reference_model"]) {
+    await assert.rejects(
+      gateway(p.base, {}, { [key]: key === "pooling" ? "cls" : "tiny" }),
+      new RegExp(`${key}' is a setting of a local lane`),
+    );
+  }
+});
