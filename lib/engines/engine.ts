@@ -56,6 +56,11 @@ export interface EngineBatchOutput {
    * `provider_request_id`), in order.
    */
   providerRequestIds?: string[];
+  /**
+   * Per row: the error that row got while the others were served (a remote provider refusing one
+   * input), undefined for a served row. Absent: every row was served.
+   */
+  rowErrors?: (SynapseError | undefined)[];
 }
 
 /**

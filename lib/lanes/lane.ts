@@ -404,7 +404,10 @@ export class Lane {
       inferenceMs += res.runMs;
       if (res.providerRequestIds !== undefined) ids.push(...res.providerRequestIds);
       idx.forEach((i, r) => {
-        out[i] = res.nonFinite[r] === 1
+        const rowError = res.rowErrors?.[r];
+        out[i] = rowError !== undefined
+          ? { kind: "error", error: rowError }
+          : res.nonFinite[r] === 1
           ? { kind: "non_finite" }
           : { kind: "ok", values: res.data.subarray(r * res.dims, (r + 1) * res.dims) };
       });

@@ -134,6 +134,7 @@ export async function loadRemoteModel(
       normalize: src.normalize,
       decode,
       deployedFingerprint,
+      unkId: tokenizer.unkTokenId,
     });
   let dims = src.task === "rerank" ? 1 : remote.dims ?? 0;
   if (src.task === "embed") {

@@ -188,6 +188,7 @@ export class SanitizedTokenizer {
   #tok: Tokenizer;
   #vocab: Map<string, number>;
   #unkId: number;
+  #declaredUnkId: number | undefined;
   #post: PostProcessor | null;
   #singleSpecials: number;
   #pairSpecials: number;
@@ -228,6 +229,7 @@ export class SanitizedTokenizer {
     // deno-lint-ignore no-explicit-any
     const model = (this.#tok as any).model as { unk_token_id?: number } | null;
     this.#unkId = model?.unk_token_id ?? 0;
+    this.#declaredUnkId = model?.unk_token_id ?? undefined;
     const pp = this.#tok.post_processor as unknown as PostProcessor | null;
     this.#post = pp;
     this.#singleSpecials = pp ? pp([], null, true).tokens.length : 0;
@@ -613,6 +615,15 @@ export class SanitizedTokenizer {
   decodeIds(ids: readonly number[], skipSpecialTokens = true): string {
     if (ids.length === 0) return "";
     return this.#tok.decode([...ids], { skip_special_tokens: skipSpecialTokens });
+  }
+
+  /**
+   * The id of the unknown token (`[UNK]`, `<unk>`) when the tokenizer's model declares one: what
+   * a piece outside the vocabulary becomes. Undefined for a model without one (byte-level BPE,
+   * where every text has tokens).
+   */
+  get unkTokenId(): number | undefined {
+    return this.#declaredUnkId;
   }
 
   /** Whether `id` is a token id of the vocabulary (added tokens included). */

@@ -480,6 +480,7 @@ export class RemoteProvider {
       return { ok: true, answer: { body: parsed, headers: res.headers, requestId, ms } };
     }
     const providerMessage = messageOf(text);
+    const providerCode = codeOf(text);
     if (status >= 500 || status === 429 || status === 408) {
       const retryAfter = retryAfterMs(res.headers.get("retry-after")) ?? PROVIDER_RETRY_AFTER_MS;
       if (status === 429) this.breaker.onSuccess();
@@ -535,7 +536,12 @@ export class RemoteProvider {
           providerMessage === "" ? "" : `: ${providerMessage}`
         }`,
         "provider_refused",
-        { http_status: status, provider_request_id: requestId },
+        {
+          http_status: status,
+          provider_request_id: requestId,
+          ...(providerCode === undefined ? {} : { provider_code: providerCode }),
+          ...(providerMessage === "" ? {} : { provider_message: providerMessage }),
+        },
       ),
     };
   }
@@ -616,6 +622,17 @@ function retryAfterMs(v: string | null): number | undefined {
   const ms = Number.isFinite(s) ? s * 1000 : Date.parse(v) - Date.now();
   if (!Number.isFinite(ms)) return undefined;
   return Math.min(Math.max(ms, 1), 600_000);
+}
+
+/** A provider's error code (`error.code`, else `code`), when its body is JSON with a short one. */
+function codeOf(text: string): string | undefined {
+  try {
+    const j = JSON.parse(text);
+    const c = j?.error?.code ?? j?.code ?? j?.error_type;
+    return typeof c === "string" && /^[A-Za-z0-9_.-]{1,64}$/.test(c) ? c : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** A provider's error message, from a JSON body's usual fields, clipped. */

@@ -2,8 +2,9 @@
  * The remote engine (docs/remote.md): the {@link Engine} interface over a provider's HTTP API.
  * Rows arrive as token ids like every engine's; the provider takes text, so each row is decoded
  * with the model's own tokenizer (special tokens left out: the provider adds its own) and the
- * provider tokenizes it again. Decoding the kept tokens is also what `content_sha256` hashes
- * (contract §3), so a truncated row sends exactly its kept part.
+ * provider tokenizes it again; a truncated row sends exactly its kept tokens. A row holding the
+ * unknown token is refused on its own (`op_not_supported_for_remote`, `unknown_tokens`): its
+ * decoded text would silently drop what the token stood for.
  *
  * | task | `openai` | `tei` | `synapse` |
  * |---|---|---|---|
@@ -56,6 +57,11 @@ export interface RemoteEngineOptions {
    * and checked on every answer.
    */
   deployedFingerprint?: string | undefined;
+  /**
+   * The tokenizer's unknown-token id, when it has one: a row holding it is refused (its decoded
+   * text would drop what the token stood for).
+   */
+  unkId?: number | undefined;
 }
 
 /** The remote engine of one model at one provider. */
@@ -104,16 +110,38 @@ export class RemoteEngine implements Engine {
 
   embed(rows: readonly EngineRow[], options: EngineCallOptions = {}): Promise<EngineBatchOutput> {
     if (this.task !== "embed") return Promise.reject(this.#notTask("embed"));
-    return this.#call(
+    const texts = rows.map((r) => this.#o.decode(Array.from(r.ids)));
+    return this.#serve(
       rows,
-      options,
-      (texts, signal, tokens) => this.#embedTexts(texts, signal, tokens),
+      this.dims,
+      (idx) => this.#embedTexts(idx.map((i) => texts[i]!), options.signal, tokensOf(rows, idx)),
     );
   }
 
   score(rows: readonly EngineRow[], options: EngineCallOptions = {}): Promise<EngineBatchOutput> {
     if (this.task !== "rerank") return Promise.reject(this.#notTask("rerank"));
-    return this.#callPairs(rows, options);
+    const pairs = rows.map((r) => splitPair(r, this.#o.decode));
+    return this.#serve(rows, 1, async (idx) => {
+      // Rows of one call may hold several queries: one provider request per query.
+      const groups = new Map<string, number[]>();
+      idx.forEach((i, k) => {
+        const q = pairs[i]![0];
+        groups.set(q, [...groups.get(q) ?? [], k]);
+      });
+      const data = new Float32Array(idx.length);
+      const ids: string[] = [];
+      await Promise.all([...groups].map(async ([query, ks]) => {
+        const r = await this.#rerankTexts(
+          query,
+          ks.map((k) => pairs[idx[k]!]![1]),
+          options.signal,
+          tokensOf(rows, ks.map((k) => idx[k]!)),
+        );
+        ks.forEach((k, n) => (data[k] = r.scores[n]!));
+        ids.push(r.id);
+      }));
+      return { data, ids };
+    });
   }
 
   generate(): Promise<GenerateOutput> {
@@ -141,64 +169,55 @@ export class RemoteEngine implements Engine {
     return fp === undefined ? {} : { "x-synapse-required-fingerprint": fp };
   }
 
-  async #call(
+  /**
+   * Serves rows through `send` (one provider call for the rows it is given, `dims` values each,
+   * row-major): a row holding the unknown token is that row's error and is not sent (its decoded
+   * text would lose what the token stood for); when the provider refuses a request of several
+   * rows, each is sent alone, so one input it refuses is that row's error and the rest is served
+   * (field reports F1, F6). A refusal for the recorded fingerprint is `remote_deployment_changed`.
+   */
+  async #serve(
     rows: readonly EngineRow[],
-    options: EngineCallOptions,
-    run: (
-      texts: string[],
-      signal: AbortSignal | undefined,
-      tokens: number,
-    ) => Promise<{ data: Float32Array; ids: string[] }>,
-  ): Promise<EngineBatchOutput> {
-    this.#checkUsable();
-    const texts = rows.map((r) => this.#o.decode(Array.from(r.ids)));
-    const tokens = rows.reduce((a, r) => a + r.ids.length, 0);
-    return await this.#timed(() => run(texts, options.signal, tokens), rows.length, this.dims);
-  }
-
-  async #callPairs(
-    rows: readonly EngineRow[],
-    options: EngineCallOptions,
-  ): Promise<EngineBatchOutput> {
-    this.#checkUsable();
-    // Rows of one call may hold several queries: one provider request per query.
-    const groups = new Map<string, { index: number; doc: string; tokens: number }[]>();
-    rows.forEach((r, index) => {
-      const [q, d] = splitPair(r, this.#o.decode);
-      const g = groups.get(q) ?? [];
-      g.push({ index, doc: d, tokens: r.ids.length });
-      groups.set(q, g);
-    });
-    return await this.#timed(
-      async () => {
-        const data = new Float32Array(rows.length);
-        const ids: string[] = [];
-        await Promise.all(
-          [...groups].map(async ([query, g]) => {
-            const tokens = g.reduce((a, x) => a + x.tokens, 0);
-            const r = await this.#rerankTexts(query, g.map((x) => x.doc), options.signal, tokens);
-            g.forEach((x, k) => (data[x.index] = r.scores[k]!));
-            ids.push(r.id);
-          }),
-        );
-        return { data, ids };
-      },
-      rows.length,
-      1,
-    );
-  }
-
-  async #timed(
-    run: () => Promise<{ data: Float32Array; ids: string[] }>,
-    n: number,
     dims: number,
+    send: (idx: number[]) => Promise<{ data: Float32Array; ids: string[] }>,
   ): Promise<EngineBatchOutput> {
+    this.#checkUsable();
     if (this.#inFlight++ === 0) this.#busySince = Date.now();
     const t0 = performance.now();
     try {
-      const { data, ids } = await run();
+      const n = rows.length;
+      const data = new Float32Array(n * dims);
+      const ids: string[] = [];
+      const rowErrors = new Array<SynapseError | undefined>(n);
+      const unk = this.#o.unkId;
+      const sendable: number[] = [];
+      rows.forEach((r, i) => {
+        if (unk !== undefined && r.ids.includes(unk)) rowErrors[i] = this.#unknownTokens();
+        else sendable.push(i);
+      });
+      const run = async (idx: number[]): Promise<void> => {
+        const out = await send(idx);
+        idx.forEach((i, k) => data.set(out.data.subarray(k * dims, (k + 1) * dims), i * dims));
+        ids.push(...out.ids);
+      };
+      if (sendable.length > 0) {
+        try {
+          await run(sendable);
+        } catch (e) {
+          if (!isItemRefusal(e)) throw this.#deploymentChanged(e) ?? e;
+          for (const i of sendable) {
+            try {
+              await (sendable.length === 1 ? Promise.reject(e) : run([i]));
+            } catch (alone) {
+              if (!isItemRefusal(alone)) throw this.#deploymentChanged(alone) ?? alone;
+              rowErrors[i] = this.#rowError(alone);
+            }
+          }
+        }
+      }
       const nonFinite = new Uint8Array(n);
       for (let r = 0; r < n; r++) {
+        if (rowErrors[r] !== undefined) continue;
         for (let k = r * dims; k < (r + 1) * dims; k++) {
           if (!Number.isFinite(data[k]!)) {
             nonFinite[r] = 1;
@@ -206,10 +225,71 @@ export class RemoteEngine implements Engine {
           }
         }
       }
-      return { data, dims, nonFinite, runMs: performance.now() - t0, providerRequestIds: ids };
+      return {
+        data,
+        dims,
+        nonFinite,
+        runMs: performance.now() - t0,
+        providerRequestIds: ids,
+        ...(rowErrors.some((x) => x !== undefined) ? { rowErrors } : {}),
+      };
     } finally {
       this.#inFlight--;
     }
+  }
+
+  /** A row with the unknown token: its text cannot be sent faithfully. */
+  #unknownTokens(): SynapseError {
+    return new SynapseError(
+      "op_not_supported_for_remote",
+      `Cannot send this input to remote provider '${this.provider.id}': the model's tokenizer maps some of its characters to the unknown token, and a remote lane sends the tokens as text, which would leave them out; serve it on a local lane, or remove those characters`,
+      { details: { provider: this.provider.id, reason: "unknown_tokens" } },
+    );
+  }
+
+  /**
+   * The error of one input the provider refused: the provider's own code when it is one of the
+   * stable per-item codes (another Synapse's `invalid_request`, `engine_output_invalid`,
+   * `sequence_too_long`), else its `provider_protocol_violation`.
+   */
+  #rowError(e: SynapseError): SynapseError {
+    const code = e.details?.provider_code;
+    if (
+      code !== "invalid_request" && code !== "engine_output_invalid" && code !== "sequence_too_long"
+    ) {
+      return e;
+    }
+    return new SynapseError(
+      code,
+      `Remote provider '${this.provider.id}' refused this input: ${
+        String(e.details?.provider_message ?? e.message)
+      }`,
+      { details: { ...e.details } },
+    );
+  }
+
+  /**
+   * `remote_deployment_changed` for a `synapse` provider that refused the fingerprint recorded at
+   * load (it answers `substitution_rejected` to `x-synapse-required-fingerprint`), else undefined.
+   */
+  #deploymentChanged(e: unknown): SynapseError | undefined {
+    const want = this.#o.deployedFingerprint;
+    if (
+      want === undefined || !(e instanceof SynapseError) ||
+      e.details?.provider_code !== "substitution_rejected"
+    ) return undefined;
+    return new SynapseError(
+      "remote_deployment_changed",
+      `Remote provider '${this.provider.id}' no longer serves model '${this.model}' under fingerprint ${want}, recorded when the lane loaded; reload the model to take the new deployment as a new vector space`,
+      {
+        details: {
+          provider: this.provider.id,
+          expected_fingerprint: want,
+          fingerprint: null,
+          provider_request_id: e.details?.provider_request_id ?? null,
+        },
+      },
+    );
   }
 
   /**
@@ -395,6 +475,20 @@ export class RemoteEngine implements Engine {
       },
     );
   }
+}
+
+/** Tokens of the rows `idx`. */
+function tokensOf(rows: readonly EngineRow[], idx: readonly number[]): number {
+  let n = 0;
+  for (const i of idx) n += rows[i]!.ids.length;
+  return n;
+}
+
+/** A provider's refusal of the request's content (a 4xx answer), not of the deployment. */
+function isItemRefusal(e: unknown): e is SynapseError {
+  return e instanceof SynapseError && e.code === "provider_protocol_violation" &&
+    e.details?.reason === "provider_refused" &&
+    e.details?.provider_code !== "substitution_rejected";
 }
 
 /**

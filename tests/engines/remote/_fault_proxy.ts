@@ -30,7 +30,8 @@ export class FaultProxy {
   requireKey: string | undefined;
   /** The authorization header of the last request. */
   lastAuthorization: string | null = null;
-  readonly upstream: string;
+  /** Where requests are forwarded; a test may point it at another provider (a swapped deployment). */
+  upstream: string;
   #server: Deno.HttpServer<Deno.NetAddr>;
 
   constructor(upstream: string) {

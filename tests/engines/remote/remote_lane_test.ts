@@ -529,3 +529,68 @@ Deno.test("a remote entry's normalize is checked against the provider's vectors 
     );
   }
 });
+
+Deno.test("field reports F1/F6 on the remote lane: an input with unknown tokens, or one the provider refuses (NaN), is that item's error and the rest is served", async () => {
+  const nanDir = `${MODELS}/synapse-tiny-embed-nan`;
+  const t = await startSynapse({ preload_models: [preload(nanDir, "tiny")] });
+  const server = serveHttp(t.syn, { log: nullLog });
+  try {
+    await ready(t.syn, "tiny");
+    await using g = await gateway(`http://127.0.0.1:${server.port}`, {}, {
+      tokenizer_path: `${nanDir}/tokenizer.json`,
+    });
+    const items = [
+      { id: "ok", text: "hello" },
+      { id: "poison", text: "poison" },
+      { id: "emoji", text: "x\u{1F600}y" },
+    ];
+    const local = resultOf(await t.syn.call("embed.batch", { items, model: "tiny" }));
+    const remote = resultOf(
+      await g.syn.call("embed.batch", { items, model: "remote", accept_declared: true }),
+    );
+    assert.deepEqual(remote.vectors.map((v: { id: string }) => v.id), ["ok"]);
+    assert.deepEqual(
+      remote.vectors[0].vector,
+      local.vectors.find((v: { id: string }) => v.id === "ok").vector,
+    );
+    const errors = Object.fromEntries(
+      remote.item_errors.map((e: { id: string; error: { code: string; details: unknown } }) => [
+        e.id,
+        e.error,
+      ]),
+    );
+    assert.equal(errors.poison.code, "engine_output_invalid", JSON.stringify(errors.poison));
+    assert.equal(errors.emoji.code, "op_not_supported_for_remote");
+    assert.equal(errors.emoji.details.reason, "unknown_tokens");
+  } finally {
+    await server.shutdown();
+    await t[Symbol.asyncDispose]();
+  }
+});
+
+Deno.test("a Synapse provider that now serves another model under the name refuses the recorded fingerprint: remote_deployment_changed", async () => {
+  await using p = await provider();
+  const other = await startSynapse({
+    preload_models: [preload(`${MODELS}/synapse-tiny-embed-f16`, "tiny")],
+  });
+  const otherServer = serveHttp(other.syn, { log: nullLog });
+  const proxy = new FaultProxy(p.base);
+  try {
+    await ready(other.syn, "tiny");
+    await using g = await gateway(proxy.base);
+    resultOf(
+      await g.syn.call("embed.batch", { texts: TEXTS, model: "remote", accept_declared: true }),
+    );
+    proxy.upstream = `http://127.0.0.1:${otherServer.port}`;
+    const e = semanticError(
+      await g.syn.call("embed.batch", { texts: TEXTS, model: "remote", accept_declared: true }),
+    );
+    assert.equal(e.code, "remote_deployment_changed", JSON.stringify(e));
+    assert.equal(e.details.provider, "peer");
+    assert.match(e.details.expected_fingerprint, /^[0-9a-f]{64}$/);
+  } finally {
+    await proxy.close();
+    await otherServer.shutdown();
+    await other[Symbol.asyncDispose]();
+  }
+});
