@@ -421,7 +421,7 @@ export class Synapse implements AsyncDisposable {
       registry: this.registry,
       loads: this.loads,
       admission: this.admission,
-      jobs: { store: this.jobStore, running },
+      jobs: { store: this.jobStore, running, paused: new Map() },
       moduleGeneration: store.moduleGeneration,
       tableEpoch: () => this.aliases.tableEpoch(),
       aliases: this.aliases,
@@ -640,6 +640,11 @@ export class Synapse implements AsyncDisposable {
     if (this.#sweeper !== undefined) clearInterval(this.#sweeper);
     this.#perf?.dispose();
     this.metrics.dispose();
+    // A job paused for re-authentication stays so in the store; the next boot fails it
+    // module_restarted (its inputs end with this process).
+    for (const paused of this.context.jobs.paused.values()) {
+      paused.abandon(new SynapseError("disposed", "Job paused when the instance stopped"));
+    }
     try {
       await this.registry.dispose();
       for (const p of this.remoteProviders.values()) p.close();

@@ -152,6 +152,14 @@ export class SynapseBusClient implements AsyncDisposable {
     return this.call("embed.result", params, options);
   }
 
+  /** `job.resume`: continues a durable job paused `paused_needs_reauth`. */
+  jobResume(
+    params: OpParams<"job.resume">,
+    options?: BusCallOptions,
+  ): Promise<OpResult<"job.resume">> {
+    return this.call("job.resume", params, options);
+  }
+
   /** `rerank.score`: raw cross-encoder scores of candidates against a query. */
   rerankScore(
     params: OpParams<"rerank.score">,

@@ -247,6 +247,12 @@ export const EmbedResultParams = z.strictObject({
 });
 export type EmbedResultParams = z.infer<typeof EmbedResultParams>;
 
+/** `job.resume {job_id}`: a durable job paused `paused_needs_reauth` (contract §1). */
+export const JobResumeParams = z.strictObject({
+  job_id: wellFormedName(),
+});
+export type JobResumeParams = z.infer<typeof JobResumeParams>;
+
 /** `models.list {}`. */
 export const ModelsListParams = z.strictObject({});
 

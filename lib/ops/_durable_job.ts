@@ -9,7 +9,7 @@
  *
  * @module
  */
-import { toSynapseError } from "../contract/errors.ts";
+import { SynapseError, toSynapseError } from "../contract/errors.ts";
 import type { EngineIdentity } from "../identity/numeric_profile.ts";
 import type { LaneBatchResult } from "../lanes/lane.ts";
 import type { ReadyModel } from "../models/model.ts";
@@ -238,8 +238,9 @@ export class JobPages<P extends JobPage> {
 /**
  * Runs a job's rows through the model's bulk lane, one quantum at a time: rows are sorted by
  * length (so each quantum's micro-batches pad little), a quantum is as many tokens as the lane
- * computes in the target quantum time (`quantumTokensFor`, capped at `jobs.bulk_quantum_tokens`;
- * before the lane has measured a rate, min(1024, the cap)), and each quantum is one lane run, so
+ * computes in the target quantum time (`quantumTokensFor`, capped at `jobs.bulk_quantum_tokens`,
+ * at least 256 tokens or the cap when it is smaller; before the lane has measured a rate,
+ * min(1024, the cap)), and each quantum is one lane run, so
  * it joins the back of the bulk queue and interactive work runs between quanta.
  *
  * @param ctx Module context.
@@ -247,8 +248,15 @@ export class JobPages<P extends JobPage> {
  * @param model The job's model (its bulk lane runs the quanta).
  * @param kind The engine request kind: `embed` or `score` (rerank).
  * @param rows The rows, each with its encoded sequence; sorted here, in place.
+ * A quantum a remote provider refuses for its credentials (`needs_reauth`, or
+ * `credential_config_invalid` when its key cannot be read) does not fail the job: the page in
+ * hand is committed, the job is paused `paused_needs_reauth` ({@link pauseForReauth}), and the
+ * same quantum is sent again after `job.resume` (contract §1).
+ *
  * @param onQuantum Turns one quantum's engine rows into page lines (`out.rows[k]` is `slice[k]`'s).
- * @throws {SynapseError} what the lane throws (a crash, `disposed`).
+ * @param commitInHand Commits the page in hand (before a pause, so what was computed is readable).
+ * @throws {SynapseError} what the lane throws (a crash, `disposed`); `needs_reauth_expired` when a
+ *   pause was not resumed by its deadline.
  */
 export async function runQuanta<T extends { seq: EncodedSequence }>(
   ctx: OpContext,
@@ -257,6 +265,7 @@ export async function runQuanta<T extends { seq: EncodedSequence }>(
   kind: "embed" | "score",
   rows: T[],
   onQuantum: (slice: T[], out: LaneBatchResult) => void,
+  commitInHand: () => void,
 ): Promise<void> {
   const lane = model.bulk;
   rows.sort((a, b) => a.seq.ids.length - b.seq.ids.length);
@@ -264,12 +273,26 @@ export async function runQuanta<T extends { seq: EncodedSequence }>(
   for (let start = 0; start < rows.length;) {
     const tps = lane.tokensPerSecond;
     const cap = ctx.config.jobs.bulk_quantum_tokens;
-    const quantum = tps > 0 ? quantumTokensFor(tps, { maxTokens: cap }) : Math.min(1024, cap);
+    // A cap under the usual 256-token floor is honoured as it is (it was refused with a RangeError
+    // that failed the job internal_error).
+    const quantum = tps > 0
+      ? quantumTokensFor(tps, { maxTokens: cap, minTokens: Math.min(256, cap) })
+      : Math.min(1024, cap);
     const end = takeQuantum(lengths, start, quantum);
     const slice = rows.slice(start, end);
-    const out = await lane.run({ kind, rows: slice.map((r) => r.seq) }, {
-      label: `${jobId}@${start}`,
-    });
+    let out: LaneBatchResult;
+    for (;;) {
+      try {
+        out = await lane.run({ kind, rows: slice.map((r) => r.seq) }, {
+          label: `${jobId}@${start}`,
+        });
+        break;
+      } catch (err) {
+        if (!(err instanceof SynapseError) || !PAUSE_CODES.has(err.code)) throw err;
+        commitInHand();
+        await pauseForReauth(ctx, jobId, err);
+      }
+    }
     ctx.log("debug", "synapse.jobs", "job quantum", {
       job: jobId,
       from: start,
@@ -281,6 +304,49 @@ export async function runQuanta<T extends { seq: EncodedSequence }>(
     onQuantum(slice, out);
     start = end;
   }
+}
+
+/** Refusals of a remote provider's credentials: they pause a durable job (contract §1 job.resume). */
+const PAUSE_CODES: ReadonlySet<string> = new Set(["needs_reauth", "credential_config_invalid"]);
+
+/**
+ * Pauses a running job for re-authentication and waits: the store row becomes
+ * `paused_needs_reauth` with its resume deadline (`jobs.resume_deadline_ms` after now) and `err`
+ * as its error; the run resolves when `job.resume` wakes it (the store row is `running` again by
+ * then), and rejects with `needs_reauth_expired` at the deadline, or with what
+ * {@link PausedJob.abandon} is given (`disposed` at shutdown). The job keeps its bulk-lane
+ * admission and its inputs in memory while paused.
+ *
+ * @throws {SynapseError} `needs_reauth_expired`; `disposed`; what the store throws.
+ */
+async function pauseForReauth(ctx: OpContext, jobId: string, err: SynapseError): Promise<void> {
+  const row = ctx.jobs.store.pause(jobId, err.toWire());
+  ctx.log("warn", "synapse.jobs", "job paused: the provider refused its credentials", {
+    job: jobId,
+    outcome: err.code,
+    ...(typeof err.details?.provider === "string" ? { provider: err.details.provider } : {}),
+    resume_deadline_ms: row.resumeDeadlineMs ?? 0,
+  });
+  const { promise, resolve, reject } = Promise.withResolvers<void>();
+  const waitMs = Math.max(0, (row.resumeDeadlineMs ?? Date.now()) - Date.now());
+  const timer = setTimeout(() => {
+    reject(
+      new SynapseError(
+        "needs_reauth_expired",
+        `Job ${jobId} was not resumed before its resume deadline; submit the request again with a new request_key`,
+        { details: { job_id: jobId } },
+      ),
+    );
+  }, Math.min(waitMs, 2 ** 31 - 1));
+  Deno.unrefTimer(timer);
+  ctx.jobs.paused.set(jobId, { resume: () => resolve(), abandon: (e) => reject(e) });
+  try {
+    await promise;
+  } finally {
+    clearTimeout(timer);
+    ctx.jobs.paused.delete(jobId);
+  }
+  ctx.log("info", "synapse.jobs", "job resumed", { job: jobId });
 }
 
 /**

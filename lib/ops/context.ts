@@ -19,11 +19,25 @@ import type { MachineProfile } from "../identity/machine_profile.ts";
 import type { KnobAssignment } from "../probe/types.ts";
 import type { AliasStore } from "../store/alias_store.ts";
 
-/** Durable jobs: their store and the runs in flight. */
+/**
+ * A durable job of this process paused for re-authentication (`paused_needs_reauth`): its run
+ * waits, its inputs in memory, until `job.resume` or its resume deadline
+ * (lib/ops/_durable_job.ts `runQuanta`).
+ */
+export interface PausedJob {
+  /** Wakes the run: it sends the refused quantum again. */
+  resume(): void;
+  /** Ends the wait with `err` (the deadline passed, the instance is shutting down). */
+  abandon(err: unknown): void;
+}
+
+/** Durable jobs: their store, the runs in flight and the runs paused. */
 export interface JobsContext {
   readonly store: JobStore;
-  /** Job runs in flight in this process, by job id. */
+  /** Job runs in flight in this process, by job id (a paused one included). */
   readonly running: Map<string, Promise<void>>;
+  /** Job runs of this process paused for re-authentication, by job id. */
+  readonly paused: Map<string, PausedJob>;
 }
 
 /** Shared state handed to every operation. */

@@ -9,7 +9,7 @@ import { SynapseError } from "../contract/errors.ts";
 import type { ChannelError, WireError } from "../contract/errors.ts";
 import { embedBatch, embedQuery } from "./embed.ts";
 import { rerankScore } from "./rerank.ts";
-import { embedResult } from "./jobs.ts";
+import { embedResult, jobResume } from "./jobs.ts";
 import { admissionStatus, modelsList } from "./models.ts";
 import { microllmOneshot } from "./microllm.ts";
 import { modelInfo } from "./model_info.ts";
@@ -73,7 +73,8 @@ export interface Operation {
  * registry; `model.load`, `model.unload`, `models.download*`, `models.remove`, `cache.*`,
  * `probe.start` (it writes the certification rows every caller's admission reads) and
  * `alias.declare` / `alias.retract` (they change which fingerprints every caller's envelope
- * calls equivalent) are `mutate`. `embed.batch` with a `request_key`
+ * calls equivalent) are `mutate`. `job.resume` is `query` and `open` as `embed.batch` is: it
+ * continues the caller's own job (the job id is the capability that reads and resumes it). `embed.batch` with a `request_key`
  * does write the store (it mints a durable job), but it stays `query`: the job is the durable
  * form of one deterministic computation, keyed by the caller's own key (the same key and texts
  * attach to the same job; different texts are `idempotency_conflict`), and it changes nothing
@@ -85,6 +86,7 @@ export const OPERATIONS: Readonly<Record<string, Operation>> = Object.freeze({
   "embed.query": { kind: "query", access: "open", handler: embedQuery },
   "embed.batch": { kind: "query", access: "open", handler: embedBatch },
   "embed.result": { kind: "query", access: "open", handler: embedResult },
+  "job.resume": { kind: "query", access: "open", handler: jobResume },
   "rerank.score": { kind: "query", access: "open", handler: rerankScore },
   "microllm.oneshot": { kind: "query", access: "open", handler: microllmOneshot },
   "models.list": { kind: "query", access: "open", handler: modelsList },

@@ -12,7 +12,7 @@ import type { WireError } from "../contract/errors.ts";
 import { buildEnvelope } from "../contract/envelope.ts";
 import { servedCertified } from "../probe/certification.ts";
 import type { Envelope } from "../contract/envelope.ts";
-import { EmbedResultParams, parseParams } from "../contract/schemas.ts";
+import { EmbedResultParams, JobResumeParams, parseParams } from "../contract/schemas.ts";
 import { requestDigest } from "../identity/request_digest.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import type { ReadyModel } from "../models/model.ts";
@@ -86,8 +86,11 @@ export interface EmbedResultPage extends Envelope {
   real_token_counts: number[];
   truncation_disclosures: TruncationDisclosure[];
   item_errors?: ItemError[];
-  /** The job's failure, when it failed. */
+  /** The job's failure, when it failed; while `paused_needs_reauth`, why it paused. */
   error?: WireError;
+  /** While `paused_needs_reauth`: when it paused and the deadline to `job.resume` it (ms). */
+  paused_at_ms?: number;
+  resume_deadline_ms?: number;
   /** The job's prompt disclosure (as `embed.batch`'s `prompt`), when it had one. */
   prompt?: PromptDisclosure;
   /** The op that made the job: `embed.batch`, or `rerank.score` (whose pages hold `scores`). */
@@ -219,7 +222,7 @@ async function runEmbedJob(
           p.truncation_disclosures.push(line.disclosure);
         });
       });
-    });
+    }, () => pages.commit());
     pages.commit();
     ctx.jobs.store.finish(jobId, "done");
     ctx.log("info", "synapse.jobs", "job done", {
@@ -307,6 +310,88 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
   }
   if (body.item_errors && body.item_errors.length > 0) out.item_errors = body.item_errors;
   if (job.error) out.error = job.error;
+  if (job.state === "paused_needs_reauth") {
+    if (job.pausedAtMs !== null) out.paused_at_ms = job.pausedAtMs;
+    if (job.resumeDeadlineMs !== null) out.resume_deadline_ms = job.resumeDeadlineMs;
+  }
   if (params.prompt !== undefined) out.prompt = params.prompt;
   return out;
+}
+
+/** `job.resume` payload. */
+export interface JobResumed {
+  module_generation: number;
+  job_id: string;
+  /** The job's state after the call: `running` when resumed, else what it already was. */
+  state: JobState;
+  /** True when this call woke a paused job; false when it was already queued or running. */
+  resumed: boolean;
+  pages_available: number;
+  items_total: number;
+  items_done: number;
+}
+
+/**
+ * `job.resume {job_id}` (contract §1): continues a durable job paused `paused_needs_reauth`
+ * after a remote provider refused its credentials; its run sends the refused quantum again
+ * (the provider reads a key file again first). Idempotent: a queued or running job answers
+ * `resumed: false`. A job pauses and resumes only in the process that admitted it (its inputs
+ * live there); a restart fails a paused job `module_restarted`, and the same request with the
+ * same `request_key` runs it again.
+ *
+ * @throws {SynapseError} `invalid_request` for an unknown job (`details.field: "job_id"`) or a
+ *   finished one (`details.reason: "job_not_paused"`, `state`); `needs_reauth_expired` when its
+ *   resume deadline passed (the job is then `failed_permanent`).
+ */
+export function jobResume(ctx: OpContext, rawParams: unknown): JobResumed {
+  const p = parseParams("job.resume", JobResumeParams, rawParams);
+  const store = ctx.jobs.store;
+  let job = store.get(p.job_id);
+  if (!job) {
+    throw new SynapseError("invalid_request", `Cannot resume: unknown job '${p.job_id}'`, {
+      details: { field: "job_id", job_id: p.job_id },
+    });
+  }
+  let resumed = false;
+  if (job.state === "paused_needs_reauth") {
+    const paused = ctx.jobs.paused.get(job.jobId);
+    try {
+      job = store.resume(job.jobId);
+    } catch (err) {
+      if (err instanceof SynapseError && err.code === "needs_reauth_expired") paused?.abandon(err);
+      throw err;
+    }
+    if (paused === undefined) {
+      // Paused by a process that is gone (its boot sweep has not run here): nothing can run it.
+      const e = new SynapseError(
+        "module_restarted",
+        `Job ${job.jobId} was paused by an earlier process; submit the same request with the same request_key to run it again`,
+      );
+      store.finish(job.jobId, "failed_transient", e.toWire());
+      throw e;
+    }
+    paused.resume();
+    resumed = true;
+  } else if (job.state !== "queued" && job.state !== "running") {
+    if (job.error?.code === "needs_reauth_expired") {
+      throw new SynapseError("needs_reauth_expired", job.error.message, {
+        details: { job_id: job.jobId },
+      });
+    }
+    throw new SynapseError(
+      "invalid_request",
+      `Cannot resume job '${job.jobId}': it is ${job.state}, not paused_needs_reauth`,
+      { details: { job_id: job.jobId, reason: "job_not_paused", state: job.state } },
+    );
+  }
+  ctx.log("info", "synapse.jobs", "job.resume", { job: job.jobId, resumed: String(resumed) });
+  return {
+    module_generation: ctx.moduleGeneration,
+    job_id: job.jobId,
+    state: job.state,
+    resumed,
+    pages_available: job.pageCount,
+    items_total: job.itemsTotal ?? 0,
+    items_done: job.itemsDone ?? 0,
+  };
 }

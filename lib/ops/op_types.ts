@@ -17,6 +17,7 @@ import type {
   EmbedBatchParams,
   EmbedQueryParams,
   EmbedResultParams,
+  JobResumeParams,
   ModelLoadParams,
   ModelsCatalogParams,
   ModelsDownloadCancelParams,
@@ -40,7 +41,7 @@ import type {
 } from "./aliases.ts";
 import type { detokenizeOp, DetokenizeParams, tokenizeOp, TokenizeParams } from "./tokenize.ts";
 import type { embedBatch, embedQuery } from "./embed.ts";
-import type { embedResult } from "./jobs.ts";
+import type { embedResult, jobResume } from "./jobs.ts";
 import type { microllmOneshot, MicrollmParams } from "./microllm.ts";
 import type { admissionStatus, modelsList } from "./models.ts";
 import type { modelInfo, ModelInfoParams } from "./model_info.ts";
@@ -80,6 +81,10 @@ export interface SynapseOperations {
   "embed.result": {
     params: z.input<typeof EmbedResultParams>;
     result: ResultOf<typeof embedResult>;
+  };
+  "job.resume": {
+    params: z.input<typeof JobResumeParams>;
+    result: ResultOf<typeof jobResume>;
   };
   "rerank.score": {
     params: z.input<typeof RerankScoreParams>;

@@ -121,7 +121,7 @@ async function runRerankJob(ctx: OpContext, jobId: string, req: RerankJobRequest
           p.truncation_disclosures.push(disclosureOf(s.seq));
         });
       });
-    });
+    }, () => pages.commit());
     pages.commit();
     ctx.jobs.store.finish(jobId, "done");
     ctx.log("info", "synapse.jobs", "job done", {

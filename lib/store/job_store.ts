@@ -27,7 +27,9 @@
  *
  * - {@link JobStore.inheritEarlierGenerations} (at boot): every `queued`/`running` job of an
  *   earlier module generation becomes `failed_transient` with `module_restarted` (transient, 100
- *   ms, safe to retry the same request). `paused_needs_reauth` jobs are left alone (job.resume).
+ *   ms, safe to retry the same request). So does a `paused_needs_reauth` one: a job's inputs
+ *   live only in the process that admitted it, so a paused job cannot be resumed by another
+ *   (`job.resume` resumes one in its own process; {@link JobStore.pause}, {@link JobStore.resume}).
  * - {@link JobStore.sweepExpired}: a `queued`/`running` job past `execution_expires_ms` becomes
  *   `failed_transient` with `deadline_exceeded`; a `paused_needs_reauth` job past
  *   `resume_deadline_ms` becomes `failed_permanent` with `needs_reauth_expired`. Failing first
@@ -385,6 +387,66 @@ export class JobStore {
   }
 
   /**
+   * Pauses a running job for re-authentication (contract §1 `job.resume`, §7 job states): a
+   * remote provider refused its credentials. Sets `paused_needs_reauth`, `paused_at_ms` (now),
+   * `resume_deadline_ms` (now + the job's resume TTL) and `error_json` (why it paused; cleared by
+   * {@link resume}). Pages committed before stay readable.
+   *
+   * @param jobId Job id; the job must be `running`.
+   * @param error Why it paused (`needs_reauth`, `credential_config_invalid`).
+   * @returns The updated job.
+   * @throws {SynapseError} `invalid_request` (details `{job_id, state?}`) when the job is unknown
+   *   or not running; `store_failure`; `disposed`.
+   */
+  pause(jobId: string, error: WireError): JobRow {
+    const now = this.#clock();
+    return this.#store.transaction((db) => {
+      const job = this.#overlay(requireJob(db, jobId, "pause"));
+      if (job.state !== "running") throw wrongState(jobId, job.state, "pause", "running");
+      const deadline = now + (job.resumeTtlMs ?? 86_400_000);
+      db.prepare(
+        `UPDATE jobs SET state = 'paused_needs_reauth', paused_at_ms = ?, resume_deadline_ms = ?,
+           error_json = ?, updated_ms = ? WHERE job_id = ?`,
+      ).run(now, deadline, JSON.stringify(error), now, jobId);
+      return mustGet(db, jobId);
+    });
+  }
+
+  /**
+   * Resumes a paused job (`job.resume`): `paused_needs_reauth` → `running`, its pause fields and
+   * error cleared. A job past its resume deadline is failed `needs_reauth_expired` instead (what
+   * the sweep would do), and that error thrown.
+   *
+   * @param jobId Job id; the job must be `paused_needs_reauth`.
+   * @returns The updated job.
+   * @throws {SynapseError} `needs_reauth_expired` past the deadline; `invalid_request` (details
+   *   `{job_id, state?}`) when the job is unknown or not paused; `store_failure`; `disposed`.
+   */
+  resume(jobId: string): JobRow {
+    const now = this.#clock();
+    const expired = this.#store.transaction((db) => {
+      const job = this.#overlay(requireJob(db, jobId, "resume"));
+      if (job.state !== "paused_needs_reauth") {
+        throw wrongState(jobId, job.state, "resume", "paused_needs_reauth");
+      }
+      if (job.resumeDeadlineMs !== null && job.resumeDeadlineMs < now) return true;
+      db.prepare(
+        `UPDATE jobs SET state = 'running', paused_at_ms = NULL, resume_deadline_ms = NULL,
+           error_json = NULL, updated_ms = ? WHERE job_id = ?`,
+      ).run(now, jobId);
+      return false;
+    });
+    if (!expired) return this.get(jobId)!;
+    const error = new SynapseError(
+      "needs_reauth_expired",
+      `Job ${jobId} was not resumed before its resume deadline; submit the request again with a new request_key`,
+      { details: { job_id: jobId } },
+    );
+    this.finish(jobId, "failed_permanent", error.toWire());
+    throw error;
+  }
+
+  /**
    * Reads a result page; pages are readable in any job state until the job is swept.
    *
    * @param jobId Job id.
@@ -438,7 +500,7 @@ export class JobStore {
         db.prepare(
           `UPDATE jobs SET state = 'failed_transient', error_json = ?, terminal_at_ms = ?,
              updated_ms = ?, active_attempt_id = NULL
-           WHERE module_generation < ? AND state IN ('queued', 'running')`,
+           WHERE module_generation < ? AND state IN ('queued', 'running', 'paused_needs_reauth')`,
         ).run(JSON.stringify(error), now, now, currentGeneration).changes,
       )
     );

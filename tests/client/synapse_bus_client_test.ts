@@ -15,6 +15,7 @@ const TYPED_METHODS = {
   "embed.query": true,
   "embed.batch": true,
   "embed.result": true,
+  "job.resume": true,
   "rerank.score": true,
   "microllm.oneshot": true,
   "models.list": true,

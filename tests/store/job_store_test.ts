@@ -247,7 +247,7 @@ Deno.test("JobStore.admit() mints afresh after any transient failure safe to ret
   assert.strictEqual(again.job.jobId, "job_2");
 });
 
-Deno.test("JobStore.inheritEarlierGenerations() fails queued/running jobs of a reopened store", async () => {
+Deno.test("JobStore.inheritEarlierGenerations() fails queued, running and paused jobs of a reopened store (a paused job's inputs died with its process)", async () => {
   await using t = await tempDir();
   const path = join(t.dir, "store.db");
   const clock = { now: T0 };
@@ -274,8 +274,8 @@ Deno.test("JobStore.inheritEarlierGenerations() fails queued/running jobs of a r
   assert.strictEqual(store.moduleGeneration, 2);
   // A job of the current generation is not touched.
   jobs.admit(admission({ requestKey: "current", moduleGeneration: 2 }));
-  assert.strictEqual(jobs.inheritEarlierGenerations(2), 2);
-  for (const id of ["job_1", "job_2"]) {
+  assert.strictEqual(jobs.inheritEarlierGenerations(2), 3);
+  for (const id of ["job_1", "job_2", "job_4"]) {
     const job = jobs.get(id);
     assert.strictEqual(job?.state, "failed_transient", id);
     assert.strictEqual(job.terminalAtMs, T0 + 5000);
@@ -291,7 +291,6 @@ Deno.test("JobStore.inheritEarlierGenerations() fails queued/running jobs of a r
   }
   assert.strictEqual(jobs.get("job_3")?.state, "done");
   assert.strictEqual(jobs.get("job_3")?.error, null);
-  assert.strictEqual(jobs.get("job_4")?.state, "paused_needs_reauth");
   assert.strictEqual(jobs.get("job_100")?.state, "queued");
   // Pages and progress of the inherited running job are intact.
   assert.strictEqual(jobs.pageCount("job_2"), 1);
@@ -302,8 +301,8 @@ Deno.test("JobStore.inheritEarlierGenerations() fails queued/running jobs of a r
   assert.deepStrictEqual(jobs.counters(), {
     minted: 1,
     completed: 0,
-    failed: 2,
-    inherited: 2,
+    failed: 3,
+    inherited: 3,
     open: 1,
   });
 });
@@ -528,3 +527,47 @@ Deno.test("JobStore wraps SQLite failures in store_failure and honours dispose",
   assert.throws(() => jobs.admit(admission()), isCode("disposed"));
   assert.throws(() => jobs.sweepExpired(), isCode("disposed"));
 });
+
+Deno.test("JobStore.pause() and resume(): running → paused_needs_reauth with its deadline and why → running, pages kept; past the deadline resume fails it needs_reauth_expired", async () => {
+  await using t = await tempDir();
+  const clock = { now: T0 };
+  const { store, jobs } = open(join(t.dir, "store.db"), clock);
+  using _store = store;
+  const ttls = { executionMs: DAY_MS, retentionMs: DAY_MS, resumeMs: 1000 };
+  jobs.admit(admission({ requestKey: "a", ttls }));
+  assert.throws(() => jobs.pause("job_1", reauthError()), isCode("invalid_request"));
+  jobs.markRunning("job_1");
+  jobs.commitPage("job_1", 0, 1, `{"p":0}`, { itemsDone: 1, tokensDone: 4 });
+  clock.now = T0 + 10;
+  const paused = jobs.pause("job_1", reauthError());
+  assert.strictEqual(paused.state, "paused_needs_reauth");
+  assert.strictEqual(paused.pausedAtMs, T0 + 10);
+  assert.strictEqual(paused.resumeDeadlineMs, T0 + 1010);
+  assert.strictEqual(paused.error?.code, "needs_reauth");
+  assert.throws(
+    () => jobs.commitPage("job_1", 1, 1, `{"p":1}`, { itemsDone: 2, tokensDone: 8 }),
+    isCode("invalid_request"),
+    "a paused job takes no page",
+  );
+  clock.now = T0 + 500;
+  const resumed = jobs.resume("job_1");
+  assert.strictEqual(resumed.state, "running");
+  assert.strictEqual(resumed.pausedAtMs, null);
+  assert.strictEqual(resumed.resumeDeadlineMs, null);
+  assert.strictEqual(resumed.error, null);
+  assert.throws(() => jobs.resume("job_1"), isCode("invalid_request"), "not paused");
+  jobs.commitPage("job_1", 1, 1, `{"p":1}`, { itemsDone: 2, tokensDone: 8 });
+  // Paused again, and not resumed in time.
+  jobs.pause("job_1", reauthError());
+  clock.now = T0 + 500 + 1001;
+  assert.throws(() => jobs.resume("job_1"), isCode("needs_reauth_expired"));
+  const failed = jobs.get("job_1");
+  assert.strictEqual(failed?.state, "failed_permanent");
+  assert.strictEqual(failed.error?.code, "needs_reauth_expired");
+  assert.strictEqual(jobs.pageCount("job_1"), 2, "pages stay readable");
+  assert.throws(() => jobs.resume("nope"), isCode("invalid_request"));
+});
+
+function reauthError() {
+  return new SynapseError("needs_reauth", "Remote provider 'p' refused the credentials").toWire();
+}

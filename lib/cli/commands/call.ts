@@ -31,6 +31,10 @@ export const CALL_METHODS: readonly (readonly [method: string, params: string])[
     "{items: [{id, text} | text] | texts: [text], request_key?, input_type?, prompt_name?, …}",
   ],
   ["embed.result", "{job_id, page?}: a durable job's status and one result page"],
+  [
+    "job.resume",
+    "{job_id}: continue a durable job paused_needs_reauth (a provider refused its key)",
+  ],
   ["rerank.score", "{query, candidates: [text], model?, truncate?, …}"],
   [
     "microllm.oneshot",

@@ -1,7 +1,8 @@
 /**
- * `ck-synapse job status ID [--json] [--url URL]` and `ck-synapse job pages ID [--out PATH]
- * [--json] [--url URL]`: a durable embed job's state, and its committed result pages as JSONL,
- * both read with `embed.result`.
+ * `ck-synapse job status ID [--json] [--url URL]`, `ck-synapse job pages ID [--out PATH]
+ * [--json] [--url URL]` and `ck-synapse job resume ID [--json] [--url URL]`: a durable embed
+ * job's state and its committed result pages as JSONL (both read with `embed.result`), and
+ * `job.resume` of a job paused because a remote provider refused its credentials.
  *
  * @module
  */
@@ -24,10 +25,12 @@ import {
   statusOf,
 } from "../_job_results.ts";
 import type { ResultPage } from "../_job_results.ts";
+import type { JobResumed } from "../../ops/jobs.ts";
 import { openResultSink } from "../_result_sink.ts";
 
 const USAGE = `usage: ck-synapse job status ID [--json] [--url URL | --subc [FILE]]
        ck-synapse job pages ID [--out PATH] [--json] [--url URL | --subc [FILE]]
+       ck-synapse job resume ID [--json] [--url URL | --subc [FILE]]
 
 status  prints a durable embed job's state, items done / total, committed pages and error;
         --json prints them as one JSON object (and a refusal as JSON).
@@ -35,6 +38,8 @@ pages   writes the items of every committed page as JSONL (stdout, or --out PATH
         item: {"id","vector","content_sha256","submitted_sha256","tokens","truncated"}, or
         {"id","error":{"code","message"}} for a refused item; pages in commit order. The lines
         are JSONL anyway; --json prints a refusal (unknown job …) as JSON on stdout.
+resume  continues a job paused_needs_reauth (a remote provider refused its key: fix the key
+        first; a key file is read again, a key variable needs a restart, which ends the pause).
 
 Jobs live in the store of the instance that ran them: a server's (--url, --subc, $SYNAPSE_URL, or
 the running 'ck-synapse serve' of this data home, found by itself); without one, the embedded
@@ -45,14 +50,15 @@ process died reads failed_transient, module_restarted).
   --out PATH    write the result lines to PATH instead of stdout
 ${serverFlagsUsage(14)}
 
-Exit status: 0 read (job done, queued or running, and for pages no refused item), 1 the job
-failed, an item was refused, or the job is unknown, 2 channel error, unreachable server, or usage
-error.`;
+Exit status: 0 read or resumed (job done, queued, running or paused, and for pages no refused
+item), 1 the job failed, an item was refused, the job is unknown or cannot be resumed, 2 channel
+error, unreachable server, or usage error.`;
 
-/** The `job` command group: `status` and `pages`. */
+/** The `job` command group: `status`, `pages` and `resume`. */
 export const jobCommand: Command = {
   name: "job",
-  describe: "Show a durable embed job's status, or write its result pages as JSONL",
+  describe:
+    "Show a durable embed job's status, write its result pages as JSONL, or resume a paused job",
   usage: USAGE,
   run: runJob,
 };
@@ -65,18 +71,19 @@ async function runJob(args: string[], io: CliIO): Promise<number> {
     subc: SUBC_CLIENT_FLAG,
   });
   const [sub, id, ...extra] = positionals;
-  if (sub !== "status" && sub !== "pages") {
+  if (sub !== "status" && sub !== "pages" && sub !== "resume") {
     throw new UsageError(
       sub === undefined
-        ? "Cannot run 'job': give a subcommand (status or pages)"
-        : `Cannot run 'job ${sub}': unknown subcommand (use status or pages)`,
+        ? "Cannot run 'job': give a subcommand (status, pages or resume)"
+        : `Cannot run 'job ${sub}': unknown subcommand (use status, pages or resume)`,
     );
   }
   if (id === undefined || id === "") throw new UsageError(`Cannot run 'job ${sub}': give a job ID`);
   if (extra.length > 0) throw new UsageError(`Cannot run 'job ${sub}': unexpected '${extra[0]}'`);
-  if (sub === "status" && values.out !== undefined) {
-    throw new UsageError("Cannot use --out with 'job status' (it is for 'job pages')");
+  if (sub !== "pages" && values.out !== undefined) {
+    throw new UsageError(`Cannot use --out with 'job ${sub}' (it is for 'job pages')`);
   }
+  if (sub === "resume") return await resume(id, values.json ?? false, values, io);
   return sub === "status" ? await status(id, values.json ?? false, values, io) : await pages(
     id,
     values.out,
@@ -119,6 +126,7 @@ async function status(
         pages_available: page.pages_available,
       };
       if (page.error !== undefined) out.error = page.error;
+      if (page.resume_deadline_ms !== undefined) out.resume_deadline_ms = page.resume_deadline_ms;
       io.out(JSON.stringify(out, null, 2));
     } else {
       const rows: [string, string][] = [
@@ -131,12 +139,48 @@ async function status(
         ["pages", `${page.page_count} committed`],
       ];
       if (page.error !== undefined) {
-        rows.push(["error", `${page.error.code}: ${page.error.message}`]);
+        rows.push([
+          page.state === "paused_needs_reauth" ? "paused" : "error",
+          `${page.error.code}: ${page.error.message}`,
+        ]);
+      }
+      if (page.resume_deadline_ms !== undefined) {
+        rows.push([
+          "resume by",
+          `${
+            new Date(page.resume_deadline_ms).toISOString()
+          } (ck-synapse job resume ${page.job_id})`,
+        ]);
       }
       for (const [k, v] of rows) io.out(`${k.padEnd(12)} ${v}`);
       if (failed) { for (const line of failureLines(statusOf(page)).slice(1)) io.err(line); }
     }
     return failed ? cliExitFor("semantic") : cliExitFor("result");
+  } finally {
+    await client.close();
+  }
+}
+
+async function resume(
+  id: string,
+  json: boolean,
+  server: ServerFlags,
+  io: CliIO,
+): Promise<number> {
+  const client = await openClient(server, io, "store");
+  try {
+    const outcome = await client.call("job.resume", { job_id: id });
+    if (outcome.kind !== "result") return reportRefusal(outcome, io, json);
+    const r = (outcome.body as { result: JobResumed }).result;
+    if (json) io.out(JSON.stringify(r, null, 2));
+    else {
+      io.out(
+        r.resumed
+          ? `job ${r.job_id} resumed: running, ${r.items_done}/${r.items_total} items done`
+          : `job ${r.job_id} was not paused: ${r.state}, ${r.items_done}/${r.items_total} items done`,
+      );
+    }
+    return cliExitFor("result");
   } finally {
     await client.close();
   }

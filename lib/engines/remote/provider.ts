@@ -8,7 +8,7 @@
  * | what happened | code |
  * |---|---|
  * | breaker open, connection refused or reset, timeout, 5xx, 429 | `provider_unavailable` (transient, `retry_after_ms`) |
- * | 401, 403 | `needs_reauth` |
+ * | 401, 403 | `needs_reauth` (the key is read again before the next request: a fixed key file serves without a restart) |
  * | a redirect, another 4xx, a body that is not the API's shape | `provider_protocol_violation` |
  * | the key's variable or file | `credential_config_invalid` (provider_config.ts) |
  *
@@ -258,6 +258,8 @@ export class RemoteProvider {
   #requests = 0;
   #failures = 0;
   #opening: Promise<void> | undefined;
+  /** The provider refused the key: read it again before the next request (a fixed key file). */
+  #keyStale = false;
 
   /**
    * @param config The entry (validated by {@link RemoteProviderSchema}).
@@ -408,6 +410,16 @@ export class RemoteProvider {
       "x-request-id": sentId,
       ...options.headers,
     };
+    if (this.#keyStale) {
+      // The key the provider refused may have been fixed in its file since (an environment
+      // variable reads the same until a restart). A key that cannot be read now is that error.
+      try {
+        this.#key = readProviderKey(this.#config);
+        this.#keyStale = false;
+      } catch (e) {
+        return { ok: false, error: e, retry: false };
+      }
+    }
     if (this.#key !== undefined) headers.authorization = `Bearer ${this.#key}`;
     if (method === "POST") headers["content-type"] = "application/json";
     const timeout = AbortSignal.timeout(this.timeoutMs);
@@ -501,6 +513,7 @@ export class RemoteProvider {
     }
     this.breaker.onSuccess();
     if (status === 401 || status === 403) {
+      this.#keyStale = true;
       return {
         ok: false,
         retry: false,
@@ -508,11 +521,11 @@ export class RemoteProvider {
           "needs_reauth",
           `Remote provider '${this.id}' refused the credentials (HTTP ${status}); ${
             this.#config.api_key_env !== undefined
-              ? `fix the key in ${this.#config.api_key_env}`
+              ? `fix the key in ${this.#config.api_key_env} and restart the server`
               : this.#config.api_key_file !== undefined
-              ? "fix the key in the provider's api_key_file"
-              : "the provider entry sends none: set api_key_env or api_key_file"
-          }, restart the server, then send the request again (a job failed by this: the same request_key)`,
+              ? "fix the key in the provider's api_key_file (read again at the next request)"
+              : "the provider entry sends none: set api_key_env or api_key_file and restart the server"
+          }, then send the request again; a durable job this paused continues with job.resume {job_id}`,
           { details: { provider: this.id, http_status: status, provider_request_id: requestId } },
         ),
       };

@@ -11,7 +11,8 @@
  * - `wrong_dims`: forward, then drop the last value of every embedding;
  * - `other_fingerprint`: forward, then answer `x-synapse-fingerprint` of another model.
  *
- * `seen` counts the requests that reached the proxy.
+ * `seen` counts the requests that reached the proxy; `onRequest`, when set, is called with that
+ * count as each arrives (before the fault), so a test can change the proxy mid-job.
  */
 export type FaultMode =
   | "pass"
@@ -28,6 +29,8 @@ export class FaultProxy {
   seen = 0;
   slowMs = 2000;
   requireKey: string | undefined;
+  /** Called with `seen` as each request arrives, before anything else. */
+  onRequest: ((seen: number) => void) | undefined;
   /** The authorization header of the last request. */
   lastAuthorization: string | null = null;
   /** Where requests are forwarded; a test may point it at another provider (a swapped deployment). */
@@ -48,6 +51,7 @@ export class FaultProxy {
 
   async #handle(req: Request): Promise<Response> {
     this.seen++;
+    this.onRequest?.(this.seen);
     this.lastAuthorization = req.headers.get("authorization");
     const body = req.method === "GET" ? undefined : await req.text();
     if (this.requireKey !== undefined && this.lastAuthorization !== `Bearer ${this.requireKey}`) {

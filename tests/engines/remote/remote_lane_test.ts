@@ -6,80 +6,13 @@
  */
 import assert from "node:assert/strict";
 import { MODELS, preload, resultOf, semanticError, startSynapse } from "../../_helpers.ts";
-import type { TestSynapse } from "../../_helpers.ts";
 import { serveHttp } from "../../../lib/doors/http/server.ts";
 import { nullLog } from "../../../lib/log/log.ts";
 import type { Synapse } from "../../../lib/synapse.ts";
 import { FaultProxy } from "./_fault_proxy.ts";
+import { EMBED, gateway, provider, ready, RERANK } from "./_servers.ts";
 
-const EMBED = `${MODELS}/synapse-tiny-embed`;
-const RERANK = `${MODELS}/synapse-tiny-rerank`;
 const TEXTS = ["the quick brown fox", "remote lanes keep fingerprints", "a third passage"];
-
-/** A provider: a Synapse serving HTTP on loopback, its models loaded. */
-async function provider(): Promise<
-  { t: TestSynapse; base: string; [Symbol.asyncDispose](): Promise<void> }
-> {
-  const t = await startSynapse({
-    preload_models: [preload(EMBED, "tiny"), preload(RERANK, "tiny-rerank", { task: "rerank" })],
-  });
-  const server = serveHttp(t.syn, { log: nullLog });
-  await ready(t.syn, "tiny");
-  await ready(t.syn, "tiny-rerank");
-  return {
-    t,
-    base: `http://127.0.0.1:${server.port}`,
-    async [Symbol.asyncDispose]() {
-      await server.shutdown();
-      await t[Symbol.asyncDispose]();
-    },
-  };
-}
-
-/** Waits until `model` is ready or failed on `syn`; returns its models.list row. */
-// deno-lint-ignore no-explicit-any
-async function ready(syn: Synapse, model: string): Promise<any> {
-  for (let i = 0; i < 6000; i++) {
-    // deno-lint-ignore no-explicit-any
-    const row = resultOf(await syn.call("models.list", {})).models.find((m: any) =>
-      m.model_id === model
-    );
-    if (row !== undefined && row.state !== "loading") return row;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  throw new Error(`model ${model} still loading after 2 minutes`);
-}
-
-/** A gateway: a Synapse whose model `remote` is served by the provider at `base`. */
-async function gateway(
-  base: string,
-  providerExtra: Record<string, unknown> = {},
-  entryExtra: Record<string, unknown> = {},
-  kind = "synapse",
-  config: Record<string, unknown> = {},
-): Promise<TestSynapse> {
-  const g = await startSynapse({
-    ...config,
-    remote_providers: [{
-      id: "peer",
-      kind,
-      base_url: base,
-      allow_loopback: true,
-      ...providerExtra,
-    }],
-    preload_models: [{
-      engine: "remote",
-      provider: "peer",
-      model: "tiny",
-      model_id: "remote",
-      task: "embed",
-      tokenizer_path: `${EMBED}/tokenizer.json`,
-      ...entryExtra,
-    }],
-  });
-  await ready(g.syn, "remote");
-  return g;
-}
 
 Deno.test("a remote lane over another Synapse serves exactly its vectors, under its own fingerprint, to a caller who accepts the declared identity", async () => {
   await using p = await provider();
