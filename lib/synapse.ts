@@ -8,6 +8,7 @@
 import type { OrtBulkSession } from "./engines/ort/ort_threads.ts";
 import { loadConfig } from "./config/loader.ts";
 import type { SynapseConfig } from "./config/types.ts";
+import { RemoteCanaryStore } from "./models/remote_canary_store.ts";
 import { SynapseError } from "./contract/errors.ts";
 import { ORT_ENGINE } from "./engines/ort/ort_thread.ts";
 import {
@@ -308,6 +309,7 @@ export class Synapse implements AsyncDisposable {
     this.registry = new ModelRegistry({
       admission: this.admission,
       remoteProviders: this.remoteProviders,
+      remoteCanaries: new RemoteCanaryStore(store),
       threadPolicy: config.knob,
       maxBatchTokens: config.inline.max_tokens,
       interactivePermits: config.inline.max_concurrent_workers,

@@ -253,7 +253,6 @@ function preloadEntry(entry: PreloadEntryInput, index: number, source: string): 
       "model_path",
       "config_path",
       "format",
-      "revision",
       "quant",
       "dtype",
       "family",
@@ -279,11 +278,13 @@ function preloadEntry(entry: PreloadEntryInput, index: number, source: string): 
         at(local),
         `'${
           at(local)
-        }' is a setting of a local lane; engine 'remote' takes provider, model, task, tokenizer_path, model_id, dims, max_tokens and normalize (the provider pools, and a remote lane has no probe reference)`,
+        }' is a setting of a local lane; engine 'remote' takes provider, model, task, tokenizer_path, model_id, dims, max_tokens, normalize, revision and canary (the provider pools, and a remote lane has no probe reference)`,
       );
     }
   } else {
-    const remoteOnly = (["provider", "model", "dims"] as const).find((k) => entry[k] !== undefined);
+    const remoteOnly = (["provider", "model", "dims", "canary"] as const).find((k) =>
+      entry[k] !== undefined
+    );
     if (remoteOnly !== undefined) {
       throw configError(
         source,

@@ -65,10 +65,20 @@ export const PreloadModelConfigSchema = z.strictObject({
   /** Path of the model's `config.json`. */
   config_path: nonEmpty.optional(),
   /**
-   * Upstream revision: refused at boot (a preloaded model is the files at `model_path`; pin a
-   * download with `model.load {source: "hf", repo, revision}`).
+   * Upstream revision: refused at boot on a local lane (a preloaded model is the files at
+   * `model_path`; pin a download with `model.load {source: "hf", repo, revision}`). Engine
+   * `remote`: a label of the operator's that enters the fingerprint; change it to serve a provider
+   * whose numbers moved (its canary says `remote_identity_drift`) as a new vector space.
    */
-  revision: nonEmpty.optional(),
+  revision: nonEmpty.max(128).optional(),
+  /**
+   * Engine `remote`: the canary (docs/remote.md "Canary"): `interval_ms` between checks (0: only
+   * at load; default 300000), `min_cosine` the embedding bar per input (default 0.9999).
+   */
+  canary: z.strictObject({
+    interval_ms: nonNegativeInt.optional(),
+    min_cosine: z.number().gt(0).lte(1).optional(),
+  }).optional(),
   /**
    * Pooling.
    *

@@ -24,6 +24,16 @@ import { SynapseError } from "../contract/errors.ts";
 import { jcsSha256 } from "../identity/jcs.ts";
 import type { NumericProfile, ThreadPolicy } from "../identity/numeric_profile.ts";
 import { REMOTE_MAX_SEQUENCES, RemoteEngine } from "../engines/remote/remote_engine.ts";
+import {
+  CANARY_DEFAULT_INTERVAL_MS,
+  CANARY_DEFAULT_MIN_COSINE,
+  CANARY_QUERY,
+  CANARY_REVISION,
+  CANARY_TEXTS,
+  type CanaryBaseline,
+  canaryDriftError,
+  compareCanary,
+} from "../engines/remote/canary.ts";
 import type { RemoteProvider } from "../engines/remote/provider.ts";
 import { Lane } from "../lanes/lane.ts";
 import type { Admission } from "../sched/admission.ts";
@@ -50,6 +60,14 @@ export interface RemoteLoadContext {
   maxBatchTokens: number;
   admission: Admission;
   now: () => number;
+  /**
+   * Where canary baselines are kept across restarts (lib/models/remote_canary_store.ts); absent:
+   * each load records its own.
+   */
+  canaries?: {
+    get(key: string): CanaryBaseline | undefined;
+    put(key: string, modelId: string, baseline: CanaryBaseline): void;
+  };
 }
 
 /**
@@ -175,7 +193,13 @@ export async function loadRemoteModel(
   const engine = probeEngine(dims);
   const profile: NumericProfile = {
     model_digest: `remote:${
-      jcsSha256({ provider: provider.id, kind: provider.kind, model: remote.model, deployment })
+      jcsSha256({
+        provider: provider.id,
+        kind: provider.kind,
+        model: remote.model,
+        deployment,
+        ...(remote.revision === undefined ? {} : { revision: remote.revision }),
+      })
     }`,
     quant: "remote",
     engine: identity,
@@ -195,6 +219,16 @@ export async function loadRemoteModel(
     thread_policy: ctx.threadPolicy,
     operation: src.task,
   };
+  await armCanary(
+    engine,
+    src,
+    tokenizer,
+    profile,
+    deployment,
+    maxTokens,
+    ctx,
+    () => describeDeployment(provider, remote.model).then((d) => d.deployment),
+  );
   const expected = provider.latency.expectedMs(limits.maxSequences * 16);
   const scheduler = new LaneScheduler({
     permits: provider.maxConcurrency,
@@ -219,6 +253,69 @@ export async function loadRemoteModel(
     bulk: new Lane({ ...base, cls: "bulk" }),
   };
   return { ready, engine, scheduler };
+}
+
+/**
+ * The canary of a loaded lane (lib/engines/remote/canary.ts): its inputs answered now are
+ * compared with the baseline recorded for this lane's canary key (model digest, tokenizer,
+ * task, token limit, normalisation, canary revision), or recorded as the baseline when there is
+ * none; then the engine keeps checking every `canary.interval_ms`.
+ *
+ * @throws {SynapseError} `remote_identity_drift` when the answers moved past the bar since the
+ *   baseline; the provider's errors; `store_failure`.
+ */
+async function armCanary(
+  engine: RemoteEngine,
+  src: ModelSource,
+  tokenizer: SanitizedTokenizer,
+  profile: NumericProfile,
+  deployment: string,
+  maxTokens: number,
+  ctx: RemoteLoadContext,
+  deploymentNow: () => Promise<string>,
+): Promise<void> {
+  const settings = src.remote?.canary ?? {};
+  const minCosine = settings.min_cosine ?? CANARY_DEFAULT_MIN_COSINE;
+  const intervalMs = settings.interval_ms ?? CANARY_DEFAULT_INTERVAL_MS;
+  const rows = CANARY_TEXTS.map((text) =>
+    src.task === "rerank"
+      ? tokenizer.encodePair(CANARY_QUERY, text, { maxTokens, truncate: true })
+      : tokenizer.encode(text, { maxTokens, truncate: true })
+  );
+  const answers = await engine.canaryAnswers(rows);
+  const key = `sha256:${
+    jcsSha256({
+      model_digest: profile.model_digest,
+      tokenizer: profile.sanitized_tokenizer_digest,
+      task: src.task,
+      max_tokens: maxTokens,
+      normalize: src.normalize,
+      canary_revision: CANARY_REVISION,
+    })
+  }`;
+  const dims = src.task === "rerank" ? 1 : engine.dims;
+  let baseline = ctx.canaries?.get(key);
+  if (baseline !== undefined) {
+    const verdict = compareCanary(
+      src.task === "rerank" ? "rerank" : "embed",
+      baseline,
+      answers,
+      minCosine,
+    );
+    if (!verdict.ok) {
+      throw canaryDriftError(
+        engine.provider.id,
+        engine.model,
+        deployment,
+        verdict,
+        baseline.recordedAtMs,
+      );
+    }
+  } else {
+    baseline = { dims, values: Array.from(answers), recordedAtMs: ctx.now() };
+    ctx.canaries?.put(key, src.modelId, baseline);
+  }
+  engine.armCanary({ rows, baseline, minCosine, intervalMs, deployment, deploymentNow });
 }
 
 /**

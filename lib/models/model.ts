@@ -145,7 +145,15 @@ export interface ModelSource {
    * the model, the model's name there, and its declared width (checked against the provider's
    * answers at load).
    */
-  remote?: { provider: string; model: string; dims?: number };
+  remote?: {
+    provider: string;
+    model: string;
+    dims?: number;
+    /** The entry's `revision` label: enters the model digest (a new vector space). */
+    revision?: string;
+    /** The entry's canary settings (lib/engines/remote/canary.ts defaults when absent). */
+    canary?: { interval_ms?: number | undefined; min_cosine?: number | undefined };
+  };
   /** llama: worker program override (`worker_bin`). */
   workerBin?: string;
   /** llama: socket directory (`worker_runtime_dir`). */

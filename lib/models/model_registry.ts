@@ -23,7 +23,7 @@ import { type LogSink, nullLog, retarget, stderrLog } from "../log/log.ts";
 import { type LaneStatusRow, laneStatusRow } from "./lane_status.ts";
 import { loadOrtModel, ortReadyModel } from "./load_ort.ts";
 import { type LlamaEngineFactory, llamaReadyModel, loadLlamaModel } from "./load_llama.ts";
-import { loadRemoteModel } from "./load_remote.ts";
+import { loadRemoteModel, type RemoteLoadContext } from "./load_remote.ts";
 import type { RemoteProvider } from "../engines/remote/provider.ts";
 import type { ModelEntry, ModelSource, ModelTask, QueryPath, ReadyModel } from "./model.ts";
 import { Lane } from "../lanes/lane.ts";
@@ -56,6 +56,8 @@ export interface ModelRegistryOptions {
   llama?: LlamaEngineFactory;
   /** The configured remote providers by id (config `remote_providers`). @default none */
   remoteProviders?: ReadonlyMap<string, RemoteProvider>;
+  /** Where remote lanes' canary baselines are kept (lib/models/remote_canary_store.ts). */
+  remoteCanaries?: RemoteLoadContext["canaries"];
   /** Threads of a llama worker. @default threadsForKnob(threadPolicy) */
   llamaThreads?: number;
   /**
@@ -154,6 +156,7 @@ export class ModelRegistry implements AsyncDisposable {
   #maxBatchTokens: number;
   #llama: LlamaEngineFactory | undefined;
   #remoteProviders: ReadonlyMap<string, RemoteProvider>;
+  #remoteCanaries: RemoteLoadContext["canaries"];
   #llamaThreads: number;
   #externalBusy: () => boolean;
   #retryBaseMs: number;
@@ -204,6 +207,7 @@ export class ModelRegistry implements AsyncDisposable {
     this.#maxBatchTokens = options.maxBatchTokens ?? 8192;
     this.#llama = options.llama;
     this.#remoteProviders = options.remoteProviders ?? new Map();
+    this.#remoteCanaries = options.remoteCanaries;
     this.#llamaThreads = options.llamaThreads ?? threadsForKnob(knob);
     this.#externalBusy = options.externalBusy ?? (() => false);
     this.#retryBaseMs = options.loadRetryBaseMs ?? 1000;
@@ -726,6 +730,7 @@ export class ModelRegistry implements AsyncDisposable {
         maxBatchTokens: this.#maxBatchTokens,
         admission: this.#admission,
         now: this.#now,
+        ...(this.#remoteCanaries === undefined ? {} : { canaries: this.#remoteCanaries }),
       });
       if (this.#disposed) {
         await r.engine.dispose();

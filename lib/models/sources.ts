@@ -163,6 +163,8 @@ function remoteSourceFromPreload(entry: SynapseConfig["preload_models"][number])
       provider: entry.provider!,
       model,
       ...(entry.dims === undefined ? {} : { dims: entry.dims }),
+      ...(entry.revision === undefined ? {} : { revision: entry.revision }),
+      ...(entry.canary === undefined ? {} : { canary: entry.canary }),
     },
   };
   if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;

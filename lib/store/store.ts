@@ -179,6 +179,21 @@ const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    // The canary baselines of remote lanes (docs/remote.md "Canary"; lib/models/
+    // remote_canary_store.ts): the provider's answers to the canary inputs the first time a lane
+    // served, so a restart compares against the same numbers.
+    version: 5,
+    sql: `
+      CREATE TABLE remote_canaries (
+        canary_key TEXT PRIMARY KEY,
+        model_id TEXT NOT NULL,
+        dims INTEGER NOT NULL,
+        values_json TEXT NOT NULL,
+        recorded_at_ms INTEGER NOT NULL
+      );
+    `,
+  },
 ];
 
 /** Highest schema version this binary knows. */

@@ -58,8 +58,9 @@ Deno.test("Store.open() runs each migration once and records it", async () => {
       { namespace: STORE_NAMESPACE, version: 2, applied_at_unix: 1_700_000_000 },
       { namespace: STORE_NAMESPACE, version: 3, applied_at_unix: 1_700_000_000 },
       { namespace: STORE_NAMESPACE, version: 4, applied_at_unix: 1_700_000_000 },
+      { namespace: STORE_NAMESPACE, version: 5, applied_at_unix: 1_700_000_000 },
     ]);
-    assert.strictEqual(STORE_SCHEMA_VERSION, 4);
+    assert.strictEqual(STORE_SCHEMA_VERSION, 5);
     assert.strictEqual(STORE_NAMESPACE, "synapse_module");
   } finally {
     db.close();

@@ -32,6 +32,12 @@ import type {
   ModelTask,
 } from "../engine.ts";
 import type { RemoteProvider } from "./provider.ts";
+import {
+  type CanaryBaseline,
+  canaryDriftError,
+  type CanaryVerdict,
+  compareCanary,
+} from "./canary.ts";
 
 /** Rows one remote call holds (TEI's default `max_client_batch_size`). */
 export const REMOTE_MAX_SEQUENCES = 32;
@@ -64,6 +70,36 @@ export interface RemoteEngineOptions {
   unkId?: number | undefined;
 }
 
+/** The canary a loaded lane keeps checking (lib/engines/remote/canary.ts; docs/remote.md). */
+export interface CanarySetup {
+  /** The canary's inputs, encoded (embed: texts; rerank: pairs). */
+  rows: EngineRow[];
+  /** The recorded answers they are held to. */
+  baseline: CanaryBaseline;
+  /** Embedding bar: cosine per input. */
+  minCosine: number;
+  /** Between periodic checks, ms; 0: none (the load's check only). */
+  intervalMs: number;
+  /** The deployment recorded at load. */
+  deployment: string;
+  /** What the provider reports deploying now (asked before each periodic check). */
+  deploymentNow: () => Promise<string>;
+}
+
+/** What `admission.status` shows of a lane's canary. */
+export interface CanaryView {
+  /** `ok`, `drift` (remote_identity_drift), `deployment_changed`, or `off` (no canary armed). */
+  state: "ok" | "drift" | "deployment_changed" | "off";
+  interval_ms: number;
+  /** The last check that reached the provider, ms since the epoch. */
+  checked_at_ms?: number;
+  /** Its worst input's measure (`metric`) and the bar. */
+  metric?: CanaryVerdict["metric"];
+  measured?: number;
+  bar?: number;
+  baseline_recorded_at_ms?: number;
+}
+
 /** The remote engine of one model at one provider. */
 export class RemoteEngine implements Engine {
   readonly kind = "remote";
@@ -77,6 +113,12 @@ export class RemoteEngine implements Engine {
   #inFlight = 0;
   #busySince = 0;
   #disposed = false;
+  /** Set when the canary found the provider's numbers or deployment moved: every call refuses. */
+  #halt: SynapseError | undefined;
+  #canary: CanarySetup | undefined;
+  #canaryTimer: ReturnType<typeof setInterval> | undefined;
+  #canaryView: CanaryView = { state: "off", interval_ms: 0 };
+  #checking = false;
 
   constructor(o: RemoteEngineOptions) {
     this.#o = o;
@@ -99,16 +141,131 @@ export class RemoteEngine implements Engine {
       inFlight: this.#inFlight,
       busyMs: this.#inFlight > 0 ? Date.now() - this.#busySince : 0,
       busyLimitMs: this.provider.timeoutMs * 2,
-      worker: { remote: snap },
+      worker: { remote: { ...snap, canary: { ...this.#canaryView } } },
     };
   }
 
-  /** The refusal admission gives now: the provider's breaker is open (`provider_unavailable`). */
+  /**
+   * The refusal admission gives now: the canary found the provider's numbers or deployment moved
+   * (`remote_identity_drift`, `remote_deployment_changed`), or the provider's breaker is open
+   * (`provider_unavailable`).
+   */
   admissionRefusal(): SynapseError | undefined {
-    return this.provider.refusalNow();
+    return this.#halt ?? this.provider.refusalNow();
   }
 
   embed(rows: readonly EngineRow[], options: EngineCallOptions = {}): Promise<EngineBatchOutput> {
+    if (this.#halt !== undefined) return Promise.reject(this.#halt);
+    return this.#embed(rows, options);
+  }
+
+  score(rows: readonly EngineRow[], options: EngineCallOptions = {}): Promise<EngineBatchOutput> {
+    if (this.#halt !== undefined) return Promise.reject(this.#halt);
+    return this.#score(rows, options);
+  }
+
+  /**
+   * The canary's answers now, row-major (`dims` values per row; 1 for rerank), through the same
+   * requests traffic uses (provider slots, breaker, retries), and whatever the halt says.
+   *
+   * @throws {SynapseError} the provider's errors; `provider_protocol_violation` when it refuses
+   *   or cannot answer a canary input (`reason: "canary_input_refused"`).
+   */
+  async canaryAnswers(rows: readonly EngineRow[]): Promise<Float32Array> {
+    const out = this.task === "rerank" ? await this.#score(rows) : await this.#embed(rows);
+    const refused = out.rowErrors?.findIndex((e) => e !== undefined) ?? -1;
+    if (refused >= 0) {
+      throw this.provider.violation(
+        `it refused canary input ${refused}: ${out.rowErrors![refused]!.message}`,
+        "canary_input_refused",
+        { input: refused },
+      );
+    }
+    return out.data;
+  }
+
+  /**
+   * Arms the canary: from now on {@link checkCanary} compares with `setup.baseline`, and every
+   * `setup.intervalMs` (when positive) a check runs by itself (an unref'd timer, stopped by
+   * dispose).
+   */
+  armCanary(setup: CanarySetup): void {
+    this.#canary = setup;
+    this.#canaryView = {
+      state: "ok",
+      interval_ms: setup.intervalMs,
+      baseline_recorded_at_ms: setup.baseline.recordedAtMs,
+    };
+    if (setup.intervalMs > 0) {
+      const timer = setInterval(() => void this.checkCanary(), setup.intervalMs);
+      Deno.unrefTimer(timer);
+      this.#canaryTimer = timer;
+    }
+  }
+
+  /**
+   * One canary check: asks the provider what it deploys (another answer than at load halts the
+   * lane `remote_deployment_changed`), sends the canary inputs and compares their answers with
+   * the baseline (outside the bar halts it `remote_identity_drift`). A provider that cannot be
+   * reached now gives no verdict (its breaker already speaks for it). Overlapping calls, a
+   * halted lane and an unarmed one do nothing.
+   *
+   * @returns The verdict, or undefined when no comparison was made.
+   */
+  async checkCanary(): Promise<CanaryVerdict | undefined> {
+    const c = this.#canary;
+    if (c === undefined || this.#halt !== undefined || this.#disposed || this.#checking) {
+      return undefined;
+    }
+    this.#checking = true;
+    try {
+      const now = await c.deploymentNow();
+      if (now !== c.deployment) {
+        this.#halt = new SynapseError(
+          "remote_deployment_changed",
+          `Remote provider '${this.provider.id}' now reports deployment '${now}' for model '${this.model}', not '${c.deployment}' recorded when the lane loaded; reload the model to take it as a new vector space`,
+          { details: { provider: this.provider.id, deployment: c.deployment, reported: now } },
+        );
+        this.#canaryView = { ...this.#canaryView, state: "deployment_changed" };
+        return undefined;
+      }
+      const answers = await this.canaryAnswers(c.rows);
+      const verdict = compareCanary(
+        this.task === "rerank" ? "rerank" : "embed",
+        c.baseline,
+        answers,
+        c.minCosine,
+      );
+      this.#canaryView = {
+        ...this.#canaryView,
+        state: verdict.ok ? "ok" : "drift",
+        checked_at_ms: Date.now(),
+        metric: verdict.metric,
+        measured: verdict.measured,
+        bar: verdict.bar,
+      };
+      if (!verdict.ok) {
+        this.#halt = canaryDriftError(
+          this.provider.id,
+          this.model,
+          c.deployment,
+          verdict,
+          c.baseline.recordedAtMs,
+        );
+      }
+      return verdict;
+    } catch (e) {
+      if (e instanceof SynapseError && e.code === "remote_deployment_changed") {
+        this.#halt = e;
+        this.#canaryView = { ...this.#canaryView, state: "deployment_changed" };
+      }
+      return undefined;
+    } finally {
+      this.#checking = false;
+    }
+  }
+
+  #embed(rows: readonly EngineRow[], options: EngineCallOptions = {}): Promise<EngineBatchOutput> {
     if (this.task !== "embed") return Promise.reject(this.#notTask("embed"));
     const texts = rows.map((r) => this.#o.decode(Array.from(r.ids)));
     return this.#serve(
@@ -118,7 +275,7 @@ export class RemoteEngine implements Engine {
     );
   }
 
-  score(rows: readonly EngineRow[], options: EngineCallOptions = {}): Promise<EngineBatchOutput> {
+  #score(rows: readonly EngineRow[], options: EngineCallOptions = {}): Promise<EngineBatchOutput> {
     if (this.task !== "rerank") return Promise.reject(this.#notTask("rerank"));
     const pairs = rows.map((r) => splitPair(r, this.#o.decode));
     return this.#serve(rows, 1, async (idx) => {
@@ -156,6 +313,7 @@ export class RemoteEngine implements Engine {
 
   dispose(): Promise<void> {
     this.#disposed = true;
+    if (this.#canaryTimer !== undefined) clearInterval(this.#canaryTimer);
     return Promise.resolve();
   }
 
