@@ -10,6 +10,12 @@
  * @module
  */
 import { SynapseError, toSynapseError } from "../contract/errors.ts";
+import {
+  CANARY_DEFAULT_MIN_COSINE,
+  CANARY_QUERY,
+  CANARY_TEXTS,
+  compareCanary,
+} from "../engines/remote/canary.ts";
 import type { EngineIdentity } from "../identity/numeric_profile.ts";
 import type { LaneBatchResult } from "../lanes/lane.ts";
 import type { ReadyModel } from "../models/model.ts";
@@ -266,46 +272,252 @@ export async function runQuanta<T extends { seq: EncodedSequence }>(
   rows: T[],
   onQuantum: (slice: T[], out: LaneBatchResult) => void,
   commitInHand: () => void,
+  options: { offload?: boolean } = {},
 ): Promise<void> {
-  const lane = model.bulk;
   rows.sort((a, b) => a.seq.ids.length - b.seq.ids.length);
   const lengths = rows.map((r) => r.seq.ids.length);
-  for (let start = 0; start < rows.length;) {
-    const tps = lane.tokensPerSecond;
+  const cut = (start: number): number => {
+    const tps = model.bulk.tokensPerSecond;
     const cap = ctx.config.jobs.bulk_quantum_tokens;
     // A cap under the usual 256-token floor is honoured as it is (it was refused with a RangeError
     // that failed the job internal_error).
     const quantum = tps > 0
       ? quantumTokensFor(tps, { maxTokens: cap, minTokens: Math.min(256, cap) })
       : Math.min(1024, cap);
-    const end = takeQuantum(lengths, start, quantum);
-    const slice = rows.slice(start, end);
-    let out: LaneBatchResult;
+    return takeQuantum(lengths, start, quantum);
+  };
+  // Only a local model's job is spread (a remote model's job pauses on its provider's refusal,
+  // which pages committed by helpers meanwhile would break).
+  const helpers = options.offload === true && rows.length > 0 && model.remote === undefined
+    ? await offloadLanes(ctx, jobId, model, kind)
+    : [];
+  const runLocal = async (start: number, end: number): Promise<LaneBatchResult> => {
     for (;;) {
       try {
-        out = await lane.run({ kind, rows: slice.map((r) => r.seq) }, {
+        return await model.bulk.run({ kind, rows: rows.slice(start, end).map((r) => r.seq) }, {
           label: `${jobId}@${start}`,
         });
-        break;
       } catch (err) {
         if (!(err instanceof SynapseError) || !PAUSE_CODES.has(err.code)) throw err;
         commitInHand();
         await pauseForReauth(ctx, jobId, err);
       }
     }
+  };
+  const logQuantum = (start: number, end: number, out: LaneBatchResult, lane: string): void =>
     ctx.log("debug", "synapse.jobs", "job quantum", {
       job: jobId,
       from: start,
-      rows: slice.length,
+      rows: end - start,
       tokens: lengths.slice(start, end).reduce((a, b) => a + b, 0),
+      lane,
       queue_ms: out.queueTimeMs,
       inference_ms: Math.round(out.inferenceMs * 1000) / 1000,
     });
-    onQuantum(slice, out);
-    start = end;
+  if (helpers.length === 0) {
+    for (let start = 0; start < rows.length;) {
+      const end = cut(start);
+      const out = await runLocal(start, end);
+      logQuantum(start, end, out, model.bulk.name);
+      onQuantum(rows.slice(start, end), out);
+      start = end;
+    }
+    return;
+  }
+  await spreadQuanta(ctx, jobId, model, kind, rows, helpers, cut, runLocal, (q, out, lane) => {
+    logQuantum(q.start, q.end, out, lane);
+    onQuantum(rows.slice(q.start, q.end), out);
+  });
+}
+
+/** Concurrent requests one offload lane is given (its provider's own slots bound it too). */
+const OFFLOAD_LOOPS_PER_LANE = 2;
+
+/** A quantum of a spread job: rows `[start, end)` of the sorted rows, committed as number `no`. */
+interface Quantum {
+  no: number;
+  start: number;
+  end: number;
+  /** A helper answered it with a row error: it runs on the job's own lane. */
+  localOnly: boolean;
+}
+
+/**
+ * Spreads a job's quanta over its model's bulk lane and the offload lanes
+ * ({@link offloadLanes}): each lane takes the next quantum when it is free (so each gets work in
+ * proportion to its throughput), and quanta are handed to `commit` in order, whoever computed
+ * them, so pages commit in order. A helper that fails a quantum is dropped for the rest of the
+ * job and its quantum runs elsewhere; one that answers a row with an error (a row a remote lane
+ * cannot send) has that quantum run on the job's own lane. An error of the job's own lane ends
+ * the job as before.
+ */
+async function spreadQuanta<T extends { seq: EncodedSequence }>(
+  ctx: OpContext,
+  jobId: string,
+  model: ReadyModel,
+  kind: "embed" | "score",
+  rows: T[],
+  helpers: ReadyModel[],
+  cut: (start: number) => number,
+  runLocal: (start: number, end: number) => Promise<LaneBatchResult>,
+  commit: (q: Quantum, out: LaneBatchResult, lane: string) => void,
+): Promise<void> {
+  let next = 0;
+  let numbered = 0;
+  let committed = 0;
+  let helpersBusy = 0;
+  let failed: unknown;
+  const requeued: Quantum[] = [];
+  const results = new Map<number, { q: Quantum; out: LaneBatchResult; lane: string }>();
+  let wake: () => void = () => {};
+  let changed = new Promise<void>((r) => (wake = r));
+  const notify = (): void => {
+    wake();
+    changed = new Promise<void>((r) => (wake = r));
+  };
+  const take = (local: boolean): Quantum | undefined => {
+    const i = requeued.findIndex((q) => local || !q.localOnly);
+    if (i >= 0) return requeued.splice(i, 1)[0];
+    if (next >= rows.length) return undefined;
+    const end = cut(next);
+    const q = { no: numbered++, start: next, end, localOnly: false };
+    next = end;
+    return q;
+  };
+  const finish = (q: Quantum, out: LaneBatchResult, lane: string): void => {
+    results.set(q.no, { q, out, lane });
+    for (let r = results.get(committed); r !== undefined; r = results.get(committed)) {
+      results.delete(committed++);
+      commit(r.q, r.out, r.lane);
+    }
+  };
+  const dropped = new Set<ReadyModel>();
+  const helper = async (m: ReadyModel): Promise<void> => {
+    for (
+      let q = take(false);
+      q !== undefined && failed === undefined;
+      q = dropped.has(m) ? undefined : take(false)
+    ) {
+      helpersBusy++;
+      let out: LaneBatchResult;
+      try {
+        out = await m.bulk.run({ kind, rows: rows.slice(q.start, q.end).map((r) => r.seq) }, {
+          label: `${jobId}@${q.start}`,
+        });
+      } catch (err) {
+        helpersBusy--;
+        requeued.push(q);
+        notify();
+        if (dropped.has(m)) return;
+        dropped.add(m);
+        ctx.log("warn", "synapse.jobs", "offload lane dropped from the job", {
+          job: jobId,
+          lane: m.bulk.name,
+          outcome: err instanceof SynapseError ? err.code : "error",
+        });
+        return;
+      }
+      try {
+        if (out.rows.some((r) => r.kind !== "ok")) requeued.push({ ...q, localOnly: true });
+        else finish(q, out, m.bulk.name);
+      } catch (err) {
+        // Committing a page failed (the store): the job's own loop ends the job with it.
+        failed ??= err;
+      } finally {
+        helpersBusy--;
+        notify();
+      }
+    }
+  };
+  const helping = helpers.flatMap((m) =>
+    Array.from({ length: OFFLOAD_LOOPS_PER_LANE }, () => helper(m))
+  );
+  try {
+    for (;;) {
+      if (failed !== undefined) throw failed;
+      const q = take(true);
+      if (q === undefined) {
+        if (helpersBusy === 0 && requeued.length === 0) break;
+        await changed;
+        continue;
+      }
+      finish(q, await runLocal(q.start, q.end), model.bulk.name);
+    }
+  } catch (err) {
+    failed ??= err;
+    throw err;
+  } finally {
+    await Promise.allSettled(helping);
+  }
+  if (committed !== numbered) {
+    throw new Error(`Job ${jobId} committed ${committed} of ${numbered} quanta. This is a bug`);
   }
 }
 
+/**
+ * The lanes that may compute a job's quanta beside its model's own bulk lane: remote lanes whose
+ * provider (a Synapse) reports this model's own fingerprint as its deployment, with the same
+ * task, width and tokenizer, and which answer the canary inputs as this model does now (each
+ * cosine ≥ {@link CANARY_DEFAULT_MIN_COSINE}; rerank scores within the canary's tolerance).
+ * Their vectors are then this fingerprint's: measured, not only declared (docs/remote.md
+ * "Spreading a job").
+ */
+async function offloadLanes(
+  ctx: OpContext,
+  jobId: string,
+  model: ReadyModel,
+  kind: "embed" | "score",
+): Promise<ReadyModel[]> {
+  const candidates = ctx.registry.list().flatMap((e) => {
+    const m = e.ready;
+    return m !== undefined && m !== model && m.remote?.deployment === model.fingerprint &&
+        m.task === model.task && m.dims === model.dims &&
+        m.profile.sanitized_tokenizer_digest === model.profile.sanitized_tokenizer_digest &&
+        m.maxTokens >= model.maxTokens
+      ? [m]
+      : [];
+  });
+  if (candidates.length === 0) return [];
+  const opts = { maxTokens: model.maxTokens, truncate: true };
+  const canary = CANARY_TEXTS.map((t) =>
+    kind === "score"
+      ? model.tokenizer.encodePair(CANARY_QUERY, t, opts)
+      : model.tokenizer.encode(t, opts)
+  );
+  const valuesOf = (out: LaneBatchResult): number[] | undefined =>
+    out.rows.every((r) => r.kind === "ok")
+      ? out.rows.flatMap((r) => Array.from((r as { values: Float32Array }).values))
+      : undefined;
+  let own: number[] | undefined;
+  try {
+    own = valuesOf(await model.bulk.run({ kind, rows: canary }, { label: `${jobId}@canary` }));
+  } catch {
+    return [];
+  }
+  if (own === undefined) return [];
+  const width = own.length / canary.length;
+  const verified: ReadyModel[] = [];
+  for (const m of candidates) {
+    let theirs: number[] | undefined;
+    try {
+      theirs = valuesOf(await m.bulk.run({ kind, rows: canary }, { label: `${jobId}@canary` }));
+    } catch { /* unreachable, refused, halted: it does not help this job */ }
+    const verdict = theirs === undefined ? undefined : compareCanary(
+      kind === "score" ? "rerank" : "embed",
+      { dims: width, values: own, recordedAtMs: 0 },
+      theirs,
+      CANARY_DEFAULT_MIN_COSINE,
+    );
+    ctx.log(verdict?.ok ? "info" : "warn", "synapse.jobs", "offload lane", {
+      job: jobId,
+      lane: m.bulk.name,
+      outcome: verdict === undefined ? "unavailable" : verdict.ok ? "verified" : "numbers_differ",
+      ...(verdict === undefined ? {} : { measured: verdict.measured }),
+    });
+    if (verdict?.ok) verified.push(m);
+  }
+  return verified;
+}
 /** Refusals of a remote provider's credentials: they pause a durable job (contract §1 job.resume). */
 const PAUSE_CODES: ReadonlySet<string> = new Set(["needs_reauth", "credential_config_invalid"]);
 

@@ -204,25 +204,38 @@ async function runEmbedJob(
       const errors = [...itemErrors];
       pages.add(JSON.stringify(errors).length, 0, (p) => void (p.item_errors = errors));
     }
-    await runQuanta(ctx, jobId, req.model, "embed", [...prepared], (slice, out) => {
-      slice.forEach((x, k) => {
-        const row = out.rows[k]!;
-        if (row.kind !== "ok") {
-          // On the page, not against its byte budget (a row error is a few dozen bytes).
-          pages.add(0, 0, (p) => void (p.item_errors ??= []).push(rowError(req.model, x, row)));
-          return;
-        }
-        const values = req.space === undefined
-          ? row.values
-          : servedValues(req.model, req.space, row.values);
-        const line = vectorLine(req.model, x, values, submittedSha256[x.index]!);
-        pages.add(64 + JSON.stringify(line.vector).length, line.count, (p) => {
-          p.vectors.push(line.vector);
-          p.real_token_counts.push(line.count);
-          p.truncation_disclosures.push(line.disclosure);
+    await runQuanta(
+      ctx,
+      jobId,
+      req.model,
+      "embed",
+      [...prepared],
+      (slice, out) => {
+        slice.forEach((x, k) => {
+          const row = out.rows[k]!;
+          if (row.kind !== "ok") {
+            // On the page, not against its byte budget (a row error is a few dozen bytes).
+            pages.add(0, 0, (p) => void (p.item_errors ??= []).push(rowError(req.model, x, row)));
+            return;
+          }
+          const values = req.space === undefined
+            ? row.values
+            : servedValues(req.model, req.space, row.values);
+          const line = vectorLine(req.model, x, values, submittedSha256[x.index]!);
+          pages.add(64 + JSON.stringify(line.vector).length, line.count, (p) => {
+            p.vectors.push(line.vector);
+            p.real_token_counts.push(line.count);
+            p.truncation_disclosures.push(line.disclosure);
+          });
         });
-      });
-    }, () => pages.commit());
+      },
+      () => pages.commit(),
+      {
+        // Spread over remote lanes of this fingerprint only when the texts went bare: a rows'
+        // prompt is sent as text, and the provider would apply its own again.
+        offload: req.prompt === undefined && (req.promptDisclosure?.applied ?? null) === null,
+      },
+    );
     pages.commit();
     ctx.jobs.store.finish(jobId, "done");
     ctx.log("info", "synapse.jobs", "job done", {

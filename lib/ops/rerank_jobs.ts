@@ -90,38 +90,47 @@ async function runRerankJob(ctx: OpContext, jobId: string, req: RerankJobRequest
         fail(toSynapseError(o.error, "invalid_request"), a + i);
       });
     }
-    await runQuanta(ctx, jobId, req.model, "score", seqs, (slice, out) => {
-      slice.forEach((s, k) => {
-        const row = out.rows[k]!;
-        if (row.kind === "non_finite") {
-          return fail(
-            new SynapseError(
-              "engine_output_invalid",
-              `Cannot rerank candidate ${s.index}: the model produced NaN or Infinity`,
-              { details: { item_id: String(s.index), model_id: req.model.modelId } },
-            ),
-            s.index,
-          );
-        }
-        if (row.kind === "error") {
-          return fail(
-            new SynapseError(
-              row.error.code,
-              `Cannot rerank candidate ${s.index}: ${row.error.message}`,
-              {
-                details: { ...row.error.details, item_id: String(s.index) },
-              },
-            ),
-            s.index,
-          );
-        }
-        pages.add(96, s.seq.effectiveTokens, (p) => {
-          p.scores.push({ index: s.index, score: row.values[0]! });
-          p.real_token_counts.push(s.seq.effectiveTokens);
-          p.truncation_disclosures.push(disclosureOf(s.seq));
+    await runQuanta(
+      ctx,
+      jobId,
+      req.model,
+      "score",
+      seqs,
+      (slice, out) => {
+        slice.forEach((s, k) => {
+          const row = out.rows[k]!;
+          if (row.kind === "non_finite") {
+            return fail(
+              new SynapseError(
+                "engine_output_invalid",
+                `Cannot rerank candidate ${s.index}: the model produced NaN or Infinity`,
+                { details: { item_id: String(s.index), model_id: req.model.modelId } },
+              ),
+              s.index,
+            );
+          }
+          if (row.kind === "error") {
+            return fail(
+              new SynapseError(
+                row.error.code,
+                `Cannot rerank candidate ${s.index}: ${row.error.message}`,
+                {
+                  details: { ...row.error.details, item_id: String(s.index) },
+                },
+              ),
+              s.index,
+            );
+          }
+          pages.add(96, s.seq.effectiveTokens, (p) => {
+            p.scores.push({ index: s.index, score: row.values[0]! });
+            p.real_token_counts.push(s.seq.effectiveTokens);
+            p.truncation_disclosures.push(disclosureOf(s.seq));
+          });
         });
-      });
-    }, () => pages.commit());
+      },
+      () => pages.commit(),
+      { offload: true },
+    );
     pages.commit();
     ctx.jobs.store.finish(jobId, "done");
     ctx.log("info", "synapse.jobs", "job done", {

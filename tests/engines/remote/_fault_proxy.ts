@@ -9,6 +9,8 @@
  * - `redirect`: 307 to the provider itself (a client that follows redirects would be served);
  * - `slow`: wait `slowMs`, then forward;
  * - `wrong_dims`: forward, then drop the last value of every embedding;
+ * - `perturbed`: forward, then add 0.05 to the first value of every embedding (other numbers,
+ *   the same headers: a provider that lies about what it computes);
  * - `other_fingerprint`: forward, then answer `x-synapse-fingerprint` of another model.
  *
  * `seen` counts the requests that reached the proxy; `onRequest`, when set, is called with that
@@ -22,6 +24,7 @@ export type FaultMode =
   | "redirect"
   | "slow"
   | "wrong_dims"
+  | "perturbed"
   | "other_fingerprint";
 
 export class FaultProxy {
@@ -85,9 +88,12 @@ export class FaultProxy {
     const out = new Headers(res.headers);
     out.delete("content-length");
     if (this.mode === "other_fingerprint") out.set("x-synapse-fingerprint", "f".repeat(64));
-    if (this.mode === "wrong_dims" && res.ok) {
+    if ((this.mode === "wrong_dims" || this.mode === "perturbed") && res.ok) {
       const json = JSON.parse(text);
-      for (const d of json.data ?? []) d.embedding = d.embedding.slice(0, -1);
+      for (const d of json.data ?? []) {
+        if (this.mode === "wrong_dims") d.embedding = d.embedding.slice(0, -1);
+        else d.embedding[0] += 0.05;
+      }
       return Response.json(json, { status: res.status, headers: out });
     }
     return new Response(text, { status: res.status, headers: out });
