@@ -36,6 +36,7 @@ import {
 } from "../engines/remote/canary.ts";
 import type { RemoteProvider } from "../engines/remote/provider.ts";
 import { Lane } from "../lanes/lane.ts";
+import type { LogSink } from "../log/log.ts";
 import type { Admission } from "../sched/admission.ts";
 import { LaneScheduler } from "../sched/lane_scheduler.ts";
 import { SanitizedTokenizer } from "../tokenize/tokenizer.ts";
@@ -60,6 +61,8 @@ export interface RemoteLoadContext {
   maxBatchTokens: number;
   admission: Admission;
   now: () => number;
+  /** Module log (the canary's halt is logged here). */
+  log?: LogSink;
   /**
    * Where canary baselines are kept across restarts (lib/models/remote_canary_store.ts); absent:
    * each load records its own.
@@ -82,6 +85,28 @@ export interface RemoteLoadContext {
  *   from the provider.
  */
 export async function loadRemoteModel(
+  src: ModelSource,
+  ctx: RemoteLoadContext,
+): Promise<{ ready: ReadyModel; engine: RemoteEngine; scheduler: LaneScheduler }> {
+  try {
+    return await loadRemote(src, ctx);
+  } catch (e) {
+    const provider = src.remote === undefined ? undefined : ctx.providers.get(src.remote.provider);
+    if (!(e instanceof SynapseError) || e.code !== "needs_reauth" || provider === undefined) {
+      throw e;
+    }
+    // Refused at load, the model is not served at all: no request or job.resume brings it back.
+    throw new SynapseError(
+      "needs_reauth",
+      `Cannot load model '${src.modelId}': remote provider '${provider.id}' refused the credentials (HTTP ${
+        String(e.details?.http_status ?? "401")
+      }) from ${provider.keySource}; fix the key, then restart the server (the model stays failed until it loads again)`,
+      { details: { ...e.details, model_id: src.modelId }, cause: e },
+    );
+  }
+}
+
+async function loadRemote(
   src: ModelSource,
   ctx: RemoteLoadContext,
 ): Promise<{ ready: ReadyModel; engine: RemoteEngine; scheduler: LaneScheduler }> {
@@ -315,7 +340,19 @@ async function armCanary(
     baseline = { dims, values: Array.from(answers), recordedAtMs: ctx.now() };
     ctx.canaries?.put(key, src.modelId, baseline);
   }
-  engine.armCanary({ rows, baseline, minCosine, intervalMs, deployment, deploymentNow });
+  engine.armCanary({
+    rows,
+    baseline,
+    minCosine,
+    intervalMs,
+    deployment,
+    deploymentNow,
+    onHalt: (e) =>
+      ctx.log?.("error", "synapse.remote", `model '${src.modelId}' halted: ${e.message}`, {
+        model: src.modelId,
+        outcome: e.code,
+      }),
+  });
 }
 
 /**

@@ -731,6 +731,7 @@ export class ModelRegistry implements AsyncDisposable {
         admission: this.#admission,
         now: this.#now,
         ...(this.#remoteCanaries === undefined ? {} : { canaries: this.#remoteCanaries }),
+        log: this.#log,
       });
       if (this.#disposed) {
         await r.engine.dispose();

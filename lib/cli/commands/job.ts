@@ -126,6 +126,7 @@ async function status(
         pages_available: page.pages_available,
       };
       if (page.error !== undefined) out.error = page.error;
+      if (page.paused_at_ms !== undefined) out.paused_at_ms = page.paused_at_ms;
       if (page.resume_deadline_ms !== undefined) out.resume_deadline_ms = page.resume_deadline_ms;
       io.out(JSON.stringify(out, null, 2));
     } else {

@@ -161,7 +161,7 @@ export function canaryDriftError(
     "remote_identity_drift",
     `Remote provider '${provider}' answers model '${model}' (${deployment}) with other numbers than recorded on ${
       new Date(recordedAtMs).toISOString()
-    }: canary input ${verdict.worstInput} moved (${measured}); its vectors are no longer this fingerprint's space. Restore the provider's model, or give the entry a new "revision" to serve it as a new vector space`,
+    }: canary input ${verdict.worstInput} moved (${measured}); its vectors are no longer this fingerprint's space. The lane refuses until the server restarts: restore the provider's model first, or give the entry a new "revision" to serve it as a new vector space`,
     {
       details: {
         provider,

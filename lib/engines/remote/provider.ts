@@ -324,6 +324,15 @@ export class RemoteProvider {
     });
   }
 
+  /** Where the key comes from, for messages: the variable's name, never a file's path. */
+  get keySource(): string {
+    return this.#config.api_key_env !== undefined
+      ? `its api_key_env ${this.#config.api_key_env}`
+      : this.#config.api_key_file !== undefined
+      ? "the file its api_key_file names"
+      : "no key (set api_key_env or api_key_file)";
+  }
+
   /** Requests in flight. */
   get inFlight(): number {
     return this.#slots.inUse;
@@ -523,7 +532,7 @@ export class RemoteProvider {
             this.#config.api_key_env !== undefined
               ? `fix the key in ${this.#config.api_key_env} and restart the server`
               : this.#config.api_key_file !== undefined
-              ? "fix the key in the provider's api_key_file (read again at the next request)"
+              ? `fix the key in the file remote_providers '${this.id}' names as api_key_file (this server's own; read again at the next request)`
               : "the provider entry sends none: set api_key_env or api_key_file and restart the server"
           }, then send the request again; a durable job this paused continues with job.resume {job_id}`,
           { details: { provider: this.id, http_status: status, provider_request_id: requestId } },

@@ -84,6 +84,8 @@ export interface CanarySetup {
   deployment: string;
   /** What the provider reports deploying now (asked before each periodic check). */
   deploymentNow: () => Promise<string>;
+  /** Told once when a check halts the lane (the refusal every call gets from then on). */
+  onHalt?: (e: SynapseError) => void;
 }
 
 /** What `admission.status` shows of a lane's canary. */
@@ -221,10 +223,12 @@ export class RemoteEngine implements Engine {
     try {
       const now = await c.deploymentNow();
       if (now !== c.deployment) {
-        this.#halt = new SynapseError(
-          "remote_deployment_changed",
-          `Remote provider '${this.provider.id}' now reports deployment '${now}' for model '${this.model}', not '${c.deployment}' recorded when the lane loaded; reload the model to take it as a new vector space`,
-          { details: { provider: this.provider.id, deployment: c.deployment, reported: now } },
+        this.#haltWith(
+          new SynapseError(
+            "remote_deployment_changed",
+            `Remote provider '${this.provider.id}' now reports deployment '${now}' for model '${this.model}', not '${c.deployment}' recorded when the lane loaded; reload the model to take it as a new vector space`,
+            { details: { provider: this.provider.id, deployment: c.deployment, reported: now } },
+          ),
         );
         this.#canaryView = { ...this.#canaryView, state: "deployment_changed" };
         return undefined;
@@ -245,24 +249,29 @@ export class RemoteEngine implements Engine {
         bar: verdict.bar,
       };
       if (!verdict.ok) {
-        this.#halt = canaryDriftError(
+        this.#haltWith(canaryDriftError(
           this.provider.id,
           this.model,
           c.deployment,
           verdict,
           c.baseline.recordedAtMs,
-        );
+        ));
       }
       return verdict;
     } catch (e) {
       if (e instanceof SynapseError && e.code === "remote_deployment_changed") {
-        this.#halt = e;
+        this.#haltWith(e);
         this.#canaryView = { ...this.#canaryView, state: "deployment_changed" };
       }
       return undefined;
     } finally {
       this.#checking = false;
     }
+  }
+
+  #haltWith(e: SynapseError): void {
+    this.#halt = e;
+    this.#canary?.onHalt?.(e);
   }
 
   #embed(rows: readonly EngineRow[], options: EngineCallOptions = {}): Promise<EngineBatchOutput> {

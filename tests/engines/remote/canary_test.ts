@@ -11,7 +11,7 @@ import { MODELS, preload, resultOf, semanticError, startSynapse } from "../../_h
 import type { TestSynapse } from "../../_helpers.ts";
 import { serveHttp } from "../../../lib/doors/http/server.ts";
 import { loadConfig } from "../../../lib/config/loader.ts";
-import { nullLog } from "../../../lib/log/log.ts";
+import { type LogSink, nullLog } from "../../../lib/log/log.ts";
 import { createSynapse } from "../../../lib/synapse.ts";
 import type { Synapse } from "../../../lib/synapse.ts";
 import { FaultProxy } from "./_fault_proxy.ts";
@@ -55,6 +55,12 @@ function gatewayConfig(base: string, entry: Record<string, unknown> = {}) {
   };
 }
 
+/** Error lines of the log, as `target: message`. */
+const errors: string[] = [];
+const log: LogSink = (level, target, message) => {
+  if (level === "error") errors.push(`${target}: ${message}`);
+};
+
 /** Boots a Synapse with `config` in the data home under `dir`. */
 async function boot(dir: string, config: Record<string, unknown>): Promise<Synapse> {
   const env = {
@@ -63,7 +69,7 @@ async function boot(dir: string, config: Record<string, unknown>): Promise<Synap
     HOME: dir,
     SYNAPSE_CONFIG_JSON: JSON.stringify(config),
   };
-  return await createSynapse({ config: loadConfig({ env, cwd: dir }).config, env });
+  return await createSynapse({ config: loadConfig({ env, cwd: dir }).config, env, log });
 }
 
 const embed = (syn: Synapse) =>
@@ -101,6 +107,10 @@ Deno.test("the canary sees a model swapped behind the same name and deployment: 
         // deno-lint-ignore no-explicit-any
         const lane = status.lanes.find((l: any) => l.lane === "remote-remote");
         assert.equal(lane.worker.remote.canary.state, "drift");
+        // Logged once, when it halted (not per refused request).
+        const halted = errors.filter((l) => l.startsWith("synapse.remote: model 'remote' halted"));
+        assert.equal(halted.length, 1, JSON.stringify(errors));
+        assert.match(halted[0]!, /remote_identity_drift|other numbers/);
         // Putting the model back does not lift the refusal: the lane's vectors may already mix.
         proxy.upstream = p.base;
         await new Promise((r) => setTimeout(r, 300));

@@ -66,4 +66,5 @@ Deno.test("canaryDriftError names the provider, deployment, worst input and meas
   assert.match(e.message, /canary input 2 moved \(cosine 0\.850000 < 0\.9999\)/);
   assert.match(e.message, /2026-12-06T00:00:00\.000Z/);
   assert.match(e.message, /"revision"/);
+  assert.match(e.message, /refuses until the server restarts/);
 });

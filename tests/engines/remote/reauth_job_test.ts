@@ -224,3 +224,25 @@ Deno.test("a paused job not resumed by jobs.resume_deadline_ms is failed_permane
     await Deno.remove(key.dir, { recursive: true });
   }
 });
+
+Deno.test("a key refused while the model loads fails the model needs_reauth, saying a restart is what brings it back (no request or job.resume can)", async () => {
+  await using p = await provider();
+  const proxy = new FaultProxy(p.base);
+  const key = await keyFile("sk-first");
+  try {
+    proxy.requireKey = "sk-other";
+    await using g = await gateway(proxy.base, { api_key_file: key.path });
+    const e = semanticError(
+      await g.syn.call("embed.batch", { texts: ["a"], model: "remote", accept_declared: true }),
+    );
+    assert.equal(e.code, "needs_reauth");
+    assert.match(e.message, /Cannot load model 'remote'/);
+    assert.match(e.message, /restart the server/);
+    assert.doesNotMatch(e.message, /job\.resume/);
+    assert.ok(!e.message.includes(key.path), "the key file's path is not in the message");
+    assert.equal(e.details.http_status, 401);
+  } finally {
+    await proxy.close();
+    await Deno.remove(key.dir, { recursive: true });
+  }
+});
