@@ -26,7 +26,10 @@
 export interface StopCut {
   /** UTF-16 index of the cut: the start of the earliest match. */
   at: number;
-  /** The stop string matched there (the first listed, when two start at `at`). */
+  /**
+   * The stop string matched there (the first listed, when two start at `at`; a stream waits for
+   * an earlier-listed one that may still complete there before it ends).
+   */
   stop: string;
 }
 
@@ -91,14 +94,20 @@ export class StopStrings {
     const before = this.#text.length;
     this.#text += text;
     const all = this.#text;
-    // New complete matches end in the new text: they start at most |stop| - 1 before it.
-    for (const stop of this.#stops) {
+    // New complete matches end in the new text: they start at most |stop| - 1 before it. Two
+    // matches at one start: the first listed, whichever completed first (field report replay:
+    // `["旅 p", "旅"]` reported either, by how the tokens were chunked).
+    this.#stops.forEach((stop, rank) => {
       const at = all.indexOf(stop, Math.max(0, before - stop.length + 1));
-      if (at >= 0 && (this.#best === undefined || at < this.#best.at)) this.#best = { at, stop };
-    }
+      if (at < 0) return;
+      const best = this.#best;
+      if (best === undefined || at < best.at || (at === best.at && rank < this.#rank(best.stop))) {
+        this.#best = { at, stop };
+      }
+    });
     const limit = this.#best?.at ?? all.length;
     const open = this.#open(limit);
-    if (this.#best !== undefined && open >= limit) this.#done = true;
+    if (this.#best !== undefined && open >= limit && !this.#tieOpen(this.#best)) this.#done = true;
     let safe = Math.min(limit, open);
     // Never split a surrogate pair (the rest comes with the final text).
     const c = all.charCodeAt(safe - 1);
@@ -107,6 +116,20 @@ export class StopStrings {
     const out = all.slice(this.#released, safe);
     this.#released = safe;
     return out;
+  }
+
+  #rank(stop: string): number {
+    return this.#stops.indexOf(stop);
+  }
+
+  /**
+   * True while a stop string listed before `best.stop` may still complete at `best.at` (the text
+   * from there is a proper prefix of it): the match the cut reports is not decided yet.
+   */
+  #tieOpen(best: StopCut): boolean {
+    const tail = this.#text.slice(best.at);
+    const rank = this.#rank(best.stop);
+    return this.#stops.some((s, r) => r < rank && s.length > tail.length && s.startsWith(tail));
   }
 
   /**

@@ -124,3 +124,23 @@ Deno.test("StopStrings releases only prefixes of the final text, for random text
     }
   }
 });
+
+Deno.test("StopStrings reports the first listed of two stops starting at one position, however the text is chunked (field report replay: the ffi lane reported either)", () => {
+  const stops = ["旅 p", "旅"];
+  for (const chunks of [["旅", " p"], ["旅 p"], ["旅", " ", "p"], ["a旅", " pq"]]) {
+    const s = new StopStrings(stops);
+    let released = "";
+    for (const c of chunks) released += s.push(c);
+    assert.equal(s.done, true, JSON.stringify(chunks));
+    assert.equal(s.match?.stop, "旅 p", JSON.stringify(chunks));
+    assert.equal(released, chunks[0]!.startsWith("a") ? "a" : "", JSON.stringify(chunks));
+  }
+  // The earlier-listed stop does not complete: the later one is the match, decided then.
+  const s = new StopStrings(stops);
+  s.push("旅");
+  assert.equal(s.done, false, "旅 p may still complete");
+  s.push(" q");
+  assert.equal(s.done, true);
+  assert.equal(s.match?.stop, "旅");
+  assert.deepEqual(cutAtStop("x旅 p", stops), { at: 1, stop: "旅 p" });
+});
