@@ -25,7 +25,8 @@ import {
   type PromptSelector,
   selectPrompt,
 } from "../models/prompts.ts";
-import type { LaneBatchResult } from "../lanes/lane.ts";
+import type { LaneBatchResult, LanePermit } from "../lanes/lane.ts";
+import { requestSignal } from "../sched/request_signal.ts";
 import { submitEmbedJob } from "./jobs.ts";
 import type { EmbedJobRequest, JobAccepted } from "./jobs.ts";
 import {
@@ -243,13 +244,12 @@ export async function embedItems(
     maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
   });
   markStage("admit");
-  const { prepared, errors, tokens } = await prepareItems(ctx.tokenizers, model, items, {
-    truncate,
-    checked,
-    signal: options.signal,
-    prompt,
-    maxTokens,
-  });
+  const { prepared, errors, tokens } = await underDeadline(
+    permit,
+    options.signal,
+    (signal) =>
+      prepareItems(ctx.tokenizers, model, items, { truncate, checked, signal, prompt, maxTokens }),
+  );
   markStage("tokenize");
   if (tokens > limits.max_tokens) {
     permit.release();
@@ -523,14 +523,19 @@ async function embedInChunks(
       deadlineMs: p.deadline_ms ?? limits.deadline_ms,
       maxQueueMs: p.max_queue_ms ?? limits.max_queue_ms,
     });
-    const chunk = await prepareItems(ctx.tokenizers, model, items.slice(a, b), {
-      truncate,
-      offset: a,
-      checked: checked.slice(a, b),
+    const chunk = await underDeadline(
+      permit,
       signal,
-      prompt,
-      maxTokens,
-    });
+      (tokenizing) =>
+        prepareItems(ctx.tokenizers, model, items.slice(a, b), {
+          truncate,
+          offset: a,
+          checked: checked.slice(a, b),
+          signal: tokenizing,
+          prompt,
+          maxTokens,
+        }),
+    );
     for (let i = 0; i < b - a; i++) {
       const e = chunk.errors[i];
       if (e !== undefined && checked[a + i] === undefined) errors.push(e);
@@ -609,4 +614,28 @@ export function tokenGroups(
   }
   if (group.length > 0) groups.push(group);
   return groups;
+}
+
+/**
+ * Runs a request's tokenizing, right after its admission, under its deadline as well as the
+ * caller's signal: a text the pool
+ * is still tokenizing when `deadline_ms` passes ends the request `deadline_exceeded` then (its
+ * worker is replaced), not whenever tokenizing ends (field report F21: a 50 MiB text to truncate
+ * on a tokenizer without a proven cut answered 47 s past its deadline).
+ *
+ * @throws the caller's abort reason; a `TimeoutError` (→ `deadline_exceeded`, reason `deadline`).
+ */
+async function underDeadline<T>(
+  permit: LanePermit,
+  caller: AbortSignal | undefined,
+  tokenize: (signal: AbortSignal) => Promise<T>,
+): Promise<T> {
+  // Measured on the permit's own clock (the lane's, which tests may set): admitted just now.
+  using req = requestSignal({
+    callerSignal: caller,
+    deadlineMs: permit.deadlineAtMs - permit.admittedAtMs,
+    maxQueueMs: 0,
+  });
+  req.started();
+  return await tokenize(req.signal);
 }
