@@ -39,7 +39,7 @@ export function requestSignal(options: RequestSignalOptions): RequestSignal {
   options.callerSignal?.addEventListener("abort", onCaller, { once: true });
   const deadline = setTimeout(() => {
     ctl.abort(new DOMException("The request's deadline passed", "TimeoutError"));
-  }, Math.max(1, options.deadlineMs));
+  }, timerMs(Math.max(1, options.deadlineMs)));
   let queue: ReturnType<typeof setTimeout> | undefined = setTimeout(() => {
     ctl.abort(
       new SynapseError(
@@ -51,7 +51,7 @@ export function requestSignal(options: RequestSignalOptions): RequestSignal {
         },
       ),
     );
-  }, Math.max(0, options.maxQueueMs));
+  }, timerMs(Math.max(0, options.maxQueueMs)));
   const dispose = (): void => {
     clearTimeout(deadline);
     if (queue !== undefined) clearTimeout(queue);
@@ -65,4 +65,15 @@ export function requestSignal(options: RequestSignalOptions): RequestSignal {
     },
     [Symbol.dispose]: dispose,
   };
+}
+
+/** Longest delay a timer keeps (2^31 − 1 ms, 24.8 days); a longer one would fire at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * A delay a timer honours: a `deadline_ms` or `max_queue_ms` past 24.8 days waits that long
+ * (Node's timers fire after 1 ms for a delay over 2^31 − 1 and warn `TimeoutOverflowWarning`).
+ */
+function timerMs(ms: number): number {
+  return Math.min(MAX_TIMER_MS, ms);
 }
