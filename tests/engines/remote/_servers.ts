@@ -16,16 +16,23 @@ export const EMBED = `${MODELS}/synapse-tiny-embed`;
 /** The tiny reranker's directory (the provider serves it as `tiny-rerank`). */
 export const RERANK = `${MODELS}/synapse-tiny-rerank`;
 
-/** A provider: a Synapse serving HTTP on loopback, its models loaded. */
-export async function provider(): Promise<
+/**
+ * A provider: a Synapse serving HTTP on loopback, its models loaded (by default the tiny embedder
+ * as `tiny` and the tiny reranker as `tiny-rerank`).
+ *
+ * @param models `preload_models` entries; each must load.
+ */
+export async function provider(
+  models: { model_id: string }[] = [
+    preload(EMBED, "tiny"),
+    preload(RERANK, "tiny-rerank", { task: "rerank" }),
+  ],
+): Promise<
   { t: TestSynapse; base: string; [Symbol.asyncDispose](): Promise<void> }
 > {
-  const t = await startSynapse({
-    preload_models: [preload(EMBED, "tiny"), preload(RERANK, "tiny-rerank", { task: "rerank" })],
-  });
+  const t = await startSynapse({ preload_models: models });
   const server = serveHttp(t.syn, { log: nullLog });
-  await ready(t.syn, "tiny");
-  await ready(t.syn, "tiny-rerank");
+  for (const m of models) await ready(t.syn, m.model_id);
   return {
     t,
     base: `http://127.0.0.1:${server.port}`,

@@ -7,11 +7,9 @@
  * vector space. A Synapse provider whose fingerprint changes is `remote_deployment_changed`.
  */
 import assert from "node:assert/strict";
-import { MODELS, preload, resultOf, semanticError, startSynapse } from "../../_helpers.ts";
-import type { TestSynapse } from "../../_helpers.ts";
-import { serveHttp } from "../../../lib/doors/http/server.ts";
+import { MODELS, preload, resultOf, semanticError } from "../../_helpers.ts";
 import { loadConfig } from "../../../lib/config/loader.ts";
-import { type LogSink, nullLog } from "../../../lib/log/log.ts";
+import type { LogSink } from "../../../lib/log/log.ts";
 import { createSynapse } from "../../../lib/synapse.ts";
 import type { Synapse } from "../../../lib/synapse.ts";
 import { FaultProxy } from "./_fault_proxy.ts";
@@ -20,23 +18,7 @@ import { EMBED, provider, ready } from "./_servers.ts";
 const TEXTS = ["the quick brown fox", "canaries watch the numbers"];
 
 /** A second provider serving another model under the same name `tiny` (a silent swap). */
-async function swapped(): Promise<
-  { t: TestSynapse; base: string; [Symbol.asyncDispose](): Promise<void> }
-> {
-  const t = await startSynapse({
-    preload_models: [preload(`${MODELS}/synapse-tiny-embed-f16-perturbed`, "tiny")],
-  });
-  const server = serveHttp(t.syn, { log: nullLog });
-  await ready(t.syn, "tiny");
-  return {
-    t,
-    base: `http://127.0.0.1:${server.port}`,
-    async [Symbol.asyncDispose]() {
-      await server.shutdown();
-      await t[Symbol.asyncDispose]();
-    },
-  };
-}
+const swapped = () => provider([preload(`${MODELS}/synapse-tiny-embed-f16-perturbed`, "tiny")]);
 
 /** The gateway's config: model `remote` on an OpenAI-kind provider at `base`. */
 function gatewayConfig(base: string, entry: Record<string, unknown> = {}) {
