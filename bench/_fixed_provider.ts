@@ -13,6 +13,13 @@
  * is serialised once and cached, and an answer is assembled from those strings, so a repeated
  * text costs the provider almost nothing. `prompt_tokens` counts whitespace-separated words.
  *
+ * **Table mode** (`table`, `fingerprint`: the spread-job benchmark): the provider answers as a
+ * Synapse serving a model of that fingerprint — `GET /v1/models/{model}` →
+ * `{id, object, synapse: {fingerprint, state: "ready", task: "embed", test_model: true}}`, and
+ * every embeddings answer carries `x-synapse-fingerprint` — and a text found in the table (text →
+ * vector: the local model's own vectors, computed by the benchmark) is answered with its vector;
+ * any other text with {@link fixedVector}, counted in `misses`.
+ *
  * **Delay mode**: with `itemDelayMs > 0` every embeddings request waits `itemDelayMs × inputs`
  * on a timer (`setTimeout`) before it answers — a simulated model that takes time without taking
  * CPU, so that on a small machine the benchmark measures the gateway and not the provider's
@@ -37,6 +44,10 @@ export interface FixedProviderOptions {
   itemDelayMs?: number;
   /** The model id served (`/v1/models`); any other `model` is answered 404. @default "fixed" */
   model?: string;
+  /** Table mode: a JSON file of `{text: vector}` answered as they are. */
+  table?: string;
+  /** Table mode: the fingerprint this provider reports as a Synapse provider. */
+  fingerprint?: string;
 }
 
 /** A provider's counters since its start or its last reset. */
@@ -47,6 +58,10 @@ export interface FixedProviderStats {
   peakInFlight: number;
   /** Distinct TCP connections (client ports) embeddings requests came on. */
   connections: number;
+  /** Inputs embedded. */
+  items: number;
+  /** Table mode: inputs not in the table. */
+  misses: number;
 }
 
 /** A running fixed provider (this process). */
@@ -110,14 +125,22 @@ export function startFixedProvider(options: FixedProviderOptions): FixedProvider
   const model = options.model ?? "fixed";
   /** A text's serialised embedding array (`[0.1,…]`). */
   const cache = new Map<string, string>();
+  const table = options.table === undefined
+    ? undefined
+    : new Map(Object.entries(JSON.parse(Deno.readTextFileSync(options.table)) as object));
+  const fingerprint = options.fingerprint;
   let inFlight = 0;
   let peak = 0;
   let count = 0;
+  let items = 0;
+  let misses = 0;
   const ports = new Set<number>();
   const embeddingJson = (text: string): string => {
     let v = cache.get(text);
     if (v === undefined) {
-      v = JSON.stringify(fixedVector(text, dims));
+      const row = table?.get(text);
+      if (table !== undefined && row === undefined) misses++;
+      v = JSON.stringify(row ?? fixedVector(text, dims));
       if (cache.size >= CACHE_MAX) cache.clear();
       cache.set(text, v);
     }
@@ -132,6 +155,8 @@ export function startFixedProvider(options: FixedProviderOptions): FixedProvider
     json(status, { error: { message, type: "invalid_request_error" } });
   const reset = () => {
     count = 0;
+    items = 0;
+    misses = 0;
     ports.clear();
     peak = inFlight;
   };
@@ -148,6 +173,7 @@ export function startFixedProvider(options: FixedProviderOptions): FixedProvider
     if (!Array.isArray(input) || !input.every((t) => typeof t === "string")) {
       return error(400, "input must be a string or a list of strings");
     }
+    items += input.length;
     if (itemDelayMs > 0) {
       await new Promise((r) => setTimeout(r, itemDelayMs * input.length));
     }
@@ -161,7 +187,12 @@ export function startFixedProvider(options: FixedProviderOptions): FixedProvider
       `{"object":"list","data":[${data.join(",")}],"model":${
         JSON.stringify(model)
       },"usage":${usage}}`,
-      { headers: { "content-type": "application/json" } },
+      {
+        headers: {
+          "content-type": "application/json",
+          ...(fingerprint === undefined ? {} : { "x-synapse-fingerprint": fingerprint }),
+        },
+      },
     );
   };
 
@@ -185,8 +216,24 @@ export function startFixedProvider(options: FixedProviderOptions): FixedProvider
           data: [{ id: model, object: "model", owned_by: "bench" }],
         });
       }
+      if (
+        req.method === "GET" && fingerprint !== undefined &&
+        path === `/v1/models/${encodeURIComponent(model)}`
+      ) {
+        return json(200, {
+          id: model,
+          object: "model",
+          synapse: { fingerprint, state: "ready", task: "embed", test_model: true },
+        });
+      }
       if (req.method === "GET" && path === "/_bench/stats") {
-        return json(200, { requests: count, peak_in_flight: peak, connections: ports.size });
+        return json(200, {
+          requests: count,
+          peak_in_flight: peak,
+          connections: ports.size,
+          items,
+          misses,
+        });
       }
       if (req.method === "POST" && path === "/_bench/reset") {
         reset();
@@ -233,6 +280,7 @@ export async function spawnFixedProviders(
   const args = [
     "run",
     "--allow-net=127.0.0.1",
+    ...(options.table === undefined ? [] : [`--allow-read=${options.table}`]),
     new URL(import.meta.url).pathname,
     "--count",
     String(count),
@@ -241,6 +289,8 @@ export async function spawnFixedProviders(
     "--item-delay-ms",
     String(options.itemDelayMs ?? 0),
     ...(options.model === undefined ? [] : ["--model", options.model]),
+    ...(options.table === undefined ? [] : ["--table", options.table]),
+    ...(options.fingerprint === undefined ? [] : ["--fingerprint", options.fingerprint]),
   ];
   const child = new Deno.Command(Deno.execPath(), {
     args,
@@ -268,6 +318,8 @@ export async function spawnFixedProviders(
           requests: s.requests,
           peakInFlight: s.peak_in_flight,
           connections: s.connections,
+          items: s.items,
+          misses: s.misses,
         };
       })),
     reset: async () => {
@@ -295,9 +347,18 @@ if (import.meta.main) {
   const dims = Number(flag("dims"));
   const itemDelayMs = Number(flag("item-delay-ms", "0"));
   const model = flag("model", "fixed");
+  const table = Deno.args.includes("--table") ? flag("table") : undefined;
+  const fingerprint = Deno.args.includes("--fingerprint") ? flag("fingerprint") : undefined;
   const providers = Array.from(
     { length: count },
-    () => startFixedProvider({ dims, itemDelayMs, model }),
+    () =>
+      startFixedProvider({
+        dims,
+        itemDelayMs,
+        model,
+        ...(table === undefined ? {} : { table }),
+        ...(fingerprint === undefined ? {} : { fingerprint }),
+      }),
   );
   console.log(JSON.stringify({ bases: providers.map((p) => p.base) }));
   // Runs until the parent closes stdin.

@@ -22,8 +22,20 @@
  * alternating in halves (ABBA).
  * Prints items/s, its ratio to N × the 1-provider throughput (target ≥ 0.9), the gateway/direct
  * ratio, this process's CPU (clients, gateway, tokenizer worker) and what each provider saw. This
- * drives the N lanes from 8×N client streams: splitting one durable job across several providers
- * is not built yet, so that is not what is measured.
+ * drives the N lanes from 8×N client streams.
+ *
+ * (c) **One durable job spread over providers** (docs/remote.md "Spreading a job"): for N = 0, 1,
+ * 2, 4, 8 a gateway serving the tiny embedder locally (`tiny`) and N remote lanes of kind
+ * `synapse` on fixed providers in table mode (bench/_fixed_provider.ts: each reports the local
+ * model's fingerprint and answers the local model's own vectors, computed first by a Synapse of
+ * its own, waiting `--item-delay-ms` per input on a timer), runs one `embed.batch` job of
+ * `--job-items` texts on `tiny` with `jobs.bulk_quantum_tokens` 512. Prints the job's items/s
+ * (submit to `done`), the items the providers computed and their rate against N × the N = 1
+ * providers' rate (target ≥ 0.9) and against their ceiling (2 quanta in flight per lane:
+ * 2000 / delay items/s each), the local lane's share, and whether every page equals the N = 0
+ * (local only) job's, vector for vector.
+ *
+ * `--parts a,b,c` runs only those parts.
  *
  * Ratios of one run; never compare absolute times across runs or machines.
  *
@@ -35,7 +47,10 @@ import { serveHttp } from "../lib/doors/http/server.ts";
 import { nullLog } from "../lib/log/log.ts";
 import { setStageSink } from "../lib/log/stage_marks.ts";
 import type { Synapse } from "../lib/synapse.ts";
-import { MODELS, resultOf, startSynapse } from "../tests/_helpers.ts";
+import { MODELS, preload, resultOf, startSynapse } from "../tests/_helpers.ts";
+import { CANARY_TEXTS } from "../lib/engines/remote/canary.ts";
+import { OFFLOAD_LOOPS_PER_LANE } from "../lib/ops/_durable_job.ts";
+import { SanitizedTokenizer } from "../lib/tokenize/tokenizer.ts";
 import type { TestSynapse } from "../tests/_helpers.ts";
 import { spawnFixedProviders, startFixedProvider } from "./_fixed_provider.ts";
 
@@ -44,6 +59,8 @@ const { values: args } = parseArgs({
   options: {
     quick: { type: "boolean", default: false },
     "item-delay-ms": { type: "string", default: "2" },
+    "job-items": { type: "string" },
+    parts: { type: "string", default: "a,b,c" },
   },
   strict: true,
 });
@@ -71,6 +88,12 @@ const TEXT_POOL = Array.from(
 const TOKENIZER = `${MODELS}/synapse-tiny-embed/tokenizer.json`;
 const TEXT = "a short query about vectors";
 const OVERHEAD_TARGET_MS = 0.3;
+const PARTS = new Set(args.parts.split(","));
+/** Part (c): job size, provider counts, the quantum cap. */
+const JOB_ITEMS = Number(args["job-items"] ?? (QUICK ? 6000 : 16000));
+const SPREAD_NS = (Deno.env.get("SPREAD_NS") ?? "0,1,2,4,8").split(",").map(Number);
+const JOB_QUANTUM_TOKENS = 512;
+const EMBED_DIR = `${MODELS}/synapse-tiny-embed`;
 const SCALE_TARGET = 0.9;
 
 function quantile(xs: number[], q: number): number {
@@ -390,7 +413,7 @@ async function scaleOut(): Promise<void> {
     `(b) scale-out in simulation: N providers (a child process; ${ITEM_DELAY_MS} ms per input on a timer, ${DIMS} dims), one gateway with N remote models (max_concurrency ${MAX_CONCURRENCY} each), ${CLIENTS_PER_PROVIDER}×N concurrent clients × ${BATCHES} batches of ${BATCH_TEXTS} texts, round-robin over the N models; the same load sent directly to the providers (no gateway), the two paths alternating in halves`,
   );
   console.log(
-    "  NOTE: the N lanes are driven by 8×N separate client streams; splitting one durable job across several providers is not built yet, so that is not what this measures.",
+    "  (the N lanes are driven by 8×N separate client streams; one job spread over providers is part (c))",
   );
   console.log(
     `  a provider's own ceiling: ${MAX_CONCURRENCY} requests in flight × ${BATCH_TEXTS} items / ${
@@ -460,7 +483,236 @@ async function scaleOut(): Promise<void> {
   );
 }
 
+/** Texts of the spread job: distinct, a dozen tokens each. */
+const JOB_TEXTS = Array.from(
+  { length: JOB_ITEMS },
+  (_, i) =>
+    `passage ${i} of one spread job about ${["lanes", "quanta", "pages"][i % 3]} and vectors`,
+);
+
+/**
+ * The local model's vectors of the job's and the canary's texts, keyed as a remote lane sends
+ * them (its tokenizer's decoding of the tokens, special tokens left out), and its fingerprint.
+ */
+async function spreadTable(): Promise<{ file: string; fingerprint: string }> {
+  const g = await startSynapse({ preload_models: [preload(EMBED_DIR, "tiny")] }, { log: nullLog });
+  try {
+    await ready(g.syn, "tiny");
+    const tok = await SanitizedTokenizer.fromFile(TOKENIZER);
+    const texts = [...JOB_TEXTS, ...CANARY_TEXTS];
+    const table: Record<string, number[]> = {};
+    let fingerprint = "";
+    for (let i = 0; i < texts.length; i += 64) {
+      const r = resultOf(
+        await g.syn.call("embed.batch", { texts: texts.slice(i, i + 64), model: "tiny" }),
+      );
+      fingerprint = r.fingerprint;
+      r.vectors.forEach((v: { vector: number[] }, k: number) => {
+        const seq = tok.encode(texts[i + k]!, { maxTokens: 512, truncate: true });
+        table[tok.decodeIds(Array.from(seq.ids), true)] = v.vector;
+      });
+    }
+    const file = await Deno.makeTempFile({ prefix: "bench-remote-table-", suffix: ".json" });
+    await Deno.writeTextFile(file, JSON.stringify(table));
+    return { file, fingerprint };
+  } finally {
+    await g[Symbol.asyncDispose]();
+  }
+}
+
+interface SpreadRun {
+  n: number;
+  seconds: number;
+  /** Items each provider computed. */
+  remote: number[];
+  /** Embeddings requests each provider answered, and its most in flight at once. */
+  requests: number[];
+  peak: number[];
+  misses: number;
+  /** The job's vectors by id. */
+  vectors: Map<string, number[]>;
+  /** Gateway process CPU seconds during the job. */
+  cpuSeconds: number;
+  /** Seconds from the job's first quantum to its last: the spread phase. */
+  spreadSeconds: number;
+  /** Seconds from the submission to the first quantum (the job tokenizes its texts first). */
+  tokenizeSeconds: number;
+}
+
+/** One job of JOB_TEXTS on `tiny` over the local lane and `n` table providers. */
+async function spreadOnce(n: number, table: { file: string; fingerprint: string }) {
+  const providers = n === 0 ? undefined : await spawnFixedProviders(n, {
+    dims: 32,
+    itemDelayMs: ITEM_DELAY_MS,
+    model: "tiny",
+    table: table.file,
+    fingerprint: table.fingerprint,
+  });
+  const bases = providers?.bases ?? [];
+  let g: TestSynapse | undefined;
+  let timing = false;
+  const quantaAt: number[] = [];
+  try {
+    g = await startSynapse({
+      jobs: { bulk_quantum_tokens: JOB_QUANTUM_TOKENS },
+      remote_providers: bases.map((base_url, i) => ({
+        id: `box${i}`,
+        kind: "synapse",
+        base_url,
+        allow_loopback: true,
+        max_concurrency: MAX_CONCURRENCY,
+      })),
+      preload_models: [
+        preload(EMBED_DIR, "tiny"),
+        ...bases.map((_, i) => ({
+          engine: "remote",
+          provider: `box${i}`,
+          model: "tiny",
+          model_id: `tiny-box${i}`,
+          task: "embed",
+          tokenizer_path: TOKENIZER,
+        })),
+      ],
+    }, {
+      // The job's quantum lines (debug level, docs/remote.md): when its lanes computed.
+      log: (_level, target, message) => {
+        if (target === "synapse.jobs" && message === "job quantum" && timing) {
+          quantaAt.push(performance.now());
+        }
+      },
+    });
+    const syn = g.syn;
+    await ready(syn, "tiny");
+    for (let i = 0; i < n; i++) await ready(syn, `tiny-box${i}`);
+    const own = resultOf(await syn.call("embed.batch", { texts: ["x"], model: "tiny" }));
+    if (own.fingerprint !== table.fingerprint) {
+      throw new Error("the gateway's tiny has another fingerprint than the table's: a bench bug");
+    }
+    const runJob = async (texts: string[], key: string) => {
+      const job = resultOf(
+        await syn.call("embed.batch", { texts, model: "tiny", request_key: key }),
+      );
+      for (;;) {
+        const r = resultOf(await syn.call("embed.result", { job_id: job.job_id }));
+        if (r.state === "done") return { jobId: job.job_id as string, pages: r.page_count };
+        if (r.state !== "queued" && r.state !== "running") {
+          throw new Error(`job ${r.state}: ${JSON.stringify(r.error)}`);
+        }
+        await new Promise((res) => setTimeout(res, 5));
+      }
+    };
+    // Warm-up: a small job over every lane, then the providers' counters from zero.
+    await runJob(JOB_TEXTS.slice(0, 600), `warm-${n}`);
+    await providers?.reset();
+    const cpu0 = process.cpuUsage();
+    const t0 = performance.now();
+    timing = true;
+    const done = await runJob(JOB_TEXTS, `spread-${n}`);
+    timing = false;
+    const seconds = (performance.now() - t0) / 1000;
+    const cpu = process.cpuUsage(cpu0);
+    const stats = (await providers?.stats()) ?? [];
+    const vectors = new Map<string, number[]>();
+    for (let page = 0; page < done.pages; page++) {
+      const r = resultOf(await syn.call("embed.result", { job_id: done.jobId, page }));
+      for (const v of r.vectors) vectors.set(v.id, v.vector);
+    }
+    return {
+      n,
+      seconds,
+      remote: stats.map((st) => st.items),
+      requests: stats.map((st) => st.requests),
+      peak: stats.map((st) => st.peakInFlight),
+      misses: stats.reduce((a, st) => a + st.misses, 0),
+      vectors,
+      cpuSeconds: (cpu.user + cpu.system) / 1e6,
+      // From the first quantum committed to the last (the job tokenizes all its texts first).
+      spreadSeconds: (quantaAt[quantaAt.length - 1]! - quantaAt[0]!) / 1000,
+      tokenizeSeconds: (quantaAt[0]! - t0) / 1000,
+    } satisfies SpreadRun;
+  } finally {
+    await g?.[Symbol.asyncDispose]();
+    await providers?.close();
+  }
+}
+
+async function spreadJob(): Promise<void> {
+  const ceiling = OFFLOAD_LOOPS_PER_LANE * 1000 / ITEM_DELAY_MS;
+  console.log(
+    `(c) one durable job (${JOB_ITEMS} texts, quantum cap ${JOB_QUANTUM_TOKENS} tokens) on the local tiny embedder, spread over N providers of its fingerprint (a child process, table mode: the local model's own vectors, ${ITEM_DELAY_MS} ms per input on a timer; a lane's ceiling ${OFFLOAD_LOOPS_PER_LANE} quanta in flight = ${
+      ceiling.toFixed(0)
+    } items/s)`,
+  );
+  const table = await spreadTable();
+  try {
+    console.log(
+      "  job s: submission to done; tokenize s: to its first quantum; the rates are over the spread phase (first quantum to last)",
+    );
+    console.log(
+      `  ${"N".padStart(2)} ${"job s".padStart(6)} ${"tokenize s".padStart(10)} ${
+        "job items/s".padStart(11)
+      } ${"remote items".padStart(12)} ${"remote items/s".padStart(14)} ${
+        "vs N×(N=1)".padStart(10)
+      } ${"vs ceiling".padStart(10)} ${"local items/s".padStart(13)} ${
+        "CPU".padStart(5)
+      }  identical to N=0`,
+    );
+    let alone: SpreadRun | undefined;
+    let oneRemote: number | undefined;
+    const ratios: [number, number][] = [];
+    for (const n of SPREAD_NS) {
+      const run = await spreadOnce(n, table);
+      alone ??= run;
+      const remoteItems = run.remote.reduce((a, b) => a + b, 0);
+      const remoteRate = remoteItems / run.spreadSeconds;
+      if (n === 1) oneRemote = remoteRate;
+      let same = run.vectors.size === JOB_ITEMS && run.misses === 0;
+      for (const [id, v] of alone.vectors) {
+        const w = run.vectors.get(id);
+        if (w === undefined || w.length !== v.length || w.some((x, k) => x !== v[k])) same = false;
+      }
+      const vsN = n === 0 || oneRemote === undefined ? undefined : remoteRate / (n * oneRemote);
+      if (vsN !== undefined) ratios.push([n, vsN]);
+      console.log(
+        `  ${String(n).padStart(2)} ${run.seconds.toFixed(2).padStart(6)} ${
+          run.tokenizeSeconds.toFixed(2).padStart(10)
+        } ${(JOB_ITEMS / run.seconds).toFixed(0).padStart(11)} ${
+          String(remoteItems).padStart(12)
+        } ${remoteRate.toFixed(0).padStart(14)} ${
+          (vsN === undefined ? "-" : vsN.toFixed(2)).padStart(10)
+        } ${(n === 0 ? "-" : (remoteRate / (n * ceiling)).toFixed(2)).padStart(10)} ${
+          ((JOB_ITEMS - remoteItems) / run.spreadSeconds).toFixed(0).padStart(13)
+        } ${`${(run.cpuSeconds / run.seconds * 100).toFixed(0)}%`.padStart(5)}  ${
+          same ? "yes" : `NO (${run.misses} table misses)`
+        }${
+          n === 0
+            ? ""
+            : `  per provider items/requests/peak in flight: ${
+              run.remote.map((x, i) => `${x}/${run.requests[i]}/${run.peak[i]}`).join(" ")
+            }`
+        }`,
+      );
+    }
+    const worst = ratios.reduce((a, b) => (b[1] < a[1] ? b : a));
+    console.log(
+      `  spread-job scale-out (the providers' items/s ÷ N × theirs at N=1): lowest ${
+        worst[1].toFixed(2)
+      } at N=${worst[0]} — target ≥ ${SCALE_TARGET}: ${
+        worst[1] >= SCALE_TARGET ? "met" : "NOT met"
+      }`,
+    );
+  } finally {
+    await Deno.remove(table.file);
+  }
+}
+
 console.log(`bench:remote${QUICK ? " --quick" : ""}`);
-await overhead();
-console.log("");
-await scaleOut();
+if (PARTS.has("a")) {
+  await overhead();
+  console.log("");
+}
+if (PARTS.has("b")) {
+  await scaleOut();
+  console.log("");
+}
+if (PARTS.has("c")) await spreadJob();

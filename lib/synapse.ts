@@ -21,6 +21,7 @@ import {
 } from "./lease/lease.ts";
 import type { FileLock } from "../ffi/flock.ts";
 import { ModelRegistry } from "./models/model_registry.ts";
+import { withRemoteAssurance } from "./models/load_remote.ts";
 import { RemoteProvider } from "./engines/remote/provider.ts";
 import type { ModelEntry, ModelSource, ReadyModel } from "./models/model.ts";
 import type { CertRow } from "./probe/types.ts";
@@ -339,6 +340,18 @@ export class Synapse implements AsyncDisposable {
       recordedQueryPath: (ready) => recordedRow(ready)?.evidence.query_path,
       // The shape cap likewise: what the probe found about the lane's shapes.
       recordedShapeCap: (ready) => recordedRow(ready)?.evidence.shape_cap,
+      // A remote lane with a passing certificate of its proven identity on this machine serves as
+      // proven (docs/remote.md "Identity").
+      remoteAssurance: (ready) => {
+        const proven = withRemoteAssurance(ready, "proven");
+        const digest = runtimeConfigDigestOf({ config, registry: this.registry }, proven);
+        const row = this.certifications.row(
+          this.machineProfileHash,
+          proven.numericProfileId,
+          digest,
+        );
+        return row?.status === "certified" ? "proven" : "declared";
+      },
       llama: (spec, source) => {
         const workerSlot = LLAMA_WORKER_SLOTS.take();
         try {

@@ -267,9 +267,8 @@ function preloadEntry(entry: PreloadEntryInput, index: number, source: string): 
       "worker_runtime_dir",
       "profile",
       "artifact_digest",
-      // The provider pools; and a probe cannot check a remote lane against a reference here.
+      // The provider pools.
       "pooling",
-      "reference_model",
     ] as const)
       .find((k) => entry[k] !== undefined);
     if (local !== undefined) {
@@ -278,7 +277,7 @@ function preloadEntry(entry: PreloadEntryInput, index: number, source: string): 
         at(local),
         `'${
           at(local)
-        }' is a setting of a local lane; engine 'remote' takes provider, model, task, tokenizer_path, model_id, dims, max_tokens, normalize, revision and canary (the provider pools, and a remote lane has no probe reference)`,
+        }' is a setting of a local lane; engine 'remote' takes provider, model, task, tokenizer_path, model_id, dims, max_tokens, normalize, revision, canary and reference_model (the provider pools)`,
       );
     }
   } else {

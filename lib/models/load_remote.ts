@@ -15,8 +15,10 @@
  * The deployment is what the provider reports: a `synapse` provider's fingerprint of the model
  * (`GET /v1/models/{model}`), a TEI provider's `model_id@model_sha` (`GET /info`), an OpenAI
  * provider's `id` with vLLM's `root` and `owned_by` (`GET /v1/models`). The assurance is
- * `declared`: nothing here proves the numbers are the model's, so every request must say
- * `accept_declared: true` (else `declared_identity_not_accepted`).
+ * `declared` (every request must say `accept_declared: true`, else
+ * `declared_identity_not_accepted`) until a probe of the lane against its `reference_model`
+ * passes on this machine; the lane then serves as `proven` ({@link withRemoteAssurance}): another
+ * fingerprint, no `accept_declared` needed.
  *
  * @module
  */
@@ -153,7 +155,7 @@ async function loadRemote(
     provider,
     remote.model,
   );
-  const assurance = "declared";
+  const assurance: RemoteProvenance["assurance"] = "declared";
   const identity = {
     engine: "remote",
     version: provider.kind,
@@ -278,6 +280,35 @@ async function loadRemote(
     bulk: new Lane({ ...base, cls: "bulk" }),
   };
   return { ready, engine, scheduler };
+}
+
+/**
+ * A remote lane's ready model under another assurance: the engine identity's
+ * `build_flags.assurance`, the profile, its id and fingerprint, and `provenance.remote.assurance`
+ * all say it, so a proven lane's vectors carry another fingerprint than its declared ones
+ * (docs/remote.md "Identity"). The lanes, tokenizer and engine are the same objects.
+ *
+ * @param ready A remote lane's ready model (another model is returned as it is).
+ * @param assurance `declared`, or `proven` once a probe against its reference passed here.
+ * @returns The model under that assurance (the same object when it already has it).
+ */
+export function withRemoteAssurance(
+  ready: ReadyModel,
+  assurance: RemoteProvenance["assurance"],
+): ReadyModel {
+  if (ready.remote === undefined || ready.remote.assurance === assurance) return ready;
+  const identity = {
+    ...ready.identity,
+    build_flags: { ...ready.identity.build_flags, assurance },
+  };
+  const profile: NumericProfile = { ...ready.profile, engine: identity };
+  return {
+    ...ready,
+    profile,
+    ...identityOf(profile),
+    identity,
+    remote: { ...ready.remote, assurance },
+  };
 }
 
 /**

@@ -162,13 +162,14 @@ export interface ModelSource {
 
 /**
  * `provenance.remote` of a remote lane's answers (contract §3): the provider, what it deploys
- * under the model's name, and the assurance of that identity (`declared` until a probe proves
- * it).
+ * under the model's name, and the assurance of that identity: `declared` until a probe of the
+ * lane against its `reference_model` (a local lane of the same model) passes on this machine, then
+ * `proven` (docs/remote.md "Identity").
  */
 export interface RemoteProvenance {
   provider: string;
   deployment: string;
-  assurance: "declared" | "certified";
+  assurance: "declared" | "proven";
 }
 
 /** Largest context a llama lane sets up when the source names none: 8192 tokens. */

@@ -23,9 +23,16 @@ import { type LogSink, nullLog, retarget, stderrLog } from "../log/log.ts";
 import { type LaneStatusRow, laneStatusRow } from "./lane_status.ts";
 import { loadOrtModel, ortReadyModel } from "./load_ort.ts";
 import { type LlamaEngineFactory, llamaReadyModel, loadLlamaModel } from "./load_llama.ts";
-import { loadRemoteModel, type RemoteLoadContext } from "./load_remote.ts";
+import { loadRemoteModel, type RemoteLoadContext, withRemoteAssurance } from "./load_remote.ts";
 import type { RemoteProvider } from "../engines/remote/provider.ts";
-import type { ModelEntry, ModelSource, ModelTask, QueryPath, ReadyModel } from "./model.ts";
+import type {
+  ModelEntry,
+  ModelSource,
+  ModelTask,
+  QueryPath,
+  ReadyModel,
+  RemoteProvenance,
+} from "./model.ts";
 import { Lane } from "../lanes/lane.ts";
 import { type RegistryTestHooks, SkewedEngine } from "./_test_hooks.ts";
 import { labelledTestModel } from "./sources.ts";
@@ -104,6 +111,12 @@ export interface ModelRegistryOptions {
    * {@link ModelRegistry.setShapeCap} has not set. A throw counts as undefined. @default none
    */
   recordedShapeCap?: (ready: ReadyModel) => number | undefined;
+  /**
+   * The assurance a remote lane that just loaded serves under: `proven` when this machine holds a
+   * passing certificate of its proven identity (a probe against its `reference_model`;
+   * lib/probe/certification.ts), else `declared`. A throw counts as `declared`. @default declared
+   */
+  remoteAssurance?: (ready: ReadyModel) => RemoteProvenance["assurance"];
 }
 
 /** What {@link ModelRegistryOptions.initialRunMs} gives for a model, ms each. */
@@ -176,6 +189,7 @@ export class ModelRegistry implements AsyncDisposable {
   #ortDefaults: { interactive: number; bulk: number };
   #recordedQueryPath: ModelRegistryOptions["recordedQueryPath"];
   #recordedShapeCap: ModelRegistryOptions["recordedShapeCap"];
+  #remoteAssurance: ModelRegistryOptions["remoteAssurance"];
   #disposed = false;
 
   constructor(options: ModelRegistryOptions) {
@@ -224,6 +238,7 @@ export class ModelRegistry implements AsyncDisposable {
     this.#initialRunMs = options.initialRunMs;
     this.#recordedQueryPath = options.recordedQueryPath;
     this.#recordedShapeCap = options.recordedShapeCap;
+    this.#remoteAssurance = options.remoteAssurance;
   }
 
   /** All models, in load order. */
@@ -477,6 +492,30 @@ export class ModelRegistry implements AsyncDisposable {
   }
 
   /**
+   * Serves a loaded remote lane under another assurance (docs/remote.md "Identity"): `proven` once
+   * a probe against its reference passed, `declared` again when a later probe failed. Its ready
+   * model is replaced by {@link withRemoteAssurance}'s (another fingerprint); requests already
+   * admitted finish under the identity they started with. Nothing happens to a model that is not
+   * a ready remote lane.
+   *
+   * @param modelId A registered model.
+   * @param assurance `declared` or `proven`.
+   * @returns Whether the served identity changed.
+   * @throws {SynapseError} `unknown_model`.
+   */
+  setRemoteAssurance(modelId: string, assurance: RemoteProvenance["assurance"]): boolean {
+    const entry = this.#entries.get(modelId);
+    if (entry === undefined) throw unknownModel(modelId, undefined, [...this.#entries.keys()]);
+    const ready = entry.ready;
+    if (ready?.remote === undefined || ready.remote.assurance === assurance) return false;
+    entry.ready = withRemoteAssurance(ready, assurance);
+    this.#log("info", "synapse.models", `remote lane '${modelId}' serves as ${assurance}`, {
+      fingerprint: entry.ready.fingerprint,
+    });
+    return true;
+  }
+
+  /**
    * Sets (or, undefined, clears) a model's **shape cap** (the probe's shape classes,
    * lib/probe/types.ts `ShapeClass`): the most rows one engine call of its lanes holds — the
    * largest call size whose outputs the probe found equal to the rows alone — so a lane that is not
@@ -549,7 +588,7 @@ export class ModelRegistry implements AsyncDisposable {
     const own = this.#own.get(modelId);
     const common = { cls: "control" as const, admission: this.#admission, now: this.#now };
     if (own !== undefined) {
-      const name = `llama-${modelId}`;
+      const name = `${own.engine.kind === "remote" ? "remote" : "llama"}-${modelId}`;
       return {
         query: new Lane({ ...common, name, engine: hot.engine, scheduler: own.scheduler }),
         batch: new Lane({ ...common, name, engine: own.engine, scheduler: own.scheduler }),
@@ -739,7 +778,11 @@ export class ModelRegistry implements AsyncDisposable {
       }
       this.#own.set(entry.modelId, { engine: r.engine, scheduler: r.scheduler });
       entry.testModel ||= r.ready.testModel;
-      return r.ready;
+      let assurance: RemoteProvenance["assurance"] = "declared";
+      try {
+        assurance = this.#remoteAssurance?.(r.ready) ?? "declared";
+      } catch { /* no record: declared */ }
+      return withRemoteAssurance(r.ready, assurance);
     }
     if (entry.engine === "llama") {
       const l = await loadLlamaModel(src, {

@@ -168,6 +168,11 @@ function remoteSourceFromPreload(entry: SynapseConfig["preload_models"][number])
     },
   };
   if (entry.max_tokens !== undefined) source.maxTokens = entry.max_tokens;
+  if (entry.reference_model !== undefined) {
+    // The local lane the probe certifies this remote lane against (docs/remote.md "Identity").
+    checkReferenceModel(source.modelId, entry.reference_model, "preload_models.reference_model");
+    source.referenceModel = entry.reference_model;
+  }
   return source;
 }
 

@@ -270,9 +270,9 @@ export async function runQuanta<T extends { seq: EncodedSequence }>(
   model: ReadyModel,
   kind: "embed" | "score",
   rows: T[],
-  onQuantum: (slice: T[], out: LaneBatchResult) => void,
+  onQuantum: (slice: T[], out: LaneBatchResult, computedUnder?: string) => void,
   commitInHand: () => void,
-  options: { offload?: boolean } = {},
+  options: { offload?: boolean; equivalent?: boolean } = {},
 ): Promise<void> {
   rows.sort((a, b) => a.seq.ids.length - b.seq.ids.length);
   const lengths = rows.map((r) => r.seq.ids.length);
@@ -289,7 +289,7 @@ export async function runQuanta<T extends { seq: EncodedSequence }>(
   // Only a local model's job is spread (a remote model's job pauses on its provider's refusal,
   // which pages committed by helpers meanwhile would break).
   const helpers = options.offload === true && rows.length > 0 && model.remote === undefined
-    ? await offloadLanes(ctx, jobId, model, kind)
+    ? await offloadLanes(ctx, jobId, model, kind, options.equivalent === true)
     : [];
   const runLocal = async (start: number, end: number): Promise<LaneBatchResult> => {
     for (;;) {
@@ -325,13 +325,15 @@ export async function runQuanta<T extends { seq: EncodedSequence }>(
     return;
   }
   await spreadQuanta(ctx, jobId, model, kind, rows, helpers, cut, runLocal, (q, out, lane) => {
-    logQuantum(q.start, q.end, out, lane);
-    onQuantum(rows.slice(q.start, q.end), out);
+    logQuantum(q.start, q.end, out, lane.bulk.name);
+    // A lane proven equivalent computes under its own fingerprint: the page says so.
+    const under = lane.fingerprint === model.fingerprint ? undefined : lane.fingerprint;
+    onQuantum(rows.slice(q.start, q.end), out, under);
   });
 }
 
 /** Concurrent requests one offload lane is given (its provider's own slots bound it too). */
-const OFFLOAD_LOOPS_PER_LANE = 2;
+export const OFFLOAD_LOOPS_PER_LANE = 2;
 
 /** A quantum of a spread job: rows `[start, end)` of the sorted rows, committed as number `no`. */
 interface Quantum {
@@ -360,7 +362,7 @@ async function spreadQuanta<T extends { seq: EncodedSequence }>(
   helpers: ReadyModel[],
   cut: (start: number) => number,
   runLocal: (start: number, end: number) => Promise<LaneBatchResult>,
-  commit: (q: Quantum, out: LaneBatchResult, lane: string) => void,
+  commit: (q: Quantum, out: LaneBatchResult, lane: ReadyModel) => void,
 ): Promise<void> {
   let next = 0;
   let numbered = 0;
@@ -368,7 +370,7 @@ async function spreadQuanta<T extends { seq: EncodedSequence }>(
   let helpersBusy = 0;
   let failed: unknown;
   const requeued: Quantum[] = [];
-  const results = new Map<number, { q: Quantum; out: LaneBatchResult; lane: string }>();
+  const results = new Map<number, { q: Quantum; out: LaneBatchResult; lane: ReadyModel }>();
   let wake: () => void = () => {};
   let changed = new Promise<void>((r) => (wake = r));
   const notify = (): void => {
@@ -384,7 +386,7 @@ async function spreadQuanta<T extends { seq: EncodedSequence }>(
     next = end;
     return q;
   };
-  const finish = (q: Quantum, out: LaneBatchResult, lane: string): void => {
+  const finish = (q: Quantum, out: LaneBatchResult, lane: ReadyModel): void => {
     results.set(q.no, { q, out, lane });
     for (let r = results.get(committed); r !== undefined; r = results.get(committed)) {
       results.delete(committed++);
@@ -419,7 +421,7 @@ async function spreadQuanta<T extends { seq: EncodedSequence }>(
       }
       try {
         if (out.rows.some((r) => r.kind !== "ok")) requeued.push({ ...q, localOnly: true });
-        else finish(q, out, m.bulk.name);
+        else finish(q, out, m);
       } catch (err) {
         // Committing a page failed (the store): the job's own loop ends the job with it.
         failed ??= err;
@@ -441,7 +443,7 @@ async function spreadQuanta<T extends { seq: EncodedSequence }>(
         await changed;
         continue;
       }
-      finish(q, await runLocal(q.start, q.end), model.bulk.name);
+      finish(q, await runLocal(q.start, q.end), model);
     }
   } catch (err) {
     failed ??= err;
@@ -455,11 +457,13 @@ async function spreadQuanta<T extends { seq: EncodedSequence }>(
 }
 
 /**
- * The lanes that may compute a job's quanta beside its model's own bulk lane: remote lanes whose
- * provider (a Synapse) reports this model's own fingerprint as its deployment, with the same
- * task, width and tokenizer, and which answer the canary inputs as this model does now (each
- * cosine ≥ {@link CANARY_DEFAULT_MIN_COSINE}; rerank scores within the canary's tolerance).
- * Their vectors are then this fingerprint's: measured, not only declared (docs/remote.md
+ * The lanes that may compute a job's quanta beside its model's own bulk lane, with the same
+ * task, width and tokenizer: remote lanes whose provider (a Synapse) reports this model's own
+ * fingerprint as its deployment; and, when the job allows equivalents (`allow_equivalent`),
+ * remote lanes proven against a reference (assurance `proven`) whose fingerprint a live
+ * probe-measured alias makes equivalent to this model's. Each must answer the canary inputs as
+ * this model does now (each cosine ≥ {@link CANARY_DEFAULT_MIN_COSINE}; rerank scores within the
+ * canary's tolerance): measured at the job's start, not only declared (docs/remote.md
  * "Spreading a job").
  */
 async function offloadLanes(
@@ -467,10 +471,19 @@ async function offloadLanes(
   jobId: string,
   model: ReadyModel,
   kind: "embed" | "score",
+  equivalent: boolean,
 ): Promise<ReadyModel[]> {
+  const aliased = equivalent
+    ? new Set(
+      ctx.aliases.equivalentsOf(model.fingerprint, ctx.now())
+        .filter((e) => e.source === "probe").map((e) => e.fingerprint),
+    )
+    : new Set<string>();
   const candidates = ctx.registry.list().flatMap((e) => {
     const m = e.ready;
-    return m !== undefined && m !== model && m.remote?.deployment === model.fingerprint &&
+    const same = m?.remote?.deployment === model.fingerprint ||
+      (m?.remote?.assurance === "proven" && aliased.has(m.fingerprint));
+    return m !== undefined && m !== model && same &&
         m.task === model.task && m.dims === model.dims &&
         m.profile.sanitized_tokenizer_digest === model.profile.sanitized_tokenizer_digest &&
         m.maxTokens >= model.maxTokens

@@ -233,6 +233,7 @@ export async function embedItems(
       truncate,
       bytes,
       ...promptOfJob(options.embed?.prompt, prompt, disclosure),
+      ...(routing.allow_equivalent === true ? { allowEquivalent: true } : {}),
     });
   }
   const checked = checkItemTexts(items);
@@ -264,6 +265,7 @@ export async function embedItems(
       prepared,
       itemErrors: errors.filter((e): e is ItemError => e !== undefined),
       ...promptOfJob(options.embed?.prompt, prompt, disclosure),
+      ...(routing.allow_equivalent === true ? { allowEquivalent: true } : {}),
     });
   }
   const out = await lane.run(

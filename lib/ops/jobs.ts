@@ -56,6 +56,8 @@ export interface RerankJobPage {
   real_token_counts: number[];
   truncation_disclosures: TruncationDisclosure[];
   item_errors?: ItemError[];
+  /** As {@link EmbedResultPage.provenance_set}. */
+  provenance_set?: string[];
 }
 
 /** The engine of a page whose job recorded none and whose model is not loaded. */
@@ -67,6 +69,12 @@ interface StoredPage {
   real_token_counts: number[];
   truncation_disclosures: TruncationDisclosure[];
   item_errors?: ItemError[];
+  /**
+   * Present when some of the page's vectors were computed by a lane proven equivalent to the
+   * job's model (`allow_equivalent`): the fingerprints they came from, the job's first, sorted
+   * after it (docs/remote.md "Spreading a job").
+   */
+  provenance_set?: string[];
 }
 
 /** `embed.result` payload. */
@@ -86,6 +94,11 @@ export interface EmbedResultPage extends Envelope {
   real_token_counts: number[];
   truncation_disclosures: TruncationDisclosure[];
   item_errors?: ItemError[];
+  /**
+   * The fingerprints the page's vectors (scores) were computed under, the job's first: present
+   * only when a lane proven equivalent computed some of them (`allow_equivalent`).
+   */
+  provenance_set?: string[];
   /** The job's failure, when it failed; while `paused_needs_reauth`, why it paused. */
   error?: WireError;
   /** While `paused_needs_reauth`: when it paused and the deadline to `job.resume` it (ms). */
@@ -128,6 +141,11 @@ export interface EmbedJobRequest {
   prompt?: PromptChoice;
   /** The answer-level prompt disclosure, kept with the job for `embed.result`. */
   promptDisclosure?: PromptDisclosure;
+  /**
+   * The request's `allow_equivalent`: the job may also run on remote lanes proven equivalent to
+   * its model (a live probe alias); part of the request digest.
+   */
+  allowEquivalent?: boolean;
 }
 
 /**
@@ -153,6 +171,7 @@ export function submitEmbedJob(ctx: OpContext, req: EmbedJobRequest): JobAccepte
       ...(req.promptSelector?.prompt_name === undefined
         ? {}
         : { prompt_name: req.promptSelector.prompt_name }),
+      ...(req.allowEquivalent === true ? { allow_equivalent: true } : {}),
     },
     items: req.items.map((it, i) => ({ id: it.id, contentSha256: submitted[i]! })),
   });
@@ -210,7 +229,7 @@ async function runEmbedJob(
       req.model,
       "embed",
       [...prepared],
-      (slice, out) => {
+      (slice, out, under) => {
         slice.forEach((x, k) => {
           const row = out.rows[k]!;
           if (row.kind !== "ok") {
@@ -226,6 +245,7 @@ async function runEmbedJob(
             p.vectors.push(line.vector);
             p.real_token_counts.push(line.count);
             p.truncation_disclosures.push(line.disclosure);
+            if (under !== undefined) addProvenance(p, req.model.fingerprint, under);
           });
         });
       },
@@ -234,6 +254,7 @@ async function runEmbedJob(
         // Spread over remote lanes of this fingerprint only when the texts went bare: a rows'
         // prompt is sent as text, and the provider would apply its own again.
         offload: req.prompt === undefined && (req.promptDisclosure?.applied ?? null) === null,
+        equivalent: req.allowEquivalent === true,
       },
     );
     pages.commit();
@@ -250,6 +271,21 @@ async function runEmbedJob(
       items: req.items.length,
     });
   }
+}
+
+/**
+ * Adds `under` to a page's `provenance_set` (created as `[own]` on first use; `own` first, the
+ * rest sorted).
+ */
+export function addProvenance(
+  page: { provenance_set?: string[] },
+  own: string,
+  under: string,
+): void {
+  const set = page.provenance_set ??= [own];
+  if (set.includes(under)) return;
+  set.push(under);
+  set.splice(1, set.length - 1, ...set.slice(1).sort());
 }
 
 function emptyPage(): StoredPage {
@@ -322,6 +358,7 @@ export function embedResult(ctx: OpContext, rawParams: unknown): EmbedResultPage
     out.score_kind = "raw_logit";
   }
   if (body.item_errors && body.item_errors.length > 0) out.item_errors = body.item_errors;
+  if (body.provenance_set !== undefined) out.provenance_set = body.provenance_set;
   if (job.error) out.error = job.error;
   if (job.state === "paused_needs_reauth") {
     if (job.pausedAtMs !== null) out.paused_at_ms = job.pausedAtMs;

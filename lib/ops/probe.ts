@@ -52,7 +52,14 @@ import { jcsSha256 } from "../identity/jcs.ts";
 import { sha256Hex } from "../identity/sha256.ts";
 import type { ModelEntry, ReadyModel } from "../models/model.ts";
 import type { JobState } from "../store/job_types.ts";
-import type { CertRow, ProbeCheck, ProbeLaneResult, ShapeClass } from "../probe/types.ts";
+import type {
+  BlockingReason,
+  CertRow,
+  ProbeCheck,
+  ProbeLaneResult,
+  ShapeClass,
+} from "../probe/types.ts";
+import { withRemoteAssurance } from "../models/load_remote.ts";
 import type { StoredKnobAssignment, StoredPerfRow } from "../probe/certification_store.ts";
 import type { JobsContext, OpContext } from "./context.ts";
 import { endFailedJob } from "./_durable_job.ts";
@@ -348,9 +355,24 @@ export function probeReport(ctx: OpContext, rawParams: unknown): ProbeReport {
       certification_status: c.status,
       serving_admission: "serving",
     };
+    if (ready.remote !== undefined && ready.remote.assurance === "declared") {
+      // A declared remote lane serves only requests that accept its provider's word, whatever
+      // the certification mode (docs/remote.md "Identity").
+      row.certification_status = c.status === "certified" ? "probe_required" : c.status;
+      row.blocking_reason = row.certification_status as BlockingReason;
+      row.probe_command = probeAdvice(entry.modelId).probe_command;
+      row.serving_admission = "refused";
+      row.serving_admission_reason = entry.source.referenceModel === undefined
+        ? "remote lane, declared by its provider: serves only requests that send accept_declared: true; give its entry a reference_model and probe it to prove it"
+        : `remote lane, declared by its provider: serves only requests that send accept_declared: true until a probe against '${entry.source.referenceModel}' passes`;
+      lanes.push(row);
+      continue;
+    }
     if (c.status === "reference" || c.status === "certified") {
       row.serving_admission_reason = c.status === "reference"
         ? "reference lane (ORT f32 on the CPU): needs no certificate"
+        : ready.remote !== undefined
+        ? `remote lane proven against '${entry.source.referenceModel}' on this machine profile`
         : "certified on this machine profile";
     } else {
       row.blocking_reason = c.status;
@@ -393,7 +415,9 @@ function targetModels(ctx: OpContext, asked: string[]): Target[] {
   if (asked.length === 0) {
     const out: Target[] = [];
     for (const entry of entries) {
-      if (entry.ready === undefined || entry.ready.remote !== undefined) continue;
+      if (entry.ready === undefined) continue;
+      // A remote lane is probed only against its reference (without one nothing can be proven).
+      if (entry.ready.remote !== undefined && entry.source.referenceModel === undefined) continue;
       if (laneCertificationClass(entry) !== "certification_required") continue;
       out.push({ entry, model: entry.ready });
     }
@@ -412,11 +436,17 @@ function targetModels(ctx: OpContext, asked: string[]): Target[] {
   const out: Target[] = [];
   for (const id of ids) {
     const entry = entries.find((e) => e.modelId === id)!;
-    if (entry.engine === "remote") {
+    if (entry.engine === "remote" && entry.source.referenceModel === undefined) {
       throw new SynapseError(
-        "op_not_supported_for_remote",
-        `Cannot probe '${id}': it is a remote lane, and this build cannot prove a remote provider's identity (its answers serve as declared, to callers who send accept_declared: true)`,
-        { details: { model_id: id, op: "probe.start" } },
+        "invalid_request",
+        `Cannot probe '${id}': it is a remote lane, and a remote lane is proven only against a local lane of the same model; name that model in its entry's reference_model`,
+        {
+          details: {
+            model_id: id,
+            field: "preload_models.reference_model",
+            reason: "remote_lane_without_reference",
+          },
+        },
       );
     }
     // `model_loading` while it loads (retry), its load error when it failed.
@@ -629,6 +659,20 @@ async function probeOne(
       onProgress: (step, done, total) => onProgress({ step, done, total }),
     };
     const reference = await referenceOf(ctx, entry);
+    if (entry.engine === "remote" && reference === undefined) {
+      // Without its reference a remote lane's probe would prove nothing about what it serves.
+      throw new SynapseError(
+        "invalid_request",
+        `Cannot probe remote lane '${lane.model_id}': its reference_model '${entry.source.referenceModel}' is not loaded here; load it, then probe again`,
+        {
+          details: {
+            model_id: lane.model_id,
+            reference_model: entry.source.referenceModel ?? null,
+            reason: "reference_not_loaded",
+          },
+        },
+      );
+    }
     if (reference !== undefined) {
       input.reference = reference;
       referenceFacts = {
@@ -654,13 +698,29 @@ async function probeOne(
       error: (e ?? new SynapseError("internal_error", String(err))).toWire(),
     };
   }
+  // A remote lane is certified under its proven identity: the fingerprint it serves under once
+  // this probe passed (docs/remote.md "Identity"), which the alias row below also names.
+  const certified = withRemoteAssurance(entry.ready, "proven");
+  if (certified !== entry.ready) {
+    result = {
+      ...result,
+      numeric_profile_id: certified.numericProfileId,
+      fingerprint: certified.fingerprint,
+    };
+  }
   ctx.certifications.putProbeResult(
     result,
-    probeFactsOf(ctx, entry.ready, { probe_job_id: jobId, now_ms: ctx.now() }),
+    probeFactsOf(ctx, certified, { probe_job_id: jobId, now_ms: ctx.now() }),
   );
   // A lane within the alias bar of its reference: a probe-measured alias row (retracted when a
   // later probe of the lane no longer meets it).
   recordProbeAlias(ctx, result, referenceFacts, jobId);
+  if (entry.ready.remote !== undefined) {
+    const registry = ctx.registry as {
+      setRemoteAssurance?: (id: string, assurance: "declared" | "proven") => boolean;
+    };
+    registry.setRemoteAssurance?.(lane.model_id, result.passed ? "proven" : "declared");
+  }
   if (result.query_path === "disabled") {
     const registry = ctx.registry as { setQueryPath?: (id: string, path: "disabled") => void };
     registry.setQueryPath?.(lane.model_id, "disabled");

@@ -41,6 +41,7 @@ function rerankJob(ctx: OpContext, p: ReturnType<typeof RerankScoreParams.parse>
     candidates: p.candidates,
     truncate: p.truncate ?? false,
     bytes,
+    ...(p.allow_equivalent === true ? { allowEquivalent: true } : {}),
   });
 }
 

@@ -29,7 +29,7 @@ import {
   runQuanta,
   TOKENIZE_SLICE,
 } from "./_durable_job.ts";
-import type { RerankJobPage } from "./jobs.ts";
+import { addProvenance, type RerankJobPage } from "./jobs.ts";
 
 export type { RerankJobPage, RerankJobScore } from "./jobs.ts";
 
@@ -41,6 +41,8 @@ export interface RerankJobRequest {
   candidates: string[];
   truncate: boolean;
   bytes: number;
+  /** The request's `allow_equivalent` (as an embed job's; part of the request digest). */
+  allowEquivalent?: boolean;
 }
 
 /**
@@ -57,6 +59,7 @@ export function submitRerankJob(ctx: OpContext, req: RerankJobRequest): JobAccep
       truncate: req.truncate,
       fingerprint: req.model.fingerprint,
       query_sha256: sha256Hex(req.query),
+      ...(req.allowEquivalent === true ? { allow_equivalent: true } : {}),
     },
     items: req.candidates.map((c, i) => ({ id: String(i), contentSha256: sha256Hex(c) })),
   });
@@ -96,7 +99,7 @@ async function runRerankJob(ctx: OpContext, jobId: string, req: RerankJobRequest
       req.model,
       "score",
       seqs,
-      (slice, out) => {
+      (slice, out, under) => {
         slice.forEach((s, k) => {
           const row = out.rows[k]!;
           if (row.kind === "non_finite") {
@@ -125,11 +128,12 @@ async function runRerankJob(ctx: OpContext, jobId: string, req: RerankJobRequest
             p.scores.push({ index: s.index, score: row.values[0]! });
             p.real_token_counts.push(s.seq.effectiveTokens);
             p.truncation_disclosures.push(disclosureOf(s.seq));
+            if (under !== undefined) addProvenance(p, req.model.fingerprint, under);
           });
         });
       },
       () => pages.commit(),
-      { offload: true },
+      { offload: true, equivalent: req.allowEquivalent === true },
     );
     pages.commit();
     ctx.jobs.store.finish(jobId, "done");

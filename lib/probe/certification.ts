@@ -31,6 +31,7 @@ import { jcsSha256 } from "../identity/jcs.ts";
 import type { MachineProfile } from "../identity/machine_profile.ts";
 import type { ModelEngine, ModelEntry, ModelSource, ReadyModel } from "../models/model.ts";
 import { threadsForKnob } from "../models/model_registry.ts";
+import { withRemoteAssurance } from "../models/load_remote.ts";
 import type { CertificationStore, ProbeFacts } from "./certification_store.ts";
 import type {
   BlockingReason,
@@ -239,9 +240,9 @@ export function certificationOf(ctx: CertificationContext, model: ReadyModel): C
 }
 
 function computeCertification(ctx: CertificationContext, model: ReadyModel): CertificationView {
-  // A remote lane is never certified here: no probe row, whatever it says, proves what a
-  // provider runs (its answers serve as declared; `admitCertified`).
-  if (model.remote !== undefined) return { status: "probe_required" };
+  // A remote lane's certificate is that of its proven identity (the one it serves under once the
+  // probe against its reference passed), whichever it serves under now.
+  if (model.remote !== undefined) model = withRemoteAssurance(model, "proven");
   const entry = ctx.registry.list().find((e) => e.ready === model || e.modelId === model.modelId);
   const cls = laneCertificationClass({ ...model, source: entry?.source ?? {} });
   const store = ctx.certifications;
@@ -375,18 +376,30 @@ export function admitCertified(
   acceptDeclared = false,
 ): { certified: boolean } {
   if (model.remote !== undefined) {
-    // A remote lane's identity is what its provider declares (docs/remote.md "Identity"): served
-    // only to a caller who accepts that, whatever the certification mode.
+    // A proven remote lane serves like a certified local one; a declared one (its provider says
+    // what it runs, nothing here measured it) only to a caller who accepts that, whatever the
+    // certification mode (docs/remote.md "Identity").
+    if (model.remote.assurance === "proven" && isCertified(certificationOf(ctx, model).status)) {
+      return { certified: true };
+    }
     if (acceptDeclared) return { certified: false };
+    const entry = ctx.registry.list().find((e) => e.modelId === model.modelId);
+    const reference = entry?.source.referenceModel;
+    const prove = reference === undefined
+      ? `, or give its entry a reference_model (a local lane of the same model) and run '${
+        probeAdvice(model.modelId).probe_command
+      }' to prove it`
+      : `, or run '${probeAdvice(model.modelId).probe_command}' to prove it against '${reference}'`;
     throw new SynapseError(
       "declared_identity_not_accepted",
-      `Cannot serve model '${model.modelId}': it runs on remote provider '${model.remote.provider}', whose identity (${model.remote.deployment}) is declared by the provider, not proven here; send accept_declared: true (ck-synapse --accept-declared, HTTP header x-synapse-accept-declared: true) to accept it`,
+      `Cannot serve model '${model.modelId}': it runs on remote provider '${model.remote.provider}', whose identity (${model.remote.deployment}) is declared by the provider, not proven here; send accept_declared: true (ck-synapse --accept-declared, HTTP header x-synapse-accept-declared: true) to accept it${prove}`,
       {
         details: {
           model_id: model.modelId,
           provider: model.remote.provider,
           deployment: model.remote.deployment,
           assurance: model.remote.assurance,
+          ...probeAdvice(model.modelId),
         },
       },
     );

@@ -394,11 +394,12 @@ Deno.test("admission.status shows a remote lane with its provider's breaker and 
   }
 });
 
-Deno.test("newcomer replay: a probe cannot certify a remote lane, which keeps asking for accept_declared and never degrades /health; a model the provider does not serve is the entry's mistake; the provider's test model stays one", async () => {
+Deno.test("newcomer replay: a remote lane without a reference_model cannot be probed, keeps asking for accept_declared and never degrades /health; a model the provider does not serve is the entry's mistake; the provider's test model stays one", async () => {
   await using p = await provider();
   await using g = await gateway(p.base, {}, {}, "synapse", { certification: "require" });
   const probe = semanticError(await g.syn.call("probe.start", { models: ["remote"] }));
-  assert.equal(probe.code, "op_not_supported_for_remote");
+  assert.equal(probe.code, "invalid_request");
+  assert.equal(probe.details.reason, "remote_lane_without_reference");
   const refused = semanticError(await g.syn.call("embed.batch", { texts: TEXTS, model: "remote" }));
   assert.equal(refused.code, "declared_identity_not_accepted");
   assert.match(refused.message, /--accept-declared/);
@@ -444,7 +445,7 @@ Deno.test("an OpenAI-kind reranker's relevance_score (a logistic) is turned back
   );
 });
 
-Deno.test("a remote entry's normalize is checked against the provider's vectors at load; pooling and reference_model are refused on a remote entry", async () => {
+Deno.test("a remote entry's normalize is checked against the provider's vectors at load; pooling is refused on a remote entry", async () => {
   await using p = await provider();
   await using g = await gateway(p.base, {}, { normalize: false });
   const row = await ready(g.syn, "remote");
@@ -455,12 +456,10 @@ Deno.test("a remote entry's normalize is checked against the provider's vectors 
   assert.equal(e.code, "provider_protocol_violation");
   assert.equal(e.details.reason, "normalization_mismatch");
   assert.match(e.message, /set "normalize": true/);
-  for (const key of ["pooling", "reference_model"]) {
-    await assert.rejects(
-      gateway(p.base, {}, { [key]: key === "pooling" ? "cls" : "tiny" }),
-      new RegExp(`${key}' is a setting of a local lane`),
-    );
-  }
+  await assert.rejects(
+    gateway(p.base, {}, { pooling: "cls" }),
+    /pooling' is a setting of a local lane/,
+  );
 });
 
 Deno.test("field reports F1/F6 on the remote lane: an input with unknown tokens, or one the provider refuses (NaN), is that item's error and the rest is served", async () => {
