@@ -2,7 +2,7 @@
  * What the remote lane (docs/remote.md) costs and how it scales, against fixed providers on
  * loopback (bench/_fixed_provider.ts: OpenAI-shaped `/v1/embeddings`, deterministic vectors).
  *
- *   deno task bench:remote [--quick] [--item-delay-ms 2]
+ *   deno task bench:remote [--quick] [--item-delay-ms 2] [--job-items 16000] [--parts a,b,c]
  *
  * (a) **Gateway overhead**: one provider in this process (no delay, 384 dims) reached three ways
  * with one short text, one request at a time, in interleaved rounds (the order rotated each
@@ -91,7 +91,7 @@ const OVERHEAD_TARGET_MS = 0.3;
 const PARTS = new Set(args.parts.split(","));
 /** Part (c): job size, provider counts, the quantum cap. */
 const JOB_ITEMS = Number(args["job-items"] ?? (QUICK ? 6000 : 16000));
-const SPREAD_NS = (Deno.env.get("SPREAD_NS") ?? "0,1,2,4,8").split(",").map(Number);
+const SPREAD_NS = [0, 1, 2, 4, 8];
 const JOB_QUANTUM_TOKENS = 512;
 const EMBED_DIR = `${MODELS}/synapse-tiny-embed`;
 const SCALE_TARGET = 0.9;

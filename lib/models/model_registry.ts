@@ -7,7 +7,10 @@
  * retry hint (field report F9), never an implicit wait. A load that fails transiently (a worker
  * that could not start on a busy machine) is retried in the background with backoff, at most
  * {@link LOAD_RETRIES} times and within the worker's crash budget; then the failure is permanent
- * (`probe_required`, reason `load_failed_repeatedly`). Field report F20.
+ * (`probe_required`, reason `load_failed_repeatedly`). Field report F20. A remote lane whose
+ * provider is unreachable (or answers 5xx, or is still loading) is retried without a limit, the
+ * delay doubling up to {@link REMOTE_LOAD_RETRY_MAX_MS}: a provider down when this process starts
+ * is served once it is back, without a restart.
  *
  * @module
  */
@@ -39,6 +42,9 @@ import { labelledTestModel } from "./sources.ts";
 
 /** Background retries of a load that failed transiently; after them the failure is permanent. */
 export const LOAD_RETRIES = 2;
+
+/** Longest wait between two load attempts of a remote lane whose provider fails transiently, ms. */
+export const REMOTE_LOAD_RETRY_MAX_MS = 30_000;
 
 /** Options of {@link ModelRegistry}. */
 export interface ModelRegistryOptions {
@@ -710,10 +716,13 @@ export class ModelRegistry implements AsyncDisposable {
     entry.state = "failed";
     entry.failedAtMs = this.#now();
     const transient = e.errorClass === "transient";
-    if (transient && entry.loadAttempts <= LOAD_RETRIES && !this.#disposed) {
+    // A remote provider that is down now may be back later: its lane keeps trying.
+    const remote = entry.engine === "remote";
+    if (transient && (remote || entry.loadAttempts <= LOAD_RETRIES) && !this.#disposed) {
+      const backoff = this.#retryBaseMs * 2 ** Math.min(entry.loadAttempts - 1, 20);
       const delay = Math.max(
         e.retryAfterMs ?? 0,
-        this.#retryBaseMs * 2 ** (entry.loadAttempts - 1),
+        remote ? Math.min(backoff, REMOTE_LOAD_RETRY_MAX_MS) : backoff,
       );
       entry.error = e;
       entry.retryAtMs = entry.failedAtMs + delay;

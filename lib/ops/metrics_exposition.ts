@@ -46,6 +46,7 @@ const MODEL_STATES: readonly ModelServingState[] = [
   "quarantined",
   "unresponsive",
   "not_certified",
+  "remote_refusing",
 ];
 
 /** Queue classes of a lane's scheduler. */

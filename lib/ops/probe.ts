@@ -162,6 +162,11 @@ export interface ReportLane {
   probe_command?: string;
   /** The facts that changed since its rows were written (stale lanes). */
   stale_facts?: string[];
+  /**
+   * Remote lanes: `declared` (served only to requests with `accept_declared: true`) or `proven`
+   * (a probe against its `reference_model` passed here; docs/remote.md "Identity").
+   */
+  remote_assurance?: "declared" | "proven";
 }
 
 /** `probe.report` answer. */
@@ -257,8 +262,13 @@ export function probeStart(ctx: OpContext, rawParams: unknown): ProbeJobAccepted
   let key = p.request_key ?? defaultKey(ctx, models.map((m) => m.model));
   let outcome = admit(key);
   if (p.request_key === undefined) {
-    // A default-key job that failed is never the answer: probe again under a derived key.
-    for (let i = 0; outcome.attached && failedState(outcome.job.state); i++) {
+    // A default-key job that failed is never the answer, nor one a later probe superseded (a
+    // lane's certificate is now another job's): probe again under a derived key.
+    for (
+      let i = 0;
+      outcome.attached && (failedState(outcome.job.state) || superseded(ctx, outcome.job));
+      i++
+    ) {
       if (i >= MAX_RETRY_KEYS) break;
       key = `${key.slice(0, REQUEST_KEY_MAX_BYTES - 42)}:retry-${outcome.job.jobId}`;
       outcome = admit(key);
@@ -354,6 +364,7 @@ export function probeReport(ctx: OpContext, rawParams: unknown): ProbeReport {
       ...base,
       certification_status: c.status,
       serving_admission: "serving",
+      ...(ready.remote === undefined ? {} : { remote_assurance: ready.remote.assurance }),
     };
     if (ready.remote !== undefined && ready.remote.assurance === "declared") {
       // A declared remote lane serves only requests that accept its provider's word, whatever
@@ -453,6 +464,26 @@ function targetModels(ctx: OpContext, asked: string[]): Target[] {
     out.push({ entry, model: ctx.registry.resolve(id, entry.task) });
   }
   return out;
+}
+
+/**
+ * True when a finished probe job no longer says what the store holds: a lane it probed has a
+ * certificate (for the keys it serves under now) written by another probe job. Attaching to it
+ * would print its old verdict — `passed` for a lane a later probe failed (a remote lane demoted
+ * back to declared has the same default key as when it was first proven).
+ */
+function superseded(
+  ctx: OpContext,
+  job: { jobId: string; state: JobState; params: unknown },
+): boolean {
+  if (job.state !== "done") return false;
+  for (const lane of (job.params as ProbeJobParams).lanes) {
+    const model = ctx.registry.list().find((e) => e.modelId === lane.model_id)?.ready;
+    if (model === undefined) continue;
+    const probedBy = certificationOf(ctx, model).row?.evidence.probe_job_id;
+    if (probedBy !== undefined && probedBy !== null && probedBy !== job.jobId) return true;
+  }
+  return false;
 }
 
 /** The hex of a `sha256:<hex>` digest. */
@@ -720,6 +751,12 @@ async function probeOne(
       setRemoteAssurance?: (id: string, assurance: "declared" | "proven") => boolean;
     };
     registry.setRemoteAssurance?.(lane.model_id, result.passed ? "proven" : "declared");
+    if (!result.passed) {
+      // Its numbers are not the reference's: if they also moved since the canary's baseline (the
+      // provider swapped what it serves), the lane halts now rather than at the next interval.
+      const engine = entry.ready.interactive.engine as { checkCanary?: () => Promise<unknown> };
+      await engine.checkCanary?.().catch(() => undefined);
+    }
   }
   if (result.query_path === "disabled") {
     const registry = ctx.registry as { setQueryPath?: (id: string, path: "disabled") => void };

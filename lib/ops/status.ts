@@ -16,6 +16,7 @@
  * | `quarantined` | `probe_required` (permanent): its worker broke the crash budget | `worker_quarantined` |
  * | `unresponsive` | queued behind work that has run past the request timeout without a pause: likely hung (the timeout will restart the worker) | `worker_busy` |
  * | `not_certified` | `not_certified` (permanent): config `certification: "require"` and the lane needs a certificate it lacks for this machine (lib/probe/certification.ts) | `probe_required`, `certification_stale`, `certification_failed` |
+ * | `remote_refusing` | a remote lane's admission refusal (docs/remote.md): `provider_unavailable` while its provider's breaker is open (transient, `details.retry_after_ms`), `remote_identity_drift` / `remote_deployment_changed` once the canary halted it | `breaker_open`, `identity_drift`, `deployment_changed` |
  *
  * In `certification: "warn"` mode such a model stays `ready` (it serves, each answer says
  * `provenance.certified: false`); a stale certificate is then one of the service's degraded
@@ -41,7 +42,8 @@ export type ModelServingState =
   | "failed"
   | "quarantined"
   | "unresponsive"
-  | "not_certified";
+  | "not_certified"
+  | "remote_refusing";
 
 /** Why a model is not `ready`. */
 export interface StateReason {
@@ -58,6 +60,10 @@ export interface StateReason {
     | "self_check_failed"
     | "worker_quarantined"
     | "worker_busy"
+    // A remote lane refusing at admission: its breaker is open, or the canary halted it.
+    | "breaker_open"
+    | "identity_drift"
+    | "deployment_changed"
     | BlockingReason;
   /** The stable code a request for the model is refused with now; absent when it is queued. */
   code?: ErrorCode;
@@ -203,6 +209,28 @@ export function modelStatus(
       message:
         `Model '${m.modelId}' has been busy for ${facts.busy_ms} ms without a pause, past its ${h.busyLimitMs} ms request timeout: its worker may be hung`,
       details: { busy_ms: facts.busy_ms, threshold_ms: h.busyLimitMs },
+    };
+    return status;
+  }
+  const refused = m.engine === "remote"
+    ? m.ready?.interactive.engine.admissionRefusal?.()
+    : undefined;
+  if (refused !== undefined) {
+    // A remote lane refusing every request now: its provider's breaker is open, or its canary
+    // halted it (docs/remote.md).
+    status.state = "remote_refusing";
+    status.state_reason = {
+      reason: refused.code === "remote_identity_drift"
+        ? "identity_drift"
+        : refused.code === "remote_deployment_changed"
+        ? "deployment_changed"
+        : "breaker_open",
+      code: refused.code,
+      message: `Model '${m.modelId}' refuses requests: ${refused.message}`,
+      details: {
+        ...refused.details,
+        ...(refused.retryAfterMs === undefined ? {} : { retry_after_ms: refused.retryAfterMs }),
+      },
     };
     return status;
   }

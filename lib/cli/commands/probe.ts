@@ -133,6 +133,8 @@ interface ReportLane {
   /** What changed since the newest row (`certification_stale`). */
   stale_facts?: string[];
   probe_command?: string;
+  /** Remote lanes: `declared` or `proven`. */
+  remote_assurance?: string;
 }
 
 /** `probe.report`. */
@@ -468,6 +470,12 @@ export function servingLines(r: ReportView): string[] {
           l.blocking_reason ?? l.certification_status
         }; certification is "warn", answers say certified: false)`;
       default:
+        if (l.remote_assurance === "declared") {
+          // Not refused outright: it serves whoever accepts its provider's word.
+          return `declared ${what}: serves only requests with --accept-declared (${
+            l.blocking_reason ?? l.certification_status
+          })${l.probe_command === undefined ? "" : `; prove it: '${l.probe_command}'`}`;
+        }
         if (l.certification_status === "not_loaded") {
           return `refuses ${what}: not loaded (${l.serving_admission_reason ?? "not ready"})`;
         }

@@ -89,6 +89,14 @@ Deno.test("the canary sees a model swapped behind the same name and deployment: 
         // deno-lint-ignore no-explicit-any
         const lane = status.lanes.find((l: any) => l.lane === "remote-remote");
         assert.equal(lane.worker.remote.canary.state, "drift");
+        // The model's state says it too (/health, models.list).
+        // deno-lint-ignore no-explicit-any
+        const listed = resultOf(await g.call("models.list", {})).models.find((m: any) =>
+          m.model_id === "remote"
+        );
+        assert.equal(listed.state, "remote_refusing");
+        assert.equal(listed.state_reason.reason, "identity_drift");
+        assert.equal(listed.state_reason.code, "remote_identity_drift");
         // Logged once, when it halted (not per refused request).
         const halted = errors.filter((l) => l.startsWith("synapse.remote: model 'remote' halted"));
         assert.equal(halted.length, 1, JSON.stringify(errors));

@@ -153,6 +153,25 @@ Deno.test("a remote lane with a reference_model is proven by the probe: it then 
         declared.vectors.forEach((v: { vector: number[] }, i: number) =>
           assert.deepEqual(served.vectors[i].vector, v.vector)
         );
+        // probe.start without a key attaches to the job that proved the lane, until a later
+        // probe writes the lane's certificate: then that job is no longer the answer.
+        const first = resultOf(await g.call("probe.start", { models: ["remote"] }));
+        assert.equal(first.attached, false);
+        for (let s = first; !TERMINAL.has(s.state);) {
+          await new Promise((r) => setTimeout(r, 25));
+          s = resultOf(await g.call("probe.status", { job_id: first.job_id }));
+        }
+        const again = resultOf(await g.call("probe.start", { models: ["remote"] }));
+        assert.equal(again.attached, true);
+        assert.equal(again.job_id, first.job_id);
+        assert.equal((await probe(g, ["remote"])).lanes[0].status, "passed");
+        const fresh = resultOf(await g.call("probe.start", { models: ["remote"] }));
+        assert.equal(fresh.attached, false, "attached to a job a later probe superseded");
+        assert.notEqual(fresh.job_id, first.job_id);
+        for (let s = fresh; !TERMINAL.has(s.state);) {
+          await new Promise((r) => setTimeout(r, 25));
+          s = resultOf(await g.call("probe.status", { job_id: fresh.job_id }));
+        }
         const after = await reportLane(g, "remote");
         assert.equal(after.serving_admission, "serving");
         assert.equal(after.certification_status, "certified");
@@ -240,7 +259,7 @@ Deno.test("a remote lane with a reference_model is proven by the probe: it then 
   }
 });
 
-Deno.test("a proven remote lane whose provider now answers another model's numbers fails its next probe: declared again, its alias retracted; without a reference_model a remote lane cannot be probed", async () => {
+Deno.test("a proven remote lane whose provider now answers another model's numbers fails its next probe: declared again, its alias retracted, and halted by the canary the failure runs at once; without a reference_model a remote lane cannot be probed", async () => {
   await using p = await provider();
   // A badly quantized model served under the name `tiny`.
   await using bad = await provider([
@@ -263,13 +282,18 @@ Deno.test("a proven remote lane whose provider now answers another model's numbe
         job.lanes[0].failed_checks.some((c: any) => c.id.startsWith("reference_parity")),
         JSON.stringify(job.lanes[0].failed_checks),
       );
-      const refused = semanticError(await g.call("embed.batch", { texts: TEXTS, model: "remote" }));
-      assert.equal(refused.code, "declared_identity_not_accepted");
-      const served = resultOf(
+      // The failed probe checks the canary at once: the provider's numbers moved since the
+      // baseline, so the lane refuses everyone now, not at the next canary interval.
+      const refused = semanticError(
         await g.call("embed.batch", { texts: TEXTS, model: "remote", accept_declared: true }),
       );
-      assert.equal(served.provenance.remote.assurance, "declared");
-      assert.notEqual(served.fingerprint, proven.fingerprint);
+      assert.equal(refused.code, "remote_identity_drift", JSON.stringify(refused));
+      // deno-lint-ignore no-explicit-any
+      const listed = resultOf(await g.call("models.list", {})).models.find((m: any) =>
+        m.model_id === "remote"
+      );
+      assert.equal(listed.state, "remote_refusing");
+      assert.notEqual(listed.fingerprints[0], proven.fingerprint, "declared again");
       // The alias the first probe measured is retracted: the proven fingerprint has none now.
       const aliases = resultOf(await g.call("models.list", {})).alias_rows;
       // deno-lint-ignore no-explicit-any

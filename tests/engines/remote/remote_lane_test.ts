@@ -8,7 +8,9 @@ import assert from "node:assert/strict";
 import { MODELS, preload, resultOf, semanticError, startSynapse } from "../../_helpers.ts";
 import { serveHttp } from "../../../lib/doors/http/server.ts";
 import { nullLog } from "../../../lib/log/log.ts";
+import { createSynapse } from "../../../lib/synapse.ts";
 import type { Synapse } from "../../../lib/synapse.ts";
+import { loadConfig } from "../../../lib/config/loader.ts";
 import { FaultProxy } from "./_fault_proxy.ts";
 import { EMBED, gateway, provider, ready, RERANK } from "./_servers.ts";
 
@@ -169,6 +171,112 @@ Deno.test("faults: 5xx is provider_unavailable; the breaker opens after its thre
     resultOf(await call());
   } finally {
     await proxy.close();
+  }
+});
+
+Deno.test("an open breaker shows in the model's state and in /health: remote_refusing (breaker_open, provider_unavailable with retry_after_ms), the service unavailable when it is the only model", async () => {
+  await using p = await provider();
+  const proxy = new FaultProxy(p.base);
+  try {
+    await using g = await gateway(proxy.base, {
+      breaker: { failure_threshold: 1, open_ms: 600_000 },
+    });
+    const server = serveHttp(g.syn, { log: nullLog });
+    try {
+      const health = async () => {
+        const r = await fetch(`http://127.0.0.1:${server.port}/health`);
+        return { status: r.status, body: await r.json() };
+      };
+      assert.equal((await health()).body.status, "ok");
+      proxy.mode = "status_500";
+      semanticError(
+        await g.syn.call("embed.batch", { texts: TEXTS, model: "remote", accept_declared: true }),
+      );
+      const h = await health();
+      assert.equal(h.status, 503, JSON.stringify(h.body));
+      assert.equal(h.body.status, "unavailable");
+      assert.match(h.body.reason, /'remote' remote_refusing \(provider_unavailable\)/);
+      // deno-lint-ignore no-explicit-any
+      const row = h.body.models.find((m: any) => m.model_id === "remote");
+      assert.equal(row.state, "remote_refusing");
+      assert.equal(row.state_reason.reason, "breaker_open");
+      assert.equal(row.state_reason.code, "provider_unavailable");
+      assert.ok(row.state_reason.details.retry_after_ms > 0, JSON.stringify(row));
+      const listed = resultOf(await g.syn.call("models.list", {})).models.find((
+        m: { model_id: string },
+      ) => m.model_id === "remote");
+      assert.equal(listed.state, "remote_refusing");
+    } finally {
+      await server.shutdown();
+    }
+  } finally {
+    await proxy.close();
+  }
+});
+
+Deno.test("newcomer replay: a provider down when the gateway starts is retried past the local lanes' three attempts; the lane serves once the provider is back, without a restart", async () => {
+  await using p = await provider();
+  const proxy = new FaultProxy(p.base);
+  proxy.mode = "status_503";
+  const dir = await Deno.makeTempDir({ prefix: "synapse-remote-retry-" });
+  try {
+    const env = {
+      XDG_DATA_HOME: `${dir}/data`,
+      XDG_CONFIG_HOME: `${dir}/config`,
+      HOME: dir,
+      SYNAPSE_CONFIG_JSON: JSON.stringify({
+        remote_providers: [{
+          id: "peer",
+          kind: "synapse",
+          base_url: proxy.base,
+          allow_loopback: true,
+          breaker: { failure_threshold: 1000 },
+        }],
+        preload_models: [{
+          engine: "remote",
+          provider: "peer",
+          model: "tiny",
+          model_id: "remote",
+          task: "embed",
+          tokenizer_path: `${EMBED}/tokenizer.json`,
+        }],
+      }),
+    };
+    const syn = await createSynapse({
+      config: loadConfig({ env, cwd: dir }).config,
+      env,
+      log: nullLog,
+      loadRetryBaseMs: 20,
+    });
+    try {
+      // deno-lint-ignore no-explicit-any
+      let row: any;
+      for (let i = 0; i < 3000; i++) {
+        // deno-lint-ignore no-explicit-any
+        row = resultOf(await syn.call("models.list", {})).models.find((m: any) =>
+          m.model_id === "remote"
+        );
+        if (Number(row.state_reason?.details?.attempt ?? 0) >= 5) break;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      assert.equal(row.state, "loading", JSON.stringify(row));
+      // Between attempts (`retrying_after_failure`) or in one (`loading`): never failed.
+      assert.ok(
+        ["loading", "retrying_after_failure"].includes(row.state_reason.reason),
+        JSON.stringify(row),
+      );
+      assert.ok(row.state_reason.details.attempt >= 5, JSON.stringify(row));
+      proxy.mode = "pass";
+      assert.equal((await ready(syn, "remote")).state, "ready");
+      resultOf(
+        await syn.call("embed.batch", { texts: TEXTS, model: "remote", accept_declared: true }),
+      );
+    } finally {
+      await syn.dispose();
+    }
+  } finally {
+    await proxy.close();
+    await Deno.remove(dir, { recursive: true });
   }
 });
 
