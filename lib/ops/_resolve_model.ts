@@ -228,8 +228,9 @@ function resolveNamed(
 /**
  * The model of a request that names none: the first of `defaultCandidatesOf` (lib/models/
  * model_registry.ts: non-test models, then test models, then `notDefault` ones, each in load
- * order) that can serve it. A candidate whose load failed, whose self-check failed, or that the
- * certification gate refuses in the current mode is passed over for the next; a candidate still
+ * order) that can serve it. A candidate whose load failed, whose self-check failed, that the
+ * certification gate refuses in the current mode, or a remote lane refusing at admission (breaker
+ * open, canary halt) is passed over for the next; a candidate still
  * loading answers `model_loading` (the choice never depends on which load finishes first). When
  * none can serve, the first candidate's refusal.
  *
@@ -249,6 +250,12 @@ function resolveDefault(
     try {
       const model = resolveLoaded(ctx, entry.modelId, task);
       if (gate) admitCertified(ctx, model, acceptDeclared);
+      // A remote lane refusing every request now (its breaker open, its canary halted) is passed
+      // over like a failed load.
+      const refused = model.remote === undefined
+        ? undefined
+        : model.interactive.engine.admissionRefusal?.();
+      if (refused !== undefined) throw refused;
       return model;
     } catch (err) {
       if (entry.state === "loading") throw err;

@@ -366,6 +366,18 @@ export function probeReport(ctx: OpContext, rawParams: unknown): ProbeReport {
       serving_admission: "serving",
       ...(ready.remote === undefined ? {} : { remote_assurance: ready.remote.assurance }),
     };
+    const halted = ready.remote === undefined
+      ? undefined
+      : ready.interactive.engine.admissionRefusal?.();
+    if (halted !== undefined) {
+      // A remote lane refusing every request now (breaker open, canary halt), whatever it is
+      // certified for.
+      row.blocking_reason = halted.code;
+      row.serving_admission = "refused";
+      row.serving_admission_reason = `remote lane refusing every request: ${halted.message}`;
+      lanes.push(row);
+      continue;
+    }
     if (ready.remote !== undefined && ready.remote.assurance === "declared") {
       // A declared remote lane serves only requests that accept its provider's word, whatever
       // the certification mode (docs/remote.md "Identity").

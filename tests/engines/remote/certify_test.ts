@@ -294,6 +294,9 @@ Deno.test("a proven remote lane whose provider now answers another model's numbe
       );
       assert.equal(listed.state, "remote_refusing");
       assert.notEqual(listed.fingerprints[0], proven.fingerprint, "declared again");
+      const halted = await reportLane(g, "remote");
+      assert.equal(halted.serving_admission, "refused");
+      assert.equal(halted.blocking_reason, "remote_identity_drift");
       // The alias the first probe measured is retracted: the proven fingerprint has none now.
       const aliases = resultOf(await g.call("models.list", {})).alias_rows;
       // deno-lint-ignore no-explicit-any
@@ -303,7 +306,6 @@ Deno.test("a proven remote lane whose provider now answers another model's numbe
       assert.ok(row !== undefined && row.valid_to_ms !== null, JSON.stringify(aliases));
       const lane = await reportLane(g, "remote");
       assert.equal(lane.certification_status, "certification_failed");
-      assert.equal(lane.serving_admission, "refused");
     } finally {
       await g.dispose();
     }

@@ -214,6 +214,42 @@ Deno.test("an open breaker shows in the model's state and in /health: remote_ref
   }
 });
 
+Deno.test("newcomer replay: a request naming no model passes over a remote lane whose breaker is open for the next default", async () => {
+  await using p = await provider();
+  const proxy = new FaultProxy(p.base);
+  try {
+    await using g = await startSynapse({
+      remote_providers: [{
+        id: "peer",
+        kind: "synapse",
+        base_url: proxy.base,
+        allow_loopback: true,
+        breaker: { failure_threshold: 1, open_ms: 600_000 },
+      }],
+      preload_models: [
+        {
+          engine: "remote",
+          provider: "peer",
+          model: "tiny",
+          model_id: "remote",
+          task: "embed",
+          tokenizer_path: `${EMBED}/tokenizer.json`,
+        },
+        preload(EMBED, "tiny"),
+      ],
+    });
+    for (const m of ["remote", "tiny"]) assert.equal((await ready(g.syn, m)).state, "ready");
+    const call = () => g.syn.call("embed.batch", { texts: TEXTS, accept_declared: true });
+    assert.equal(resultOf(await call()).model_id, "remote", "the first default serves");
+    proxy.mode = "status_500";
+    assert.equal(semanticError(await call()).code, "provider_unavailable");
+    // The breaker is open: the remote lane refuses at once, so the next default serves.
+    assert.equal(resultOf(await call()).model_id, "tiny");
+  } finally {
+    await proxy.close();
+  }
+});
+
 Deno.test("newcomer replay: a provider down when the gateway starts is retried past the local lanes' three attempts; the lane serves once the provider is back, without a restart", async () => {
   await using p = await provider();
   const proxy = new FaultProxy(p.base);
