@@ -9,7 +9,10 @@ import { MODELS, preload, resultOf, startSynapse } from "../../_helpers.ts";
 import type { TestSynapse } from "../../_helpers.ts";
 import { serveHttp } from "../../../lib/doors/http/server.ts";
 import { nullLog } from "../../../lib/log/log.ts";
+import { createSynapse } from "../../../lib/synapse.ts";
 import type { Synapse } from "../../../lib/synapse.ts";
+import { loadConfig } from "../../../lib/config/loader.ts";
+import type { LogSink } from "../../../lib/log/log.ts";
 
 /** The tiny embedder's directory (the provider serves it as `tiny`). */
 export const EMBED = `${MODELS}/synapse-tiny-embed`;
@@ -86,4 +89,27 @@ export async function gateway(
   });
   await ready(g.syn, "remote");
   return g;
+}
+
+/**
+ * Boots a Synapse with `config` in the data home under `dir` (the same `dir` again is a restart
+ * of the same store). The caller disposes it and removes `dir`.
+ */
+export async function bootIn(
+  dir: string,
+  config: Record<string, unknown>,
+  options: { log?: LogSink; loadRetryBaseMs?: number } = {},
+): Promise<Synapse> {
+  const env = {
+    XDG_DATA_HOME: `${dir}/data`,
+    XDG_CONFIG_HOME: `${dir}/config`,
+    HOME: dir,
+    SYNAPSE_CONFIG_JSON: JSON.stringify(config),
+  };
+  return await createSynapse({
+    config: loadConfig({ env, cwd: dir }).config,
+    env,
+    log: options.log ?? nullLog,
+    ...(options.loadRetryBaseMs === undefined ? {} : { loadRetryBaseMs: options.loadRetryBaseMs }),
+  });
 }

@@ -8,12 +8,10 @@
  */
 import assert from "node:assert/strict";
 import { MODELS, preload, resultOf, semanticError } from "../../_helpers.ts";
-import { loadConfig } from "../../../lib/config/loader.ts";
 import type { LogSink } from "../../../lib/log/log.ts";
-import { createSynapse } from "../../../lib/synapse.ts";
 import type { Synapse } from "../../../lib/synapse.ts";
 import { FaultProxy } from "./_fault_proxy.ts";
-import { EMBED, provider, ready } from "./_servers.ts";
+import { bootIn, EMBED, provider, ready } from "./_servers.ts";
 
 const TEXTS = ["the quick brown fox", "canaries watch the numbers"];
 
@@ -44,14 +42,8 @@ const log: LogSink = (level, target, message) => {
 };
 
 /** Boots a Synapse with `config` in the data home under `dir`. */
-async function boot(dir: string, config: Record<string, unknown>): Promise<Synapse> {
-  const env = {
-    XDG_DATA_HOME: `${dir}/data`,
-    XDG_CONFIG_HOME: `${dir}/config`,
-    HOME: dir,
-    SYNAPSE_CONFIG_JSON: JSON.stringify(config),
-  };
-  return await createSynapse({ config: loadConfig({ env, cwd: dir }).config, env, log });
+function boot(dir: string, config: Record<string, unknown>): Promise<Synapse> {
+  return bootIn(dir, config, { log });
 }
 
 const embed = (syn: Synapse) =>

@@ -9,11 +9,9 @@
  */
 import assert from "node:assert/strict";
 import { MODELS, preload, resultOf, semanticError } from "../../_helpers.ts";
-import { loadConfig } from "../../../lib/config/loader.ts";
-import { createSynapse } from "../../../lib/synapse.ts";
 import type { Synapse } from "../../../lib/synapse.ts";
 import { FaultProxy } from "./_fault_proxy.ts";
-import { EMBED, provider, ready, RERANK } from "./_servers.ts";
+import { bootIn, EMBED, provider, ready, RERANK } from "./_servers.ts";
 
 const TEXTS = ["the quick brown fox", "a remote lane proven here"];
 const TERMINAL = new Set(["done", "failed_transient", "failed_permanent"]);
@@ -58,13 +56,7 @@ function gatewayConfig(base: string, entry: Record<string, unknown> = {}) {
 
 /** Boots a Synapse with `config` in the data home under `dir`, its models ready. */
 async function boot(dir: string, config: ReturnType<typeof gatewayConfig>): Promise<Synapse> {
-  const env = {
-    XDG_DATA_HOME: `${dir}/data`,
-    XDG_CONFIG_HOME: `${dir}/config`,
-    HOME: dir,
-    SYNAPSE_CONFIG_JSON: JSON.stringify(config),
-  };
-  const syn = await createSynapse({ config: loadConfig({ env, cwd: dir }).config, env });
+  const syn = await bootIn(dir, config);
   for (const m of config.preload_models) {
     const id = (m as { model_id: string }).model_id;
     assert.equal((await ready(syn, id)).state, "ready", id);

@@ -8,11 +8,9 @@ import assert from "node:assert/strict";
 import { MODELS, preload, resultOf, semanticError, startSynapse } from "../../_helpers.ts";
 import { serveHttp } from "../../../lib/doors/http/server.ts";
 import { nullLog } from "../../../lib/log/log.ts";
-import { createSynapse } from "../../../lib/synapse.ts";
 import type { Synapse } from "../../../lib/synapse.ts";
-import { loadConfig } from "../../../lib/config/loader.ts";
 import { FaultProxy } from "./_fault_proxy.ts";
-import { EMBED, gateway, provider, ready, RERANK } from "./_servers.ts";
+import { bootIn, EMBED, gateway, provider, ready, RERANK } from "./_servers.ts";
 
 const TEXTS = ["the quick brown fox", "remote lanes keep fingerprints", "a third passage"];
 
@@ -256,34 +254,23 @@ Deno.test("newcomer replay: a provider down when the gateway starts is retried p
   proxy.mode = "status_503";
   const dir = await Deno.makeTempDir({ prefix: "synapse-remote-retry-" });
   try {
-    const env = {
-      XDG_DATA_HOME: `${dir}/data`,
-      XDG_CONFIG_HOME: `${dir}/config`,
-      HOME: dir,
-      SYNAPSE_CONFIG_JSON: JSON.stringify({
-        remote_providers: [{
-          id: "peer",
-          kind: "synapse",
-          base_url: proxy.base,
-          allow_loopback: true,
-          breaker: { failure_threshold: 1000 },
-        }],
-        preload_models: [{
-          engine: "remote",
-          provider: "peer",
-          model: "tiny",
-          model_id: "remote",
-          task: "embed",
-          tokenizer_path: `${EMBED}/tokenizer.json`,
-        }],
-      }),
-    };
-    const syn = await createSynapse({
-      config: loadConfig({ env, cwd: dir }).config,
-      env,
-      log: nullLog,
-      loadRetryBaseMs: 20,
-    });
+    const syn = await bootIn(dir, {
+      remote_providers: [{
+        id: "peer",
+        kind: "synapse",
+        base_url: proxy.base,
+        allow_loopback: true,
+        breaker: { failure_threshold: 1000 },
+      }],
+      preload_models: [{
+        engine: "remote",
+        provider: "peer",
+        model: "tiny",
+        model_id: "remote",
+        task: "embed",
+        tokenizer_path: `${EMBED}/tokenizer.json`,
+      }],
+    }, { loadRetryBaseMs: 20 });
     try {
       // deno-lint-ignore no-explicit-any
       let row: any;
